@@ -1,0 +1,69 @@
+import Foundation
+import Hummingbird
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import Prometheus
+
+/// What ``buildApplication(configuration:)`` made, for tests that want to reach inside (store, routes).
+public struct NimbusServerParts: Sendable {
+    let drive: Drive
+    public let routes: [RouteTable.Route]
+    let maintenance: MaintenanceService
+
+    /// Runs one maintenance pass now (tests move the clock, then call this).
+    public func runMaintenance() async { await maintenance.runOnce() }
+}
+
+/// Builds the whole server: stores under `configuration.dataDirectory`, routes, background services.
+///
+/// `nimbus serve` and the tests call this same function.
+public func buildApplication(configuration: ServerConfiguration) async throws -> (some ApplicationProtocol, NimbusServerParts) {
+    var logger = Logger(label: "nimbus")
+    logger.logLevel = configuration.logLevel
+    let data = configuration.dataDirectory
+    try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
+    guard configuration.chunkSize > 0, configuration.chunkSize % (256 * 1024) == 0 else {
+        throw DriveError.badRequest("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
+    }
+    let blobs = try LocalBlobStore(root: data)
+    try blobs.clearStaging()
+    let notifier = LocalChangeNotifier()
+    let store = try SQLiteMetadataStore(
+        path: data.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: notifier,
+        revisionRetention: configuration.revisionRetention)
+    let secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
+    let tokens = await TokenService(secret: secret, lifetime: min(configuration.accessTokenLifetime, .seconds(900)).timeInterval)
+    let drive = Drive(store: store, blobs: blobs, tokens: tokens, notifier: notifier, configuration: configuration)
+
+    let registry = MetricsRegistry.shared
+    let router = Router(context: NimbusRequestContext.self)
+    router.add(middleware: ErrorMiddleware())
+    router.add(middleware: MetricsMiddleware())
+    router.add(middleware: LogRequestsMiddleware(.debug))
+    var routes = RouteTable(router: router)
+    AuthController(drive: drive).register(&routes)
+    FilesController(drive: drive).register(&routes)
+    ContentController(drive: drive).register(&routes)
+    UploadController(drive: drive, resumable: ResumableUploadController(drive: drive, hashes: RunningHashes())).register(&routes)
+    ChangesController(drive: drive).register(&routes)
+    ServiceController(drive: drive, registry: registry).register(&routes)
+
+    let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger)
+    let app = Application(
+        router: router,
+        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval)))),
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "nimbus"),
+        services: [maintenance],
+        logger: logger)
+    return (app, NimbusServerParts(drive: drive, routes: routes.routes, maintenance: maintenance))
+}
+
+/// The process-wide Prometheus registry; swift-metrics can be bootstrapped only once per process.
+enum MetricsRegistry {
+    static let shared: PrometheusCollectorRegistry = {
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        return registry
+    }()
+}

@@ -1,0 +1,126 @@
+import Crypto
+import Foundation
+import JWTKit
+
+/// Who a request acts for, from a verified access token.
+struct Identity: Sendable, Equatable {
+    var userId: String
+    var deviceId: String
+}
+
+/// The claims of an access token: `sub` user, `did` device, `iss`/`aud` fixed, `exp` short.
+struct AccessClaims: JWTPayload, Equatable {
+    static let issuer = "nimbus"
+    static let audience = "nimbus-api"
+
+    var sub: SubjectClaim
+    var did: String
+    var iss: IssuerClaim
+    var aud: AudienceClaim
+    var exp: ExpirationClaim
+    var iat: IssuedAtClaim
+
+    /// Time checks are done by ``TokenService`` against its injectable clock.
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
+
+/// Signs and verifies access tokens (JWT, HS256 only) and makes refresh tokens.
+struct TokenService: Sendable {
+    let keys: JWTKeyCollection
+    let lifetime: TimeInterval
+
+    init(secret: [UInt8], lifetime: TimeInterval) async {
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(key: SymmetricKey(data: secret)), digestAlgorithm: .sha256)
+        self.keys = keys
+        self.lifetime = lifetime
+    }
+
+    func accessToken(for identity: Identity, now: Date) async throws -> (token: String, expiresAt: Date) {
+        let expiresAt = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + lifetime).rounded(.down))
+        let claims = AccessClaims(
+            sub: .init(value: identity.userId), did: identity.deviceId, iss: .init(value: AccessClaims.issuer),
+            aud: .init(value: [AccessClaims.audience]), exp: .init(value: expiresAt), iat: .init(value: now))
+        return (try await keys.sign(claims, header: ["typ": "JWT"]), expiresAt)
+    }
+
+    /// The identity in a valid token, or `nil`: wrong algorithm (only `HS256` is accepted, never `none`),
+    /// bad signature, wrong issuer or audience, or expired.
+    func verify(_ token: String, now: Date) async -> Identity? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3,
+            let headerData = Data(base64URLEncoded: String(parts[0])),
+            let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
+            header["alg"] as? String == "HS256"
+        else { return nil }
+        guard let claims = try? await keys.verify(token, as: AccessClaims.self) else { return nil }
+        guard claims.iss.value == AccessClaims.issuer, claims.aud.value.contains(AccessClaims.audience),
+            claims.exp.value > now
+        else { return nil }
+        return Identity(userId: claims.sub.value, deviceId: claims.did)
+    }
+
+    /// A new opaque refresh token (256 random bits) and the hash the store keeps instead of it.
+    static func makeRefreshToken() -> (token: String, hash: String) {
+        let bytes = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
+        let token = bytes.base64URLEncodedString()
+        return (token, hashRefreshToken(token))
+    }
+
+    static func hashRefreshToken(_ token: String) -> String {
+        SHA256.hash(data: Data(token.utf8)).hexString
+    }
+}
+
+extension Data {
+    init?(base64URLEncoded text: String) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        self.init(base64Encoded: base64)
+    }
+
+    func base64URLEncodedString() -> String {
+        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}
+
+/// Loads the JWT secret from `jwt-secret` in the data folder, creating it (64 random bytes, mode 0600) on first start.
+enum SecretFile {
+    static func loadOrCreate(at url: URL) throws -> [UInt8] {
+        if let text = try? String(contentsOf: url, encoding: .utf8) {
+            let hex = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let bytes = [UInt8](hex: hex), bytes.count >= 32 else {
+                throw DriveError.internalError("\(url.path) is not a valid secret (expected at least 64 hex digits); delete it to make a new one (signs everyone out).")
+            }
+            return bytes
+        }
+        let bytes = SymmetricKey(size: .init(bitCount: 512)).withUnsafeBytes { Array($0) }
+        let hex = bytes.map { String(format: "%02x", $0) }.joined()
+        let temporary = url.path + ".tmp"
+        try? POSIXFile.remove(temporary)
+        let fd = try POSIXFile.openForWriting(temporary)
+        defer { POSIXFile.closeFile(fd) }
+        try Array(hex.utf8).withUnsafeBytes { try POSIXFile.writeAll(fd, $0, path: temporary) }
+        try POSIXFile.sync(fd, path: temporary)
+        try POSIXFile.move(temporary, to: url.path)
+        try POSIXFile.syncDirectory(url.deletingLastPathComponent().path)
+        return bytes
+    }
+}
+
+extension Array where Element == UInt8 {
+    init?(hex: String) {
+        guard hex.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(hex.count / 2)
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        self = bytes
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import Hummingbird
+import NimbusAPI
+
+/// `/v1/auth/*`: register, login, refresh, logout. The only `/v1` routes that need no access token.
+struct AuthController: Sendable {
+    let drive: Drive
+
+    func register(_ routes: inout RouteTable) {
+        routes.on(.post, "/v1/auth/register", use: registerUser)
+        routes.on(.post, "/v1/auth/login", use: login)
+        routes.on(.post, "/v1/auth/refresh", use: refresh)
+        routes.on(.post, "/v1/auth/logout", use: logout)
+    }
+
+    @Sendable func registerUser(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        guard drive.configuration.allowRegistration else {
+            throw DriveError.forbidden("Registration is closed on this server; ask its admin to run 'nimbus user add'.")
+        }
+        let credentials = try await request.decode(as: Credentials.self, context: context)
+        try Accounts.validate(username: credentials.username)
+        try Accounts.validate(password: credentials.password)
+        let hash = try await drive.hashPassword(credentials.password)
+        let user = try await drive.store.createUser(
+            username: credentials.username, passwordHash: hash, quota: drive.configuration.defaultQuota, now: drive.now)
+        return try JSONResponse.make(RegisteredUser(userId: user.id, username: user.username), status: .created)
+    }
+
+    @Sendable func login(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let credentials = try await request.decode(as: Credentials.self, context: context)
+        let key = "user:" + credentials.username.lowercased()
+        if let wait = try await drive.store.loginLockout(key: key, now: drive.now) {
+            throw DriveError.tooManyRequests("Too many failed logins for this account; try again in \(wait) s.", retryAfter: wait)
+        }
+        let user = try await drive.store.user(username: credentials.username)
+        // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
+        let ok = try await drive.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
+        guard let user, ok else {
+            try await drive.store.recordLoginFailure(
+                key: key, now: drive.now, allowed: drive.configuration.loginFailuresAllowed,
+                lockout: drive.configuration.loginLockout.timeInterval)
+            throw DriveError.unauthorized("Wrong username or password.")
+        }
+        try await drive.store.clearLoginFailures(key: key)
+        let refresh = TokenService.makeRefreshToken()
+        let deviceName = credentials.deviceName?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let device = try await drive.store.createDevice(
+            userId: user.id, name: String((deviceName?.isEmpty == false ? deviceName! : "device").prefix(100)),
+            refreshHash: refresh.hash, now: drive.now)
+        return try await tokens(userId: user.id, deviceId: device.id, refreshToken: refresh.token)
+    }
+
+    @Sendable func refresh(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let body = try await request.decode(as: RefreshRequest.self, context: context)
+        let next = TokenService.makeRefreshToken()
+        let device = try await drive.store.rotateRefreshToken(
+            presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: next.hash, now: drive.now,
+            maxIdle: drive.configuration.refreshTokenLifetime.timeInterval)
+        return try await tokens(userId: device.userId, deviceId: device.id, refreshToken: next.token)
+    }
+
+    /// Signs the device out: with its access token (`Authorization`), or with its refresh token in the body.
+    @Sendable func logout(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        if request.headers[.authorization] != nil {
+            let identity = try await drive.identity(request)
+            try await drive.store.revokeDevice(id: identity.deviceId, now: drive.now)
+            return Response(status: .noContent)
+        }
+        let body = try await request.decode(as: RefreshRequest.self, context: context)
+        // Rotating proves the token is current; the device is then revoked.
+        let device = try await drive.store.rotateRefreshToken(
+            presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: TokenService.makeRefreshToken().hash,
+            now: drive.now, maxIdle: .infinity)
+        try await drive.store.revokeDevice(id: device.id, now: drive.now)
+        return Response(status: .noContent)
+    }
+
+    private func tokens(userId: String, deviceId: String, refreshToken: String) async throws -> Response {
+        let access = try await drive.tokens.accessToken(for: Identity(userId: userId, deviceId: deviceId), now: drive.now)
+        let pair = TokenPair(
+            accessToken: access.token, refreshToken: refreshToken, expiresAt: access.expiresAt, userId: userId, deviceId: deviceId)
+        return try JSONResponse.make(pair, headers: [.cacheControl: "no-store"])
+    }
+}
+
+/// Username and password rules.
+enum Accounts {
+    /// A bcrypt hash of a random string: verifying against it costs what a real check costs.
+    static let dummyHash = "$2b$10$CwTycUXWue0Thq9StjUM0uJ8.1ZdHqk4X9zGeQ2eUyIZ0s2aG5W6e"
+
+    static func validate(username: String) throws(DriveError) {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard (1...64).contains(username.count), username.allSatisfy(allowed.contains), !username.hasPrefix(".") else {
+            throw .badRequest("A username is 1 to 64 characters of letters, digits, '.', '_' and '-', not starting with '.'.", code: "invalid_username")
+        }
+    }
+
+    static func validate(password: String) throws(DriveError) {
+        guard password.count >= 8 else {
+            throw .badRequest("A password needs at least 8 characters.", code: "weak_password")
+        }
+        guard password.utf8.count <= 72 else {
+            throw .badRequest("A password can be at most 72 bytes (bcrypt's limit).", code: "invalid_password")
+        }
+    }
+}

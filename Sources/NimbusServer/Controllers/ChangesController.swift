@@ -1,0 +1,110 @@
+import Foundation
+import Hummingbird
+import NimbusAPI
+
+/// The change feed (`/v1/changes`, Dropbox-style cursor with long-poll) and live events (`/v1/events`, SSE).
+struct ChangesController: Sendable {
+    let drive: Drive
+
+    func register(_ routes: inout RouteTable) {
+        routes.on(.get, "/v1/changes/start", use: start)
+        routes.on(.get, "/v1/changes", use: changes)
+        routes.on(.get, "/v1/events", use: events)
+    }
+
+    @Sendable func start(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let seq = try await drive.store.latestSeq(userId: me.userId)
+        return try JSONResponse.make(ChangeCursor(cursor: Cursor.encode(seq)))
+    }
+
+    /// Changes after the cursor. With `timeout > 0` and nothing new, waits (≤ 60 s) and answers as soon as a
+    /// commit lands. An unknown or compacted cursor is a 410: the client lists everything again.
+    @Sendable func changes(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        guard let raw = request.query("cursor") else {
+            throw DriveError.badRequest("Pass the 'cursor' from GET /v1/changes/start or the previous page.")
+        }
+        guard let seq = Cursor.decode(raw) else { throw Cursor.gone }
+        var limit = 100
+        if let text = request.query("limit") {
+            guard let value = Int(text), value >= 1 else { throw DriveError.badRequest("'limit' must be a whole number from 1 to 1000.") }
+            limit = min(value, 1000)
+        }
+        var timeout = 0.0
+        if let text = request.query("timeout") {
+            guard let value = Double(text), value >= 0, value.isFinite else {
+                throw DriveError.badRequest("'timeout' must be a number of seconds from 0 to 60.")
+            }
+            timeout = min(value, 60)
+        }
+        guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
+        if page.changes.isEmpty && timeout > 0 {
+            await drive.notifier.wait(userId: me.userId, after: seq, timeout: .milliseconds(Int64(timeout * 1000)))
+            guard let again = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
+            page = again
+        }
+        let next = page.changes.last?.seq ?? seq
+        let list = ChangeList(
+            changes: page.changes.map { Change(seq: $0.seq, type: $0.kind, fileId: $0.fileId, file: $0.file?.api) },
+            cursor: Cursor.encode(next), hasMore: page.hasMore)
+        return try JSONResponse.make(list)
+    }
+
+    /// `text/event-stream`: `event: change` with `data: {"cursor": "..."}` after every commit of the user's,
+    /// and a comment every 15 s so proxies and clients know the stream is alive.
+    @Sendable func events(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let notifier = drive.notifier
+        let heartbeat = drive.configuration.heartbeatInterval
+        let subscription = notifier.subscribe(userId: me.userId)
+        let body = ResponseBody { writer in
+            enum Event: Sendable {
+                case change(Int64)
+                case heartbeat
+            }
+            let (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(16))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await seq in subscription { continuation.yield(.change(seq)) }
+                    continuation.finish()
+                }
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: heartbeat)
+                        continuation.yield(.heartbeat)
+                    }
+                }
+                try await writer.write(ByteBuffer(string: "retry: 3000\n: connected\n\n"))
+                for await event in events {
+                    switch event {
+                    case .change(let seq):
+                        try await writer.write(ByteBuffer(string: "event: change\ndata: {\"cursor\":\"\(Cursor.encode(seq))\"}\n\n"))
+                    case .heartbeat:
+                        try await writer.write(ByteBuffer(string: ": heartbeat\n\n"))
+                    }
+                }
+                group.cancelAll()
+            }
+            try await writer.finish(nil)
+        }
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/event-stream", .cacheControl: "no-cache", .init("X-Accel-Buffering")!: "no"],
+            body: body)
+    }
+}
+
+/// Cursors are opaque to clients; inside they are the change sequence number.
+enum Cursor {
+    static func encode(_ seq: Int64) -> String { String(seq) }
+
+    static func decode(_ text: String) -> Int64? {
+        guard let value = Int64(text), value >= 0 else { return nil }
+        return value
+    }
+
+    static var gone: DriveError {
+        .gone("This cursor is unknown or too old; list the folders again and start over from GET /v1/changes/start.", code: "cursor_expired")
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import Hummingbird
+import NimbusAPI
+
+/// Content downloads and revisions: `/v1/files/{id}/content`, `/v1/files/{id}/revisions/...`.
+struct ContentController: Sendable {
+    let drive: Drive
+
+    func register(_ routes: inout RouteTable) {
+        routes.on(.get, "/v1/files/{fileId}/content", use: content)
+        routes.on(.get, "/v1/files/{fileId}/revisions", use: revisions)
+        routes.on(.get, "/v1/files/{fileId}/revisions/{revisionId}", use: revision)
+        routes.on(.get, "/v1/files/{fileId}/revisions/{revisionId}/content", use: revisionContent)
+        routes.on(.post, "/v1/files/{fileId}/revisions/{revisionId}/restore", use: restore)
+    }
+
+    @Sendable func content(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        guard !file.isFolder, let revisionId = file.headRevisionId else {
+            throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: "is_a_folder")
+        }
+        let revision = try await drive.store.revision(userId: me.userId, fileId: file.id, revisionId: revisionId)
+        return try await stream(revision, name: file.name, request: request, userId: me.userId)
+    }
+
+    @Sendable func revisions(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
+        let (revisions, total) = try await drive.store.revisions(userId: me.userId, fileId: id, paging: paging)
+        let pagination = Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
+        return try JSONResponse.make(RevisionList(revisions: revisions.map(\.api), pagination: pagination))
+    }
+
+    @Sendable func revision(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let revision = try await drive.store.revision(userId: me.userId, fileId: id, revisionId: try context.parameter("revisionId"))
+        return try JSONResponse.make(revision.api, etag: revision.id)
+    }
+
+    @Sendable func revisionContent(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        let revision = try await drive.store.revision(userId: me.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
+        return try await stream(revision, name: file.name, request: request, userId: me.userId)
+    }
+
+    @Sendable func restore(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let file = try await drive.store.restore(userId: me.userId, fileId: id, revisionId: try context.parameter("revisionId"), now: drive.now)
+        return try JSONResponse.make(file.api, etag: file.etag)
+    }
+
+    /// Streams a revision's bytes: `ETag` (the revision id), `If-None-Match` → 304, one `Range` → 206 or 416.
+    /// Served as an attachment with `nosniff`, so user content is never rendered as a page of this origin.
+    func stream(_ revision: RevisionRecord, name: String, request: Request, userId: String) async throws -> Response {
+        var headers: HTTPFields = [
+            .eTag: "\"\(revision.id)\"",
+            .acceptRanges: "bytes",
+            .contentType: revision.mimeType,
+            .contentDisposition: Self.attachment(name),
+            .init("X-Content-Type-Options")!: "nosniff",
+        ]
+        headers[.lastModified] = HTTPDate.string(from: revision.createdAt)
+        if let condition = request.headers[.ifNoneMatch], ETag.matches(condition, revision.id) {
+            return Response(status: .notModified, headers: headers)
+        }
+        var range: Range<Int64> = 0..<revision.size
+        var status = HTTPResponse.Status.ok
+        switch ByteRange.parse(request.headers[.range], size: revision.size) {
+        case .whole:
+            break
+        case .unsatisfiable:
+            throw DriveError.rangeNotSatisfiable("The requested range is outside the content (\(revision.size) bytes).", size: revision.size)
+        case .partial(let byteRange):
+            if let ifRange = request.headers[.ifRange], !ETag.matches(ifRange, revision.id) {
+                break
+            }
+            range = byteRange.first..<(byteRange.last + 1)
+            status = .partialContent
+            headers[.contentRange] = "bytes \(byteRange.first)-\(byteRange.last)/\(revision.size)"
+        }
+        headers[.contentLength] = String(range.count)
+        let servedRange = range
+        let blocks = try await drive.store.blocks(ofRevision: revision.id)
+        let blobs = drive.blobs
+        let body = ResponseBody(contentLength: Int(range.count)) { writer in
+            try await blobs.read(blocks, user: userId, range: servedRange) { buffer in
+                try await writer.write(buffer)
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    /// `attachment; filename="..."; filename*=UTF-8''...` with the name escaped for both forms.
+    static func attachment(_ name: String) -> String {
+        let ascii = String(name.unicodeScalars.map { $0.isASCII && $0 != "\"" && $0 != "\\" && $0.value >= 0x20 ? Character($0) : "_" })
+        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)...Unicode.Scalar(127)))
+        allowed.insert(charactersIn: "-._~")
+        let encoded = name.addingPercentEncoding(withAllowedCharacters: allowed) ?? ascii
+        return "attachment; filename=\"\(ascii)\"; filename*=UTF-8''\(encoded)"
+    }
+}
+
+/// RFC 9110 HTTP-date (`Sun, 06 Nov 1994 08:49:37 GMT`).
+enum HTTPDate {
+    static func string(from date: Date) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "GMT")!
+        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second, .weekday], from: date)
+        let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        func two(_ n: Int?) -> String { n.map { $0 < 10 ? "0\($0)" : "\($0)" } ?? "00" }
+        return "\(days[(c.weekday ?? 1) - 1]), \(two(c.day)) \(months[(c.month ?? 1) - 1]) \(c.year ?? 1970) \(two(c.hour)):\(two(c.minute)):\(two(c.second)) GMT"
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import Hummingbird
+import NimbusAPI
+
+/// Files and folders: list, get, create, rename/move, trash, untrash, permanent delete.
+struct FilesController: Sendable {
+    let drive: Drive
+
+    func register(_ routes: inout RouteTable) {
+        routes.on(.get, "/v1/files", use: list)
+        routes.on(.post, "/v1/files", use: create)
+        routes.on(.get, "/v1/files/{fileId}", use: get)
+        routes.on(.patch, "/v1/files/{fileId}", use: update)
+        routes.on(.delete, "/v1/files/{fileId}", use: delete)
+        routes.on(.post, "/v1/files/{fileId}/untrash", use: untrash)
+        routes.on(.get, "/v1/trash", use: trash)
+    }
+
+    @Sendable func list(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
+        let parentId = try await drive.resolve(request.query("parentId") ?? "root", for: me)
+        let (files, total) = try await drive.store.children(of: parentId, userId: me.userId, paging: paging)
+        return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
+    }
+
+    @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        return try JSONResponse.make(file.api, etag: file.etag)
+    }
+
+    @Sendable func create(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let policy = try Self.policy(request)
+        let body = try await request.decode(as: CreateFileRequest.self, context: context)
+        let name = try Self.validName(body.name)
+        let mimeType = try Self.validMimeType(body.mimeType)
+        if let requestId = body.requestId, requestId.isEmpty || requestId.count > 200 {
+            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
+        }
+        let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
+        let (file, _) = try await drive.store.create(
+            userId: me.userId, parentId: parentId, name: name, mimeType: mimeType, policy: policy, requestId: body.requestId, now: drive.now)
+        return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+    }
+
+    @Sendable func update(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let body = try await request.decode(as: UpdateFileRequest.self, context: context)
+        let name = try body.name.map(Self.validName)
+        let parentId = try await body.parentId.asyncMap { try await drive.resolve($0, for: me) }
+        let file = try await drive.store.update(
+            userId: me.userId, fileId: id, name: name, parentId: parentId, ifMatch: request.headers[.ifMatch], now: drive.now)
+        return try JSONResponse.make(file.api, etag: file.etag)
+    }
+
+    @Sendable func delete(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        switch request.query("permanent") {
+        case nil, "false", "0":
+            _ = try await drive.store.trash(userId: me.userId, fileId: id, now: drive.now)
+        case "true", "1":
+            try await drive.store.deletePermanently(userId: me.userId, fileId: id, now: drive.now)
+        default:
+            throw DriveError.badRequest("'permanent' must be true or false.")
+        }
+        return Response(status: .noContent)
+    }
+
+    @Sendable func untrash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let file = try await drive.store.untrash(userId: me.userId, fileId: id, now: drive.now)
+        return try JSONResponse.make(file.api, etag: file.etag)
+    }
+
+    @Sendable func trash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
+        let (files, total) = try await drive.store.trashed(userId: me.userId, paging: paging)
+        return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
+    }
+
+    func page(_ paging: Paging, _ total: Int) -> Pagination {
+        Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
+    }
+
+    static func validName(_ raw: String) throws -> String {
+        do {
+            return try FileName.validated(raw)
+        } catch {
+            throw DriveError.badRequest(error.description, code: "invalid_name")
+        }
+    }
+
+    static func validMimeType(_ raw: String) throws -> String {
+        let value = raw.trimmingCharacters(in: .whitespaces)
+        guard !value.isEmpty, value.count <= 255, value.contains("/"), !value.contains(where: { $0.isNewline }) else {
+            throw DriveError.badRequest("'mimeType' must look like 'type/subtype' (e.g. text/plain).", code: "invalid_mime_type")
+        }
+        return value
+    }
+
+    static func policy(_ request: Request) throws -> ConflictPolicy {
+        guard let raw = request.query("onConflict") else { return .fail }
+        guard let policy = ConflictPolicy(rawValue: raw) else {
+            throw DriveError.badRequest("'onConflict' must be fail, rename or replace.")
+        }
+        return policy
+    }
+}
+
+extension Optional {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let value = self else { return nil }
+        return try await transform(value)
+    }
+}

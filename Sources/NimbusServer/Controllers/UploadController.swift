@@ -1,0 +1,84 @@
+import Crypto
+import Foundation
+import Hummingbird
+import NimbusAPI
+
+/// `POST /v1/upload`: simple uploads (`uploadType=media`); resumable sessions live in ``ResumableUploadController``.
+struct UploadController: Sendable {
+    let drive: Drive
+    let resumable: ResumableUploadController
+
+    func register(_ routes: inout RouteTable) {
+        routes.on(.post, "/v1/upload", use: upload)
+        resumable.register(&routes)
+    }
+
+    @Sendable func upload(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        switch request.query("uploadType") {
+        case "media": return try await media(request, context: context)
+        case "resumable": return try await resumable.initiate(request, context: context)
+        default: throw DriveError.badRequest("'uploadType' must be media or resumable.")
+        }
+    }
+
+    /// The raw body becomes the content: a new file (`name`, `parentId`, `onConflict`) or a new revision
+    /// (`fileId`, optionally `If-Match: "<revisionId>"`). Streamed to disk in blocks, never held whole.
+    func media(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let max = drive.configuration.maxUploadSize
+        let declared = request.headers[.contentLength].flatMap { Int64($0) }
+        if let declared, declared > max {
+            throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(declared).")
+        }
+        let target: ContentTarget
+        // curl and HTML forms send a generic Content-Type; then the name's extension says more.
+        let sentType = request.query("mimeType") ?? request.headers[.contentType].flatMap { type in
+            ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
+        }
+        var mimeType: String
+        if let fileId = request.query("fileId") {
+            let file = try await drive.file(fileId, for: me)
+            target = .existing(fileId: file.id, ifMatch: request.headers[.ifMatch])
+            mimeType = sentType ?? file.mimeType
+        } else {
+            guard let rawName = request.query("name") else {
+                throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).")
+            }
+            let name = try FilesController.validName(rawName)
+            let parentId = try await drive.resolve(request.query("parentId") ?? "root", for: me)
+            target = .new(parentId: parentId, name: name, policy: try FilesController.policy(request))
+            mimeType = sentType ?? MimeType.guess(forName: name)
+        }
+        mimeType = try FilesController.validMimeType(mimeType)
+        if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
+            throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
+        }
+        let staged = try await Self.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType)
+        let file = try await drive.store.commitContent(userId: me.userId, target: target, content: staged.content, now: drive.now)
+        return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+    }
+
+    /// Streams a body into staged blocks; on any failure nothing stays behind.
+    static func stage(
+        _ body: some AsyncSequence<ByteBuffer, any Error>, blobs: any BlobStore, max: Int64, mimeType: String, expectedSize: Int64? = nil,
+        runningHash: SHA256? = nil
+    ) async throws -> (content: StagedContent, runningHash: SHA256) {
+        var stager = blobs.makeStager(runningHash: runningHash ?? SHA256())
+        do {
+            for try await buffer in body {
+                try await stager.append(buffer)
+                if stager.totalSize > max {
+                    throw DriveError.tooLarge("Files can be at most \(max) bytes.")
+                }
+                if let expectedSize, stager.totalSize > expectedSize {
+                    throw DriveError.badRequest("The body is longer than Content-Range says.", code: "invalid_chunk")
+                }
+            }
+            let (blocks, checksum, running, size) = try await stager.finish()
+            return (StagedContent(blocks: blocks, checksum: checksum, size: size, mimeType: mimeType), running)
+        } catch {
+            stager.abandon()
+            throw error
+        }
+    }
+}

@@ -1,0 +1,55 @@
+import Foundation
+import Hummingbird
+import HummingbirdBcrypt
+import NIOPosix
+import NimbusAPI
+
+/// Everything the request handlers share: the stores, tokens, notifier and settings. Holds no mutable state.
+struct Drive: Sendable {
+    let store: any MetadataStore
+    let blobs: any BlobStore
+    let tokens: TokenService
+    let notifier: any ChangeNotifier
+    let configuration: ServerConfiguration
+
+    var now: Date { configuration.clock.now() }
+
+    /// The verified identity behind `Authorization: Bearer <token>`, or a 401.
+    ///
+    /// The device is looked up on every request, so logging out (or a detected refresh-token replay) takes
+    /// effect at once rather than when the access token expires.
+    func identity(_ request: Request) async throws -> Identity {
+        guard let header = request.headers[.authorization] else { throw DriveError.unauthorized() }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+            throw DriveError.unauthorized("The Authorization header must be 'Bearer <accessToken>'.")
+        }
+        guard let identity = await tokens.verify(String(parts[1]), now: now) else {
+            throw DriveError.unauthorized("The access token is invalid or expired; refresh it or log in again.")
+        }
+        guard let device = try await store.device(id: identity.deviceId), device.revokedAt == nil, device.userId == identity.userId else {
+            throw DriveError.unauthorized("This device was signed out; log in again.")
+        }
+        return identity
+    }
+
+    /// Resolves the `root` alias and checks the id belongs to the user.
+    func file(_ id: String, for identity: Identity) async throws -> FileRecord {
+        try await store.file(id: try await resolve(id, for: identity), userId: identity.userId)
+    }
+
+    func resolve(_ id: String, for identity: Identity) async throws -> String {
+        guard id == "root" else { return id }
+        guard let user = try await store.user(id: identity.userId) else { throw DriveError.unauthorized() }
+        return user.rootId
+    }
+
+    func hashPassword(_ password: String) async throws -> String {
+        let cost = configuration.bcryptCost
+        return try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+    }
+
+    func verifyPassword(_ password: String, hash: String) async throws -> Bool {
+        try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+import Logging
+
+/// Everything `nimbus serve` can be told; tests build one with a temporary data folder and port 0.
+public struct ServerConfiguration: Sendable {
+    /// Root of the embedded store: `nimbus.sqlite`, `blobs/`, `tmp/`, `jwt-secret`.
+    public var dataDirectory: URL
+    public var host: String = "127.0.0.1"
+    public var port: Int = 8080
+    /// When false, `POST /v1/auth/register` answers 403 and users are added with `nimbus user add`.
+    public var allowRegistration: Bool = false
+    /// Resumable upload chunk size: a multiple of 256 KiB (default 8 MiB).
+    public var chunkSize: Int64 = 8 * 1024 * 1024
+    /// Largest file accepted (10 GiB).
+    public var maxUploadSize: Int64 = 10 * 1024 * 1024 * 1024
+    /// Quota for users that register through the API (`nil` = unlimited).
+    public var defaultQuota: Int64?
+    public var revisionRetention = RevisionRetention()
+    /// Trashed items are purged after this long.
+    public var trashRetention: Duration = .seconds(30 * 24 * 3600)
+    /// Resumable upload sessions expire after this long.
+    public var uploadExpiry: Duration = .seconds(24 * 3600)
+    /// Change-feed rows for deleted files are compacted after this long; older cursors get 410.
+    public var changeRetention: Duration = .seconds(30 * 24 * 3600)
+    /// Access tokens live this long (at most 15 minutes).
+    public var accessTokenLifetime: Duration = .seconds(15 * 60)
+    /// Refresh tokens expire when unused for this long.
+    public var refreshTokenLifetime: Duration = .seconds(90 * 24 * 3600)
+    /// Failed logins before a username is locked out for a while (429 + Retry-After).
+    public var loginFailuresAllowed: Int = 5
+    public var loginLockout: Duration = .seconds(60)
+    /// bcrypt cost (≥ 10).
+    public var bcryptCost: UInt8 = 10
+    /// Connections idle this long are closed.
+    public var idleTimeout: Duration = .seconds(90)
+    /// How often background services (trash purge, expired uploads, compaction) run.
+    public var maintenanceInterval: Duration = .seconds(600)
+    /// SSE heartbeat period.
+    public var heartbeatInterval: Duration = .seconds(15)
+    public var clock: any WallClock = SystemWallClock()
+    public var logLevel: Logger.Level = .info
+
+    public init(dataDirectory: URL) {
+        self.dataDirectory = dataDirectory
+    }
+}
+
+/// How many revisions a file keeps: the newest `keepLast`, and every one younger than `keepFor`.
+public struct RevisionRetention: Sendable, Equatable {
+    public var keepLast: Int = 100
+    public var keepFor: Duration = .seconds(30 * 24 * 3600)
+
+    public init(keepLast: Int = 100, keepFor: Duration = .seconds(30 * 24 * 3600)) {
+        self.keepLast = keepLast
+        self.keepFor = keepFor
+    }
+
+    /// The revisions to delete, given all revisions of one file ordered newest first.
+    /// The head (first) is never pruned.
+    public func prunable<R>(_ newestFirst: [R], now: Date, date: (R) -> Date) -> [R] {
+        var result: [R] = []
+        for (index, revision) in newestFirst.enumerated() where index >= max(keepLast, 1) {
+            if now.timeIntervalSince(date(revision)) > keepFor.timeInterval {
+                result.append(revision)
+            }
+        }
+        return result
+    }
+}
+
+/// The server's source of "now": tests inject a clock they can move forward.
+public protocol WallClock: Sendable {
+    func now() -> Date
+}
+
+public struct SystemWallClock: WallClock {
+    public init() {}
+    public func now() -> Date { Date() }
+}
+
+extension Duration {
+    var timeInterval: TimeInterval {
+        let (seconds, attoseconds) = components
+        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,251 @@
+import Crypto
+import Foundation
+import NIOCore
+import NIOPosix
+
+/// One content-addressed block of a file: its SHA-256 (lowercase hex) and length.
+struct BlockRef: Sendable, Hashable, Codable {
+    var hash: String
+    var size: Int64
+}
+
+/// A block whose bytes are durably on disk in staging but not yet part of the store.
+struct StagedBlock: Sendable, Hashable {
+    var ref: BlockRef
+    var path: String
+}
+
+/// Content storage: blocks addressed by SHA-256, one namespace per user (never shared across users).
+///
+/// The contract that keeps "nothing acknowledged is lost" true while blocks are deduplicated:
+/// - bytes are staged (written and fsynced) outside any transaction, by a ``BlockStager``;
+/// - ``place(_:user:)`` and ``remove(_:user:)`` are only called from inside the metadata store's serialized
+///   write transaction, so a block can never be removed between the check that it exists and the commit
+///   that references it;
+/// - presence is decided by the store itself (the file), never by a cached row.
+protocol BlobStore: Sendable {
+    /// Size of the blocks a stager cuts content into.
+    var blockSize: Int { get }
+    /// A stager whose running whole-content hash starts from `runningHash` (to continue across chunks).
+    func makeStager(runningHash: SHA256) -> BlockStager
+    /// Makes staged blocks part of the store; returns the refs that were not stored before.
+    /// Durable when it returns. Must run inside the metadata write transaction.
+    func place(_ blocks: [StagedBlock], user: String) throws -> [BlockRef]
+    /// Deletes blocks nobody references any more. Must run inside the metadata write transaction.
+    func remove(_ hashes: [String], user: String) throws
+    /// Drops staged blocks that will not be placed (failed or duplicate uploads).
+    func discard(_ blocks: [StagedBlock])
+    /// Reads `range` (offsets within the whole content) of content made of `blocks`, in pieces.
+    func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws
+    /// Removes everything under staging (left over from a crash); called once at start.
+    func clearStaging() throws
+}
+
+/// Blocks as files: `blobs/<userId>/<sha256>`, staging in `tmp/`, on one file system so rename is atomic.
+struct LocalBlobStore: BlobStore {
+    let root: URL
+    let blockSize: Int
+    let threadPool: NIOThreadPool
+
+    var blobsDirectory: String { root.appending(path: "blobs").path }
+    var stagingDirectory: String { root.appending(path: "tmp").path }
+
+    init(root: URL, blockSize: Int = 4 * 1024 * 1024, threadPool: NIOThreadPool = .singleton) throws {
+        self.root = root
+        self.blockSize = blockSize
+        self.threadPool = threadPool
+        try POSIXFile.makeDirectory(root.path)
+        try POSIXFile.makeDirectory(blobsDirectory)
+        try POSIXFile.makeDirectory(stagingDirectory)
+    }
+
+    func makeStager(runningHash: SHA256) -> BlockStager {
+        BlockStager(stagingDirectory: stagingDirectory, blockSize: blockSize, threadPool: threadPool, runningHash: runningHash)
+    }
+
+    func userDirectory(_ user: String) -> String { blobsDirectory + "/" + user }
+
+    func path(of hash: String, user: String) -> String { userDirectory(user) + "/" + hash }
+
+    func place(_ blocks: [StagedBlock], user: String) throws -> [BlockRef] {
+        guard !blocks.isEmpty else { return [] }
+        let directory = userDirectory(user)
+        try POSIXFile.makeDirectory(directory)
+        var added: [BlockRef] = []
+        var seen: Set<String> = []
+        for block in blocks {
+            let destination = path(of: block.ref.hash, user: user)
+            if seen.contains(block.ref.hash) || POSIXFile.exists(destination) {
+                try POSIXFile.remove(block.path)
+            } else {
+                try POSIXFile.move(block.path, to: destination)
+                added.append(block.ref)
+            }
+            seen.insert(block.ref.hash)
+        }
+        if !added.isEmpty {
+            try POSIXFile.syncDirectory(directory)
+        }
+        return added
+    }
+
+    func remove(_ hashes: [String], user: String) throws {
+        for hash in hashes {
+            try POSIXFile.remove(path(of: hash, user: user))
+        }
+    }
+
+    func discard(_ blocks: [StagedBlock]) {
+        for block in blocks {
+            try? POSIXFile.remove(block.path)
+        }
+    }
+
+    func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
+        let pieceSize = 256 * 1024
+        var blockStart: Int64 = 0
+        for block in blocks {
+            let blockEnd = blockStart + block.size
+            defer { blockStart = blockEnd }
+            guard blockEnd > range.lowerBound, blockStart < range.upperBound else { continue }
+            let path = path(of: block.hash, user: user)
+            let fd = try await threadPool.runIfActive { try POSIXFile.openForReading(path) }
+            defer { POSIXFile.closeFile(fd) }
+            var offset = max(range.lowerBound, blockStart) - blockStart
+            let end = min(range.upperBound, blockEnd) - blockStart
+            while offset < end {
+                let count = Int(min(Int64(pieceSize), end - offset))
+                let at = offset
+                let bytes = try await threadPool.runIfActive { try POSIXFile.read(fd, count: count, at: at, path: path) }
+                guard bytes.count == count else {
+                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
+                }
+                try await body(ByteBuffer(bytes: bytes))
+                offset += Int64(count)
+            }
+        }
+    }
+
+    func clearStaging() throws {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
+        for name in names {
+            try POSIXFile.remove(stagingDirectory + "/" + name)
+        }
+    }
+}
+
+/// Cuts a stream of bytes into fixed-size blocks, writing each to a staging file and fsyncing it.
+///
+/// Memory stays bounded by the write buffer (1 MiB) whatever the content size. Disk writes and fsyncs run on
+/// the NIO thread pool, not on Swift's cooperative threads. Call ``abandon()`` if the upload fails.
+struct BlockStager {
+    let stagingDirectory: String
+    let blockSize: Int
+    let threadPool: NIOThreadPool
+    private let flushThreshold = 1024 * 1024
+
+    private var whole = SHA256()
+    private var blockHash = SHA256()
+    private var blockLength = 0
+    private var current: (fd: Int32, path: String)?
+    private var pending: [UInt8] = []
+    private(set) var blocks: [StagedBlock] = []
+    private(set) var totalSize: Int64 = 0
+
+    init(stagingDirectory: String, blockSize: Int, threadPool: NIOThreadPool, runningHash: SHA256 = SHA256()) {
+        self.stagingDirectory = stagingDirectory
+        self.blockSize = blockSize
+        self.threadPool = threadPool
+        self.whole = runningHash
+    }
+
+    mutating func append(_ buffer: ByteBuffer) async throws {
+        var buffer = buffer
+        while buffer.readableBytes > 0 {
+            let take = min(buffer.readableBytes, blockSize - blockLength)
+            guard let slice = buffer.readSlice(length: take) else { break }
+            slice.withUnsafeReadableBytes { raw in
+                whole.update(bufferPointer: raw)
+                blockHash.update(bufferPointer: raw)
+                pending.append(contentsOf: raw)
+            }
+            blockLength += take
+            totalSize += Int64(take)
+            if blockLength == blockSize {
+                try await sealBlock()
+            } else if pending.count >= flushThreshold {
+                try await flush()
+            }
+        }
+    }
+
+    /// Seals the last block and returns the staged blocks, the SHA-256 of everything hashed (including what
+    /// the running hash started with), the running hash itself, and the size staged here.
+    mutating func finish() async throws -> (blocks: [StagedBlock], checksum: String, runningHash: SHA256, size: Int64) {
+        if blockLength > 0 {
+            try await sealBlock()
+        }
+        let running = whole
+        let copy = whole
+        return (blocks, copy.finalize().hexString, running, totalSize)
+    }
+
+    /// Deletes every staged file this stager wrote.
+    mutating func abandon() {
+        if let current {
+            POSIXFile.closeFile(current.fd)
+            try? POSIXFile.remove(current.path)
+            self.current = nil
+        }
+        for block in blocks {
+            try? POSIXFile.remove(block.path)
+        }
+        blocks = []
+    }
+
+    private mutating func flush() async throws {
+        if current == nil {
+            let path = stagingDirectory + "/" + randomToken() + ".blk"
+            let fd = try await threadPool.runIfActive { try POSIXFile.openForWriting(path) }
+            current = (fd, path)
+        }
+        guard let current, !pending.isEmpty else { return }
+        let bytes = pending
+        pending.removeAll(keepingCapacity: true)
+        try await threadPool.runIfActive {
+            try bytes.withUnsafeBytes { try POSIXFile.writeAll(current.fd, $0, path: current.path) }
+        }
+    }
+
+    private mutating func sealBlock() async throws {
+        try await flush()
+        guard let current else { return }
+        try await threadPool.runIfActive {
+            try POSIXFile.sync(current.fd, path: current.path)
+        }
+        POSIXFile.closeFile(current.fd)
+        self.current = nil
+        let hash = blockHash.finalize().hexString
+        blocks.append(StagedBlock(ref: BlockRef(hash: hash, size: Int64(blockLength)), path: current.path))
+        blockHash = SHA256()
+        blockLength = 0
+    }
+}
+
+extension Digest {
+    var hexString: String {
+        var text = ""
+        text.reserveCapacity(64)
+        for byte in self {
+            text += String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16)
+        }
+        return text
+    }
+}
+
+/// A random token for ids and file names: 20 characters of [0-9a-z] (about 103 bits).
+func randomToken(length: Int = 20) -> String {
+    let alphabet = Array("0123456789abcdefghijklmnopqrstuvwxyz")
+    var generator = SystemRandomNumberGenerator()
+    return String((0..<length).map { _ in alphabet[Int(generator.next(upperBound: UInt64(alphabet.count)))] })
+}

@@ -1,0 +1,77 @@
+import Foundation
+import NimbusAPI
+
+/// The server's metadata façade: every method is one domain verb that runs as one transaction and keeps the
+/// invariants (unique live names per folder, one change-feed row per committed change, quota, per-user
+/// isolation). Every lookup is scoped by user: another user's id is indistinguishable from a missing one.
+///
+/// A failure throws ``DriveError`` and leaves the store unchanged.
+protocol MetadataStore: Sendable {
+    // MARK: Users and devices
+    func createUser(username: String, passwordHash: String, quota: Int64?, now: Date) async throws -> UserRecord
+    func user(id: String) async throws -> UserRecord?
+    func user(username: String) async throws -> UserRecord?
+    func setQuota(userId: String, quota: Int64?) async throws
+    func setPassword(userId: String, passwordHash: String) async throws
+    func createDevice(userId: String, name: String, refreshHash: String, now: Date) async throws -> DeviceRecord
+    func device(id: String) async throws -> DeviceRecord?
+    /// Swaps a device's refresh token for a new one. A token that was already rotated away revokes the device
+    /// (it has leaked); an unknown, revoked or idle-expired one is a 401.
+    func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord
+    func revokeDevice(id: String, now: Date) async throws
+    /// Seconds until `key` may try to log in again, or `nil` if it may now.
+    func loginLockout(key: String, now: Date) async throws -> Int?
+    func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws
+    func clearLoginFailures(key: String) async throws
+
+    // MARK: Files and folders
+    func file(id: String, userId: String) async throws -> FileRecord
+    func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
+    func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
+    /// A folder or an empty file. `requestId` makes retries return the first result (`created == false`).
+    func create(
+        userId: String, parentId: String, name: String, mimeType: String, policy: ConflictPolicy, requestId: String?,
+        now: Date
+    ) async throws -> (file: FileRecord, created: Bool)
+    func update(userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date) async throws -> FileRecord
+    func trash(userId: String, fileId: String, now: Date) async throws -> FileRecord
+    func untrash(userId: String, fileId: String, now: Date) async throws -> FileRecord
+    func deletePermanently(userId: String, fileId: String, now: Date) async throws
+
+    // MARK: Content and revisions
+    /// Commits staged content as a new file or a new revision; places the blocks, checks quota and `If-Match`,
+    /// prunes revisions past retention. On failure the staged blocks are discarded.
+    func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord
+    func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int)
+    func revision(userId: String, fileId: String, revisionId: String) async throws -> RevisionRecord
+    func blocks(ofRevision revisionId: String) async throws -> [BlockRef]
+    func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord
+
+    // MARK: Resumable uploads
+    /// Opens a session, or returns the one already opened with the same `requestId` (`created == false`).
+    func createUpload(_ upload: UploadRecord, now: Date) async throws -> (upload: UploadRecord, created: Bool)
+    /// The user's session; 404 if unknown (or another user's).
+    func upload(id: String, userId: String) async throws -> UploadRecord
+    /// Stores chunk `chunk` if it is the next one: places its blocks and advances `chunksProcessed` in one
+    /// transaction, sliding the expiry. `stored == false` (blocks discarded) if it was already stored.
+    func storeChunk(userId: String, uploadId: String, chunk: Int, blocks: [StagedBlock], now: Date, expiresAt: Date) async throws
+        -> (upload: UploadRecord, stored: Bool)
+    func uploadBlocks(uploadId: String) async throws -> [BlockRef]
+    /// Commits a fully received session as a file or revision (target checks as ``commitContent``); idempotent.
+    func finalizeUpload(userId: String, uploadId: String, checksum: String, now: Date) async throws -> (upload: UploadRecord, file: FileRecord)
+    /// Deletes a session and frees its bytes at once.
+    func deleteUpload(userId: String, uploadId: String) async throws
+    /// Frees the bytes of sessions past their expiry (they then answer 410) and forgets long-expired ones.
+    func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int
+
+    // MARK: Change feed
+    func latestSeq(userId: String) async throws -> Int64
+    /// Changes after `seq`, oldest first; `nil` when the cursor is unknown or compacted away.
+    func changes(userId: String, after seq: Int64, limit: Int) async throws -> (changes: [ChangeRecord], hasMore: Bool)?
+
+    // MARK: Maintenance
+    /// Deletes items trashed before `before`; returns how many rows went.
+    func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int
+    /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
+    func compactChanges(before: Date) async throws -> Int
+}

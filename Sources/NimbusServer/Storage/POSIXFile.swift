@@ -1,0 +1,102 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+/// Thin, throwing wrappers over the POSIX calls that durability depends on (open, write, fsync, rename).
+///
+/// Foundation's file APIs do not expose `fsync` of a directory, and "durable before acknowledged" needs it:
+/// a renamed file is only durable once its directory entry is.
+enum POSIXFile {
+    struct Failure: Error, CustomStringConvertible {
+        var call: String
+        var path: String
+        var code: Int32
+        var description: String { "\(call)(\(path)) failed: \(String(cString: strerror(code)))" }
+    }
+
+    static func openForWriting(_ path: String) throws -> Int32 {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Failure(call: "open", path: path, code: errno) }
+        return fd
+    }
+
+    static func openForReading(_ path: String) throws -> Int32 {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw Failure(call: "open", path: path, code: errno) }
+        return fd
+    }
+
+    /// Writes all of `bytes` at the current offset, retrying short writes and EINTR.
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw Failure(call: "write", path: path, code: errno)
+            }
+            offset += written
+        }
+    }
+
+    /// Reads up to `count` bytes at `offset` into a new array (shorter only at end of file).
+    static func read(_ fd: Int32, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        try buffer.withUnsafeMutableBytes { raw in
+            while filled < count {
+                let n = pread(fd, raw.baseAddress! + filled, count - filled, off_t(offset) + off_t(filled))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw Failure(call: "pread", path: path, code: errno)
+                }
+                if n == 0 { break }
+                filled += n
+            }
+        }
+        buffer.removeLast(count - filled)
+        return buffer
+    }
+
+    static func sync(_ fd: Int32, path: String) throws {
+        guard fsync(fd) == 0 else { throw Failure(call: "fsync", path: path, code: errno) }
+    }
+
+    static func closeFile(_ fd: Int32) {
+        _ = close(fd)
+    }
+
+    /// fsyncs a directory so that entries created or renamed in it survive a crash.
+    static func syncDirectory(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw Failure(call: "open", path: path, code: errno) }
+        defer { _ = close(fd) }
+        guard fsync(fd) == 0 else { throw Failure(call: "fsync", path: path, code: errno) }
+    }
+
+    static func move(_ from: String, to: String) throws {
+        guard rename(from, to) == 0 else { throw Failure(call: "rename", path: to, code: errno) }
+    }
+
+    static func exists(_ path: String) -> Bool {
+        access(path, F_OK) == 0
+    }
+
+    /// Removes a file; a file that is already gone is not an error.
+    static func remove(_ path: String) throws {
+        if unlink(path) != 0 && errno != ENOENT {
+            throw Failure(call: "unlink", path: path, code: errno)
+        }
+    }
+
+    static func makeDirectory(_ path: String) throws {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw Failure(call: "mkdir", path: path, code: errno)
+        }
+    }
+}

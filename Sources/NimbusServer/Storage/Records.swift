@@ -1,0 +1,136 @@
+import Foundation
+import NimbusAPI
+
+/// A user account as stored.
+struct UserRecord: Sendable, Equatable {
+    var id: String
+    var username: String
+    var passwordHash: String
+    var quotaLimit: Int64?
+    var usedBytes: Int64
+    var rootId: String
+    var createdAt: Date
+}
+
+/// A signed-in device: one refresh token each, rotated on every use.
+struct DeviceRecord: Sendable, Equatable {
+    var id: String
+    var userId: String
+    var name: String
+    var refreshHash: String
+    var lastUsedAt: Date
+    var revokedAt: Date?
+}
+
+/// A file or folder row.
+struct FileRecord: Sendable, Equatable {
+    var id: String
+    var userId: String
+    var parentId: String?
+    var name: String
+    var mimeType: String
+    var isFolder: Bool
+    var size: Int64
+    var checksum: String?
+    var headRevisionId: String?
+    /// Bumped by every change to the row; a folder's `ETag`.
+    var version: Int64
+    /// The explicitly trashed item this row went to the trash with (itself, or an ancestor); `nil` = live.
+    var trashRoot: String?
+    var trashedAt: Date?
+    var createdAt: Date
+    var modifiedAt: Date
+
+    var isTrashed: Bool { trashRoot != nil }
+
+    /// The `ETag` value (unquoted): the head revision, or `v<version>` for a folder.
+    var etag: String { headRevisionId ?? "v\(version)" }
+
+    var api: File {
+        File(
+            id: id, name: name, mimeType: mimeType, parentId: parentId, size: size, checksum: checksum,
+            revisionId: headRevisionId, createdAt: createdAt, modifiedAt: modifiedAt,
+            downloadUrl: isFolder ? nil : "/v1/files/\(id)/content", trashed: isTrashed)
+    }
+}
+
+/// One content version of a file.
+struct RevisionRecord: Sendable, Equatable {
+    var id: String
+    var fileId: String
+    var userId: String
+    var mimeType: String
+    var size: Int64
+    var checksum: String
+    var createdAt: Date
+
+    var api: FileRevision {
+        FileRevision(
+            revisionId: id, fileId: fileId, mimeType: mimeType, size: size, modifiedAt: createdAt,
+            downloadUrl: "/v1/files/\(fileId)/revisions/\(id)/content", checksum: checksum)
+    }
+}
+
+/// A change-feed row joined with the file's current state.
+struct ChangeRecord: Sendable, Equatable {
+    var seq: Int64
+    var kind: Change.Kind
+    var fileId: String
+    var file: FileRecord?
+}
+
+/// What a content commit writes to.
+enum ContentTarget: Sendable, Equatable {
+    /// A new file in a folder; a name clash follows the policy.
+    case new(parentId: String?, name: String, policy: ConflictPolicy)
+    /// A new revision of an existing file; `ifMatch` (a revision id) guards against lost updates.
+    case existing(fileId: String, ifMatch: String?)
+}
+
+/// Content ready to commit: staged blocks plus what the stager measured.
+struct StagedContent: Sendable {
+    var blocks: [StagedBlock]
+    var checksum: String
+    var size: Int64
+    var mimeType: String
+}
+
+/// A resumable upload session as stored.
+struct UploadRecord: Sendable, Equatable {
+    enum State: String, Sendable {
+        case active
+        /// Past its expiry: its bytes are freed and it answers 410 until the row is removed.
+        case expired
+    }
+
+    var id: String
+    var userId: String
+    var requestId: String
+    var name: String
+    var mimeType: String
+    var parentId: String?
+    var fileId: String?
+    var ifMatch: String?
+    var policy: ConflictPolicy
+    var size: Int64
+    var checksum: String?
+    var chunkSize: Int64
+    var totalChunks: Int
+    var chunksProcessed: Int
+    var createdAt: Date
+    var expiresAt: Date
+    var completedFileId: String?
+    var state: State
+
+    /// The byte range chunk `k` must cover: `[k*chunkSize, min((k+1)*chunkSize, size))`.
+    func range(ofChunk k: Int) -> Range<Int64> {
+        let start = Int64(k) * chunkSize
+        return start..<min(start + chunkSize, size)
+    }
+
+    func api(file: FileRecord? = nil) -> UploadResponse {
+        UploadResponse(
+            uploadId: id, totalChunks: totalChunks, chunksProcessed: chunksProcessed, chunkSize: chunkSize,
+            uploadUrl: "/v1/upload/\(id)/chunk", uploadExpiresAt: expiresAt, file: file?.api)
+    }
+}

@@ -1,0 +1,176 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+extension SQLiteMetadataStore {
+    func createUpload(_ upload: UploadRecord, now: Date) async throws -> (upload: UploadRecord, created: Bool) {
+        try await write { db, _ in
+            if let row = try Row.fetchOne(
+                db, sql: "SELECT * FROM uploads WHERE user_id = ? AND request_id = ?", arguments: [upload.userId, upload.requestId])
+            {
+                let existing = Self.upload(row)
+                guard existing.size == upload.size, existing.name == upload.name, existing.fileId == upload.fileId,
+                    existing.parentId == upload.parentId
+                else {
+                    throw DriveError.conflict(
+                        "This requestId already started an upload of a different file; use a new requestId.", code: "request_id_reused")
+                }
+                return (existing, false)
+            }
+            // Check what can be checked now, so a doomed upload fails before any byte is sent.
+            switch upload.fileId {
+            case .some(let fileId):
+                try Self.checkWritable(try Self.file(db, id: fileId, userId: upload.userId), ifMatch: upload.ifMatch)
+            case .none:
+                let root = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [upload.userId]) ?? ""
+                let parent = try Self.liveFolder(db, id: upload.parentId ?? root, userId: upload.userId)
+                if upload.policy == .fail, let clash = try Self.liveChild(db, parentId: parent.id, name: upload.name, userId: upload.userId) {
+                    throw DriveError.nameConflict(name: upload.name, existingId: clash.id)
+                }
+            }
+            if let row = try Row.fetchOne(db, sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?", arguments: [upload.userId]),
+                let limit = row["quota_limit"] as Int64?
+            {
+                let used: Int64 = row["used_bytes"]
+                if used + upload.size > limit { throw DriveError.quotaExceeded(used: used, limit: limit, needed: upload.size) }
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO uploads (id, user_id, request_id, name, mime_type, parent_id, file_id, if_match, on_conflict, size,
+                        checksum, chunk_size, total_chunks, chunks_processed, created_at, expires_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                    """,
+                arguments: [
+                    upload.id, upload.userId, upload.requestId, upload.name, upload.mimeType, upload.parentId, upload.fileId, upload.ifMatch,
+                    upload.policy.rawValue, upload.size, upload.checksum, upload.chunkSize, upload.totalChunks, now.millis,
+                    upload.expiresAt.millis,
+                ])
+            return (upload, true)
+        }
+    }
+
+    func upload(id: String, userId: String) async throws -> UploadRecord {
+        try await pool.read { db in try Self.upload(db, id: id, userId: userId) }
+    }
+
+    func storeChunk(userId: String, uploadId: String, chunk: Int, blocks: [StagedBlock], now: Date, expiresAt: Date) async throws
+        -> (upload: UploadRecord, stored: Bool)
+    {
+        do {
+            let result = try await write { db, _ in
+                var upload = try Self.upload(db, id: uploadId, userId: userId)
+                try Self.checkActive(upload, now: now)
+                guard upload.chunksProcessed == chunk, upload.completedFileId == nil else {
+                    return (upload, false)
+                }
+                try self.checkQuota(db, userId: userId, blocks: blocks.map(\.ref))
+                let added = try self.blobs.place(blocks, user: userId)
+                try Self.account(db, userId: userId, added: added, now: now)
+                for (index, block) in blocks.enumerated() {
+                    try db.execute(
+                        sql: "INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)",
+                        arguments: [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
+                }
+                upload.chunksProcessed += 1
+                upload.expiresAt = max(upload.expiresAt, expiresAt)
+                try db.execute(
+                    sql: "UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?",
+                    arguments: [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
+                return (upload, true)
+            }
+            if !result.1 { blobs.discard(blocks) }
+            return result
+        } catch {
+            blobs.discard(blocks)
+            throw error
+        }
+    }
+
+    func uploadBlocks(uploadId: String) async throws -> [BlockRef] {
+        try await pool.read { db in try Self.uploadBlocks(db, uploadId: uploadId) }
+    }
+
+    func finalizeUpload(userId: String, uploadId: String, checksum: String, now: Date) async throws -> (upload: UploadRecord, file: FileRecord) {
+        try await write { db, effects in
+            var upload = try Self.upload(db, id: uploadId, userId: userId)
+            if let fileId = upload.completedFileId {
+                return (upload, try Self.file(db, id: fileId, userId: userId))
+            }
+            try Self.checkActive(upload, now: now)
+            guard upload.chunksProcessed == upload.totalChunks else {
+                throw DriveError.badRequest("The upload still misses chunks.", code: "upload_incomplete")
+            }
+            let target: ContentTarget =
+                upload.fileId.map { .existing(fileId: $0, ifMatch: upload.ifMatch) }
+                ?? .new(parentId: upload.parentId, name: upload.name, policy: upload.policy)
+            let destination = try Self.resolveTarget(db, userId: userId, target: target, mimeType: upload.mimeType, now: now)
+            let blocks = try Self.uploadBlocks(db, uploadId: uploadId)
+            let file = try self.commitRevision(
+                db, &effects, file: destination, blocks: blocks, checksum: checksum, size: upload.size, mimeType: upload.mimeType, now: now)
+            // The revision now references the blocks; the session's own references go.
+            try db.execute(sql: "DELETE FROM upload_blocks WHERE upload_id = ?", arguments: [uploadId])
+            try db.execute(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?", arguments: [file.id, uploadId])
+            upload.completedFileId = file.id
+            return (upload, file)
+        }
+    }
+
+    func deleteUpload(userId: String, uploadId: String) async throws {
+        try await write { db, _ in
+            _ = try Self.upload(db, id: uploadId, userId: userId)
+            try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
+            try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [uploadId])
+        }
+    }
+
+    func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int {
+        try await write { db, _ in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT id, user_id FROM uploads WHERE state = 'active' AND expires_at <= ? LIMIT 1000", arguments: [now.millis])
+            for row in rows {
+                try self.dropUploadBlocks(db, uploadId: row["id"], userId: row["user_id"])
+                try db.execute(sql: "UPDATE uploads SET state = 'expired' WHERE id = ?", arguments: [row["id"] as String])
+            }
+            try db.execute(
+                sql: "DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?",
+                arguments: [now.millis - Int64(forgetAfter * 1000)])
+            return rows.count
+        }
+    }
+
+    // MARK: helpers
+
+    func dropUploadBlocks(_ db: Database, uploadId: String, userId: String) throws {
+        let hashes = Set(try String.fetchAll(db, sql: "SELECT hash FROM upload_blocks WHERE upload_id = ?", arguments: [uploadId]))
+        try db.execute(sql: "DELETE FROM upload_blocks WHERE upload_id = ?", arguments: [uploadId])
+        try collectGarbage(db, userId: userId, hashes: hashes)
+    }
+
+    static func checkActive(_ upload: UploadRecord, now: Date) throws {
+        if upload.state == .expired || (upload.completedFileId == nil && upload.expiresAt <= now) {
+            throw DriveError.gone("This upload session expired; start a new upload.", code: "upload_expired")
+        }
+    }
+
+    static func upload(_ db: Database, id: String, userId: String) throws -> UploadRecord {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM uploads WHERE id = ? AND user_id = ?", arguments: [id, userId]) else {
+            throw DriveError.notFound("No such upload session.")
+        }
+        return upload(row)
+    }
+
+    static func uploadBlocks(_ db: Database, uploadId: String) throws -> [BlockRef] {
+        try Row.fetchAll(db, sql: "SELECT hash, size FROM upload_blocks WHERE upload_id = ? ORDER BY chunk, idx", arguments: [uploadId])
+            .map { BlockRef(hash: $0["hash"], size: $0["size"]) }
+    }
+
+    static func upload(_ row: Row) -> UploadRecord {
+        UploadRecord(
+            id: row["id"], userId: row["user_id"], requestId: row["request_id"], name: row["name"], mimeType: row["mime_type"],
+            parentId: row["parent_id"], fileId: row["file_id"], ifMatch: row["if_match"],
+            policy: ConflictPolicy(rawValue: row["on_conflict"]) ?? .fail, size: row["size"], checksum: row["checksum"],
+            chunkSize: row["chunk_size"], totalChunks: row["total_chunks"], chunksProcessed: row["chunks_processed"],
+            createdAt: Date(millis: row["created_at"]), expiresAt: Date(millis: row["expires_at"]),
+            completedFileId: row["completed_file_id"], state: UploadRecord.State(rawValue: row["state"]) ?? .active)
+    }
+}

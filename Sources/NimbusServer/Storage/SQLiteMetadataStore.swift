@@ -1,0 +1,756 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// ``MetadataStore`` on SQLite through GRDB: WAL, `synchronous=FULL`, one serialized writer.
+///
+/// Block placement and removal (``BlobStore/place(_:user:)``, ``BlobStore/remove(_:user:)``) run inside the
+/// write transactions here, which is what makes deduplicated blocks safe to garbage-collect.
+final class SQLiteMetadataStore: MetadataStore {
+    let pool: DatabasePool
+    let blobs: any BlobStore
+    let notifier: any ChangeNotifier
+    let revisionRetention: RevisionRetention
+
+    init(path: String, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Schema.migrator.migrate(pool)
+        self.blobs = blobs
+        self.notifier = notifier
+        self.revisionRetention = revisionRetention
+    }
+
+    /// Runs one write transaction, then wakes the change-feed listeners of every user it changed.
+    func write<T: Sendable>(_ body: @escaping @Sendable (Database, inout Effects) throws -> T) async throws -> T {
+        let (value, effects) = try await pool.write { db in
+            var effects = Effects()
+            let value = try body(db, &effects)
+            return (value, effects)
+        }
+        for (user, seq) in effects.changed {
+            notifier.notify(userId: user, seq: seq)
+        }
+        return value
+    }
+
+    struct Effects: Sendable {
+        var changed: [String: Int64] = [:]
+    }
+
+    // MARK: Users and devices
+
+    func createUser(username: String, passwordHash: String, quota: Int64?, now: Date) async throws -> UserRecord {
+        try await write { db, effects in
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM users WHERE username = ?", arguments: [username]) != nil {
+                throw DriveError.conflict("The username '\(username)' is taken.", code: "username_taken")
+            }
+            let user = UserRecord(
+                id: "u" + randomToken(), username: username, passwordHash: passwordHash, quotaLimit: quota, usedBytes: 0,
+                rootId: "f" + randomToken(), createdAt: now)
+            try db.execute(
+                sql: "INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                arguments: [user.id, username, passwordHash, quota, user.rootId, now.millis])
+            try db.execute(
+                sql: """
+                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at)
+                    VALUES (?, ?, NULL, 'My Drive', ?, 1, ?, ?)
+                    """,
+                arguments: [user.rootId, user.id, folderMimeType, now.millis, now.millis])
+            try Self.recordChange(db, &effects, userId: user.id, fileId: user.rootId, kind: .upsert, now: now)
+            return user
+        }
+    }
+
+    func user(id: String) async throws -> UserRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ?", arguments: [id]).map(Self.user)
+        }
+    }
+
+    func user(username: String) async throws -> UserRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM users WHERE username = ?", arguments: [username]).map(Self.user)
+        }
+    }
+
+    func setQuota(userId: String, quota: Int64?) async throws {
+        try await write { db, _ in
+            try db.execute(sql: "UPDATE users SET quota_limit = ? WHERE id = ?", arguments: [quota, userId])
+        }
+    }
+
+    func setPassword(userId: String, passwordHash: String) async throws {
+        try await write { db, _ in
+            try db.execute(sql: "UPDATE users SET password_hash = ? WHERE id = ?", arguments: [passwordHash, userId])
+            try db.execute(sql: "UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", arguments: [Date().millis, userId])
+        }
+    }
+
+    func createDevice(userId: String, name: String, refreshHash: String, now: Date) async throws -> DeviceRecord {
+        try await write { db, _ in
+            let device = DeviceRecord(id: "d" + randomToken(), userId: userId, name: name, refreshHash: refreshHash, lastUsedAt: now, revokedAt: nil)
+            try db.execute(
+                sql: "INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)",
+                arguments: [device.id, userId, name, refreshHash, now.millis, now.millis])
+            return device
+        }
+    }
+
+    func device(id: String) async throws -> DeviceRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM devices WHERE id = ?", arguments: [id]).map(Self.device)
+        }
+    }
+
+    func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord {
+        let rotated = try await write { db, _ -> DeviceRecord? in
+            if let row = try Row.fetchOne(db, sql: "SELECT * FROM devices WHERE refresh_hash = ?", arguments: [presentedHash]) {
+                var device = Self.device(row)
+                guard device.revokedAt == nil else { throw DriveError.unauthorized("This device was signed out; log in again.") }
+                guard now.timeIntervalSince(device.lastUsedAt) <= maxIdle else {
+                    throw DriveError.unauthorized("The refresh token expired; log in again.")
+                }
+                try db.execute(
+                    sql: "UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?",
+                    arguments: [newHash, now.millis, device.id])
+                device.refreshHash = newHash
+                device.lastUsedAt = now
+                return device
+            }
+            if let row = try Row.fetchOne(db, sql: "SELECT id FROM devices WHERE previous_refresh_hash = ?", arguments: [presentedHash]) {
+                // A token that was already exchanged is being replayed: someone else has it. Sign the device out.
+                let id: String = row["id"]
+                try db.execute(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", arguments: [now.millis, id])
+                return nil as DeviceRecord?
+            }
+            throw DriveError.unauthorized("Unknown refresh token; log in again.")
+        }
+        // Thrown after the transaction so that the revocation above is committed.
+        guard let device = rotated else {
+            throw DriveError.unauthorized("This refresh token was already used, so the device has been signed out; log in again.")
+        }
+        return device
+    }
+
+    func revokeDevice(id: String, now: Date) async throws {
+        try await write { db, _ in
+            try db.execute(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", arguments: [now.millis, id])
+        }
+    }
+
+    func loginLockout(key: String, now: Date) async throws -> Int? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT locked_until FROM login_failures WHERE key = ?", arguments: [key]),
+                let until = row["locked_until"] as Int64?
+            else { return nil }
+            let remaining = until - now.millis
+            return remaining > 0 ? Int((remaining + 999) / 1000) : nil
+        }
+    }
+
+    func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws {
+        try await write { db, _ in
+            let window: Int64 = 15 * 60 * 1000
+            let row = try Row.fetchOne(db, sql: "SELECT failures, window_start FROM login_failures WHERE key = ?", arguments: [key])
+            var failures = 1
+            var windowStart = now.millis
+            if let row, now.millis - (row["window_start"] as Int64) < window {
+                failures = (row["failures"] as Int) + 1
+                windowStart = row["window_start"]
+            }
+            // Each failure past the allowance doubles the lock (capped at an hour).
+            var lockedUntil: Int64?
+            if failures >= allowed {
+                let factor = Double(1 << min(failures - allowed, 6))
+                lockedUntil = now.millis + Int64(min(lockout * factor, 3600) * 1000)
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO login_failures (key, failures, window_start, locked_until) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start,
+                    locked_until = excluded.locked_until
+                    """,
+                arguments: [key, failures, windowStart, lockedUntil])
+        }
+    }
+
+    func clearLoginFailures(key: String) async throws {
+        try await write { db, _ in
+            try db.execute(sql: "DELETE FROM login_failures WHERE key = ?", arguments: [key])
+        }
+    }
+
+    // MARK: Files and folders
+
+    func file(id: String, userId: String) async throws -> FileRecord {
+        try await pool.read { db in try Self.file(db, id: id, userId: userId) }
+    }
+
+    func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
+        try await pool.read { db in
+            let parent = try Self.file(db, id: parentId, userId: userId)
+            guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: "not_a_folder") }
+            // Inside a trashed folder, list what went to the trash with it; elsewhere, only live items.
+            let trashFilter = parent.isTrashed ? "trash_root IS NOT NULL" : "trash_root IS NULL"
+            let total = try Int.fetchOne(
+                db, sql: "SELECT COUNT(*) FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)",
+                arguments: [parentId, userId]) ?? 0
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)
+                    ORDER BY is_folder DESC, name ASC LIMIT ? OFFSET ?
+                    """,
+                arguments: [parentId, userId, paging.limit, paging.offset])
+            return (rows.map(Self.file), total)
+        }
+    }
+
+    func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
+        try await pool.read { db in
+            let total = try Int.fetchOne(
+                db, sql: "SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root = id", arguments: [userId]) ?? 0
+            let rows = try Row.fetchAll(
+                db,
+                sql: "SELECT * FROM files WHERE user_id = ? AND trash_root = id ORDER BY trashed_at DESC, name ASC LIMIT ? OFFSET ?",
+                arguments: [userId, paging.limit, paging.offset])
+            return (rows.map(Self.file), total)
+        }
+    }
+
+    func create(
+        userId: String, parentId: String, name: String, mimeType: String, policy: ConflictPolicy, requestId: String?,
+        now: Date
+    ) async throws -> (file: FileRecord, created: Bool) {
+        try await write { db, effects in
+            if let requestId,
+                let row = try Row.fetchOne(db, sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?", arguments: [userId, requestId])
+            {
+                return (Self.file(row), false)
+            }
+            let parent = try Self.liveFolder(db, id: parentId, userId: userId)
+            let isFolder = mimeType == folderMimeType
+            var finalName = name
+            if let existing = try Self.liveChild(db, parentId: parent.id, name: name, userId: userId) {
+                switch policy {
+                case .fail:
+                    throw DriveError.nameConflict(name: name, existingId: existing.id)
+                case .rename:
+                    finalName = try Self.freeName(db, parentId: parent.id, name: name, userId: userId)
+                case .replace:
+                    guard !isFolder, !existing.isFolder else {
+                        throw DriveError.nameConflict(name: name, existingId: existing.id)
+                    }
+                    let file = try self.commitRevision(
+                        db, &effects, file: existing, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
+                    return (file, true)
+                }
+            }
+            let id = "f" + randomToken()
+            try db.execute(
+                sql: """
+                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [id, userId, parent.id, finalName, mimeType, isFolder, now.millis, now.millis, requestId])
+            var file = try Self.file(db, id: id, userId: userId)
+            if !isFolder {
+                file = try self.commitRevision(db, &effects, file: file, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
+            } else {
+                try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
+            }
+            try Self.touchFolder(db, parent.id, now: now)
+            return (file, true)
+        }
+    }
+
+    func update(userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date) async throws -> FileRecord {
+        try await write { db, effects in
+            let file = try Self.file(db, id: fileId, userId: userId)
+            if let ifMatch, !ETag.matches(ifMatch, file.etag) {
+                throw DriveError.preconditionFailed("The file changed since you read it (its ETag is now \"\(file.etag)\"); fetch it and retry.", current: file.api)
+            }
+            guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be renamed or moved.") }
+            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: "trashed") }
+            let newName = name ?? file.name
+            var newParent = file.parentId!
+            if let parentId, parentId != file.parentId {
+                let parent = try Self.liveFolder(db, id: parentId, userId: userId)
+                if file.isFolder {
+                    // Walk up from the destination: meeting the moved folder means a cycle.
+                    var cursor: String? = parent.id
+                    while let current = cursor {
+                        if current == file.id {
+                            throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: "invalid_move")
+                        }
+                        cursor = try String.fetchOne(db, sql: "SELECT parent_id FROM files WHERE id = ?", arguments: [current])
+                    }
+                }
+                newParent = parent.id
+            }
+            if newName == file.name && newParent == file.parentId { return file }
+            if let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId), existing.id != file.id {
+                throw DriveError.nameConflict(name: newName, existingId: existing.id)
+            }
+            try db.execute(
+                sql: "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
+                arguments: [newName, newParent, now.millis, file.id])
+            try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
+            try Self.touchFolder(db, file.parentId!, now: now)
+            if newParent != file.parentId { try Self.touchFolder(db, newParent, now: now) }
+            return try Self.file(db, id: file.id, userId: userId)
+        }
+    }
+
+    func trash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
+        try await write { db, effects in
+            let file = try Self.file(db, id: fileId, userId: userId)
+            guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be deleted.") }
+            guard !file.isTrashed else { return file }
+            let ids = try Self.subtree(db, rootId: file.id).filter { id in
+                try Bool.fetchOne(db, sql: "SELECT trash_root IS NULL FROM files WHERE id = ?", arguments: [id]) ?? false
+            }
+            for id in ids {
+                try db.execute(
+                    sql: "UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?",
+                    arguments: [file.id, now.millis, id])
+                try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
+            }
+            try Self.touchFolder(db, file.parentId!, now: now)
+            return try Self.file(db, id: file.id, userId: userId)
+        }
+    }
+
+    func untrash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
+        try await write { db, effects in
+            let file = try Self.file(db, id: fileId, userId: userId)
+            guard let trashRoot = file.trashRoot, let oldParent = file.parentId else { return file }
+            // Back where it was if that folder is live; otherwise into the root folder.
+            var parentId = oldParent
+            let parent = try? Self.file(db, id: oldParent, userId: userId)
+            if parent == nil || parent!.isTrashed {
+                parentId = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [userId]) ?? oldParent
+            }
+            var name = file.name
+            if try Self.liveChild(db, parentId: parentId, name: name, userId: userId) != nil {
+                name = try Self.freeName(db, parentId: parentId, name: name, userId: userId)
+            }
+            let ids = try Self.subtree(db, rootId: file.id).filter { id in
+                try String.fetchOne(db, sql: "SELECT trash_root FROM files WHERE id = ?", arguments: [id]) == trashRoot
+            }
+            // Name and place first, while the row is still trashed and outside the live-name index.
+            try db.execute(sql: "UPDATE files SET name = ?, parent_id = ? WHERE id = ?", arguments: [name, parentId, file.id])
+            for id in ids {
+                try db.execute(
+                    sql: "UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", arguments: [id])
+                try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
+            }
+            try Self.touchFolder(db, parentId, now: now)
+            return try Self.file(db, id: file.id, userId: userId)
+        }
+    }
+
+    func deletePermanently(userId: String, fileId: String, now: Date) async throws {
+        try await write { db, effects in
+            let file = try Self.file(db, id: fileId, userId: userId)
+            guard let parentId = file.parentId else { throw DriveError.badRequest("The root folder cannot be deleted.") }
+            try self.purge(db, &effects, userId: userId, rootId: file.id, now: now)
+            try Self.touchFolder(db, parentId, now: now)
+        }
+    }
+
+    // MARK: Content and revisions
+
+    func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord {
+        do {
+            return try await write { db, effects in
+                let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
+                try self.checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
+                let added = try self.blobs.place(content.blocks, user: userId)
+                try Self.account(db, userId: userId, added: added, now: now)
+                return try self.commitRevision(
+                    db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
+                    mimeType: content.mimeType, now: now)
+            }
+        } catch {
+            blobs.discard(content.blocks)
+            throw error
+        }
+    }
+
+    func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int) {
+        try await pool.read { db in
+            _ = try Self.file(db, id: fileId, userId: userId)
+            let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM revisions WHERE file_id = ?", arguments: [fileId]) ?? 0
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT * FROM revisions WHERE file_id = ? ORDER BY ordinal DESC LIMIT ? OFFSET ?",
+                arguments: [fileId, paging.limit, paging.offset])
+            return (rows.map(Self.revision), total)
+        }
+    }
+
+    func revision(userId: String, fileId: String, revisionId: String) async throws -> RevisionRecord {
+        try await pool.read { db in
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?", arguments: [revisionId, fileId, userId])
+            else { throw DriveError.notFound("No such revision.") }
+            return Self.revision(row)
+        }
+    }
+
+    func blocks(ofRevision revisionId: String) async throws -> [BlockRef] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx", arguments: [revisionId])
+                .map { BlockRef(hash: $0["hash"], size: $0["size"]) }
+        }
+    }
+
+    func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord {
+        try await write { db, effects in
+            let file = try Self.file(db, id: fileId, userId: userId)
+            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: "trashed") }
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?", arguments: [revisionId, fileId, userId])
+            else { throw DriveError.notFound("No such revision.") }
+            let revision = Self.revision(row)
+            let blocks = try Row.fetchAll(
+                db, sql: "SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx", arguments: [revisionId]
+            ).map { BlockRef(hash: $0["hash"], size: $0["size"]) }
+            return try self.commitRevision(
+                db, &effects, file: file, blocks: blocks, checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType, now: now)
+        }
+    }
+
+    // MARK: Change feed
+
+    func latestSeq(userId: String) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT last_seq FROM users WHERE id = ?", arguments: [userId]) ?? 0
+        }
+    }
+
+    func changes(userId: String, after seq: Int64, limit: Int) async throws -> (changes: [ChangeRecord], hasMore: Bool)? {
+        try await pool.read { db in
+            guard let user = try Row.fetchOne(db, sql: "SELECT last_seq, changes_floor FROM users WHERE id = ?", arguments: [userId]) else {
+                return nil
+            }
+            let last: Int64 = user["last_seq"]
+            let floor: Int64 = user["changes_floor"]
+            guard seq >= floor, seq <= last else { return nil }
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.seq AS c_seq, c.kind AS c_kind, c.file_id AS c_file_id, f.*
+                    FROM changes c LEFT JOIN files f ON f.id = c.file_id AND c.kind = 'upsert'
+                    WHERE c.user_id = ? AND c.seq > ? ORDER BY c.seq LIMIT ?
+                    """,
+                arguments: [userId, seq, limit + 1])
+            let changes = rows.prefix(limit).map { row in
+                let kind = Change.Kind(rawValue: row["c_kind"]) ?? .upsert
+                let file: FileRecord? = (row["id"] as String?) == nil ? nil : Self.file(row)
+                return ChangeRecord(seq: row["c_seq"], kind: file == nil ? .delete : kind, fileId: row["c_file_id"], file: file)
+            }
+            return (Array(changes), rows.count > limit)
+        }
+    }
+
+    // MARK: Maintenance
+
+    func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int {
+        try await write { db, effects in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT id, user_id FROM files WHERE trash_root = id AND trashed_at < ? LIMIT 500", arguments: [before.millis])
+            var purged = 0
+            for row in rows {
+                purged += try self.purge(db, &effects, userId: row["user_id"], rootId: row["id"], now: now)
+            }
+            return purged
+        }
+    }
+
+    func compactChanges(before: Date) async throws -> Int {
+        try await write { db, _ in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT user_id, MAX(seq) AS top FROM changes WHERE kind = 'delete' AND at < ? GROUP BY user_id",
+                arguments: [before.millis])
+            var removed = 0
+            for row in rows {
+                let userId: String = row["user_id"]
+                let top: Int64 = row["top"]
+                try db.execute(sql: "DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?", arguments: [userId, top])
+                removed += db.changesCount
+                try db.execute(sql: "UPDATE users SET changes_floor = MAX(changes_floor, ?) WHERE id = ?", arguments: [top, userId])
+            }
+            return removed
+        }
+    }
+}
+
+// MARK: - Transaction helpers (run inside a write or read)
+
+let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+extension SQLiteMetadataStore {
+    /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
+    static func recordChange(_ db: Database, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
+        try db.execute(sql: "DELETE FROM changes WHERE user_id = ? AND file_id = ?", arguments: [userId, fileId])
+        try db.execute(
+            sql: "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?)",
+            arguments: [userId, fileId, kind.rawValue, now.millis])
+        let seq = db.lastInsertedRowID
+        try db.execute(sql: "UPDATE users SET last_seq = ? WHERE id = ?", arguments: [seq, userId])
+        effects.changed[userId] = seq
+    }
+
+    /// The file a content commit lands in: the existing one (checked against `If-Match`: 409 if its head
+    /// moved) or a new row in the parent folder, with a name clash settled by the policy.
+    static func resolveTarget(_ db: Database, userId: String, target: ContentTarget, mimeType: String, now: Date) throws -> FileRecord {
+        switch target {
+        case .existing(let fileId, let ifMatch):
+            let existing = try file(db, id: fileId, userId: userId)
+            try checkWritable(existing, ifMatch: ifMatch)
+            return existing
+        case .new(let parentId, let name, let policy):
+            let root = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [userId]) ?? ""
+            let parent = try liveFolder(db, id: parentId ?? root, userId: userId)
+            let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
+            if let clash, policy == .replace, !clash.isFolder {
+                guard !clash.isTrashed else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
+                return clash
+            }
+            var finalName = name
+            if let clash {
+                guard policy == .rename else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
+                finalName = try freeName(db, parentId: parent.id, name: name, userId: userId)
+            }
+            let id = "f" + randomToken()
+            try db.execute(
+                sql: """
+                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at)
+                    VALUES (?, ?, ?, ?, ?, 0, ?, ?)
+                    """,
+                arguments: [id, userId, parent.id, finalName, mimeType, now.millis, now.millis])
+            try touchFolder(db, parent.id, now: now)
+            return try file(db, id: id, userId: userId)
+        }
+    }
+
+    /// A file can take a new revision: not a folder, not trashed, and its head is what `If-Match` names.
+    static func checkWritable(_ existing: FileRecord, ifMatch: String?) throws {
+        guard !existing.isFolder else { throw DriveError.badRequest("'\(existing.name)' is a folder; it has no content.", code: "is_a_folder") }
+        guard !existing.isTrashed else { throw DriveError.badRequest("'\(existing.name)' is in the trash; restore it first.", code: "trashed") }
+        if let ifMatch, !ETag.matches(ifMatch, existing.etag) {
+            throw DriveError.versionConflict(
+                "'\(existing.name)' has a newer version (\(existing.etag)) than the one this upload was based on; nothing was changed.",
+                current: existing.api)
+        }
+    }
+
+    static func file(_ db: Database, id: String, userId: String) throws -> FileRecord {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM files WHERE id = ? AND user_id = ?", arguments: [id, userId]) else {
+            throw DriveError.notFound()
+        }
+        return file(row)
+    }
+
+    /// A folder that can receive items: exists, is this user's, is a folder, is not trashed.
+    static func liveFolder(_ db: Database, id: String, userId: String) throws -> FileRecord {
+        guard let folder = try? file(db, id: id, userId: userId) else {
+            throw DriveError.notFound("No such parent folder.")
+        }
+        guard folder.isFolder else { throw DriveError.badRequest("'\(folder.name)' is a file, not a folder.", code: "not_a_folder") }
+        guard !folder.isTrashed else { throw DriveError.badRequest("The folder '\(folder.name)' is in the trash.", code: "trashed") }
+        return folder
+    }
+
+    static func liveChild(_ db: Database, parentId: String, name: String, userId: String) throws -> FileRecord? {
+        try Row.fetchOne(
+            db, sql: "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL",
+            arguments: [userId, parentId, name]
+        ).map(file)
+    }
+
+    /// The first of `name (1).ext`, `name (2).ext`, ... that is free in the folder.
+    static func freeName(_ db: Database, parentId: String, name: String, userId: String) throws -> String {
+        var n = 1
+        while true {
+            let candidate = FileName.numbered(name, n)
+            if try liveChild(db, parentId: parentId, name: candidate, userId: userId) == nil { return candidate }
+            n += 1
+        }
+    }
+
+    /// The ids of a folder and everything under it (trashed or not), root first.
+    static func subtree(_ db: Database, rootId: String) throws -> [String] {
+        try String.fetchAll(
+            db,
+            sql: """
+                WITH RECURSIVE tree(id) AS (
+                    SELECT id FROM files WHERE id = ?
+                    UNION ALL SELECT f.id FROM files f JOIN tree t ON f.parent_id = t.id
+                ) SELECT id FROM tree
+                """,
+            arguments: [rootId])
+    }
+
+    /// A folder's metadata version moves when its listing changes (its `ETag`).
+    static func touchFolder(_ db: Database, _ id: String, now: Date) throws {
+        try db.execute(sql: "UPDATE files SET version = version + 1 WHERE id = ?", arguments: [id])
+    }
+
+    /// 507 if placing these blocks would take the user over quota.
+    func checkQuota(_ db: Database, userId: String, blocks: [BlockRef]) throws {
+        guard let row = try Row.fetchOne(db, sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?", arguments: [userId]),
+            let limit = row["quota_limit"] as Int64?
+        else { return }
+        let used: Int64 = row["used_bytes"]
+        var needed: Int64 = 0
+        var seen: Set<String> = []
+        for block in blocks where seen.insert(block.hash).inserted {
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM blocks WHERE user_id = ? AND hash = ?", arguments: [userId, block.hash]) == nil {
+                needed += block.size
+            }
+        }
+        if needed > 0 && used + needed > limit {
+            throw DriveError.quotaExceeded(used: used, limit: limit, needed: needed)
+        }
+    }
+
+    /// Records newly stored blocks and charges them to the user.
+    static func account(_ db: Database, userId: String, added: [BlockRef], now: Date) throws {
+        for block in added {
+            try db.execute(
+                sql: "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING",
+                arguments: [userId, block.hash, block.size, now.millis])
+            if db.changesCount == 1 {
+                try db.execute(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", arguments: [block.size, userId])
+            }
+        }
+    }
+
+    /// Deletes the blocks among `hashes` that no revision or upload references any more, files and rows.
+    func collectGarbage(_ db: Database, userId: String, hashes: Set<String>) throws {
+        var unreferenced: [String] = []
+        for hash in hashes {
+            let used = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT 1 FROM revision_blocks WHERE user_id = ? AND hash = ?
+                    UNION ALL SELECT 1 FROM upload_blocks WHERE user_id = ? AND hash = ? LIMIT 1
+                    """,
+                arguments: [userId, hash, userId, hash])
+            if used == nil { unreferenced.append(hash) }
+        }
+        guard !unreferenced.isEmpty else { return }
+        try blobs.remove(unreferenced, user: userId)
+        for hash in unreferenced {
+            if let size = try Int64.fetchOne(db, sql: "SELECT size FROM blocks WHERE user_id = ? AND hash = ?", arguments: [userId, hash]) {
+                try db.execute(sql: "DELETE FROM blocks WHERE user_id = ? AND hash = ?", arguments: [userId, hash])
+                try db.execute(sql: "UPDATE users SET used_bytes = MAX(0, used_bytes - ?) WHERE id = ?", arguments: [size, userId])
+            }
+        }
+    }
+
+    /// Adds a head revision made of `blocks` (already placed) and prunes revisions past retention.
+    func commitRevision(
+        _ db: Database, _ effects: inout Effects, file: FileRecord, blocks: [BlockRef], checksum: String, size: Int64, mimeType: String,
+        now: Date
+    ) throws -> FileRecord {
+        let revisionId = "r" + randomToken()
+        let ordinal = (try Int64.fetchOne(db, sql: "SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", arguments: [file.id]) ?? 0) + 1
+        try db.execute(
+            sql: """
+                INSERT INTO revisions (id, file_id, user_id, mime_type, size, checksum, created_at, ordinal)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
+        for (index, block) in blocks.enumerated() {
+            try db.execute(
+                sql: "INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)",
+                arguments: [revisionId, index, file.userId, block.hash, block.size])
+        }
+        try db.execute(
+            sql: """
+                UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
+                WHERE id = ?
+                """,
+            arguments: [revisionId, size, checksum, mimeType, now.millis, file.id])
+        try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
+        try pruneRevisions(db, fileId: file.id, userId: file.userId, now: now)
+        return try Self.file(db, id: file.id, userId: file.userId)
+    }
+
+    func pruneRevisions(_ db: Database, fileId: String, userId: String, now: Date) throws {
+        let all = try Row.fetchAll(db, sql: "SELECT id, created_at FROM revisions WHERE file_id = ? ORDER BY ordinal DESC", arguments: [fileId])
+            .map { (id: $0["id"] as String, date: Date(millis: $0["created_at"])) }
+        guard all.count > revisionRetention.keepLast else { return }
+        let doomed = revisionRetention.prunable(all, now: now, date: \.date).map(\.id)
+        guard !doomed.isEmpty else { return }
+        var hashes: Set<String> = []
+        for id in doomed {
+            hashes.formUnion(try String.fetchAll(db, sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?", arguments: [id]))
+            try db.execute(sql: "DELETE FROM revision_blocks WHERE revision_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM revisions WHERE id = ?", arguments: [id])
+        }
+        try collectGarbage(db, userId: userId, hashes: hashes)
+    }
+
+    /// Deletes a subtree for good: rows, revisions, unreferenced blocks; a `delete` change per item.
+    @discardableResult
+    func purge(_ db: Database, _ effects: inout Effects, userId: String, rootId: String, now: Date) throws -> Int {
+        let ids = try Self.subtree(db, rootId: rootId)
+        var hashes: Set<String> = []
+        for id in ids {
+            let revisionIds = try String.fetchAll(db, sql: "SELECT id FROM revisions WHERE file_id = ?", arguments: [id])
+            for revisionId in revisionIds {
+                hashes.formUnion(try String.fetchAll(db, sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?", arguments: [revisionId]))
+                try db.execute(sql: "DELETE FROM revision_blocks WHERE revision_id = ?", arguments: [revisionId])
+            }
+            try db.execute(sql: "DELETE FROM revisions WHERE file_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM files WHERE id = ?", arguments: [id])
+            try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
+        }
+        try collectGarbage(db, userId: userId, hashes: hashes)
+        return ids.count
+    }
+
+    // MARK: Row mapping
+
+    static func user(_ row: Row) -> UserRecord {
+        UserRecord(
+            id: row["id"], username: row["username"], passwordHash: row["password_hash"], quotaLimit: row["quota_limit"],
+            usedBytes: row["used_bytes"], rootId: row["root_id"], createdAt: Date(millis: row["created_at"]))
+    }
+
+    static func device(_ row: Row) -> DeviceRecord {
+        DeviceRecord(
+            id: row["id"], userId: row["user_id"], name: row["name"], refreshHash: row["refresh_hash"],
+            lastUsedAt: Date(millis: row["last_used_at"]), revokedAt: (row["revoked_at"] as Int64?).map(Date.init(millis:)))
+    }
+
+    static func file(_ row: Row) -> FileRecord {
+        FileRecord(
+            id: row["id"], userId: row["user_id"], parentId: row["parent_id"], name: row["name"], mimeType: row["mime_type"],
+            isFolder: row["is_folder"], size: row["size"], checksum: row["checksum"], headRevisionId: row["head_revision_id"],
+            version: row["version"], trashRoot: row["trash_root"], trashedAt: (row["trashed_at"] as Int64?).map(Date.init(millis:)),
+            createdAt: Date(millis: row["created_at"]), modifiedAt: Date(millis: row["modified_at"]))
+    }
+
+    static func revision(_ row: Row) -> RevisionRecord {
+        RevisionRecord(
+            id: row["id"], fileId: row["file_id"], userId: row["user_id"], mimeType: row["mime_type"], size: row["size"],
+            checksum: row["checksum"], createdAt: Date(millis: row["created_at"]))
+    }
+}
+
+extension Date {
+    var millis: Int64 { Int64((timeIntervalSince1970 * 1000).rounded()) }
+    init(millis: Int64) { self.init(timeIntervalSince1970: TimeInterval(millis) / 1000) }
+}

@@ -1,0 +1,135 @@
+import GRDB
+
+/// The metadata schema's history. Migrations are never edited once shipped: add a new one.
+///
+/// The SQL is kept to what SQLite and PostgreSQL both accept (partial unique indexes, `WITH RECURSIVE`,
+/// `ON CONFLICT DO NOTHING`), so a PostgreSQL store can share it. Timestamps are integer milliseconds (UTC).
+enum Schema {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("1-initial") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE users (
+                        id TEXT PRIMARY KEY,
+                        username TEXT NOT NULL UNIQUE,
+                        password_hash TEXT NOT NULL,
+                        quota_limit INTEGER,
+                        used_bytes INTEGER NOT NULL DEFAULT 0,
+                        root_id TEXT NOT NULL,
+                        last_seq INTEGER NOT NULL DEFAULT 0,
+                        changes_floor INTEGER NOT NULL DEFAULT 0,
+                        created_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE devices (
+                        id TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        name TEXT NOT NULL,
+                        refresh_hash TEXT NOT NULL UNIQUE,
+                        previous_refresh_hash TEXT,
+                        created_at INTEGER NOT NULL,
+                        last_used_at INTEGER NOT NULL,
+                        revoked_at INTEGER
+                    );
+                    CREATE INDEX devices_previous ON devices(previous_refresh_hash);
+                    CREATE TABLE login_failures (
+                        key TEXT PRIMARY KEY,
+                        failures INTEGER NOT NULL,
+                        window_start INTEGER NOT NULL,
+                        locked_until INTEGER
+                    );
+                    CREATE TABLE files (
+                        id TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        parent_id TEXT,
+                        name TEXT NOT NULL,
+                        mime_type TEXT NOT NULL,
+                        is_folder INTEGER NOT NULL,
+                        size INTEGER NOT NULL DEFAULT 0,
+                        checksum TEXT,
+                        head_revision_id TEXT,
+                        version INTEGER NOT NULL DEFAULT 1,
+                        trash_root TEXT,
+                        trashed_at INTEGER,
+                        created_at INTEGER NOT NULL,
+                        modified_at INTEGER NOT NULL,
+                        request_id TEXT
+                    );
+                    CREATE UNIQUE INDEX files_live_name ON files(user_id, parent_id, name) WHERE trash_root IS NULL;
+                    CREATE INDEX files_children ON files(parent_id, is_folder, name);
+                    CREATE UNIQUE INDEX files_request ON files(user_id, request_id) WHERE request_id IS NOT NULL;
+                    CREATE INDEX files_trash ON files(user_id, trash_root, trashed_at);
+                    CREATE TABLE revisions (
+                        id TEXT PRIMARY KEY,
+                        file_id TEXT NOT NULL,
+                        user_id TEXT NOT NULL,
+                        mime_type TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        checksum TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        ordinal INTEGER NOT NULL
+                    );
+                    CREATE INDEX revisions_file ON revisions(file_id, ordinal);
+                    CREATE TABLE revision_blocks (
+                        revision_id TEXT NOT NULL,
+                        idx INTEGER NOT NULL,
+                        user_id TEXT NOT NULL,
+                        hash TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        PRIMARY KEY (revision_id, idx)
+                    );
+                    CREATE INDEX revision_blocks_hash ON revision_blocks(user_id, hash);
+                    CREATE TABLE blocks (
+                        user_id TEXT NOT NULL,
+                        hash TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, hash)
+                    );
+                    CREATE TABLE changes (
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        user_id TEXT NOT NULL,
+                        file_id TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        at INTEGER NOT NULL
+                    );
+                    CREATE INDEX changes_user ON changes(user_id, seq);
+                    CREATE INDEX changes_file ON changes(user_id, file_id);
+                    CREATE INDEX changes_kind ON changes(kind, at);
+                    CREATE TABLE uploads (
+                        id TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        request_id TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        mime_type TEXT NOT NULL,
+                        parent_id TEXT,
+                        file_id TEXT,
+                        if_match TEXT,
+                        on_conflict TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        checksum TEXT,
+                        chunk_size INTEGER NOT NULL,
+                        total_chunks INTEGER NOT NULL,
+                        chunks_processed INTEGER NOT NULL DEFAULT 0,
+                        created_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL,
+                        completed_file_id TEXT,
+                        state TEXT NOT NULL DEFAULT 'active'
+                    );
+                    CREATE UNIQUE INDEX uploads_request ON uploads(user_id, request_id);
+                    CREATE INDEX uploads_expiry ON uploads(expires_at);
+                    CREATE TABLE upload_blocks (
+                        upload_id TEXT NOT NULL,
+                        chunk INTEGER NOT NULL,
+                        idx INTEGER NOT NULL,
+                        user_id TEXT NOT NULL,
+                        hash TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        PRIMARY KEY (upload_id, chunk, idx)
+                    );
+                    CREATE INDEX upload_blocks_hash ON upload_blocks(user_id, hash);
+                    """)
+        }
+        return migrator
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NimbusAPI
+
+/// Every failure the server reports, mapped to a status and a JSON body in one place (`response(from:context:)`).
+public enum DriveError: Error, Sendable {
+    case badRequest(String, code: String = "invalid_request")
+    case unauthorized(String = "Sign in first: send 'Authorization: Bearer <accessToken>'.")
+    case forbidden(String)
+    case notFound(String = "No such file or folder.")
+    case nameConflict(name: String, existingId: String)
+    case versionConflict(String, current: File?)
+    case conflict(String, code: String = "conflict")
+    case gone(String, code: String = "gone")
+    case preconditionFailed(String, current: File? = nil)
+    case tooLarge(String)
+    case rangeNotSatisfiable(String, size: Int64)
+    case checksumMismatch(expected: String, actual: String)
+    case tooManyRequests(String, retryAfter: Int)
+    case quotaExceeded(used: Int64, limit: Int64, needed: Int64)
+    case methodNotAllowed
+    case internalError(String)
+
+    public var status: HTTPResponse.Status {
+        switch self {
+        case .badRequest: .badRequest
+        case .unauthorized: .unauthorized
+        case .forbidden: .forbidden
+        case .notFound: .notFound
+        case .nameConflict, .versionConflict, .conflict: .conflict
+        case .gone: .gone
+        case .preconditionFailed: .preconditionFailed
+        case .tooLarge: .contentTooLarge
+        case .rangeNotSatisfiable: .rangeNotSatisfiable
+        case .checksumMismatch: .unprocessableContent
+        case .tooManyRequests: .tooManyRequests
+        case .quotaExceeded: .init(code: 507, reasonPhrase: "Insufficient Storage")
+        case .methodNotAllowed: .methodNotAllowed
+        case .internalError: .internalServerError
+        }
+    }
+
+    var body: APIErrorBody {
+        switch self {
+        case .badRequest(let message, let code): APIErrorBody(code: code, message: message)
+        case .unauthorized(let message): APIErrorBody(code: "unauthorized", message: message)
+        case .forbidden(let message): APIErrorBody(code: "forbidden", message: message)
+        case .notFound(let message): APIErrorBody(code: "not_found", message: message)
+        case .nameConflict(let name, let existingId):
+            APIErrorBody(
+                code: "name_conflict",
+                message: "'\(name)' already exists in this folder (id \(existingId)); pass onConflict=rename or onConflict=replace.",
+                existingId: existingId)
+        case .versionConflict(let message, let current):
+            APIErrorBody(code: "version_conflict", message: message, existingId: current?.id, file: current)
+        case .conflict(let message, let code): APIErrorBody(code: code, message: message)
+        case .gone(let message, let code): APIErrorBody(code: code, message: message)
+        case .preconditionFailed(let message, let current):
+            APIErrorBody(code: "precondition_failed", message: message, file: current)
+        case .tooLarge(let message): APIErrorBody(code: "too_large", message: message)
+        case .rangeNotSatisfiable(let message, _): APIErrorBody(code: "range_not_satisfiable", message: message)
+        case .checksumMismatch(let expected, let actual):
+            APIErrorBody(
+                code: "checksum_mismatch",
+                message: "The content's SHA-256 is \(actual), not the expected \(expected); nothing was stored, upload again.")
+        case .tooManyRequests(let message, _): APIErrorBody(code: "rate_limited", message: message)
+        case .quotaExceeded(let used, let limit, let needed):
+            APIErrorBody(
+                code: "quota_exceeded",
+                message: "Not enough storage: \(needed) bytes needed, \(max(0, limit - used)) of \(limit) left. Free space by emptying the trash or deleting files.")
+        case .methodNotAllowed: APIErrorBody(code: "method_not_allowed", message: "This route does not accept that method.")
+        case .internalError(let message): APIErrorBody(code: "internal_error", message: message)
+        }
+    }
+}
+
+extension DriveError: HTTPResponseError {
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        switch self {
+        case .tooManyRequests(_, let retryAfter):
+            headers[.retryAfter] = String(retryAfter)
+        case .rangeNotSatisfiable(_, let size):
+            headers[.contentRange] = "bytes */\(size)"
+        default:
+            break
+        }
+        let data = (try? JSONEncoder.nimbus.encode(body)) ?? Data(#"{"error":{"code":"internal_error","message":"error encoding failed"}}"#.utf8)
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}
+
+extension DriveError {
+    /// Translates any error a handler or Hummingbird threw into the API's error shape.
+    static func from(_ error: any Error) -> DriveError {
+        switch error {
+        case let error as DriveError:
+            return error
+        case let error as HTTPError:
+            let message = error.body ?? "\(error.status.reasonPhrase)"
+            switch error.status.code {
+            case 400: return .badRequest(message)
+            case 401: return .unauthorized()
+            case 404: return .notFound("No such route: check the method and path against GET /openapi.yaml.")
+            case 405: return .methodNotAllowed
+            case 413: return .tooLarge("The request body is too large.")
+            default: return .internalError(message)
+            }
+        case let error as DecodingError:
+            return .badRequest("The JSON body is not valid: \(error.readableDescription)")
+        default:
+            return .internalError("Something went wrong on the server; it has been logged. Try again.")
+        }
+    }
+}
+
+extension DecodingError {
+    var readableDescription: String {
+        switch self {
+        case .keyNotFound(let key, _): "missing field '\(key.stringValue)'"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context):
+            "wrong type at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case .dataCorrupted(let context):
+            context.codingPath.isEmpty ? "malformed JSON" : "bad value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        @unknown default: "malformed JSON"
+        }
+    }
+}
+
+/// Turns every thrown error into the JSON error shape, so no route (or unknown route) answers otherwise.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            let driveError = DriveError.from(error)
+            if case .internalError = driveError {
+                context.logger.error("request failed", metadata: ["error": "\(String(reflecting: error))", "path": "\(request.uri.path)"])
+            }
+            return try driveError.response(from: request, context: context)
+        }
+    }
+}

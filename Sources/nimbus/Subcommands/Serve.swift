@@ -1,0 +1,73 @@
+import ArgumentParser
+import Foundation
+import Hummingbird
+import Logging
+import NimbusAPI
+import NimbusServer
+
+/// `nimbus serve`: runs the Drive server on the embedded store (SQLite + blob folder under `--data`).
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the Drive server.")
+
+    @Option(help: "Data folder: database, blobs, JWT secret. Created on first start.")
+    var data: String = "./nimbus-data"
+
+    @Option(help: "Address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0 picks a free one).")
+    var port: Int = 8080
+
+    @Flag(help: "Let anyone create an account with POST /v1/auth/register.")
+    var allowRegistration = false
+
+    @Option(help: "Resumable-upload chunk size in bytes (a multiple of 256 KiB, e.g. 8MiB).", transform: Serve.size)
+    var chunkSize: Int64 = 8 * 1024 * 1024
+
+    @Option(help: "Quota for users who register through the API (e.g. 10GiB); unlimited when absent.", transform: Serve.size)
+    var defaultQuota: Int64?
+
+    @Option(help: "Keep at least this many revisions per file.")
+    var revisionsKeep: Int = 100
+
+    @Option(help: "Also keep every revision younger than this many days.")
+    var revisionsDays: Int = 30
+
+    @Option(help: "Purge trashed items after this many days.")
+    var trashDays: Int = 30
+
+    @Option(help: "Resumable upload sessions expire after this many hours without progress.")
+    var uploadExpiryHours: Int = 24
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    static func size(_ text: String) throws -> Int64 {
+        guard let value = ByteCount.parse(text) else { throw ValidationError("'\(text)' is not a size (try 8MiB or 1048576).") }
+        return value
+    }
+
+    func validate() throws {
+        guard chunkSize > 0, chunkSize % (256 * 1024) == 0 else {
+            throw ValidationError("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
+        }
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be 0 to 65535.") }
+        guard revisionsKeep >= 1 else { throw ValidationError("--revisions-keep must be at least 1.") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("Unknown --log-level '\(logLevel)'.") }
+    }
+
+    func run() async throws {
+        var configuration = ServerConfiguration(dataDirectory: URL(fileURLWithPath: data))
+        configuration.host = host
+        configuration.port = port
+        configuration.allowRegistration = allowRegistration
+        configuration.chunkSize = chunkSize
+        configuration.defaultQuota = defaultQuota
+        configuration.revisionRetention = RevisionRetention(keepLast: revisionsKeep, keepFor: .seconds(revisionsDays * 86400))
+        configuration.trashRetention = .seconds(trashDays * 86400)
+        configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
+        configuration.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        let (app, _) = try await buildApplication(configuration: configuration)
+        try await app.runService()
+    }
+}

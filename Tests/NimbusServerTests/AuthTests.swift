@@ -1,0 +1,229 @@
+import Crypto
+import Foundation
+import NimbusAPI
+import NimbusServer
+import Testing
+
+@Suite("Authentication")
+struct AuthTests {
+    @Test("register, log in, and reach a protected route with the access token")
+    func registerAndLogIn() async throws {
+        try await TestServer.run { server in
+            let anonymous = APIClient(baseURL: server.baseURL)
+            let reply = try await anonymous.send(.POST, "/v1/auth/register", json: Credentials(username: "alice", password: "correct horse"))
+            #expect(reply.status == 201)
+            let user: RegisteredUser = try reply.decode()
+            #expect(user.username == "alice")
+
+            let alice = try await server.logIn("alice")
+            let tokens = try #require(alice.tokens)
+            #expect(tokens.userId == user.userId)
+            #expect(!tokens.deviceId.isEmpty)
+            #expect(tokens.expiresAt > server.clock.now())
+            #expect(tokens.expiresAt <= server.clock.now().addingTimeInterval(15 * 60 + 1))
+            let about: About = try await alice.get("/v1/about").decode()
+            #expect(about.username == "alice")
+            #expect(about.apiVersion == "v1")
+        }
+    }
+
+    @Test("a taken username is a 409 and bad usernames or passwords are 400s")
+    func registrationErrors() async throws {
+        try await TestServer.run { server in
+            _ = try await server.signUp("bob")
+            let anonymous = APIClient(baseURL: server.baseURL)
+            let again = try await anonymous.send(.POST, "/v1/auth/register", json: Credentials(username: "bob", password: "another one"))
+            #expect(again.status == 409)
+            #expect(again.errorCode == "username_taken")
+            for (username, password) in [("", "long enough"), ("has space", "long enough"), ("carol", "short"), (String(repeating: "x", count: 65), "long enough")] {
+                let reply = try await anonymous.send(.POST, "/v1/auth/register", json: Credentials(username: username, password: password))
+                #expect(reply.status == 400, "\(username)/\(password)")
+                _ = reply.errorCode
+            }
+            let malformed = try await anonymous.send(.POST, "/v1/auth/register", body: Data("{not json".utf8), headers: ["Content-Type": "application/json"])
+            #expect(malformed.status == 400)
+            #expect(malformed.errorCode == "invalid_request")
+        }
+    }
+
+    @Test("registration is refused with 403 unless the server allows it")
+    func registrationClosed() async throws {
+        try await TestServer.run(configure: { $0.allowRegistration = false }) { server in
+            let reply = try await APIClient(baseURL: server.baseURL).send(
+                .POST, "/v1/auth/register", json: Credentials(username: "dave", password: "correct horse"))
+            #expect(reply.status == 403)
+            #expect(reply.errorCode == "forbidden")
+        }
+    }
+
+    @Test("users added offline with Admin.addUser can log in, with a bcrypt cost of at least 10 by default")
+    func offlineUser() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-admin-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let added = try await Admin.addUser(dataDirectory: directory, username: "erin", password: "correct horse", quota: 1000)
+        #expect(added.created)
+        await #expect(throws: (any Error).self) {
+            _ = try await Admin.addUser(dataDirectory: directory, username: "erin", password: "correct horse", quota: nil)
+        }
+        let hash = try String(
+            decoding: Data(contentsOf: directory.appending(path: "nimbus.sqlite")), as: UTF8.self)
+        #expect(hash.contains("$2b$10$"), "the stored hash uses bcrypt with cost 10")
+        try await TestServer.run(configure: { $0.dataDirectory = directory }) { server in
+            let erin = try await server.logIn("erin")
+            let about: About = try await erin.get("/v1/about").decode()
+            #expect(about.quota.limit == 1000)
+            #expect(about.quota.used == 0)
+        }
+    }
+
+    @Test("wrong passwords are 401, and repeated failures lock the account with 429 and Retry-After")
+    func loginRateLimit() async throws {
+        try await TestServer.run { server in
+            _ = try await server.signUp("frank")
+            let anonymous = APIClient(baseURL: server.baseURL)
+            for _ in 0..<4 {
+                let reply = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "frank", password: "wrong password"))
+                #expect(reply.status == 401)
+                #expect(reply.errorCode == "unauthorized")
+            }
+            let fifth = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "frank", password: "wrong password"))
+            #expect(fifth.status == 401)
+            let locked = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "frank", password: "correct horse"))
+            #expect(locked.status == 429)
+            #expect(locked.errorCode == "rate_limited")
+            let retryAfter = try #require(locked.header("Retry-After").flatMap(Int.init))
+            #expect(retryAfter > 0)
+            server.clock.advance(by: TimeInterval(retryAfter + 1))
+            let after = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "frank", password: "correct horse"))
+            #expect(after.status == 200)
+            let unknown = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "nobody", password: "correct horse"))
+            #expect(unknown.status == 401)
+        }
+    }
+
+    @Test("refresh rotates the refresh token; replaying the old one signs the device out")
+    func refreshRotation() async throws {
+        try await TestServer.run { server in
+            let client = try await server.signUp()
+            let first = try #require(client.tokens)
+            let anonymous = APIClient(baseURL: server.baseURL)
+            let reply = try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: first.refreshToken))
+            #expect(reply.status == 200)
+            let second: TokenPair = try reply.decode()
+            #expect(second.refreshToken != first.refreshToken)
+            #expect(second.deviceId == first.deviceId)
+
+            let replay = try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: first.refreshToken))
+            #expect(replay.status == 401)
+            // The replay revoked the device: the new tokens are dead too.
+            let afterReplay = try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: second.refreshToken))
+            #expect(afterReplay.status == 401)
+            let api = APIClient(baseURL: server.baseURL, token: second.accessToken)
+            #expect(try await api.get("/v1/about").status == 401)
+            let garbage = try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: "nonsense"))
+            #expect(garbage.status == 401)
+        }
+    }
+
+    @Test("logout revokes the device at once, by access token or by refresh token")
+    func logout() async throws {
+        try await TestServer.run { server in
+            let phone = try await server.signUp("grace")
+            let laptop = try await server.logIn("grace", device: "laptop")
+            #expect(try await phone.send(.POST, "/v1/auth/logout").status == 204)
+            #expect(try await phone.get("/v1/about").status == 401)
+            #expect(try await laptop.get("/v1/about").status == 200, "other devices stay signed in")
+            let anonymous = APIClient(baseURL: server.baseURL)
+            let reply = try await anonymous.send(.POST, "/v1/auth/logout", json: RefreshRequest(refreshToken: laptop.tokens!.refreshToken))
+            #expect(reply.status == 204)
+            #expect(try await laptop.get("/v1/about").status == 401)
+        }
+    }
+
+    @Test("missing, malformed, tampered, expired, unsigned and foreign tokens are all 401")
+    func badTokens() async throws {
+        try await TestServer.run { server in
+            let client = try await server.signUp()
+            let token = try #require(client.token)
+            let base = server.baseURL
+            #expect(try await APIClient(baseURL: base).get("/v1/files/root").status == 401)
+            #expect(try await APIClient(baseURL: base).get("/v1/files/root", headers: ["Authorization": "Basic abc"]).status == 401)
+            #expect(try await APIClient(baseURL: base, token: "not.a.jwt").get("/v1/files/root").status == 401)
+            var tampered = Array(token)
+            tampered[tampered.count - 2] = tampered[tampered.count - 2] == "A" ? "B" : "A"
+            #expect(try await APIClient(baseURL: base, token: String(tampered)).get("/v1/files/root").status == 401)
+
+            let parts = token.split(separator: ".").map(String.init)
+            let claims = try JSONSerialization.jsonObject(with: Data(base64URL: parts[1])) as! [String: Any]
+            let unsigned = base64URL(Data(#"{"alg":"none","typ":"JWT"}"#.utf8)) + "." + parts[1] + "."
+            #expect(try await APIClient(baseURL: base, token: unsigned).get("/v1/files/root").status == 401)
+
+            // Tokens signed with the server's own secret but wrong in one claim or in the algorithm.
+            let secret = try String(contentsOf: server.dataDirectory.appending(path: "jwt-secret"), encoding: .utf8)
+            let key = SymmetricKey(data: hexBytes(secret.trimmingCharacters(in: .whitespacesAndNewlines)))
+            func forge(_ alg: String, _ change: (inout [String: Any]) -> Void) -> String {
+                var payload = claims
+                change(&payload)
+                let header = base64URL(try! JSONSerialization.data(withJSONObject: ["alg": alg, "typ": "JWT"]))
+                let body = base64URL(try! JSONSerialization.data(withJSONObject: payload))
+                let input = header + "." + body
+                let signature: Data =
+                    alg == "HS384"
+                    ? Data(HMAC<SHA384>.authenticationCode(for: Data(input.utf8), using: key))
+                    : Data(HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: key))
+                return input + "." + base64URL(signature)
+            }
+            let control = forge("HS256") { _ in }
+            #expect(try await APIClient(baseURL: base, token: control).get("/v1/files/root").status == 200, "the forging itself is right")
+            #expect(try await APIClient(baseURL: base, token: forge("HS256") { $0["aud"] = "someone-else" }).get("/v1/files/root").status == 401)
+            #expect(try await APIClient(baseURL: base, token: forge("HS256") { $0["iss"] = "elsewhere" }).get("/v1/files/root").status == 401)
+            #expect(try await APIClient(baseURL: base, token: forge("HS384") { _ in }).get("/v1/files/root").status == 401)
+
+            server.clock.advance(by: 15 * 60 + 1)
+            let expired = try await client.get("/v1/files/root")
+            #expect(expired.status == 401)
+            #expect(expired.errorCode == "unauthorized")
+        }
+    }
+
+    @Test("the JWT secret is created on first start with mode 0600 and kept across restarts")
+    func secretFile() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-secret-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var first = ""
+        try await TestServer.run(configure: { $0.dataDirectory = directory }) { server in
+            let attributes = try FileManager.default.attributesOfItem(atPath: directory.appending(path: "jwt-secret").path)
+            #expect((attributes[.posixPermissions] as? Int) == 0o600)
+            _ = try await server.signUp("henry")
+        }
+        first = try String(contentsOf: directory.appending(path: "jwt-secret"), encoding: .utf8)
+        try await TestServer.run(configure: { $0.dataDirectory = directory }) { server in
+            _ = try await server.logIn("henry")
+        }
+        #expect(try String(contentsOf: directory.appending(path: "jwt-secret"), encoding: .utf8) == first)
+    }
+}
+
+func base64URL(_ data: Data) -> String {
+    data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        .replacingOccurrences(of: "=", with: "")
+}
+
+extension Data {
+    init(base64URL text: String) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        self = Data(base64Encoded: base64) ?? Data()
+    }
+}
+
+func hexBytes(_ hex: String) -> [UInt8] {
+    var bytes: [UInt8] = []
+    var index = hex.startIndex
+    while index < hex.endIndex {
+        let next = hex.index(index, offsetBy: 2)
+        bytes.append(UInt8(hex[index..<next], radix: 16)!)
+        index = next
+    }
+    return bytes
+}

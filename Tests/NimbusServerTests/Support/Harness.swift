@@ -1,0 +1,166 @@
+import AsyncHTTPClient
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NimbusAPI
+import NimbusServer
+import Testing
+
+/// A clock tests move by hand.
+final class TestClock: WallClock {
+    private let current = NIOLockedValueBox(Date())
+    func now() -> Date { current.withLockedValue { $0 } }
+    func advance(by seconds: TimeInterval) { current.withLockedValue { $0 = $0.addingTimeInterval(seconds) } }
+}
+
+/// A real server on an ephemeral port over a fresh data folder, for the duration of `body`.
+struct TestServer: Sendable {
+    let port: Int
+    let parts: NimbusServerParts
+    let dataDirectory: URL
+    let clock: TestClock
+
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    static func run(
+        configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        _ body: @Sendable (TestServer) async throws -> Void
+    ) async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-test-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let clock = TestClock()
+        var configuration = ServerConfiguration(dataDirectory: directory)
+        configuration.port = 0
+        configuration.allowRegistration = true
+        configuration.bcryptCost = 4
+        configuration.clock = clock
+        configuration.logLevel = .warning
+        configure(&configuration)
+        let (app, parts) = try await buildApplication(configuration: configuration)
+        try await app.test(.live) { client in
+            let server = TestServer(port: client.port!, parts: parts, dataDirectory: directory, clock: clock)
+            try await body(server)
+        }
+    }
+
+    /// Registers a user and logs in: a client carrying its access token.
+    func signUp(_ username: String = "u" + UUID().uuidString.prefix(8).lowercased(), password: String = "correct horse") async throws -> APIClient {
+        let anonymous = APIClient(baseURL: baseURL)
+        let registered = try await anonymous.send(.POST, "/v1/auth/register", json: Credentials(username: username, password: password))
+        #expect(registered.status == 201, "register: \(registered.text)")
+        return try await logIn(username, password: password)
+    }
+
+    func logIn(_ username: String, password: String = "correct horse", device: String = "test") async throws -> APIClient {
+        let anonymous = APIClient(baseURL: baseURL)
+        let reply = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: username, password: password, deviceName: device))
+        #expect(reply.status == 200, "login: \(reply.text)")
+        let tokens: TokenPair = try reply.decode()
+        return APIClient(baseURL: baseURL, token: tokens.accessToken, tokens: tokens)
+    }
+}
+
+/// A small HTTP client over AsyncHTTPClient that speaks the API's JSON.
+struct APIClient: Sendable {
+    let baseURL: String
+    var token: String?
+    var tokens: TokenPair?
+
+    init(baseURL: String, token: String? = nil, tokens: TokenPair? = nil) {
+        self.baseURL = baseURL
+        self.token = token
+        self.tokens = tokens
+    }
+
+    struct Reply: Sendable {
+        var status: Int
+        var headers: HTTPHeaders
+        var body: Data
+
+        var text: String { String(decoding: body, as: UTF8.self) }
+
+        func decode<T: Decodable>(_ type: T.Type = T.self) throws -> T {
+            do {
+                return try JSONDecoder.nimbus.decode(T.self, from: body)
+            } catch {
+                Issue.record("could not decode \(T.self) from \(status) \(text)")
+                throw error
+            }
+        }
+
+        /// The `error.code` of an error body (and a test failure if the body is not the error shape).
+        var errorCode: String? {
+            guard let error = try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: body) else {
+                Issue.record("not an error body: \(status) \(text)")
+                return nil
+            }
+            return error.error.code
+        }
+
+        func header(_ name: String) -> String? { headers.first(name: name) }
+    }
+
+    func send(
+        _ method: HTTPMethod, _ path: String, json: (any Encodable & Sendable)? = nil, body: Data? = nil,
+        headers: [String: String] = [:], timeout: TimeAmount = .seconds(120)
+    ) async throws -> Reply {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let json {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(data: try JSONEncoder.nimbus.encode(json)))
+        } else if let body {
+            request.body = .bytes(ByteBuffer(data: body))
+        }
+        for (name, value) in headers { request.headers.replaceOrAdd(name: name, value: value) }
+        let response = try await HTTPClient.shared.execute(request, timeout: timeout)
+        let buffer = try await response.body.collect(upTo: 1 << 30)
+        return Reply(status: Int(response.status.code), headers: response.headers, body: Data(buffer: buffer))
+    }
+
+    func get(_ path: String, headers: [String: String] = [:]) async throws -> Reply { try await send(.GET, path, headers: headers) }
+
+    // MARK: Conveniences that expect success
+
+    func root() async throws -> File { try await get("/v1/files/root").decode() }
+
+    func mkdir(_ name: String, in parentId: String? = nil) async throws -> File {
+        let reply = try await send(.POST, "/v1/files", json: CreateFileRequest(name: name, mimeType: folderMimeType, parentId: parentId))
+        #expect(reply.status == 201, "mkdir \(name): \(reply.text)")
+        return try reply.decode()
+    }
+
+    func upload(_ name: String, _ content: Data, in parentId: String? = nil, query: String = "") async throws -> File {
+        let reply = try await uploadReply(name, content, in: parentId, query: query)
+        #expect(reply.status == 201, "upload \(name): \(reply.text)")
+        return try reply.decode()
+    }
+
+    func uploadReply(_ name: String, _ content: Data, in parentId: String? = nil, query: String = "", headers: [String: String] = [:]) async throws -> Reply {
+        var path = "/v1/upload?uploadType=media&name=\(name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? name)"
+        if let parentId { path += "&parentId=\(parentId)" }
+        return try await send(.POST, path + query, body: content, headers: headers)
+    }
+
+    func list(_ parentId: String? = nil, query: String = "") async throws -> FileList {
+        try await get("/v1/files?" + (parentId.map { "parentId=\($0)&" } ?? "") + query).decode()
+    }
+
+    func content(_ fileId: String) async throws -> Data { try await get("/v1/files/\(fileId)/content").body }
+}
+
+func randomData(_ count: Int) -> Data {
+    var generator = SystemRandomNumberGenerator()
+    return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
+}
+
+import Crypto
+
+func sha256(_ data: Data) -> String {
+    SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+}
