@@ -55,6 +55,9 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval)))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "nimbus"),
         services: [maintenance],
+        onServerRunning: { channel in
+            if let port = channel.localAddress?.port { await configuration.onServerRunning?(port) }
+        },
         logger: logger)
     return (app, NimbusServerParts(drive: drive, routes: routes.routes, maintenance: maintenance))
 }

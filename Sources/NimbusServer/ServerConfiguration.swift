@@ -38,6 +38,8 @@ public struct ServerConfiguration: Sendable {
     /// SSE heartbeat period.
     public var heartbeatInterval: Duration = .seconds(15)
     public var clock: any WallClock = SystemWallClock()
+    /// Called once the server listens, with the bound port (useful with port 0).
+    public var onServerRunning: (@Sendable (Int) async -> Void)?
     public var logLevel: Logger.Level = .info
 
     public init(dataDirectory: URL) {

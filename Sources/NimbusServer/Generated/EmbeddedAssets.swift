@@ -688,6 +688,7 @@ components:
         maxUploadSize: { type: integer, format: int64 }
         chunkSize: { type: integer, format: int64 }
         apiVersion: { type: string }
+
 """#
     /// Files under `web/`, by path relative to it.
     static let web: [String: String] = [:

@@ -67,6 +67,10 @@ struct Serve: AsyncParsableCommand {
         configuration.trashRetention = .seconds(trashDays * 86400)
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
         configuration.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        configuration.onServerRunning = { port in
+            let line = "nimbus serving \(URL(fileURLWithPath: data).standardizedFileURL.path) on http://\(host):\(port)\n"
+            FileHandle.standardOutput.write(Data(line.utf8))
+        }
         let (app, _) = try await buildApplication(configuration: configuration)
         try await app.runService()
     }

@@ -1,0 +1,131 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NimbusAPI
+import NimbusServer
+import Testing
+
+@Suite("Change feed and live events")
+struct ChangesTests {
+    @Test("every kind of change appears in the feed, paged with hasMore, one entry per item with its latest state")
+    func feed() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let start: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            let folder = try await alice.mkdir("Docs")
+            let file = try await alice.upload("a.txt", Data("a".utf8), in: folder.id)
+            let gone = try await alice.upload("b.txt", Data("b".utf8))
+            _ = try await alice.send(.PATCH, "/v1/files/\(file.id)", json: UpdateFileRequest(name: "renamed.txt"))
+            _ = try await alice.send(.DELETE, "/v1/files/\(gone.id)?permanent=true")
+
+            var cursor = start.cursor
+            var seen: [Change] = []
+            var pages = 0
+            while true {
+                let page: ChangeList = try await alice.get("/v1/changes?cursor=\(cursor)&limit=1").decode()
+                seen += page.changes
+                cursor = page.cursor
+                pages += 1
+                if !page.hasMore { break }
+            }
+            #expect(pages == 3)
+            #expect(seen.map(\.seq) == seen.map(\.seq).sorted(), "seq only grows")
+            let byId = Dictionary(seen.map { ($0.fileId, $0) }, uniquingKeysWith: { $1 })
+            #expect(byId[folder.id]?.type == .upsert)
+            #expect(byId[file.id]?.file?.name == "renamed.txt", "the entry carries the latest state")
+            #expect(byId[gone.id]?.type == .delete)
+            #expect(byId[gone.id]?.file == nil)
+
+            let empty: ChangeList = try await alice.get("/v1/changes?cursor=\(cursor)").decode()
+            #expect(empty.changes.isEmpty && !empty.hasMore && empty.cursor == cursor)
+
+            _ = try await alice.send(.DELETE, "/v1/files/\(folder.id)")
+            let trashed: ChangeList = try await alice.get("/v1/changes?cursor=\(cursor)").decode()
+            #expect(Set(trashed.changes.map(\.fileId)) == [folder.id, file.id])
+            #expect(trashed.changes.allSatisfy { $0.type == .upsert && $0.file?.trashed == true })
+        }
+    }
+
+    @Test("unknown, malformed and compacted cursors are 410")
+    func goneCursors() async throws {
+        try await TestServer.run(configure: { $0.changeRetention = .seconds(3600) }) { server in
+            var alice = try await server.signUp("nora")
+            for cursor in ["garbage", "-5", "999999999"] {
+                let reply = try await alice.get("/v1/changes?cursor=\(cursor)")
+                #expect(reply.status == 410, "\(cursor)")
+                #expect(reply.errorCode == "cursor_expired")
+            }
+            #expect(try await alice.get("/v1/changes").status == 400)
+            #expect(try await alice.get("/v1/changes?cursor=0&timeout=abc").status == 400)
+
+            let old: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            let file = try await alice.upload("tmp.txt", Data("t".utf8))
+            _ = try await alice.send(.DELETE, "/v1/files/\(file.id)?permanent=true")
+            #expect(try await alice.get("/v1/changes?cursor=\(old.cursor)").status == 200)
+            server.clock.advance(by: 7200)
+            await server.parts.runMaintenance()
+            alice = try await server.logIn("nora")
+            #expect(try await alice.get("/v1/changes?cursor=\(old.cursor)").status == 410, "the delete it would need is compacted away")
+            let fresh: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            #expect(try await alice.get("/v1/changes?cursor=\(fresh.cursor)").status == 200)
+        }
+    }
+
+    @Test("a long-poll answers as soon as another device commits, well before its timeout")
+    func longPollWakesUp() async throws {
+        try await TestServer.run { server in
+            let deviceA = try await server.signUp("olga")
+            let deviceB = try await server.logIn("olga", device: "B")
+            let start: ChangeCursor = try await deviceB.get("/v1/changes/start").decode()
+            let began = ContinuousClock.now
+            async let poll = deviceB.get("/v1/changes?cursor=\(start.cursor)&timeout=30")
+            try await Task.sleep(for: .milliseconds(200))
+            let folder = try await deviceA.mkdir("From A")
+            let reply = try await poll
+            let waited = ContinuousClock.now - began
+            #expect(reply.status == 200)
+            let list: ChangeList = try reply.decode()
+            #expect(list.changes.map(\.fileId) == [folder.id])
+            #expect(waited < .seconds(10), "woken by the commit, not by the 30 s timeout (\(waited))")
+
+            let quiet = ContinuousClock.now
+            let idle: ChangeList = try await deviceB.get("/v1/changes?cursor=\(list.cursor)&timeout=1").decode()
+            #expect(idle.changes.isEmpty)
+            #expect(ContinuousClock.now - quiet >= .milliseconds(900), "with nothing new it waits out the timeout")
+        }
+    }
+
+    @Test("the event stream announces every commit with a cursor, and sends heartbeats")
+    func serverSentEvents() async throws {
+        try await TestServer.run(configure: { $0.heartbeatInterval = .milliseconds(300) }) { server in
+            let phone = try await server.signUp("pia")
+            let laptop = try await server.logIn("pia", device: "laptop")
+            var request = HTTPClientRequest(url: server.baseURL + "/v1/events")
+            request.headers.add(name: "Authorization", value: "Bearer \(laptop.token!)")
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+            #expect(response.status.code == 200)
+            #expect(response.headers.first(name: "Content-Type")?.hasPrefix("text/event-stream") == true)
+            var text = ""
+            var iterator = response.body.makeAsyncIterator()
+            func readUntil(_ needle: String) async throws -> Bool {
+                while !text.contains(needle) {
+                    guard let buffer = try await iterator.next() else { return false }
+                    text += String(buffer: buffer)
+                }
+                return true
+            }
+            #expect(try await readUntil(": connected"))
+            let folder = try await phone.mkdir("Live")
+            #expect(try await readUntil("event: change\ndata: "))
+            #expect(try await readUntil("}\n\n"))
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("data: ") })
+            let payload = try JSONDecoder().decode([String: String].self, from: Data(line.dropFirst(6).utf8))
+            let cursor = try #require(payload["cursor"])
+            let latest: ChangeCursor = try await phone.get("/v1/changes/start").decode()
+            #expect(cursor == latest.cursor)
+            _ = folder
+            text = ""
+            #expect(try await readUntil(": heartbeat"))
+        }
+    }
+}

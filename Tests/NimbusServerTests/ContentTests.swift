@@ -1,0 +1,207 @@
+import Foundation
+import NimbusAPI
+import NimbusServer
+import Testing
+
+@Suite("Content and revisions")
+struct ContentTests {
+    @Test("a simple upload stores the bytes, and downloads carry ETag, length, ranges and attachment headers")
+    func uploadAndDownload() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = randomData(9 * 1024 * 1024 + 123)  // three blocks
+            let file = try await alice.upload("big.bin", content)
+            #expect(file.size == Int64(content.count))
+            #expect(file.checksum == sha256(content))
+            #expect(file.downloadUrl == "/v1/files/\(file.id)/content")
+            #expect(file.mimeType == "application/octet-stream")
+
+            let whole = try await alice.get(file.downloadUrl!)
+            #expect(whole.status == 200)
+            #expect(whole.body == content)
+            #expect(whole.header("ETag") == "\"\(file.revisionId!)\"")
+            #expect(whole.header("Content-Length") == String(content.count))
+            #expect(whole.header("Accept-Ranges") == "bytes")
+            #expect(whole.header("Content-Disposition")?.hasPrefix("attachment;") == true)
+            #expect(whole.header("X-Content-Type-Options") == "nosniff")
+
+            // A range across a block boundary.
+            let start = 4 * 1024 * 1024 - 10
+            let partial = try await alice.get(file.downloadUrl!, headers: ["Range": "bytes=\(start)-\(start + 99)"])
+            #expect(partial.status == 206)
+            #expect(partial.body == content[start..<(start + 100)])
+            #expect(partial.header("Content-Range") == "bytes \(start)-\(start + 99)/\(content.count)")
+            let suffix = try await alice.get(file.downloadUrl!, headers: ["Range": "bytes=-7"])
+            #expect(suffix.status == 206)
+            #expect(suffix.body == content.suffix(7))
+            let open = try await alice.get(file.downloadUrl!, headers: ["Range": "bytes=\(content.count - 5)-"])
+            #expect(open.body == content.suffix(5))
+            let beyond = try await alice.get(file.downloadUrl!, headers: ["Range": "bytes=\(content.count)-"])
+            #expect(beyond.status == 416)
+            #expect(beyond.header("Content-Range") == "bytes */\(content.count)")
+            #expect(beyond.errorCode == "range_not_satisfiable")
+
+            let cached = try await alice.get(file.downloadUrl!, headers: ["If-None-Match": "\"\(file.revisionId!)\""])
+            #expect(cached.status == 304)
+            #expect(cached.body.isEmpty)
+            let stale = try await alice.get(file.downloadUrl!, headers: ["If-None-Match": "\"something-else\""])
+            #expect(stale.status == 200)
+        }
+    }
+
+    @Test("mime types come from the query, the Content-Type, or the name")
+    func mimeTypes() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            #expect(try await alice.upload("photo.JPG", Data([1])).mimeType == "image/jpeg")
+            #expect(try await alice.upload("a.bin", Data([1]), query: "&mimeType=text/csv").mimeType == "text/csv")
+            let typed: File = try await alice.uploadReply("b.dat", Data([1]), headers: ["Content-Type": "application/pdf"]).decode()
+            #expect(typed.mimeType == "application/pdf")
+            let folder = try await alice.get("/v1/files/root/content")
+            #expect(folder.status == 400)
+        }
+    }
+
+    @Test("a new version needs the current revision in If-Match; a stale one is a 409 carrying the current file")
+    func newVersions() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let v1 = try await alice.upload("doc.txt", Data("one".utf8))
+            let ok = try await alice.send(
+                .POST, "/v1/upload?uploadType=media&fileId=\(v1.id)", body: Data("two".utf8), headers: ["If-Match": "\"\(v1.revisionId!)\""])
+            #expect(ok.status == 201)
+            let v2: File = try ok.decode()
+            #expect(v2.id == v1.id)
+            #expect(v2.revisionId != v1.revisionId)
+            #expect(try await alice.content(v1.id) == Data("two".utf8))
+
+            let stale = try await alice.send(
+                .POST, "/v1/upload?uploadType=media&fileId=\(v1.id)", body: Data("three".utf8), headers: ["If-Match": "\"\(v1.revisionId!)\""])
+            #expect(stale.status == 409)
+            #expect(stale.errorCode == "version_conflict")
+            let body = try stale.decode(APIErrorBody.self)
+            #expect(body.error.file?.revisionId == v2.revisionId)
+            #expect(try await alice.content(v1.id) == Data("two".utf8), "a refused version changes nothing")
+
+            let unconditional: File = try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(v1.id)", body: Data("four".utf8)).decode()
+            #expect(unconditional.size == 4)
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=root", body: Data("x".utf8)).status == 400)
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=media", body: Data("x".utf8)).status == 400)
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=sideways&name=x", body: Data("x".utf8)).status == 400)
+
+            let named = try await alice.uploadReply("doc.txt", Data("five".utf8))
+            #expect(named.status == 409)
+            #expect(named.errorCode == "name_conflict")
+            let replaced: File = try await alice.upload("doc.txt", Data("six".utf8), query: "&onConflict=replace")
+            #expect(replaced.id == v1.id)
+            let renamed: File = try await alice.upload("doc.txt", Data("seven".utf8), query: "&onConflict=rename")
+            #expect(renamed.name == "doc (1).txt")
+        }
+    }
+
+    @Test("every content change is a revision; revisions list, download and restore")
+    func revisions() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let v1 = try await alice.upload("essay.md", Data("draft".utf8))
+            let v2: File = try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(v1.id)", body: Data("final".utf8)).decode()
+            let list: RevisionList = try await alice.get("/v1/files/\(v1.id)/revisions").decode()
+            #expect(list.revisions.map(\.revisionId) == [v2.revisionId!, v1.revisionId!], "newest first")
+            #expect(list.pagination.totalItems == 2)
+            let oldest = list.revisions[1]
+            #expect(oldest.checksum == sha256(Data("draft".utf8)))
+            #expect(oldest.size == 5)
+            #expect(oldest.fileId == v1.id)
+
+            let single: FileRevision = try await alice.get("/v1/files/\(v1.id)/revisions/\(oldest.revisionId)").decode()
+            #expect(single == oldest)
+            #expect(try await alice.get(oldest.downloadUrl).body == Data("draft".utf8))
+            let ranged = try await alice.get(oldest.downloadUrl, headers: ["Range": "bytes=1-2"])
+            #expect(ranged.status == 206 && ranged.body == Data("ra".utf8))
+
+            let restored = try await alice.send(.POST, "/v1/files/\(v1.id)/revisions/\(oldest.revisionId)/restore")
+            #expect(restored.status == 200)
+            let head: File = try restored.decode()
+            #expect(head.revisionId != v1.revisionId && head.revisionId != v2.revisionId, "a restore makes a new head")
+            #expect(head.checksum == oldest.checksum)
+            #expect(try await alice.content(v1.id) == Data("draft".utf8))
+            let after: RevisionList = try await alice.get("/v1/files/\(v1.id)/revisions").decode()
+            #expect(after.revisions.count == 3, "history keeps everything")
+            let paged: RevisionList = try await alice.get("/v1/files/\(v1.id)/revisions?limit=1&page=2").decode()
+            #expect(paged.revisions.map(\.revisionId) == [v2.revisionId!])
+            #expect(paged.pagination.nextPage == 3)
+
+            #expect(try await alice.get("/v1/files/\(v1.id)/revisions/nope").status == 404)
+            #expect(try await alice.send(.POST, "/v1/files/\(v1.id)/revisions/nope/restore").status == 404)
+        }
+    }
+
+    @Test("revisions past retention are pruned and their blocks freed")
+    func retention() async throws {
+        try await TestServer.run(configure: { $0.revisionRetention = RevisionRetention(keepLast: 2, keepFor: .seconds(3600)) }) { server in
+            var alice = try await server.signUp("judy")
+            let file = try await alice.upload("log.txt", randomData(1000))
+            for _ in 0..<3 {
+                _ = try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(file.id)", body: randomData(1000))
+            }
+            // Young revisions are all kept, whatever their number.
+            #expect(try await alice.get("/v1/files/\(file.id)/revisions").decode(RevisionList.self).revisions.count == 4)
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 4000)
+            server.clock.advance(by: 7200)
+            alice = try await server.logIn("judy")
+            let latest = randomData(1000)
+            _ = try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(file.id)", body: latest)
+            let kept: RevisionList = try await alice.get("/v1/files/\(file.id)/revisions").decode()
+            #expect(kept.revisions.count == 2, "the newest two stay; old ones beyond them go")
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 2000)
+            #expect(try await alice.content(file.id) == latest)
+        }
+    }
+
+    @Test("identical content is stored once per user, never shared across users")
+    func deduplication() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let bob = try await server.signUp()
+            let content = randomData(5 * 1024 * 1024)
+            _ = try await alice.upload("one.bin", content)
+            _ = try await alice.upload("two.bin", content)
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == Int64(content.count))
+            _ = try await bob.upload("mine.bin", content)
+            #expect(try await bob.get("/v1/about").decode(About.self).quota.used == Int64(content.count))
+            let blobs = server.dataDirectory.appending(path: "blobs")
+            let perUser = try FileManager.default.contentsOfDirectory(atPath: blobs.path).map {
+                try FileManager.default.contentsOfDirectory(atPath: blobs.appending(path: $0).path).count
+            }
+            #expect(perUser.sorted() == [2, 2], "each user holds their own two blocks")
+        }
+    }
+
+    @Test("quota: 507 when content would not fit, and nothing is stored")
+    func quota() async throws {
+        try await TestServer.run(configure: { $0.defaultQuota = 10_000 }) { server in
+            let alice = try await server.signUp()
+            _ = try await alice.upload("a.bin", randomData(6000))
+            let over = try await alice.uploadReply("b.bin", randomData(6000))
+            #expect(over.status == 507)
+            #expect(over.errorCode == "quota_exceeded")
+            let about: About = try await alice.get("/v1/about").decode()
+            #expect(about.quota.used == 6000)
+            #expect(about.quota.limit == 10_000)
+            #expect(try await alice.list().files.count == 1)
+            let staging = try FileManager.default.contentsOfDirectory(atPath: server.dataDirectory.appending(path: "tmp").path)
+            #expect(staging.isEmpty, "refused uploads leave no staged bytes")
+        }
+    }
+
+    @Test("uploads over the size limit are a 413")
+    func tooLarge() async throws {
+        try await TestServer.run(configure: { $0.maxUploadSize = 1000 }) { server in
+            let alice = try await server.signUp()
+            let reply = try await alice.uploadReply("huge.bin", randomData(1001))
+            #expect(reply.status == 413)
+            #expect(reply.errorCode == "too_large")
+            #expect(try await alice.list().files.isEmpty)
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import NimbusAPI
+import NimbusServer
+import Testing
+
+@Suite("Isolation between users")
+struct IsolationTests {
+    @Test("another user's ids answer 404 on every route and nothing of theirs changes")
+    func everyRoute() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let mallory = try await server.signUp()
+            let folder = try await alice.mkdir("Private")
+            let file = try await alice.upload("secret.txt", Data("secret".utf8), in: folder.id)
+            let revision = try #require(file.revisionId)
+            let session: UploadResponse = try await alice.send(
+                .POST, "/v1/upload?uploadType=resumable",
+                json: UploadRequest(requestId: "r1", name: "big.bin", mimeType: "application/octet-stream", parentId: folder.id, size: 10)
+            ).decode()
+
+            let attempts: [(HTTPMethodName, String, (any Encodable & Sendable)?)] = [
+                (.GET, "/v1/files/\(file.id)", nil),
+                (.GET, "/v1/files/\(folder.id)", nil),
+                (.GET, "/v1/files?parentId=\(folder.id)", nil),
+                (.PATCH, "/v1/files/\(file.id)", UpdateFileRequest(name: "mine.txt")),
+                (.PATCH, "/v1/files/\(file.id)", UpdateFileRequest(parentId: "root")),
+                (.DELETE, "/v1/files/\(file.id)", nil),
+                (.DELETE, "/v1/files/\(folder.id)?permanent=true", nil),
+                (.POST, "/v1/files/\(file.id)/untrash", nil),
+                (.POST, "/v1/files", CreateFileRequest(name: "x", mimeType: folderMimeType, parentId: folder.id)),
+                (.GET, "/v1/files/\(file.id)/content", nil),
+                (.GET, "/v1/files/\(file.id)/revisions", nil),
+                (.GET, "/v1/files/\(file.id)/revisions/\(revision)", nil),
+                (.GET, "/v1/files/\(file.id)/revisions/\(revision)/content", nil),
+                (.POST, "/v1/files/\(file.id)/revisions/\(revision)/restore", nil),
+                (.POST, "/v1/upload?uploadType=media&name=x&parentId=\(folder.id)", nil),
+                (.POST, "/v1/upload?uploadType=media&fileId=\(file.id)", nil),
+                (.POST, "/v1/upload?uploadType=resumable",
+                 UploadRequest(requestId: "m1", name: "x", mimeType: "text/plain", parentId: folder.id, size: 1)),
+                (.POST, "/v1/upload?uploadType=resumable",
+                 UploadRequest(requestId: "m2", name: "x", mimeType: "text/plain", parentId: nil, size: 1, fileId: file.id)),
+                (.GET, "/v1/upload/\(session.uploadId)", nil),
+                (.DELETE, "/v1/upload/\(session.uploadId)", nil),
+            ]
+            for (method, path, json) in attempts {
+                let reply = try await mallory.send(method.http, path, json: json, body: json == nil ? Data("x".utf8) : nil)
+                #expect(reply.status == 404, "\(method) \(path) → \(reply.status) \(reply.text)")
+                #expect(reply.errorCode == "not_found")
+            }
+            let chunk = try await mallory.send(
+                .PUT, "/v1/upload/\(session.uploadId)/chunk", body: randomData(10), headers: ["Content-Range": "bytes 0-9/10"])
+            #expect(chunk.status == 404)
+
+            // Alice's things are untouched, and Mallory's own lists show none of them.
+            let still: File = try await alice.get("/v1/files/\(file.id)").decode()
+            #expect(still.name == "secret.txt" && !still.trashed && still.parentId == folder.id)
+            #expect(try await alice.content(file.id) == Data("secret".utf8))
+            #expect(try await alice.get("/v1/upload/\(session.uploadId)").status == 200)
+            #expect(try await mallory.list().files.isEmpty)
+            #expect(try await mallory.get("/v1/trash").decode(FileList.self).files.isEmpty)
+            let start: ChangeCursor = try await mallory.get("/v1/changes/start").decode()
+            let feed: ChangeList = try await mallory.get("/v1/changes?cursor=0").decode()
+            #expect(feed.changes.allSatisfy { $0.fileId != file.id && $0.fileId != folder.id })
+            #expect(!start.cursor.isEmpty)
+        }
+    }
+}
+
+/// The methods the isolation table uses, spelled as in the API docs.
+enum HTTPMethodName: String, CustomStringConvertible {
+    case GET, POST, PATCH, DELETE, PUT
+    var description: String { rawValue }
+    var http: HTTPMethod {
+        switch self {
+        case .GET: .GET
+        case .POST: .POST
+        case .PATCH: .PATCH
+        case .DELETE: .DELETE
+        case .PUT: .PUT
+        }
+    }
+}
+
+import NIOHTTP1
+
+@Suite("OpenAPI document")
+struct OpenAPITests {
+    @Test("every route the router has is described in openapi.yaml, and the server serves that document")
+    func routesDocumented() async throws {
+        try await TestServer.run { server in
+            let served = try await APIClient(baseURL: server.baseURL).get("/openapi.yaml")
+            #expect(served.status == 200)
+            let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            let onDisk = try String(contentsOf: repository.appending(path: "openapi.yaml"), encoding: .utf8)
+            #expect(served.text == onDisk, "the embedded document is current (run scripts/embed-assets)")
+
+            let documented = Self.operations(in: onDisk)
+            #expect(!server.parts.routes.isEmpty)
+            for route in server.parts.routes {
+                #expect(documented.contains("\(route.method.lowercased()) \(route.path)"), "\(route) is not in openapi.yaml")
+            }
+            // And the document describes nothing the server does not answer (root alias aside).
+            let served2 = Set(server.parts.routes.map { "\($0.method.lowercased()) \($0.path)" })
+            for operation in documented where operation != "get /v1/files/root" {
+                #expect(served2.contains(operation), "openapi.yaml documents \(operation), which the server lacks")
+            }
+        }
+    }
+
+    /// `method path` for every operation under `paths:` (a line-based read of the document's own layout).
+    static func operations(in yaml: String) -> Set<String> {
+        var result: Set<String> = []
+        var inPaths = false
+        var current: String?
+        for line in yaml.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line == "paths:" { inPaths = true; continue }
+            if inPaths, !line.hasPrefix(" "), !line.isEmpty { inPaths = false }
+            guard inPaths else { continue }
+            if line.hasPrefix("  /"), line.hasSuffix(":"), !line.hasPrefix("   ") {
+                current = String(line.dropFirst(2).dropLast())
+            } else if let current, line.hasPrefix("    "), !line.hasPrefix("     ") {
+                let key = line.trimmingCharacters(in: .whitespaces).dropLast()
+                if ["get", "post", "put", "patch", "delete"].contains(String(key)) {
+                    result.insert("\(key) \(current)")
+                }
+            }
+        }
+        return result
+    }
+}
