@@ -56,7 +56,8 @@ enum Schema {
                         request_id TEXT
                     );
                     CREATE UNIQUE INDEX files_live_name ON files(user_id, parent_id, name) WHERE trash_root IS NULL;
-                    CREATE INDEX files_children ON files(parent_id, is_folder, name);
+                    CREATE INDEX files_children ON files(parent_id, is_folder DESC, name, user_id) WHERE trash_root IS NULL;
+                    CREATE INDEX files_parent ON files(parent_id);
                     CREATE UNIQUE INDEX files_request ON files(user_id, request_id) WHERE request_id IS NOT NULL;
                     CREATE INDEX files_trash ON files(user_id, trash_root, trashed_at);
                     CREATE TABLE revisions (

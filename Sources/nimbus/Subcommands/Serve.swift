@@ -39,6 +39,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Resumable upload sessions expire after this many hours without progress.")
     var uploadExpiryHours: Int = 24
 
+    @Option(help: "Keep the change feed's record of deletions this many days; older cursors get 410.")
+    var changeRetentionDays: Int = 30
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -66,6 +69,7 @@ struct Serve: AsyncParsableCommand {
         configuration.revisionRetention = RevisionRetention(keepLast: revisionsKeep, keepFor: .seconds(revisionsDays * 86400))
         configuration.trashRetention = .seconds(trashDays * 86400)
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
+        configuration.changeRetention = .seconds(changeRetentionDays * 86400)
         configuration.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         configuration.onServerRunning = { port in
             let line = "nimbus serving \(URL(fileURLWithPath: data).standardizedFileURL.path) on http://\(host):\(port)\n"

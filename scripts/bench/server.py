@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Server benchmarks (issues 2 and 3), measured against peers in the same run.
+
+    swift build -c release --product nimbus --scratch-path .build-release
+    python3 scripts/bench/server.py [--binary .build-release/release/nimbus] [--size-mib 1024] [--resumable-mib 2048]
+
+Reports: simple upload/download MB/s with curl and the server's peak RSS (VmHWM), download from
+`python3 -m http.server` as the peer; `GET /v1/files` on a 10,000-entry folder with wrk; a resumable upload
+in 8 MiB chunks; long-poll change propagation p50/p99 over 1,000 commits; 1,000 idle SSE connections.
+"""
+import argparse, hashlib, http.client, json, os, resource, select, shutil, socket, statistics, subprocess, sys, tempfile, threading, time, uuid
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+class Server:
+    def __init__(self, binary, data):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
+        self.proc = subprocess.Popen([binary, "serve", "--data", data, "--port", "0", "--allow-registration", "--log-level", "error"],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        self.port = int(line.rsplit(":", 1)[1])
+    def stop(self):
+        self.proc.terminate(); self.proc.wait()
+
+class Client:
+    def __init__(self, port, token=None):
+        self.port, self.token = port, token
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    def request(self, method, path, body=None, headers=None, json_body=None):
+        h = dict(headers or {})
+        if self.token: h["Authorization"] = "Bearer " + self.token
+        if json_body is not None:
+            body = json.dumps(json_body).encode(); h["Content-Type"] = "application/json"
+        self.conn.request(method, path, body=body, headers=h)
+        r = self.conn.getresponse()
+        data = r.read()
+        return r.status, data
+
+def login(port, name, device):
+    c = Client(port)
+    c.request("POST", "/v1/auth/register", json_body={"username": name, "password": "benchmark pw"})
+    status, data = c.request("POST", "/v1/auth/login", json_body={"username": name, "password": "benchmark pw", "deviceName": device})
+    assert status == 200, data
+    return json.loads(data)["accessToken"]
+
+def timed(cmd):
+    t = time.perf_counter(); subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL); return time.perf_counter() - t
+
+def bench_simple(server, token, work, size_mib):
+    path = os.path.join(work, "big.bin")
+    with open(path, "wb") as f:
+        block = os.urandom(1 << 20)
+        for _ in range(size_mib): f.write(block)
+    auth = ["-H", f"Authorization: Bearer {token}"]
+    url = f"http://127.0.0.1:{server.port}"
+    t = time.perf_counter()
+    out = subprocess.run(["curl", "-s", "-X", "POST", "-T", path, *auth, f"{url}/v1/upload?uploadType=media&name=big.bin"], check=True, capture_output=True).stdout
+    up = time.perf_counter() - t
+    file_id = json.loads(out)["id"]
+    down = timed(["curl", "-s", "-o", "/dev/null", *auth, f"{url}/v1/files/{file_id}/content"])
+    peak = peak_rss_mib(server.proc.pid)
+    peer = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", work], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = peer.stdout.readline()
+    peer_port = int(line.split("port ")[1].split()[0])
+    peer_down = timed(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{peer_port}/big.bin"])
+    peer.terminate(); peer.wait()
+    os.remove(path)
+    mb = size_mib * 1.048576
+    print(f"simple upload   {size_mib} MiB: {mb/up:8.1f} MB/s  (curl -T, {up:.2f} s)")
+    print(f"download        {size_mib} MiB: {mb/down:8.1f} MB/s  vs python3 -m http.server {mb/peer_down:.1f} MB/s  (ratio {peer_down/down:.2f}x)")
+    print(f"server peak RSS after upload+download: {peak:.1f} MiB")
+
+def bench_listing(server, token, entries=10_000):
+    c = Client(server.port, token)
+    status, data = c.request("POST", "/v1/files", json_body={"name": "many", "mimeType": "application/vnd.nimbus.folder"})
+    folder = json.loads(data)["id"]
+    def worker(start):
+        w = Client(server.port, token)
+        for i in range(start, entries, 4):
+            s, d = w.request("POST", "/v1/files", json_body={"name": f"f{i:05}.txt", "mimeType": "text/plain", "parentId": folder})
+            assert s == 201, d
+    t = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    [th.start() for th in threads]; [th.join() for th in threads]
+    created = time.perf_counter() - t
+    print(f"created {entries} empty files: {entries/created:.0f} creates/s")
+    url = f"http://127.0.0.1:{server.port}/v1/files?parentId={folder}&limit=100&page=50"
+    out = subprocess.run(["wrk", "-t2", "-c16", "-d10s", "-H", f"Authorization: Bearer {token}", url], check=True, capture_output=True, text=True).stdout
+    rps = [l for l in out.splitlines() if "Requests/sec" in l][0].split()[1]
+    lat = [l for l in out.splitlines() if l.strip().startswith("Latency")][0].split()[1]
+    print(f"GET /v1/files (10,000-entry folder, page 50 of 100): {rps} req/s, mean latency {lat} (wrk -t2 -c16 -d10s)")
+
+def bench_resumable(server, token, work, size_mib):
+    path = os.path.join(work, "resumable.bin")
+    with open(path, "wb") as f:
+        block = os.urandom(1 << 20)
+        for _ in range(size_mib): f.write(block)
+    size = size_mib << 20
+    c = Client(server.port, token)
+    t = time.perf_counter()
+    s, d = c.request("POST", "/v1/upload?uploadType=resumable", json_body={"requestId": str(uuid.uuid4()), "name": "resumable.bin", "mimeType": "application/octet-stream", "parentId": "root", "size": size})
+    session = json.loads(d)
+    chunk = session["chunkSize"]
+    with open(path, "rb") as f:
+        for k in range(session["totalChunks"]):
+            body = f.read(chunk)
+            start = k * chunk
+            s, d = c.request("PUT", session["uploadUrl"], body=body, headers={"Content-Range": f"bytes {start}-{start+len(body)-1}/{size}"})
+            assert s in (201, 308), d
+    elapsed = time.perf_counter() - t
+    os.remove(path)
+    print(f"resumable upload {size_mib} MiB in {chunk >> 20} MiB chunks: {size_mib*1.048576/elapsed:.1f} MB/s; server peak RSS {peak_rss_mib(server.proc.pid):.1f} MiB")
+
+def bench_propagation(server, token_a, token_b, commits=1000):
+    a = Client(server.port, token_a); b = Client(server.port, token_b)
+    s, d = b.request("GET", "/v1/changes/start"); cursor = json.loads(d)["cursor"]
+    latencies = []
+    for i in range(commits):
+        result = {}
+        def poll():
+            s, d = b.request("GET", f"/v1/changes?cursor={cursor}&timeout=30")
+            result["t"] = time.perf_counter(); result["body"] = json.loads(d)
+        th = threading.Thread(target=poll); th.start()
+        time.sleep(0.002)  # let B's request reach the server and start waiting
+        s, d = a.request("POST", "/v1/files", json_body={"name": f"p{i}", "mimeType": "application/vnd.nimbus.folder"})
+        committed = time.perf_counter()
+        assert s == 201, d
+        th.join()
+        cursor = result["body"]["cursor"]
+        latencies.append(max(0.0, result["t"] - committed) * 1000)
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2]; p99 = latencies[int(len(latencies) * 0.99)]
+    print(f"change propagation A 2xx → B long-poll answer over {commits} commits: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+def bench_sse(server, token, connections=1000):
+    before = rss_mib(server.proc.pid)
+    socks = []
+    for _ in range(connections):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(f"GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        socks.append(s)
+    for s in socks:  # wait for each stream's first bytes
+        s.settimeout(30); data = s.recv(65536); assert b"200" in data, data
+    time.sleep(1)
+    held = rss_mib(server.proc.pid)
+    c = Client(server.port, token)
+    t = time.perf_counter()
+    c.request("POST", "/v1/files", json_body={"name": "sse-probe", "mimeType": "application/vnd.nimbus.folder"})
+    pending = set(socks); received = 0
+    while pending and time.perf_counter() - t < 30:
+        ready, _, _ = select.select(list(pending), [], [], 1)
+        for s in ready:
+            if b"event: change" in s.recv(65536):
+                received += 1; pending.discard(s)
+    elapsed = time.perf_counter() - t
+    for s in socks: s.close()
+    print(f"{connections} idle SSE connections: server RSS {before:.1f} → {held:.1f} MiB; one commit reached {received}/{connections} streams in {elapsed*1000:.0f} ms")
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--binary", default=".build-release/release/nimbus")
+    p.add_argument("--size-mib", type=int, default=1024)
+    p.add_argument("--resumable-mib", type=int, default=2048)
+    p.add_argument("--commits", type=int, default=1000)
+    p.add_argument("--only", default="simple,listing,resumable,propagation,sse")
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="nimbus-bench-")
+    server = Server(args.binary, os.path.join(work, "data"))
+    try:
+        token = login(server.port, "bench", "a")
+        only = args.only.split(",")
+        if "simple" in only: bench_simple(server, token, work, args.size_mib)
+        if "listing" in only: bench_listing(server, token)
+        if "resumable" in only: bench_resumable(server, token, work, args.resumable_mib)
+        if "propagation" in only: bench_propagation(server, token, login(server.port, "bench", "b"), args.commits)
+        if "sse" in only: bench_sse(server, token)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+if __name__ == "__main__":
+    main()
