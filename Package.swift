@@ -18,6 +18,7 @@ let package = Package(
         .executable(name: "nimbus", targets: ["nimbus"]),
         .library(name: "NimbusAPI", targets: ["NimbusAPI"]),
         .library(name: "NimbusServer", targets: ["NimbusServer"]),
+        .library(name: "NimbusSync", targets: ["NimbusSync"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -59,6 +60,19 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "NimbusSync",
+            dependencies: [
+                "NimbusAPI",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "nimbus",
             dependencies: [
@@ -68,6 +82,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "NimbusSyncTests",
+            dependencies: [
+                "NimbusAPI",
+                "NimbusSync",
+                "NimbusServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: testSwiftSettings
         ),
         .testTarget(
             name: "NimbusAPITests",

@@ -59,17 +59,29 @@ extension JSONDecoder {
 /// ISO-8601 UTC timestamps as the API writes them (`2026-11-22T01:16:05.123Z`).
 public enum ISO8601 {
     public static func string(from date: Date) -> String {
+        // Plain arithmetic (Howard Hinnant's civil-from-days): Calendar is slow on Linux, and listings format
+        // two timestamps per item.
         let millis = Int64((date.timeIntervalSince1970 * 1000).rounded())
-        let seconds = Int64((Double(millis) / 1000).rounded(.down))
-        let fraction = Int(millis - seconds * 1000)
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: Date(timeIntervalSince1970: TimeInterval(seconds)))
-        func pad(_ value: Int?, _ width: Int) -> String {
-            let text = String(value ?? 0)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
+        var days = millis >= 0 ? millis / 86_400_000 : (millis - 86_399_999) / 86_400_000
+        let msOfDay = millis - days * 86_400_000
+        days += 719_468
+        let era = (days >= 0 ? days : days - 146_096) / 146_097
+        let dayOfEra = days - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func pad(_ value: Int64, _ width: Int) -> String {
+            let text = String(value)
+            return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
         }
-        return "\(pad(c.year, 4))-\(pad(c.month, 2))-\(pad(c.day, 2))T\(pad(c.hour, 2)):\(pad(c.minute, 2)):\(pad(c.second, 2)).\(pad(fraction, 3))Z"
+        let hour = msOfDay / 3_600_000
+        let minute = msOfDay / 60_000 % 60
+        let second = msOfDay / 1000 % 60
+        let fraction = msOfDay % 1000
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(fraction, 3))Z"
     }
 
     public static func date(from text: String) -> Date? {

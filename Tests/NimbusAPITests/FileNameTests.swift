@@ -61,6 +61,12 @@ struct WireFormatTests {
         #expect(abs(try #require(ISO8601.date(from: text)).timeIntervalSince(date)) < 0.001)
         #expect(ISO8601.date(from: "2023-11-14T22:13:20Z") == Date(timeIntervalSince1970: 1_700_000_000))
         #expect(ISO8601.date(from: "yesterday") == nil)
+        // Leap days, year ends, and dates before 1970 format like Foundation's formatter.
+        for seconds in [0.0, 951_782_400.5, 1_709_164_800, 1_735_689_599.999, -86_400.25, 4_102_444_800] {
+            let date = Date(timeIntervalSince1970: seconds)
+            let expected = date.formatted(.iso8601.year().month().day().dateSeparator(.dash).time(includingFractionalSeconds: true).timeSeparator(.colon))
+            #expect(ISO8601.string(from: date) == expected + "Z", "\(seconds)")
+        }
     }
 
     @Test("a File always carries parentId, null for the root folder")

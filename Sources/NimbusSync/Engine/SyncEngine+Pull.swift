@@ -1,0 +1,303 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// Pulling: the change feed from the saved cursor into the remote tree; a full resync when the cursor is gone.
+extension SyncEngine {
+    /// Applies everything new on the server. Operations that were applied before this pull started are
+    /// confirmed by it and leave the queue (Carousel's rule: an operation stays in the view until the server
+    /// state shows its effect).
+    public func pull() async throws {
+        let client = try requireClient()
+        try await mapRoot(client)
+        let generation = try await database.pool.write { db -> Int64 in
+            let next = (Int64(try db.meta("pullGeneration") ?? "0") ?? 0) + 1
+            try db.setMeta("pullGeneration", String(next))
+            return next
+        }
+        var cursor = try await database.pool.read { db in try db.meta("cursor") } ?? "0"
+        while true {
+            let (head, data) = try await client.authorized(TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&limit=500"))
+            if head.status == 410 {
+                try await resync(client)
+                break
+            }
+            try ServerClient.check(head, data)
+            let page = try ServerClient.decode(ChangeList.self, data)
+            let nextCursor = page.cursor
+            try await database.pool.write { db in
+                for change in page.changes { try self.apply(db, change) }
+                try db.setMeta("cursor", nextCursor)
+            }
+            cursor = nextCursor
+            if !page.hasMore { break }
+        }
+        try await applyRemoteDeletions(force: false)
+        try await confirmOperations(before: generation)
+        notifyChanged()
+    }
+
+    /// Makes sure the root LUID points at the account's root folder.
+    func mapRoot(_ client: ServerClient) async throws {
+        let mapped = try await database.pool.read { db in try ItemRow.fetch(db, luid: ItemID.root.rawValue)?.fileId }
+        guard mapped == nil else { return }
+        let root: File = try await client.call("GET", "/v1/files/root")
+        try await database.pool.write { db in
+            if var stale = try ItemRow.fetch(db, fileId: root.id), stale.luid != ItemID.root.rawValue {
+                stale.fileId = nil
+                try stale.save(db)
+            }
+            var row = try ItemRow.fetch(db, luid: ItemID.root.rawValue) ?? ItemRow.empty(ItemID.root.rawValue, isFolder: true)
+            row.setRemote(root, parentLuid: nil)
+            row.adoptRemote()
+            row.lName = ""
+            try row.save(db)
+        }
+    }
+
+    /// Applies one feed entry to the remote tree, and to the local tree where nothing is pending.
+    nonisolated func apply(_ db: Database, _ change: Change) throws {
+        guard change.type == .upsert, let file = change.file, !file.trashed else {
+            if try ItemRow.fetch(db, fileId: change.fileId) != nil {
+                try db.execute(sql: "INSERT INTO remote_deletions (file_id) VALUES (?) ON CONFLICT DO NOTHING", arguments: [change.fileId])
+            }
+            if let file = change.file, var row = try ItemRow.fetch(db, fileId: file.id) {
+                row.setRemote(file, parentLuid: try parentLuid(db, file))
+                try row.save(db)
+            }
+            return
+        }
+        try db.execute(sql: "DELETE FROM remote_deletions WHERE file_id = ?", arguments: [file.id])
+        if file.parentId == nil {
+            // The root folder.
+            if var root = try ItemRow.fetch(db, luid: ItemID.root.rawValue) {
+                root.setRemote(file, parentLuid: nil)
+                root.adoptRemote()
+                root.lName = ""
+                try root.save(db)
+            }
+            return
+        }
+        var row = try ItemRow.fetch(db, fileId: file.id) ?? ItemRow.empty(ItemID.make().rawValue, isFolder: file.isFolder)
+        row.setRemote(file, parentLuid: try parentLuid(db, file))
+        let operations = try OperationRow.forItem(db, row.luid)
+        if row.flag == "unsynced" {
+            // The deletion was undone on the server: the item is in sync again; held uploads go ahead.
+            row.flag = nil
+            try db.execute(sql: "UPDATE operations SET state = 'pending' WHERE luid = ? AND state = 'parked'", arguments: [row.luid])
+        }
+        if operations.isEmpty && row.flag == nil {
+            row.adoptRemote()
+            try refreshContent(db, &row)
+        }
+        try row.save(db)
+    }
+
+    /// The LUID of a file's parent, creating a placeholder row for a parent not seen yet.
+    nonisolated func parentLuid(_ db: Database, _ file: File) throws -> String? {
+        guard let parentId = file.parentId else { return nil }
+        if let row = try ItemRow.fetch(db, fileId: parentId) { return row.luid }
+        var placeholder = ItemRow.empty(ItemID.make().rawValue, isFolder: true)
+        placeholder.fileId = parentId
+        try placeholder.save(db)
+        return placeholder.luid
+    }
+
+    /// After the remote content changed: a pinned item downloads the new content; a cached copy that is now
+    /// stale is dropped (it is only a copy of an older revision, which the server keeps).
+    nonisolated func refreshContent(_ db: Database, _ row: inout ItemRow) throws {
+        guard !row.isFolder, row.rChecksum != row.contentChecksum else { return }
+        if let path = row.contentPath, row.contentChecksum != nil {
+            if path.hasPrefix(contentDirectory.path) || path.hasPrefix(stagingDirectory.path) { try? FileManager.default.removeItem(atPath: path) }
+            row.contentPath = nil
+            row.contentChecksum = nil
+        }
+        if row.pinned { try scheduleDownloadIfNeeded(db, row, now: now) }
+    }
+
+    /// Applies the deletions collected by pulls. Items with changes that exist only here are not deleted:
+    /// they become `unsynced`. Too many deletions at once wait for ``confirmMassDeletion()``.
+    func applyRemoteDeletions(force: Bool) async throws {
+        let (count, total) = try await database.pool.read { db in
+            (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM remote_deletions") ?? 0,
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE s_present = 1 OR r_present = 1") ?? 0
+            )
+        }
+        guard count > 0 else { return }
+        let fraction = Double(count) / Double(max(total, 1))
+        if !force
+            && (count > configuration.massDeletionAbsolute
+                || (count >= configuration.massDeletionMinimum && fraction > configuration.massDeletionFraction))
+        {
+            phase = .awaitingDeletionConfirmation(count: count)
+            return
+        }
+        let discard = try await database.pool.write { db -> [String] in
+            var discard: [String] = []
+            let fileIds = try String.fetchAll(db, sql: "SELECT file_id FROM remote_deletions")
+            for fileId in fileIds {
+                guard var row = try ItemRow.fetch(db, fileId: fileId) else { continue }
+                row.rPresent = false
+                row.sPresent = false
+                if try self.hasLocalOnlyChanges(db, row) {
+                    row.flag = "unsynced"
+                    try db.execute(
+                        sql: "UPDATE operations SET state = 'parked' WHERE luid = ? AND state IN ('pending', 'failed') AND kind IN ('upload', 'createFolder')",
+                        arguments: [row.luid])
+                } else {
+                    try db.execute(sql: "DELETE FROM operations WHERE luid = ? AND state != 'applied'", arguments: [row.luid])
+                    row.lPresent = false
+                    row.flag = nil
+                    if let path = row.contentPath { discard.append(path) }
+                    row.contentPath = nil
+                    row.contentChecksum = nil
+                }
+                try row.save(db)
+            }
+            try db.execute(sql: "DELETE FROM remote_deletions")
+            return discard
+        }
+        for path in discard { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    /// Whether deleting the item here would lose something the server never had: a queued upload, or (for a
+    /// folder) anything under it that is not on the server.
+    nonisolated func hasLocalOnlyChanges(_ db: Database, _ row: ItemRow) throws -> Bool {
+        let uploads = try Int.fetchOne(
+            db, sql: "SELECT COUNT(*) FROM operations WHERE luid = ? AND kind = 'upload' AND state != 'applied'", arguments: [row.luid]) ?? 0
+        if uploads > 0 { return true }
+        guard row.isFolder else { return false }
+        for luid in try localSubtree(db, row.luid) where luid != row.luid {
+            let pending = try Int.fetchOne(
+                db, sql: "SELECT COUNT(*) FROM operations WHERE luid = ? AND kind IN ('upload', 'createFolder') AND state != 'applied'",
+                arguments: [luid]) ?? 0
+            if pending > 0 { return true }
+        }
+        return false
+    }
+
+    /// Removes operations applied before pull `generation` started, and shows those items as the server has them.
+    func confirmOperations(before generation: Int64) async throws {
+        try await database.pool.write { db in
+            let luids = try String.fetchAll(
+                db, sql: "SELECT DISTINCT luid FROM operations WHERE state = 'applied' AND applied_generation < ?", arguments: [generation])
+            try db.execute(sql: "DELETE FROM operations WHERE state = 'applied' AND applied_generation < ?", arguments: [generation])
+            for luid in luids { try self.reconcile(db, luid) }
+        }
+    }
+
+    /// With nothing pending for it, an item shows the remote state.
+    nonisolated func reconcile(_ db: Database, _ luid: String) throws {
+        guard var row = try ItemRow.fetch(db, luid: luid), row.flag == nil, luid != ItemID.root.rawValue else { return }
+        guard try OperationRow.forItem(db, luid).isEmpty else { return }
+        guard row.fileId != nil else { return }
+        let keptContent = row.contentChecksum
+        row.adoptRemote()
+        if keptContent != row.rChecksum { try refreshContent(db, &row) }
+        try row.save(db)
+    }
+
+    /// After a 410: lists the whole tree again, takes it as the remote state, and treats what is gone as deleted.
+    func resync(_ client: ServerClient) async throws {
+        let start: ChangeCursor = try await client.call("GET", "/v1/changes/start")
+        var seen: Set<String> = []
+        var folders = ["root"]
+        var files: [File] = []
+        while let folder = folders.popLast() {
+            var page = 1
+            while true {
+                let list: FileList = try await client.call("GET", "/v1/files?parentId=\(folder)&page=\(page)&limit=1000")
+                for file in list.files {
+                    files.append(file)
+                    seen.insert(file.id)
+                    if file.isFolder { folders.append(file.id) }
+                }
+                guard let next = list.pagination.nextPage else { break }
+                page = next
+            }
+        }
+        let listed = files
+        let seenIds = seen
+        try await database.pool.write { db in
+            // Parents come before children in `files`, so each parent's LUID exists when a child needs it.
+            for file in listed { try self.apply(db, Change(seq: 0, type: .upsert, fileId: file.id, file: file)) }
+            let known = try String.fetchAll(db, sql: "SELECT file_id FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND luid != 'root'")
+            for fileId in known where !seenIds.contains(fileId) {
+                try db.execute(sql: "INSERT INTO remote_deletions (file_id) VALUES (?) ON CONFLICT DO NOTHING", arguments: [fileId])
+            }
+            try db.setMeta("cursor", start.cursor)
+        }
+    }
+
+    /// Signing into a different account: keep what is local, forget the old account's references, and queue
+    /// what the new account must receive. Uploads that find the same content already there adopt it.
+    func switchAccount(to key: String) async throws {
+        let now = self.now
+        try await database.pool.write { db in
+            try db.setMeta("account", key)
+            try db.setMeta("cursor", nil)
+            try db.execute(sql: "DELETE FROM remote_deletions")
+            try db.execute(sql: "DELETE FROM upload_sessions")
+            // Keep: files with content here or queued uploads, folders created here, and the folders above them.
+            var keep: Set<String> = [ItemID.root.rawValue]
+            let local = try String.fetchAll(
+                db,
+                sql: """
+                    SELECT luid FROM items WHERE l_present = 1 AND (content_path IS NOT NULL
+                    OR luid IN (SELECT luid FROM operations WHERE kind IN ('upload', 'createFolder') AND state != 'applied'))
+                    """)
+            for luid in local {
+                var current: String? = luid
+                while let id = current, !keep.contains(id) {
+                    keep.insert(id)
+                    current = try String.fetchOne(db, sql: "SELECT l_parent FROM items WHERE luid = ?", arguments: [id])
+                }
+            }
+            let uploads = try Row.fetchAll(db, sql: "SELECT luid, payload FROM operations WHERE kind = 'upload' AND state != 'applied' ORDER BY seq")
+            var sources: [String: OperationPayload] = [:]
+            for upload in uploads {
+                sources[upload["luid"]] = try? JSONDecoder().decode(OperationPayload.self, from: Data((upload["payload"] as String).utf8))
+            }
+            try db.execute(sql: "DELETE FROM operations")
+            let all = try String.fetchAll(db, sql: "SELECT luid FROM items")
+            for luid in all where !keep.contains(luid) {
+                if let path = try String.fetchOne(db, sql: "SELECT content_path FROM items WHERE luid = ?", arguments: [luid]) {
+                    try? FileManager.default.removeItem(atPath: path)
+                }
+                try db.execute(sql: "DELETE FROM items WHERE luid = ?", arguments: [luid])
+            }
+            try db.execute(
+                sql: """
+                    UPDATE items SET file_id = NULL, r_present = 0, r_parent = NULL, r_name = NULL, r_revision = NULL, r_checksum = NULL,
+                    s_present = 0, s_parent = NULL, s_name = NULL, s_checksum = NULL, s_revision = NULL, flag = NULL
+                    """)
+            // Queue in tree order so parents are created first.
+            var queue = [ItemID.root.rawValue]
+            var created: [String: String] = [:]
+            while !queue.isEmpty {
+                let parent = queue.removeFirst()
+                let children = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE l_parent = ? AND l_present = 1", arguments: [parent])
+                    .map(ItemRow.init(row:))
+                for child in children {
+                    let dependencies = created[parent].map { [$0] } ?? []
+                    if child.isFolder {
+                        created[child.luid] = try OperationRow.insert(
+                            db, luid: child.luid, kind: .createFolder, payload: OperationPayload(name: child.lName, parent: parent),
+                            dependsOn: dependencies, now: now)
+                        queue.append(child.luid)
+                    } else {
+                        var payload = sources[child.luid]
+                            ?? OperationPayload(sourcePath: child.contentPath, ownsSource: false, checksum: child.contentChecksum, size: child.lSize)
+                        payload.name = child.lName
+                        payload.parent = parent
+                        payload.mimeType = child.lMime
+                        payload.baseRevision = nil
+                        guard payload.sourcePath != nil else { continue }
+                        _ = try OperationRow.insert(db, luid: child.luid, kind: .upload, payload: payload, dependsOn: dependencies, now: now)
+                    }
+                }
+            }
+        }
+    }
+}

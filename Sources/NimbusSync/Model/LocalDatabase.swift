@@ -1,0 +1,114 @@
+import Foundation
+import GRDB
+
+/// The engine's SQLite database (GRDB, WAL): the three trees of every item, the operation queue, upload
+/// sessions and a little key-value state.
+///
+/// Each item row carries three versions of itself (Nucleus' three trees, as columns):
+/// - `r_*` — **remote**: the server's state as the change feed last told it (a cache);
+/// - `s_*` — **synced**: the last state both sides agreed on (the merge base that tells "deleted here"
+///   from "created there");
+/// - `l_*` — **local**: what the user sees — the server's state with the pending operations applied.
+///
+/// Migrations are history: never edit one that shipped; add the next.
+struct LocalDatabase: Sendable {
+    let pool: DatabasePool
+
+    init(path: String) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("1-initial") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                    CREATE TABLE items (
+                        luid TEXT PRIMARY KEY,
+                        file_id TEXT UNIQUE,
+                        is_folder INTEGER NOT NULL DEFAULT 0,
+                        r_present INTEGER NOT NULL DEFAULT 0,
+                        r_parent TEXT,
+                        r_name TEXT,
+                        r_mime TEXT,
+                        r_size INTEGER,
+                        r_checksum TEXT,
+                        r_revision TEXT,
+                        r_modified INTEGER,
+                        s_present INTEGER NOT NULL DEFAULT 0,
+                        s_parent TEXT,
+                        s_name TEXT,
+                        s_checksum TEXT,
+                        s_revision TEXT,
+                        l_present INTEGER NOT NULL DEFAULT 0,
+                        l_parent TEXT,
+                        l_name TEXT,
+                        l_mime TEXT,
+                        l_size INTEGER,
+                        l_checksum TEXT,
+                        l_modified INTEGER,
+                        content_path TEXT,
+                        content_checksum TEXT,
+                        pinned INTEGER NOT NULL DEFAULT 0,
+                        flag TEXT,
+                        last_access INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX items_local_children ON items(l_parent, is_folder DESC, l_name) WHERE l_present = 1;
+                    CREATE INDEX items_remote_children ON items(r_parent);
+                    CREATE INDEX items_lru ON items(last_access);
+                    CREATE INDEX items_flag ON items(flag) WHERE flag IS NOT NULL;
+                    CREATE TABLE operations (
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        id TEXT NOT NULL UNIQUE,
+                        luid TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        payload TEXT NOT NULL,
+                        depends_on TEXT,
+                        state TEXT NOT NULL DEFAULT 'pending',
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        next_attempt_at INTEGER NOT NULL DEFAULT 0,
+                        last_error TEXT,
+                        applied_generation INTEGER,
+                        created_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX operations_luid ON operations(luid);
+                    CREATE INDEX operations_state ON operations(state, next_attempt_at);
+                    CREATE INDEX operations_depends ON operations(depends_on) WHERE depends_on IS NOT NULL;
+                    CREATE TABLE remote_deletions (file_id TEXT PRIMARY KEY);
+                    CREATE TABLE upload_sessions (
+                        operation_id TEXT PRIMARY KEY,
+                        response TEXT NOT NULL
+                    );
+                    """)
+        }
+        return migrator
+    }
+}
+
+extension Database {
+    func meta(_ key: String) throws -> String? {
+        try String.fetchOne(self, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key])
+    }
+
+    func setMeta(_ key: String, _ value: String?) throws {
+        if let value {
+            try execute(
+                sql: "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                arguments: [key, value])
+        } else {
+            try execute(sql: "DELETE FROM meta WHERE key = ?", arguments: [key])
+        }
+    }
+}
+
+extension Date {
+    var millis: Int64 { Int64((timeIntervalSince1970 * 1000).rounded()) }
+    init(millis: Int64) { self.init(timeIntervalSince1970: TimeInterval(millis) / 1000) }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import NimbusAPI
+
+/// A stable local id for an item (a LUID): the same before and after its first upload, whatever the server
+/// calls it. `ItemID.root` is the account's root folder.
+public struct ItemID: Hashable, Sendable, Codable, CustomStringConvertible {
+    public let rawValue: String
+    public init(_ rawValue: String) { self.rawValue = rawValue }
+    public static let root = ItemID("root")
+    public var description: String { rawValue }
+    static func make() -> ItemID { ItemID(UUID().uuidString.lowercased()) }
+}
+
+/// What the user should see about an item's sync.
+public enum ItemState: Sendable, Equatable {
+    /// Same here and on the server.
+    case synced
+    /// A change waits to be sent (offline, or queued behind others).
+    case pending
+    case uploading(progress: Double)
+    case downloading(progress: Double)
+    /// Changed here and there; waiting for ``SyncEngine/resolveConflict(_:keeping:)`` (the `ask` policy).
+    case conflict
+    /// Deleted on the server while changed (or only present) here: kept, waiting for the user to decide
+    /// (``SyncEngine/confirmDeletion(_:)`` or ``SyncEngine/keepLocalCopy(_:)``).
+    case unsynced
+    /// Gave up after the allowed attempts; ``SyncEngine/retry(_:)`` tries again.
+    case failed(SyncError)
+}
+
+/// One file or folder as the app shows it: the server's state with this device's pending changes applied.
+public struct SyncItem: Sendable, Equatable, Identifiable {
+    public var id: ItemID
+    /// The server's id, once the item exists there.
+    public var fileId: String?
+    public var parentId: ItemID?
+    public var name: String
+    public var mimeType: String
+    public var isFolder: Bool
+    public var size: Int64
+    public var checksum: String?
+    /// The server revision this item shows (absent before its first upload).
+    public var revisionId: String?
+    public var modifiedAt: Date
+    public var state: ItemState
+    /// Kept downloaded ("available offline").
+    public var isPinned: Bool
+    /// Its current content is on this device.
+    public var isAvailableOffline: Bool
+}
+
+/// How a conflict (changed here and there since the last sync) is settled.
+public enum ConflictStrategy: String, Sendable, Codable, CaseIterable {
+    /// Keep both: this device's version becomes `name (conflict from DEVICE YYYY-MM-DD).ext`.
+    case keepBoth
+    /// This device's version becomes the head; the other stays a revision.
+    case lastWriterWins
+    /// Mark the item `conflict` and wait for ``SyncEngine/resolveConflict(_:keeping:)``.
+    case ask
+}
+
+/// The user's answer to a conflict.
+public enum ConflictResolution: String, Sendable, Codable, CaseIterable {
+    /// This device's version becomes the head (the server's stays a revision).
+    case keepLocal
+    /// The server's version stays the head (this device's is kept as a revision).
+    case keepRemote
+    /// Both stay: this device's version as a conflict copy.
+    case keepBoth
+}
+
+/// The engine at a glance, for a status line.
+public struct EngineStatus: Sendable, Equatable {
+    public enum Phase: Sendable, Equatable {
+        case signedOut
+        case idle
+        case syncing
+        /// The server could not be reached; retrying.
+        case offline
+        /// The server refused the credentials; nothing is sent until the user signs in again.
+        case needsSignIn
+        /// A pull would delete many items; waiting for ``SyncEngine/confirmMassDeletion()``.
+        case awaitingDeletionConfirmation(count: Int)
+    }
+
+    public var phase: Phase
+    public var pending: Int
+    public var uploading: Int
+    public var downloading: Int
+    public var conflicts: Int
+    public var unsynced: Int
+    public var failed: Int
+}
+
+/// A change of interest to the app, from ``SyncEngine/events()``.
+public enum SyncEvent: Sendable, Equatable {
+    /// Items in this folder changed (locally or from the server).
+    case folderChanged(ItemID)
+    case statusChanged(EngineStatus)
+}
+
+/// How the engine is set up.
+public struct SyncConfiguration: Sendable {
+    /// Where the database, tokens and content live (the app's private store).
+    public var directory: URL
+    /// Shown in conflict copies and on the server's device list.
+    public var deviceName: String
+    public var conflictStrategy: ConflictStrategy = .keepBoth
+    /// Attempts before an operation goes to `failed`.
+    public var maxAttempts: Int = 5
+    /// Backoff: first delay and cap (exponential with full jitter in between).
+    public var backoffBase: Duration = .milliseconds(500)
+    public var backoffCap: Duration = .seconds(300)
+    /// Metadata cache cap; least recently used entries that are not pinned, pending or local-only go first.
+    public var metadataCacheLimit: Int64 = 200 * 1024 * 1024
+    /// A pull deleting more than this share of the tree (and at least `massDeletionMinimum` items), or more
+    /// than `massDeletionAbsolute` items, waits for confirmation.
+    public var massDeletionFraction: Double = 0.5
+    public var massDeletionMinimum: Int = 10
+    public var massDeletionAbsolute: Int = 1000
+    /// Where tokens are kept; a 0600 file in `directory` by default.
+    public var tokenStore: (any TokenStore)?
+    /// How requests reach the server; AsyncHTTPClient by default. Tests inject faults here.
+    public var transportFactory: (@Sendable (URL) -> any Transport)?
+    /// The engine's time (backoff schedules); tests use a manual clock.
+    public var clock: any SyncClock = SystemSyncClock()
+    /// Seed for backoff jitter; a fixed seed makes a run repeatable.
+    public var randomSeed: UInt64?
+
+    public init(directory: URL, deviceName: String) {
+        self.directory = directory
+        self.deviceName = deviceName
+    }
+}
+
+/// The engine's notion of now, injectable for deterministic tests.
+public protocol SyncClock: Sendable {
+    func now() -> Date
+}
+
+public struct SystemSyncClock: SyncClock {
+    public init() {}
+    public func now() -> Date { Date() }
+}

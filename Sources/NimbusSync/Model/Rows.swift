@@ -1,0 +1,254 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// One item with its three trees (see ``LocalDatabase``).
+struct ItemRow: Sendable, Equatable {
+    var luid: String
+    var fileId: String?
+    var isFolder: Bool
+    // remote
+    var rPresent: Bool
+    var rParent: String?
+    var rName: String?
+    var rMime: String?
+    var rSize: Int64?
+    var rChecksum: String?
+    var rRevision: String?
+    var rModified: Int64?
+    // synced
+    var sPresent: Bool
+    var sParent: String?
+    var sName: String?
+    var sChecksum: String?
+    var sRevision: String?
+    // local
+    var lPresent: Bool
+    var lParent: String?
+    var lName: String?
+    var lMime: String?
+    var lSize: Int64?
+    var lChecksum: String?
+    var lModified: Int64?
+    // content on this device
+    var contentPath: String?
+    var contentChecksum: String?
+    var pinned: Bool
+    /// `conflict` or `unsynced`, when the item waits for the user.
+    var flag: String?
+    var lastAccess: Int64
+
+    static func empty(_ luid: String, isFolder: Bool) -> ItemRow {
+        ItemRow(
+            luid: luid, fileId: nil, isFolder: isFolder, rPresent: false, rParent: nil, rName: nil, rMime: nil, rSize: nil,
+            rChecksum: nil, rRevision: nil, rModified: nil, sPresent: false, sParent: nil, sName: nil, sChecksum: nil, sRevision: nil,
+            lPresent: false, lParent: nil, lName: nil, lMime: nil, lSize: nil, lChecksum: nil, lModified: nil, contentPath: nil,
+            contentChecksum: nil, pinned: false, flag: nil, lastAccess: 0)
+    }
+
+    init(
+        luid: String, fileId: String?, isFolder: Bool, rPresent: Bool, rParent: String?, rName: String?, rMime: String?, rSize: Int64?,
+        rChecksum: String?, rRevision: String?, rModified: Int64?, sPresent: Bool, sParent: String?, sName: String?, sChecksum: String?,
+        sRevision: String?, lPresent: Bool, lParent: String?, lName: String?, lMime: String?, lSize: Int64?, lChecksum: String?,
+        lModified: Int64?, contentPath: String?, contentChecksum: String?, pinned: Bool, flag: String?, lastAccess: Int64
+    ) {
+        self.luid = luid
+        self.fileId = fileId
+        self.isFolder = isFolder
+        self.rPresent = rPresent
+        self.rParent = rParent
+        self.rName = rName
+        self.rMime = rMime
+        self.rSize = rSize
+        self.rChecksum = rChecksum
+        self.rRevision = rRevision
+        self.rModified = rModified
+        self.sPresent = sPresent
+        self.sParent = sParent
+        self.sName = sName
+        self.sChecksum = sChecksum
+        self.sRevision = sRevision
+        self.lPresent = lPresent
+        self.lParent = lParent
+        self.lName = lName
+        self.lMime = lMime
+        self.lSize = lSize
+        self.lChecksum = lChecksum
+        self.lModified = lModified
+        self.contentPath = contentPath
+        self.contentChecksum = contentChecksum
+        self.pinned = pinned
+        self.flag = flag
+        self.lastAccess = lastAccess
+    }
+
+    init(row: Row) {
+        self.init(
+            luid: row["luid"], fileId: row["file_id"], isFolder: row["is_folder"], rPresent: row["r_present"], rParent: row["r_parent"],
+            rName: row["r_name"], rMime: row["r_mime"], rSize: row["r_size"], rChecksum: row["r_checksum"], rRevision: row["r_revision"],
+            rModified: row["r_modified"], sPresent: row["s_present"], sParent: row["s_parent"], sName: row["s_name"],
+            sChecksum: row["s_checksum"], sRevision: row["s_revision"], lPresent: row["l_present"], lParent: row["l_parent"],
+            lName: row["l_name"], lMime: row["l_mime"], lSize: row["l_size"], lChecksum: row["l_checksum"], lModified: row["l_modified"],
+            contentPath: row["content_path"], contentChecksum: row["content_checksum"], pinned: row["pinned"], flag: row["flag"],
+            lastAccess: row["last_access"])
+    }
+
+    static func fetch(_ db: Database, luid: String) throws -> ItemRow? {
+        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE luid = ?", arguments: [luid]).map(ItemRow.init(row:))
+    }
+
+    static func fetch(_ db: Database, fileId: String) throws -> ItemRow? {
+        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE file_id = ?", arguments: [fileId]).map(ItemRow.init(row:))
+    }
+
+    func save(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT INTO items (luid, file_id, is_folder, r_present, r_parent, r_name, r_mime, r_size, r_checksum, r_revision, r_modified,
+                    s_present, s_parent, s_name, s_checksum, s_revision, l_present, l_parent, l_name, l_mime, l_size, l_checksum, l_modified,
+                    content_path, content_checksum, pinned, flag, last_access)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (luid) DO UPDATE SET file_id = excluded.file_id, is_folder = excluded.is_folder,
+                    r_present = excluded.r_present, r_parent = excluded.r_parent, r_name = excluded.r_name, r_mime = excluded.r_mime,
+                    r_size = excluded.r_size, r_checksum = excluded.r_checksum, r_revision = excluded.r_revision, r_modified = excluded.r_modified,
+                    s_present = excluded.s_present, s_parent = excluded.s_parent, s_name = excluded.s_name, s_checksum = excluded.s_checksum,
+                    s_revision = excluded.s_revision, l_present = excluded.l_present, l_parent = excluded.l_parent, l_name = excluded.l_name,
+                    l_mime = excluded.l_mime, l_size = excluded.l_size, l_checksum = excluded.l_checksum, l_modified = excluded.l_modified,
+                    content_path = excluded.content_path, content_checksum = excluded.content_checksum, pinned = excluded.pinned,
+                    flag = excluded.flag, last_access = excluded.last_access
+                """,
+            arguments: [
+                luid, fileId, isFolder, rPresent, rParent, rName, rMime, rSize, rChecksum, rRevision, rModified, sPresent, sParent, sName,
+                sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pinned, flag,
+                lastAccess,
+            ])
+    }
+
+    /// Copies the remote state into the local and synced trees (nothing pending for this item).
+    mutating func adoptRemote() {
+        sPresent = rPresent
+        sParent = rParent
+        sName = rName
+        sChecksum = rChecksum
+        sRevision = rRevision
+        lPresent = rPresent
+        lParent = rParent
+        lName = rName
+        lMime = rMime
+        lSize = rSize
+        lChecksum = rChecksum
+        lModified = rModified
+    }
+
+    /// Takes a server `File` as the remote state.
+    mutating func setRemote(_ file: File, parentLuid: String?) {
+        fileId = file.id
+        isFolder = file.isFolder
+        rPresent = !file.trashed
+        rParent = parentLuid
+        rName = file.name
+        rMime = file.mimeType
+        rSize = file.size
+        rChecksum = file.checksum
+        rRevision = file.revisionId
+        rModified = file.modifiedAt.millis
+    }
+}
+
+/// What an operation does.
+enum OperationKind: String, Sendable, Codable {
+    case createFolder
+    case upload
+    case rename
+    case move
+    case delete
+    case restore
+    case download
+}
+
+/// An operation's details, stored as JSON. Item references are LUIDs.
+struct OperationPayload: Codable, Sendable, Equatable {
+    var name: String?
+    var parent: String?
+    var mimeType: String?
+    /// Where the bytes to upload are (a staged copy in the engine's store, or the user's file).
+    var sourcePath: String?
+    /// The staged copy belongs to the engine and is removed (or kept as the offline copy) afterwards.
+    var ownsSource: Bool?
+    var checksum: String?
+    var size: Int64?
+    /// The revision this change is based on (`If-Match`); `nil` for a new file.
+    var baseRevision: String?
+    /// Restore: the revision to restore.
+    var revisionId: String?
+    /// Upload: replace whatever holds the name (last-writer-wins on a name clash).
+    var replace: Bool?
+}
+
+/// A persisted operation of the queue.
+struct OperationRow: Sendable, Equatable {
+    enum State: String, Sendable {
+        /// Waiting to run (maybe after `nextAttemptAt`, maybe behind its dependencies).
+        case pending
+        /// Done on the server; kept (and replayed in the view) until a pull shows its effect.
+        case applied
+        /// Held: its item is in `conflict` or `unsynced`, waiting for the user.
+        case parked
+        /// Gave up after the allowed attempts.
+        case failed
+    }
+
+    var seq: Int64
+    var id: String
+    var luid: String
+    var kind: OperationKind
+    var payload: OperationPayload
+    var dependsOn: [String]
+    var state: State
+    var attempts: Int
+    var nextAttemptAt: Int64
+    var lastError: String?
+
+    init(row: Row) {
+        seq = row["seq"]
+        id = row["id"]
+        luid = row["luid"]
+        kind = OperationKind(rawValue: row["kind"]) ?? .download
+        payload = (try? JSONDecoder().decode(OperationPayload.self, from: Data((row["payload"] as String).utf8))) ?? OperationPayload()
+        dependsOn = (row["depends_on"] as String?).map { $0.split(separator: ",").map(String.init) } ?? []
+        state = State(rawValue: row["state"]) ?? .pending
+        attempts = row["attempts"]
+        nextAttemptAt = row["next_attempt_at"]
+        lastError = row["last_error"]
+    }
+
+    static func insert(
+        _ db: Database, luid: String, kind: OperationKind, payload: OperationPayload, dependsOn: [String], now: Date, id: String = UUID().uuidString.lowercased()
+    ) throws -> String {
+        let json = String(decoding: try JSONEncoder().encode(payload), as: UTF8.self)
+        try db.execute(
+            sql: "INSERT INTO operations (id, luid, kind, payload, depends_on, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            arguments: [id, luid, kind.rawValue, json, dependsOn.isEmpty ? nil : dependsOn.joined(separator: ","), now.millis])
+        return id
+    }
+
+    static func updatePayload(_ db: Database, id: String, _ payload: OperationPayload) throws {
+        let json = String(decoding: try JSONEncoder().encode(payload), as: UTF8.self)
+        try db.execute(sql: "UPDATE operations SET payload = ? WHERE id = ?", arguments: [json, id])
+    }
+
+    static func forItem(_ db: Database, _ luid: String) throws -> [OperationRow] {
+        try Row.fetchAll(db, sql: "SELECT * FROM operations WHERE luid = ? ORDER BY seq", arguments: [luid]).map(OperationRow.init(row:))
+    }
+
+    /// The id of the last unfinished operation that creates or uploads `luid` (what others must wait for).
+    static func creator(_ db: Database, of luid: String) throws -> String? {
+        try String.fetchOne(
+            db,
+            sql: """
+                SELECT id FROM operations WHERE luid = ? AND kind IN ('createFolder', 'upload') AND state IN ('pending', 'parked', 'failed')
+                ORDER BY seq DESC LIMIT 1
+                """,
+            arguments: [luid])
+    }
+}

@@ -1,0 +1,88 @@
+import Crypto
+import Foundation
+
+/// A value behind a lock, for state that synchronous callbacks (stream terminations) must reach.
+final class LockedBox<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// SplitMix64: small, fast, and the same sequence for the same seed on every platform.
+struct SeededRandom: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Exponential backoff with full jitter: a random delay in `[0, min(cap, base·2^attempt)]`, but never less
+/// than the server's `Retry-After`.
+enum Backoff {
+    static func delay(attempt: Int, base: Duration, cap: Duration, retryAfter: Int?, random: inout some RandomNumberGenerator) -> TimeInterval {
+        let baseSeconds = Double(base.components.seconds) + Double(base.components.attoseconds) / 1e18
+        let capSeconds = Double(cap.components.seconds) + Double(cap.components.attoseconds) / 1e18
+        let ceiling = min(capSeconds, baseSeconds * pow(2, Double(min(attempt, 30))))
+        let jittered = Double.random(in: 0...max(ceiling, 0.001), using: &random)
+        return max(jittered, Double(retryAfter ?? 0))
+    }
+}
+
+/// SHA-256 of a file, read in 1 MiB pieces (never whole into memory).
+enum FileHasher {
+    static func sha256(of url: URL) throws -> (checksum: String, size: Int64) {
+        let handle = try FileHandle(forReadingFrom: url)
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        var size: Int64 = 0
+        while let data = try handle.read(upToCount: 1024 * 1024), !data.isEmpty {
+            hasher.update(data: data)
+            size += Int64(data.count)
+        }
+        return (hex(hasher.finalize()), size)
+    }
+
+    static func hex(_ digest: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        for byte in digest {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Copies `source` to `destination` (which must not exist), hashing on the way, and fsyncs the copy.
+    static func copy(_ source: URL, to destination: URL) throws -> (checksum: String, size: Int64) {
+        let input = try FileHandle(forReadingFrom: source)
+        defer { try? input.close() }
+        guard FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+            throw SyncError.localFile("Could not create \(destination.path).")
+        }
+        let output = try FileHandle(forWritingTo: destination)
+        defer { try? output.close() }
+        var hasher = SHA256()
+        var size: Int64 = 0
+        while let data = try input.read(upToCount: 1024 * 1024), !data.isEmpty {
+            hasher.update(data: data)
+            try output.write(contentsOf: data)
+            size += Int64(data.count)
+        }
+        try output.synchronize()
+        return (hex(hasher.finalize()), size)
+    }
+}

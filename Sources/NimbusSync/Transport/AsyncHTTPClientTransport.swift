@@ -1,0 +1,60 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+
+/// ``Transport`` over AsyncHTTPClient (SwiftNIO): works on Linux and Apple platforms.
+public struct AsyncHTTPClientTransport: Transport {
+    public let baseURL: URL
+    let client: HTTPClient
+    let timeout: TimeAmount
+
+    /// - Parameters:
+    ///   - baseURL: the server, e.g. `http://127.0.0.1:8080`.
+    ///   - timeout: for a whole request; long-polls ask for less than this.
+    public init(baseURL: URL, client: HTTPClient = .shared, timeout: Duration = .seconds(300)) {
+        self.baseURL = baseURL
+        self.client = client
+        self.timeout = .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+    }
+
+    func makeRequest(_ request: TransportRequest) -> HTTPClientRequest {
+        var base = baseURL.absoluteString
+        if base.hasSuffix("/") { base.removeLast() }
+        var http = HTTPClientRequest(url: base + request.path)
+        http.method = HTTPMethod(rawValue: request.method)
+        for (name, value) in request.headers { http.headers.replaceOrAdd(name: name, value: value) }
+        if let body = request.body {
+            http.body = .bytes(ByteBuffer(data: body))
+        }
+        return http
+    }
+
+    static func head(_ response: HTTPClientResponse) -> TransportResponseHead {
+        var headers: [String: String] = [:]
+        for (name, value) in response.headers { headers[name.lowercased()] = value }
+        return TransportResponseHead(status: Int(response.status.code), headers: headers)
+    }
+
+    public func send(_ request: TransportRequest) async throws -> (TransportResponseHead, Data) {
+        let response = try await client.execute(makeRequest(request), timeout: timeout)
+        let body = try await response.body.collect(upTo: 64 * 1024 * 1024)
+        return (Self.head(response), Data(buffer: body))
+    }
+
+    public func stream(_ request: TransportRequest, into sink: @escaping @Sendable (Data) async throws -> Void) async throws
+        -> (TransportResponseHead, Data)
+    {
+        let response = try await client.execute(makeRequest(request), timeout: timeout)
+        let head = Self.head(response)
+        guard (200..<300).contains(head.status) else {
+            let body = try await response.body.collect(upTo: 1024 * 1024)
+            return (head, Data(buffer: body))
+        }
+        for try await buffer in response.body {
+            try await sink(Data(buffer: buffer))
+        }
+        return (head, Data())
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+import NimbusAPI
+
+/// The signed-in account and device, persisted by a ``TokenStore``.
+public struct Account: Codable, Sendable, Equatable {
+    public var server: URL
+    public var userId: String
+    public var username: String
+    public var deviceId: String
+    public var accessToken: String
+    public var refreshToken: String
+    public var expiresAt: Date
+}
+
+/// Where tokens live between launches: a 0600 file by default; an app can use the Keychain instead.
+public protocol TokenStore: Sendable {
+    func load() throws -> Account?
+    func save(_ credentials: Account?) throws
+}
+
+/// Tokens in a JSON file readable only by its owner (mode 0600), written atomically.
+public struct FileTokenStore: TokenStore {
+    public let url: URL
+
+    public init(url: URL) { self.url = url }
+
+    public func load() throws -> Account? {
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        return try JSONDecoder.nimbus.decode(Account.self, from: Data(contentsOf: url))
+    }
+
+    public func save(_ credentials: Account?) throws {
+        guard let credentials else {
+            try? FileManager.default.removeItem(at: url)
+            return
+        }
+        let data = try JSONEncoder.nimbus.encode(credentials)
+        let temporary = url.appendingPathExtension("tmp")
+        _ = FileManager.default.createFile(atPath: temporary.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        let handle = try FileHandle(forWritingTo: temporary)
+        try handle.write(contentsOf: data)
+        try handle.synchronize()
+        try handle.close()
+        // rename(2) replaces atomically, whether or not the file exists yet.
+        guard rename(temporary.path, url.path) == 0 else {
+            throw SyncError.localFile("Could not save \(url.path) (errno \(errno)).")
+        }
+    }
+}
+
+/// The Nimbus API, typed: every call decodes its answer or throws a classified ``SyncError``.
+///
+/// Holds the tokens; a 401 on an authenticated call refreshes them once and retries, and only if that fails
+/// does the call throw ``SyncError/unauthorized(_:)``.
+public actor ServerClient {
+    public let transport: any Transport
+    let tokenStore: any TokenStore
+    public private(set) var credentials: Account?
+
+    public init(transport: any Transport, tokenStore: any TokenStore) {
+        self.transport = transport
+        self.tokenStore = tokenStore
+        self.credentials = try? tokenStore.load()
+    }
+
+    // MARK: Auth
+
+    public func logIn(server: URL, username: String, password: String, deviceName: String) async throws -> Account {
+        let body = NimbusAPI.Credentials(username: username, password: password, deviceName: deviceName)
+        let (head, data) = try await raw(TransportRequest(method: "POST", path: "/v1/auth/login", body: try JSONEncoder.nimbus.encode(body)), json: true)
+        try Self.check(head, data)
+        let pair = try Self.decode(TokenPair.self, data)
+        let credentials = Account(
+            server: server, userId: pair.userId, username: username, deviceId: pair.deviceId, accessToken: pair.accessToken,
+            refreshToken: pair.refreshToken, expiresAt: pair.expiresAt)
+        try store(credentials)
+        return credentials
+    }
+
+    /// Forgets the tokens (and revokes the device on the server when it can be reached).
+    public func logOut() async {
+        if let credentials {
+            let body = try? JSONEncoder.nimbus.encode(RefreshRequest(refreshToken: credentials.refreshToken))
+            _ = try? await transport.send(
+                TransportRequest(method: "POST", path: "/v1/auth/logout", headers: ["Content-Type": "application/json"], body: body))
+        }
+        try? store(nil)
+    }
+
+    func store(_ credentials: Account?) throws {
+        self.credentials = credentials
+        do { try tokenStore.save(credentials) } catch { throw SyncError.localFile("Could not save the sign-in: \(error)") }
+    }
+
+    /// Exchanges the refresh token for new tokens; `false` if the server refused (sign in again).
+    func refresh() async throws -> Bool {
+        guard let current = credentials else { return false }
+        let body = try JSONEncoder.nimbus.encode(RefreshRequest(refreshToken: current.refreshToken))
+        let (head, data) = try await raw(TransportRequest(method: "POST", path: "/v1/auth/refresh", body: body), json: true)
+        guard head.status == 200, let pair = try? JSONDecoder.nimbus.decode(TokenPair.self, from: data) else {
+            if head.status == 401 || head.status == 400 { return false }
+            try Self.check(head, data)
+            return false
+        }
+        var next = current
+        next.accessToken = pair.accessToken
+        next.refreshToken = pair.refreshToken
+        next.expiresAt = pair.expiresAt
+        try store(next)
+        return true
+    }
+
+    // MARK: Calls
+
+    /// Sends with the access token; on 401 refreshes once and retries.
+    public func authorized(_ request: TransportRequest, json: Bool = false) async throws -> (TransportResponseHead, Data) {
+        guard let token = credentials?.accessToken else { throw SyncError.notSignedIn }
+        var signed = request
+        signed.headers["Authorization"] = "Bearer \(token)"
+        let (head, data) = try await raw(signed, json: json)
+        guard head.status == 401 else { return (head, data) }
+        guard try await refresh(), let fresh = credentials?.accessToken else {
+            throw SyncError.unauthorized(Self.errorBody(data)?.error.message ?? "401")
+        }
+        signed.headers["Authorization"] = "Bearer \(fresh)"
+        let (retryHead, retryData) = try await raw(signed, json: json)
+        if retryHead.status == 401 { throw SyncError.unauthorized(Self.errorBody(retryData)?.error.message ?? "401") }
+        return (retryHead, retryData)
+    }
+
+    /// Streams a response body with the access token (downloads, events); refreshes once on 401.
+    public func authorizedStream(_ request: TransportRequest, into sink: @escaping @Sendable (Data) async throws -> Void) async throws
+        -> TransportResponseHead
+    {
+        guard let token = credentials?.accessToken else { throw SyncError.notSignedIn }
+        var signed = request
+        signed.headers["Authorization"] = "Bearer \(token)"
+        var (head, data) = try await rawStream(signed, sink)
+        if head.status == 401 {
+            guard try await refresh(), let fresh = credentials?.accessToken else { throw SyncError.unauthorized("401") }
+            signed.headers["Authorization"] = "Bearer \(fresh)"
+            (head, data) = try await rawStream(signed, sink)
+        }
+        if head.status == 401 { throw SyncError.unauthorized("401") }
+        if !(200..<300).contains(head.status) { try Self.check(head, data) }
+        return head
+    }
+
+    private func raw(_ request: TransportRequest, json: Bool) async throws -> (TransportResponseHead, Data) {
+        var request = request
+        if json, request.body != nil { request.headers["Content-Type"] = "application/json" }
+        do {
+            return try await transport.send(request)
+        } catch let error as SyncError {
+            throw error
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw SyncError.network("\(error)")
+        }
+    }
+
+    private func rawStream(_ request: TransportRequest, _ sink: @escaping @Sendable (Data) async throws -> Void) async throws
+        -> (TransportResponseHead, Data)
+    {
+        do {
+            return try await transport.stream(request, into: sink)
+        } catch let error as SyncError {
+            throw error
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw SyncError.network("\(error)")
+        }
+    }
+
+    // MARK: Decoding
+
+    static func errorBody(_ data: Data) -> APIErrorBody? { try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data) }
+
+    /// Throws the server's error for a non-2xx answer.
+    static func check(_ head: TransportResponseHead, _ data: Data) throws {
+        guard !(200..<300).contains(head.status) && head.status != 304 && head.status != 308 else { return }
+        let body = errorBody(data)
+        if head.status == 401 { throw SyncError.unauthorized(body?.error.message ?? "401") }
+        throw SyncError.server(
+            status: head.status, code: body?.error.code ?? "http_\(head.status)",
+            message: body?.error.message ?? String(decoding: data.prefix(200), as: UTF8.self),
+            retryAfter: head.headers["retry-after"].flatMap(Int.init))
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
+        do {
+            return try JSONDecoder.nimbus.decode(T.self, from: data)
+        } catch {
+            throw SyncError.server(status: 200, code: "bad_response", message: "Unexpected answer from the server: \(error)", retryAfter: nil)
+        }
+    }
+
+    /// An authorized JSON call that must succeed.
+    public func call<T: Decodable>(_ method: String, _ path: String, body: (any Encodable)? = nil, headers: [String: String] = [:]) async throws -> T {
+        let data = try body.map { try JSONEncoder.nimbus.encode($0) }
+        let (head, reply) = try await authorized(TransportRequest(method: method, path: path, headers: headers, body: data), json: true)
+        try Self.check(head, reply)
+        return try Self.decode(T.self, reply)
+    }
+
+    /// An authorized call whose answer has no body worth decoding.
+    public func callWithoutResult(_ method: String, _ path: String, headers: [String: String] = [:]) async throws {
+        let (head, reply) = try await authorized(TransportRequest(method: method, path: path, headers: headers))
+        try Self.check(head, reply)
+    }
+}
+
+extension String {
+    /// Percent-encoded for a query value.
+    var queryEscaped: String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return addingPercentEncoding(withAllowedCharacters: allowed) ?? self
+    }
+}

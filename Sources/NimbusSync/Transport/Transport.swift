@@ -1,0 +1,42 @@
+import Foundation
+
+/// One HTTP request as the engine makes it: a path relative to the server, small bodies in memory
+/// (JSON, or one upload chunk of at most the server's chunk size).
+public struct TransportRequest: Sendable {
+    public var method: String
+    /// Path and query, e.g. `/v1/files?parentId=root`.
+    public var path: String
+    public var headers: [String: String]
+    public var body: Data?
+
+    public init(method: String, path: String, headers: [String: String] = [:], body: Data? = nil) {
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// The status and headers of a response (header names lowercased).
+public struct TransportResponseHead: Sendable {
+    public var status: Int
+    public var headers: [String: String]
+
+    public init(status: Int, headers: [String: String]) {
+        self.status = status
+        self.headers = headers
+    }
+}
+
+/// How the engine reaches a server. ``AsyncHTTPClientTransport`` is the real one; tests wrap it to inject
+/// faults (failed sends, dropped responses); an app on Apple platforms can implement it with URLSession.
+///
+/// A thrown error means "no usable answer": the request may or may not have reached the server, which is
+/// why every request the engine sends is safe to repeat.
+public protocol Transport: Sendable {
+    /// Sends a request and collects the whole (small) response body.
+    func send(_ request: TransportRequest) async throws -> (TransportResponseHead, Data)
+    /// Sends a request and hands the response body to `sink` piece by piece (downloads, event streams).
+    /// `sink` is called only for 2xx responses; otherwise the body is collected and returned.
+    func stream(_ request: TransportRequest, into sink: @escaping @Sendable (Data) async throws -> Void) async throws -> (TransportResponseHead, Data)
+}

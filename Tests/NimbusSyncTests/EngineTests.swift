@@ -1,0 +1,163 @@
+import Foundation
+import NimbusAPI
+import NimbusSync
+import Testing
+
+@Suite("Sync engine against the real server")
+struct EngineTests {
+    @Test("actions commit locally at once, then reach the server and a second device")
+    func basicPropagation() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("ana")
+            let a = try world.device("A").engine
+            let b = try world.device("B").engine
+            try await a.signIn(server: world.server, username: "ana", password: "correct horse")
+            try await b.signIn(server: world.server, username: "ana", password: "correct horse")
+
+            let work = try await a.createFolder(named: "Work")
+            let content = randomBytes(600_000)  // three chunks of 256 KiB
+            let report = try await a.upload(from: try world.file("report.pdf", content), in: work)
+            // Local first: visible and pending before any network.
+            let pendingItem = try #require(try await a.item(report))
+            #expect(pendingItem.state == .pending)
+            #expect(pendingItem.name == "report.pdf")
+            #expect(pendingItem.isAvailableOffline)
+            #expect(try await a.listing().map(\.name) == ["Work"])
+
+            try await a.syncOnce()
+            let synced = try #require(try await a.item(report))
+            #expect(synced.state == .synced)
+            #expect(synced.fileId != nil)
+            #expect(synced.id == report, "the LUID stays the same after upload")
+
+            try await b.syncOnce()
+            #expect(try await b.tree() == ["/Work": "folder", "/Work/report.pdf": sha256(content)])
+            let onB = try #require(try await b.item(atPath: "/Work/report.pdf"))
+            #expect(!onB.isAvailableOffline)
+            try await b.download(onB.id)
+            try await b.syncOnce()
+            let url = try #require(try await b.contentURL(of: onB.id))
+            #expect(try Data(contentsOf: url) == content)
+
+            // Rename, move, delete travel too.
+            let archive = try await b.createFolder(named: "Archive")
+            try await b.rename(onB.id, to: "final.pdf")
+            try await b.move(onB.id, to: archive)
+            try await b.syncOnce()
+            try await a.syncOnce()
+            #expect(try await a.tree() == ["/Work": "folder", "/Archive": "folder", "/Archive/final.pdf": sha256(content)])
+            try await a.delete(work)
+            try await a.syncOnce()
+            try await b.syncOnce()
+            #expect(try await b.tree() == ["/Archive": "folder", "/Archive/final.pdf": sha256(content)])
+            let checker = try await world.api("ana")
+            #expect(try await checker.tree() == b.tree())
+        }
+    }
+
+    @Test("offline, everything queues; dependent operations run in order once the network is back")
+    func offlineQueueAndDependencies() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("ben")
+            let device = try world.device("A")
+            let (a, faults) = (device.engine, device.faults)
+            try await a.signIn(server: world.server, username: "ben", password: "correct horse")
+            faults.offline = true
+            let photos = try await a.createFolder(named: "Photos")
+            let trip = try await a.createFolder(named: "Trip", in: photos)
+            let picture = try await a.upload(from: try world.file("beach.jpg", randomBytes(1000)), in: trip)
+            try await a.rename(picture, to: "sunset.jpg")
+            try await a.rename(trip, to: "Holiday")
+            await #expect(throws: (any Error).self) { try await a.syncOnce() }
+            #expect(try await a.tree() == ["/Photos": "folder", "/Photos/Holiday": "folder", "/Photos/Holiday/sunset.jpg": try #require(try await a.item(picture)?.checksum)])
+            let status = try await a.status()
+            #expect(status.pending == 5)
+
+            faults.offline = false
+            try await device.settle()
+            #expect(try await a.status().pending == 0)
+            let checker = try await world.api("ben")
+            #expect(try await checker.tree() == a.tree())
+            #expect(try await a.item(picture)?.state == .synced)
+        }
+    }
+
+    @Test("a crash after the server committed but before the device did never duplicates a file")
+    func idempotentReplay() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("cy")
+            let directory = world.root.appending(path: "device-crashy")
+            var device = try world.device("A", directory: directory)
+            var a = device.engine
+            let faults = device.faults
+            try await a.signIn(server: world.server, username: "cy", password: "correct horse")
+            _ = try await a.createFolder(named: "Docs")
+            let content = randomBytes(300_000)
+            _ = try await a.upload(from: try world.file("big.bin", content))
+            // The folder create and the last chunk reach the server, but their answers are lost.
+            faults.fail(.dropResponse) { $0.method == "POST" && $0.path == "/v1/files" }
+            faults.fail(.dropResponse) { $0.method == "PUT" && ($0.headers["Content-Range"] ?? "").hasPrefix("bytes 262144-") }
+            _ = try? await a.syncOnce()
+            _ = try? await a.syncOnce()
+            // The process dies; a new engine opens the same database.
+            device = try world.device("A", directory: directory, clock: device.clock, faults: faults)
+            a = device.engine
+            try await device.settle()
+            let checker = try await world.api("cy")
+            #expect(try await checker.tree() == ["/Docs": "folder", "/big.bin": sha256(content)])
+            #expect(try await a.tree() == checker.tree())
+            #expect(try await a.status().pending == 0)
+        }
+    }
+
+    @Test("an interrupted upload resumes from the persisted session, sending only the missing chunks")
+    func resumableResume() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("dee")
+            let directory = world.root.appending(path: "device-resume")
+            var device = try world.device("A", directory: directory)
+            var a = device.engine
+            let faults = device.faults
+            try await a.signIn(server: world.server, username: "dee", password: "correct horse")
+            let content = randomBytes(256 * 1024 * 4 + 10)
+            _ = try await a.upload(from: try world.file("video.mp4", content))
+            faults.fail(.refuse, count: 100) { ($0.headers["Content-Range"] ?? "").hasPrefix("bytes 524288-") }
+            _ = try? await a.syncOnce()
+            let sentBefore = faults.log.filter { $0.method == "PUT" }.count
+            device = try world.device("A", directory: directory, clock: device.clock)
+            a = device.engine
+            try await device.settle()
+            let fresh = try #require(try await a.item(atPath: "/video.mp4"))
+            #expect(fresh.state == .synced)
+            #expect(sentBefore >= 3, "chunks 0 and 1 went before the failure")
+            let checker = try await world.api("dee")
+            #expect(try await checker.tree() == ["/video.mp4": sha256(content)])
+        }
+    }
+
+    @Test("downloads resume with Range after an interruption and are verified")
+    func downloadResume() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("eve")
+            let a = try world.device("A").engine
+            let deviceB = try world.device("B")
+            let (b, faults) = (deviceB.engine, deviceB.faults)
+            try await a.signIn(server: world.server, username: "eve", password: "correct horse")
+            try await b.signIn(server: world.server, username: "eve", password: "correct horse")
+            let content = randomBytes(2_000_000)
+            _ = try await a.upload(from: try world.file("large.bin", content))
+            try await a.syncOnce()
+            try await b.syncOnce()
+            let item = try #require(try await b.item(atPath: "/large.bin"))
+            try await b.makeAvailableOffline(item.id)
+            faults.fail(.dropResponse) { $0.path.contains("/content") }
+            _ = try? await b.syncOnce()
+            try await deviceB.settle()
+            let url = try #require(try await b.contentURL(of: item.id))
+            #expect(try Data(contentsOf: url) == content)
+            let ranged = faults.log.filter { $0.path.contains("/content") && $0.headers["Range"] != nil }
+            #expect(!ranged.isEmpty, "the second attempt asked for the rest only")
+            #expect(try await b.item(item.id)?.isPinned == true)
+        }
+    }
+}
