@@ -12,6 +12,8 @@ extension SyncEngine {
         case finished
         /// Try again now with a changed payload (conflict handling), without counting an attempt.
         case again
+        /// Held for the user (conflict, unsynced): the operation stays parked.
+        case parked
     }
 
     /// The next operation that may run now: pending, due, and with nothing it depends on still queued.
@@ -94,6 +96,8 @@ extension SyncEngine {
             case .finished, .again:
                 try db.execute(sql: "DELETE FROM operations WHERE id = ?", arguments: [operation.id])
                 try self.reconcile(db, operation.luid)
+            case .parked:
+                try db.execute(sql: "UPDATE operations SET state = 'parked' WHERE id = ?", arguments: [operation.id])
             }
             try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [operation.id])
         }

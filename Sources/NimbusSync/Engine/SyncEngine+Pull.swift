@@ -37,6 +37,11 @@ extension SyncEngine {
         notifyChanged()
     }
 
+    /// Replaces the saved cursor (tests use this to force a resync; `nil` starts from the beginning).
+    public func forgetCursor(replacingWith cursor: String? = nil) async throws {
+        try await database.pool.write { db in try db.setMeta("cursor", cursor) }
+    }
+
     /// Makes sure the root LUID points at the account's root folder.
     func mapRoot(_ client: ServerClient) async throws {
         let mapped = try await database.pool.read { db in try ItemRow.fetch(db, luid: ItemID.root.rawValue)?.fileId }

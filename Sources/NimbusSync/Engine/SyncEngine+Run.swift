@@ -7,10 +7,16 @@ extension SyncEngine {
     /// One full round: pull, run every operation that can run now, pull again to confirm what was applied.
     /// Operations waiting for a retry later stay queued.
     public func syncOnce() async throws {
-        try await pull()
-        var ran = false
-        while try await runNextOperation() { ran = true }
-        if ran { try await pull() }
+        do {
+            try await pull()
+            var ran = false
+            while try await runNextOperation() { ran = true }
+            if ran { try await pull() }
+        } catch SyncError.unauthorized(let detail) {
+            phase = .needsSignIn
+            notifyChanged()
+            throw SyncError.unauthorized(detail)
+        }
     }
 
     /// Runs until cancelled: a round after every local change, every change on the server (server-sent

@@ -124,7 +124,7 @@ extension SyncEngine {
         case 404 where fileId != nil:
             // The file is gone from the server: keep the content here, as unsynced, for the user to decide.
             try await markUnsynced(row.luid)
-            return .outcome(.applied)
+            return .outcome(.parked)
         default:
             try ServerClient.check(head, data)
             return .outcome(.again)
@@ -233,9 +233,8 @@ extension SyncEngine {
                 item.flag = "conflict"
                 if let current { item.setRemote(current, parentLuid: try self.parentLuid(db, current)) }
                 try item.save(db)
-                try db.execute(sql: "UPDATE operations SET state = 'parked' WHERE id = ?", arguments: [operation.id])
             }
-            return .applied
+            return .parked
         case .lastWriterWins:
             try await settle(operation, row, resolution: .keepLocal, current: current, nameClash: code == "name_conflict")
             return .again
