@@ -10,7 +10,7 @@ extension SQLiteMetadataStore {
             {
                 let existing = Self.upload(row)
                 guard existing.size == upload.size, existing.name == upload.name, existing.fileId == upload.fileId,
-                    existing.parentId == upload.parentId
+                    existing.parentId == upload.parentId, existing.checksum == upload.checksum
                 else {
                     throw DriveError.conflict(
                         "This requestId already started an upload of a different file; use a new requestId.", code: "request_id_reused")

@@ -80,44 +80,60 @@ extension SyncEngine {
         let busy = inFlight
         var discard: [String] = []
         do {
-            try database.pool.write { db in
+            discard = try database.pool.write { db -> [String] in
                 var row = try self.liveItem(db, id)
                 guard !row.isFolder else { throw SyncError.invalid("'\(row.lName ?? "")' is a folder.") }
+                var candidates: [String] = []
+                if let old = row.contentPath, old.hasPrefix(self.stagingDirectory.path) { candidates.append(old) }
                 row.lSize = staged.size
                 row.lChecksum = staged.checksum
                 row.lModified = now.millis
                 row.lastAccess = now.millis
                 if copy {
-                    if let old = row.contentPath, old.hasPrefix(self.stagingDirectory.path) { discard.append(old) }
                     row.contentPath = staged.url.path
                     row.contentChecksum = staged.checksum
                 }
                 try row.save(db)
-                let pending = try OperationRow.forItem(db, id.rawValue).last {
-                    $0.kind == .upload && ($0.state == .pending || $0.state == .parked) && !busy.contains($0.id)
+                let waiting = try OperationRow.forItem(db, id.rawValue).last {
+                    $0.kind == .upload && [.pending, .parked, .failed].contains($0.state) && !busy.contains($0.id)
                 }
-                if var pending {
+                if var waiting {
                     // Coalesce: the queued upload sends the newest bytes, still based on the same revision.
-                    if pending.payload.ownsSource == true, let old = pending.payload.sourcePath, old != row.contentPath { discard.append(old) }
-                    pending.payload.sourcePath = staged.url.path
-                    pending.payload.ownsSource = copy
-                    pending.payload.checksum = staged.checksum
-                    pending.payload.size = staged.size
-                    try OperationRow.updatePayload(db, id: pending.id, pending.payload)
-                    try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [pending.id])
+                    if waiting.payload.ownsSource == true, let old = waiting.payload.sourcePath { candidates.append(old) }
+                    waiting.payload.sourcePath = staged.url.path
+                    waiting.payload.ownsSource = copy
+                    waiting.payload.checksum = staged.checksum
+                    waiting.payload.size = staged.size
+                    // New bytes, new request: the server must not take them for a retry of the old ones.
+                    waiting.payload.requestId = UUID().uuidString.lowercased()
+                    try OperationRow.updatePayload(db, id: waiting.id, waiting.payload)
+                    try db.execute(
+                        sql: "UPDATE operations SET state = CASE WHEN state = 'failed' THEN 'pending' ELSE state END, attempts = 0 WHERE id = ?",
+                        arguments: [waiting.id])
+                    try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [waiting.id])
                 } else {
                     let payload = OperationPayload(
                         name: row.lName, parent: row.lParent, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
                         checksum: staged.checksum, size: staged.size, baseRevision: row.rRevision)
                     _ = try OperationRow.insert(db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: try self.creatorDependency(db, row), now: now)
                 }
+                // Older staged copies go, unless an operation still sends them.
+                return try Set(candidates).filter { try $0 != staged.url.path && !self.isStagedSourceInUse(db, $0) }
             }
         } catch {
             if copy { try? FileManager.default.removeItem(at: staged.url) }
             throw error
         }
-        for path in Set(discard) { try? FileManager.default.removeItem(atPath: path) }
+        for path in discard { try? FileManager.default.removeItem(atPath: path) }
         notifyChanged()
+    }
+
+    /// Whether a queued upload still reads this file.
+    nonisolated func isStagedSourceInUse(_ db: Database, _ path: String) throws -> Bool {
+        let payloads = try String.fetchAll(db, sql: "SELECT payload FROM operations WHERE kind = 'upload'")
+        return payloads.contains { text in
+            (try? JSONDecoder().decode(OperationPayload.self, from: Data(text.utf8)))?.sourcePath == path
+        }
     }
 
     public func rename(_ id: ItemID, to rawName: String) throws {

@@ -73,8 +73,10 @@ extension SyncEngine {
                 outcome = try await execute(fresh, client)
             }
             try await finish(operation, outcome)
+            trace("\(operation.kind) \(operation.id.prefix(6)) \(operation.luid.prefix(8)) → \(outcome)")
             if case .offline = phase { phase = .idle }
         } catch let error as SyncError {
+            trace("\(operation.kind) \(operation.luid.prefix(8)) → \(error)")
             try await failed(operation, error)
         } catch is CancellationError {
             throw CancellationError()
@@ -154,6 +156,7 @@ extension SyncEngine {
 
     func createFolder(_ operation: OperationRow, _ row: ItemRow, _ client: ServerClient) async throws -> Outcome {
         guard row.lPresent else { return .finished }
+        if row.fileId != nil, row.rPresent { return .applied }  // adopted from the feed: it exists already
         let parentId = try await serverId(operation.payload.parent)
         let name = operation.payload.name ?? row.lName ?? "Folder"
         let body = CreateFileRequest(name: name, mimeType: folderMimeType, parentId: parentId, requestId: operation.id)
@@ -185,6 +188,7 @@ extension SyncEngine {
         }
         let (head, data) = try await client.authorized(
             TransportRequest(method: "PATCH", path: "/v1/files/\(fileId)", body: try JSONEncoder.nimbus.encode(body)), json: true)
+        trace("PATCH \(fileId) \(body) → \(head.status) \(String(decoding: data.prefix(120), as: UTF8.self))")
         switch head.status {
         case 404:
             return .finished  // deleted elsewhere: the pull decides what the item becomes

@@ -83,10 +83,15 @@ extension SyncEngine {
             }
             return
         }
-        var row = try ItemRow.fetch(db, fileId: file.id) ?? ItemRow.empty(ItemID.make().rawValue, isFolder: file.isFolder)
-        row.setRemote(file, parentLuid: try parentLuid(db, file))
+        let parent = try parentLuid(db, file)
+        var row =
+            try ItemRow.fetch(db, fileId: file.id)
+            ?? pendingCreation(db, of: file, in: parent)
+            ?? ItemRow.empty(ItemID.make().rawValue, isFolder: file.isFolder)
+        row.setRemote(file, parentLuid: parent)
         let operations = try OperationRow.forItem(db, row.luid)
         if row.flag == "unsynced" {
+            traceSync("\(file.name) is back on the server: unsynced → pending")
             // The deletion was undone on the server: the item is in sync again; held uploads go ahead.
             row.flag = nil
             try db.execute(sql: "UPDATE operations SET state = 'pending' WHERE luid = ? AND state = 'parked'", arguments: [row.luid])
@@ -96,6 +101,29 @@ extension SyncEngine {
             try refreshContent(db, &row)
         }
         try row.save(db)
+    }
+
+    /// The local item whose queued creation this new server item is: same folder, same name as sent, and for a
+    /// file the same content. It happens when the answer to our create was lost (the server has it, we do not
+    /// know its id yet); without this the item would show twice until the retry told us.
+    nonisolated func pendingCreation(_ db: Database, of file: File, in parent: String?) throws -> ItemRow? {
+        let candidates = try Row.fetchAll(
+            db,
+            sql: """
+                SELECT o.luid, o.kind, o.payload FROM operations o JOIN items i ON i.luid = o.luid
+                WHERE i.file_id IS NULL AND o.kind IN ('createFolder', 'upload') AND o.state IN ('pending', 'failed', 'parked')
+                ORDER BY o.seq
+                """)
+        for candidate in candidates {
+            guard let payload = try? JSONDecoder().decode(OperationPayload.self, from: Data((candidate["payload"] as String).utf8)),
+                payload.parent == parent, payload.name == file.name
+            else { continue }
+            let kind: String = candidate["kind"]
+            if file.isFolder ? kind == "createFolder" : (kind == "upload" && payload.checksum == file.checksum) {
+                return try ItemRow.fetch(db, luid: candidate["luid"])
+            }
+        }
+        return nil
     }
 
     /// The LUID of a file's parent, creating a placeholder row for a parent not seen yet.
@@ -143,13 +171,16 @@ extension SyncEngine {
             let fileIds = try String.fetchAll(db, sql: "SELECT file_id FROM remote_deletions")
             for fileId in fileIds {
                 guard var row = try ItemRow.fetch(db, fileId: fileId) else { continue }
+                self.traceSync("remote deletion of \(fileId) (\(row.lName ?? "?"))")
                 row.rPresent = false
                 row.sPresent = false
                 if try self.hasLocalOnlyChanges(db, row) {
+                    self.traceSync("  kept as unsynced")
                     row.flag = "unsynced"
                     try db.execute(
                         sql: "UPDATE operations SET state = 'parked' WHERE luid = ? AND state IN ('pending', 'failed') AND kind IN ('upload', 'createFolder')",
                         arguments: [row.luid])
+                    self.traceSync("  ops now: \(try OperationRow.forItem(db, row.luid).map { "\($0.kind)/\($0.state)/\($0.id.prefix(6))" }) luid \(row.luid.prefix(8))")
                 } else {
                     try db.execute(sql: "DELETE FROM operations WHERE luid = ? AND state != 'applied'", arguments: [row.luid])
                     row.lPresent = false

@@ -11,6 +11,10 @@ extension SyncEngine {
         guard let sourcePath = payload.sourcePath, let size = payload.size, let checksum = payload.checksum else {
             return .finished
         }
+        if row.fileId != nil, row.rPresent, row.rChecksum == checksum, row.rSize == size {
+            // The server already has exactly these bytes there (adopted, or a retry that already landed).
+            return try await uploadedAlready(operation, row)
+        }
         guard FileManager.default.fileExists(atPath: sourcePath) else {
             throw SyncError.localFile("The file to upload is gone (\(sourcePath)).")
         }
@@ -34,7 +38,8 @@ extension SyncEngine {
         }
         defer { try? handle.close() }
         while true {
-            let k = session.chunksProcessed
+            // All chunks stored but no file yet (a crash before the commit): sending the last one again commits.
+            let k = min(session.chunksProcessed, max(session.totalChunks - 1, 0))
             let start = Int64(k) * session.chunkSize
             let end = min(start + session.chunkSize, size)
             progress[row.luid] = .uploading(progress: size == 0 ? 0 : Double(start) / Double(size))
@@ -71,6 +76,7 @@ extension SyncEngine {
                 guard newChecksum != checksum || newSize != size else { return try await restartUpload(operation) }
                 payload.checksum = newChecksum
                 payload.size = newSize
+                payload.requestId = UUID().uuidString.lowercased()
                 let updated = payload
                 try await database.pool.write { db in
                     try OperationRow.updatePayload(db, id: operation.id, updated)
@@ -103,7 +109,7 @@ extension SyncEngine {
             parentId = try await serverId(payload.parent ?? row.lParent)
         }
         let request = UploadRequest(
-            requestId: operation.id, name: payload.name ?? row.lName ?? "file", mimeType: payload.mimeType ?? row.lMime ?? "application/octet-stream",
+            requestId: payload.requestId ?? operation.id, name: payload.name ?? row.lName ?? "file", mimeType: payload.mimeType ?? row.lMime ?? "application/octet-stream",
             parentId: parentId, size: payload.size ?? 0, fileId: fileId, checksum: payload.checksum)
         let query = payload.replace == true ? "&onConflict=replace" : ""
         let (head, data) = try await client.authorized(
@@ -165,6 +171,25 @@ extension SyncEngine {
             try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [operation.id])
         }
         return .again
+    }
+
+    /// The server's head is already this content: nothing to send; the staged copy becomes the offline copy.
+    func uploadedAlready(_ operation: OperationRow, _ row: ItemRow) async throws -> Outcome {
+        guard let fileId = row.fileId else { return .finished }
+        let payload = operation.payload
+        try await database.pool.write { db in
+            guard var item = try ItemRow.fetch(db, luid: row.luid) else { return }
+            if payload.ownsSource == true, let source = payload.sourcePath, item.contentPath == source {
+                let destination = self.contentDirectory.appending(path: fileId).path
+                try? FileManager.default.removeItem(atPath: destination)
+                if (try? FileManager.default.moveItem(atPath: source, toPath: destination)) != nil {
+                    item.contentPath = destination
+                    item.contentChecksum = payload.checksum
+                    try item.save(db)
+                }
+            }
+        }
+        return .applied
     }
 
     /// The server has the content: the item is that file; an owned staged copy becomes the offline copy.
@@ -251,6 +276,7 @@ extension SyncEngine {
         try await database.pool.write { db in
             guard var item = try ItemRow.fetch(db, luid: row.luid) else { return }
             var payload = operation.payload
+            payload.requestId = UUID().uuidString.lowercased()
             item.flag = nil
             switch resolution {
             case .keepLocal:

@@ -10,7 +10,7 @@ import NimbusAPI
 /// pending operations applied. ``run()`` keeps the engine in sync (pulls woken by the server's events, then
 /// executes the queue); ``syncOnce()`` does one full round; ``step()`` one unit of work (for simulations).
 public actor SyncEngine {
-    public let configuration: SyncConfiguration
+    public nonisolated let configuration: SyncConfiguration
     let database: LocalDatabase
     let contentDirectory: URL
     let stagingDirectory: URL
@@ -20,6 +20,9 @@ public actor SyncEngine {
     var client: ServerClient?
     var phase: EngineStatus.Phase
     var progress: [String: ItemState] = [:]
+    /// The last things the executor did, newest last (diagnostics).
+    private(set) var recentActivity: [String] = []
+    let traceBuffer = LockedBox([String]())
     /// Operations being executed right now (their payloads must not change underneath).
     var inFlight: Set<String> = []
     var random: SeededRandom
@@ -287,5 +290,45 @@ public actor SyncEngine {
 
     func wake() {
         signal.fire()
+    }
+
+    /// For use inside database transactions (off the actor).
+    nonisolated func traceSync(_ line: String) {
+        traceBuffer.withLock { $0.append(line) }
+    }
+
+    func trace(_ line: String) {
+        recentActivity.append(contentsOf: traceBuffer.withLock { lines in defer { lines = [] }; return lines })
+        recentActivity.append(line)
+        if recentActivity.count > 50 { recentActivity.removeFirst(recentActivity.count - 50) }
+    }
+}
+
+/// A queued operation, for status displays and diagnostics.
+public struct OperationSummary: Sendable, Equatable, CustomStringConvertible {
+    public var id: String
+    public var item: ItemID
+    public var kind: String
+    public var state: String
+    public var attempts: Int
+    public var nextAttemptAt: Date
+    public var lastError: String?
+    public var dependsOn: [String]
+
+    public var description: String {
+        "\(kind) \(item) [\(state), \(attempts) attempts\(dependsOn.isEmpty ? "" : ", after \(dependsOn)")\(lastError.map { ": \($0)" } ?? "")]"
+    }
+}
+
+extension SyncEngine {
+    /// Everything in the queue, oldest first.
+    public func operations() throws -> [OperationSummary] {
+        try database.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM operations ORDER BY seq").map(OperationRow.init(row:)).map {
+                OperationSummary(
+                    id: $0.id, item: ItemID($0.luid), kind: $0.kind.rawValue, state: $0.state.rawValue, attempts: $0.attempts,
+                    nextAttemptAt: Date(millis: $0.nextAttemptAt), lastError: $0.lastError, dependsOn: $0.dependsOn)
+            }
+        }
     }
 }

@@ -183,6 +183,8 @@ struct OperationPayload: Codable, Sendable, Equatable {
     var revisionId: String?
     /// Upload: replace whatever holds the name (last-writer-wins on a name clash).
     var replace: Bool?
+    /// Upload: the idempotency key sent as `requestId` (the operation's id until its content is replaced).
+    var requestId: String?
 }
 
 /// A persisted operation of the queue.
