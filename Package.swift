@@ -16,6 +16,7 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .executable(name: "nimbus", targets: ["nimbus"]),
+        .executable(name: "nimbus-bench", targets: ["nimbus-bench"]),
         .library(name: "NimbusAPI", targets: ["NimbusAPI"]),
         .library(name: "NimbusServer", targets: ["NimbusServer"]),
         .library(name: "NimbusSync", targets: ["NimbusSync"]),
@@ -78,9 +79,15 @@ let package = Package(
             dependencies: [
                 "NimbusAPI",
                 "NimbusServer",
+                "NimbusSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "nimbus-bench",
+            dependencies: ["NimbusAPI", "NimbusSync", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -72,9 +72,10 @@ extension SyncEngine {
         return id
     }
 
-    /// Replaces a file's content with `fileURL`'s: a new version, based on the revision this device knows.
-    /// A not-yet-sent new version is replaced rather than queued behind.
-    public func update(_ id: ItemID, from fileURL: URL, copy: Bool = true) throws {
+    /// Replaces a file's content with `fileURL`'s: a new version, based on the revision this device knows
+    /// (or `baseRevision`, the one the new bytes were derived from, when the caller knows better — a synced
+    /// folder does). A not-yet-sent new version is replaced rather than queued behind.
+    public func update(_ id: ItemID, from fileURL: URL, copy: Bool = true, baseRevision: String? = nil) throws {
         let staged = try stage(fileURL, copy: copy)
         let now = self.now
         let busy = inFlight
@@ -114,7 +115,7 @@ extension SyncEngine {
                 } else {
                     let payload = OperationPayload(
                         name: row.lName, parent: row.lParent, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
-                        checksum: staged.checksum, size: staged.size, baseRevision: row.rRevision)
+                        checksum: staged.checksum, size: staged.size, baseRevision: baseRevision ?? row.rRevision)
                     _ = try OperationRow.insert(db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: try self.creatorDependency(db, row), now: now)
                 }
                 // Older staged copies go, unless an operation still sends them.
@@ -490,6 +491,50 @@ extension SyncEngine {
             throw error
         } catch {
             throw SyncError.localFile("Could not read \(fileURL.path): \(error.localizedDescription)")
+        }
+    }
+}
+
+extension SyncEngine {
+    /// Hands the item's downloaded content file over to the caller (who moves it where it belongs); the
+    /// engine forgets it. `nil` if the current content is not here.
+    public func takeContent(of id: ItemID) throws -> URL? {
+        try database.pool.write { db in
+            guard var row = try ItemRow.fetch(db, luid: id.rawValue), let path = row.contentPath, row.contentChecksum == row.lChecksum,
+                path.hasPrefix(self.contentDirectory.path)
+            else { return nil }
+            row.contentPath = nil
+            row.contentChecksum = nil
+            try row.save(db)
+            return URL(fileURLWithPath: path)
+        }
+    }
+
+    /// The files queued uploads will read (a caller must not change or replace them until they are sent).
+    public func pendingUploadSources() throws -> Set<String> {
+        try database.pool.read { db in
+            let payloads = try String.fetchAll(db, sql: "SELECT payload FROM operations WHERE kind = 'upload' AND state != 'applied'")
+            return Set(payloads.compactMap { (try? JSONDecoder().decode(OperationPayload.self, from: Data($0.utf8)))?.sourcePath })
+        }
+    }
+
+    /// The signed-in server, for calls outside the engine's model (trash, account details).
+    public func server() throws -> ServerClient { try requireClient() }
+
+    /// Runs rounds until nothing is queued (or only operations that failed for good, or that wait for the
+    /// user), sleeping through retry delays; gives up after `timeout`.
+    public func drain(timeout: Duration = .seconds(3600)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            try Task.checkCancellation()
+            try await syncOnce()
+            let pending = try await database.pool.read { db in
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM operations WHERE state = 'pending'") ?? 0
+            }
+            if pending == 0 { return }
+            if phase == .needsSignIn { throw SyncError.unauthorized("sign in again") }
+            let wait = max(0.05, min(5, (try nextDueDate()?.timeIntervalSince(now)) ?? 0.05))
+            try await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
         }
     }
 }

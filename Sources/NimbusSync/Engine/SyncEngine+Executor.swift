@@ -20,19 +20,20 @@ extension SyncEngine {
     /// Operations others wait for go first.
     func nextRunnable() throws -> OperationRow? {
         let now = self.now.millis
+        let busy = Array(inFlight)
         return try database.pool.read { db in
             try Row.fetchOne(
                 db,
                 sql: """
                     SELECT o.* FROM operations o
-                    WHERE o.state = 'pending' AND o.next_attempt_at <= ?
+                    WHERE o.state = 'pending' AND o.next_attempt_at <= ? AND o.id NOT IN (SELECT value FROM json_each(?))
                     AND NOT EXISTS (
                         SELECT 1 FROM operations d WHERE d.state IN ('pending', 'parked', 'failed')
                         AND (',' || o.depends_on || ',') LIKE ('%,' || d.id || ',%'))
                     ORDER BY EXISTS (SELECT 1 FROM operations w WHERE (',' || w.depends_on || ',') LIKE ('%,' || o.id || ',%')) DESC, o.seq
                     LIMIT 1
                     """,
-                arguments: [now]
+                arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self)]
             ).map(OperationRow.init(row:))
         }
     }

@@ -337,3 +337,22 @@ extension SyncEngine {
         }
     }
 }
+
+extension SyncEngine {
+    /// Applies one page of the change feed as a pull would (for benchmarks and tools that feed the engine
+    /// without a server).
+    @_spi(Benchmarks)
+    public func applyFeedPage(_ changes: [Change], cursor: String) async throws {
+        try await database.pool.write { db in
+            for change in changes { try self.apply(db, change) }
+            try db.setMeta("cursor", cursor)
+        }
+        try await applyRemoteDeletions(force: false)
+    }
+
+    /// The next operation the executor would run (for benchmarks: the executor is ready once it has one).
+    @_spi(Benchmarks)
+    public func nextOperationReady() throws -> Bool {
+        try nextRunnable() != nil
+    }
+}

@@ -61,9 +61,15 @@ extension SyncEngine {
         }
     }
 
+    /// Calls `onChange` whenever the server announces a change for this account, until cancelled (for a
+    /// caller that runs its own loop, like a synced folder).
+    public func watchServer(onChange: @escaping @Sendable () -> Void) async {
+        await listenForServerChanges(onChange: onChange)
+    }
+
     /// Wakes the control loop on every change the server announces. Prefers the event stream; when it
     /// fails, long-polls the change feed until the stream works again.
-    func listenForServerChanges() async {
+    func listenForServerChanges(onChange: (@Sendable () -> Void)? = nil) async {
         var failures = 0
         while !Task.isCancelled {
             guard let client, phase != .needsSignIn else {
@@ -71,9 +77,10 @@ extension SyncEngine {
                 continue
             }
             let signal = self.signal
+            let fire: @Sendable () -> Void = { signal.fire(); onChange?() }
             do {
                 _ = try await client.authorizedStream(TransportRequest(method: "GET", path: "/v1/events")) { data in
-                    if String(decoding: data, as: UTF8.self).contains("event: change") { signal.fire() }
+                    if String(decoding: data, as: UTF8.self).contains("event: change") { fire() }
                 }
                 failures = 0
             } catch is CancellationError {
@@ -87,7 +94,7 @@ extension SyncEngine {
                         TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&timeout=30&limit=1")),
                     head.status == 200, let page = try? JSONDecoder.nimbus.decode(ChangeList.self, from: data), !page.changes.isEmpty
                 {
-                    signal.fire()
+                    fire()
                 } else {
                     let delay = Backoff.delay(attempt: min(failures, 6), base: .seconds(1), cap: .seconds(30), retryAfter: nil, random: &random)
                     try? await Task.sleep(for: .milliseconds(Int64(delay * 1000)))

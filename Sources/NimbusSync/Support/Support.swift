@@ -43,8 +43,8 @@ enum Backoff {
 }
 
 /// SHA-256 of a file, read in 1 MiB pieces (never whole into memory).
-enum FileHasher {
-    static func sha256(of url: URL) throws -> (checksum: String, size: Int64) {
+public enum FileHasher {
+    public static func sha256(of url: URL) throws -> (checksum: String, size: Int64) {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
         var hasher = SHA256()

@@ -1,0 +1,520 @@
+import Foundation
+import NimbusAPI
+
+/// What one cycle of a synced folder did, for the user.
+public struct FolderSyncReport: Sendable, Equatable {
+    public var uploaded: [String] = []
+    public var downloaded: [String] = []
+    public var createdFolders: [String] = []
+    public var moved: [String] = []
+    public var deletedHere: [String] = []
+    public var deletedThere: [String] = []
+    public var conflicts: [String] = []
+    /// Deleted on the server but changed here: kept here and sent again.
+    public var kept: [String] = []
+    /// Not synced this time (links, files still being written, paths in use), with the reason.
+    public var skipped: [String] = []
+    public var errors: [String] = []
+
+    public init() {}
+
+    public var changed: Int {
+        uploaded.count + downloaded.count + createdFolders.count + moved.count + deletedHere.count + deletedThere.count + conflicts.count + kept.count
+    }
+}
+
+/// Two-way sync of a folder on disk with a folder of the engine's view: the disk is the local tree, the
+/// engine's view the remote one, and a ``FolderIndex`` the synced tree (where both last agreed). All server
+/// work — queue, retries, transfers, conflicts there — is the engine's; this type only maps disk changes to
+/// engine actions and view changes to disk changes.
+///
+/// Safety rules: a file is never overwritten or deleted while it holds changes not yet sent (or while a queued
+/// upload still reads it); a server-side deletion of a file changed here keeps the file; downloads land under
+/// a temporary name and are renamed into place; symbolic links are skipped; files still being written wait.
+public actor FolderSync {
+    public let engine: SyncEngine
+    public let root: URL
+    public let remoteRoot: ItemID
+    let index: FolderIndex
+    let strategy: ConflictStrategy
+    let deviceName: String
+    /// Local deletions of more than this share of the folder (at least 10 items), or more than 1,000 items,
+    /// wait for `confirmDeletions`.
+    public var confirmDeletions = false
+    /// A file modified this recently is taken as still being written.
+    let settleTime: TimeInterval
+
+    public init(
+        engine: SyncEngine, root: URL, remoteRoot: ItemID, indexURL: URL, strategy: ConflictStrategy, deviceName: String,
+        settleTime: TimeInterval = 1
+    ) throws {
+        self.engine = engine
+        self.root = root.standardizedFileURL
+        self.remoteRoot = remoteRoot
+        self.index = try FolderIndex(path: indexURL.path)
+        self.strategy = strategy
+        self.deviceName = deviceName
+        self.settleTime = settleTime
+    }
+
+    public func setConfirmDeletions(_ value: Bool) { confirmDeletions = value }
+
+    struct ViewEntry {
+        var path: String
+        var item: SyncItem
+    }
+
+    enum LocalChange {
+        case unchanged
+        case touched(DiskEntry)
+        case modified(DiskEntry, checksum: String)
+        case moved(DiskEntry, checksum: String?)
+        case deleted
+    }
+
+    /// One full cycle: pull, compare disk, index and view, queue what changed here, send and fetch, place what
+    /// changed there.
+    public func syncOnce(drainTimeout: Duration = .seconds(3600)) async throws -> FolderSyncReport {
+        var report = FolderSyncReport()
+        do { try await engine.pull() } catch let error as SyncError where error.isRetryable {
+            report.errors.append("Offline: \(error.description)")
+        }
+        let ignore = IgnoreRules(root: root)
+        let scan = try DiskScanner(root: root, ignore: ignore).scan()
+        report.skipped += scan.skippedLinks.map { "\($0) (symbolic link, not followed)" }
+        let disk = scan.entries
+        let indexed = try index.all()
+        var view = try await viewTree(ignore: ignore)
+        let viewByLuid = Dictionary(view.values.map { ($0.item.id.rawValue, $0) }, uniquingKeysWith: { first, _ in first })
+        let busySources = try await engine.pendingUploadSources()
+        let indexedLuids = Set(indexed.values.map(\.luid))
+
+        var upserts: [String: FolderIndex.Entry] = [:]
+        var removals: Set<String> = []
+        var downloads: [(luid: ItemID, path: String)] = []
+
+        // Local side: what happened to each indexed path on disk.
+        var local: [String: LocalChange] = [:]
+        var claimed: Set<String> = []
+        let unindexedByInode = Dictionary(
+            disk.values.filter { indexed[$0.path] == nil }.map { ($0.inode, $0) }, uniquingKeysWith: { first, _ in first })
+        for entry in indexed.values {
+            if let now = disk[entry.path], now.isDirectory == entry.isDirectory {
+                claimed.insert(entry.path)
+                if now.isDirectory || (now.inode == entry.inode && now.size == entry.size && now.mtime == entry.mtime) {
+                    local[entry.path] = .unchanged
+                } else if isSettling(now) {
+                    report.skipped.append("\(entry.path) (still being written)")
+                    local[entry.path] = .unchanged
+                } else if let checksum = try? hash(entry.path) {
+                    local[entry.path] = checksum == entry.checksum ? .touched(now) : .modified(now, checksum: checksum)
+                } else {
+                    local[entry.path] = .unchanged
+                }
+            } else if let moved = unindexedByInode[entry.inode], moved.isDirectory == entry.isDirectory, !claimed.contains(moved.path) {
+                claimed.insert(moved.path)
+                var checksum: String? = entry.checksum
+                if !moved.isDirectory && (moved.size != entry.size || moved.mtime != entry.mtime) { checksum = try? hash(moved.path) }
+                local[entry.path] = .moved(moved, checksum: checksum)
+            } else {
+                local[entry.path] = .deleted
+            }
+        }
+
+        // The mass-deletion guard for this side: a vanished disk (or a slip of rm -rf) must not empty the server.
+        let localDeletions = local.values.filter { if case .deleted = $0 { true } else { false } }.count
+        if !confirmDeletions, localDeletions > 1000 || (localDeletions >= 10 && Double(localDeletions) > Double(indexed.count) * 0.5) {
+            throw SyncError.invalid(
+                "\(localDeletions) of \(indexed.count) items are gone from \(root.path); nothing was changed. If you meant to delete them, run again with --confirm-deletions.")
+        }
+
+        // Indexed items: combine the local change with what the view says.
+        for entry in indexed.values.sorted(by: { $0.path.count > $1.path.count }) {
+            let change = local[entry.path] ?? .unchanged
+            let remote = viewByLuid[entry.luid]
+            let remoteModified = remote.map { !entry.isDirectory && $0.item.checksum != entry.checksum } ?? false
+            let remotePath = remote?.path
+            let luid = ItemID(entry.luid)
+            switch change {
+            case .unchanged, .touched:
+                var current = entry
+                if case .touched(let now) = change { current.inode = now.inode; current.size = now.size; current.mtime = now.mtime }
+                guard let remote else {
+                    // Deleted there, unchanged here: delete here (folders once empty).
+                    if removeLocally(entry, busy: busySources) {
+                        removals.insert(entry.path)
+                        report.deletedThere.append(entry.path)
+                    }
+                    continue
+                }
+                if remote.path != entry.path {
+                    if moveLocally(from: entry.path, to: remote.path, busy: busySources) {
+                        removals.insert(entry.path)
+                        current.path = remote.path
+                        report.moved.append("\(entry.path) → \(remote.path)")
+                    } else {
+                        continue
+                    }
+                }
+                if remoteModified {
+                    downloads.append((luid, current.path))
+                    try await engine.download(luid)
+                } else {
+                    current.revision = remote.item.revisionId ?? current.revision
+                    upserts[current.path] = current
+                }
+            case .modified(let now, let checksum):
+                if let remote, remoteModified, remote.item.checksum != checksum, remote.item.state == .synced {
+                    try await conflict(entry, disk: now, checksum: checksum, remote: remote, report: &report, upserts: &upserts, downloads: &downloads)
+                    continue
+                }
+                var current = entry
+                if remote == nil {
+                    // Deleted there, changed here: keep it, as a new item.
+                    if let parent = parentItem(of: entry.path, in: view) {
+                        let id = try await engine.upload(from: url(entry.path), named: name(of: entry.path), in: parent, copy: false)
+                        current.luid = id.rawValue
+                        report.kept.append(entry.path)
+                    }
+                } else if remote?.item.checksum != checksum {
+                    try await engine.update(luid, from: url(entry.path), copy: false, baseRevision: entry.revision)
+                    report.uploaded.append(entry.path)
+                }
+                current.inode = now.inode
+                current.size = now.size
+                current.mtime = now.mtime
+                current.checksum = checksum
+                if let remotePath, remotePath != entry.path, moveLocally(from: entry.path, to: remotePath, busy: []) {
+                    removals.insert(entry.path)
+                    current.path = remotePath
+                    report.moved.append("\(entry.path) → \(remotePath)")
+                }
+                upserts[current.path] = current
+            case .moved(let now, let checksum):
+                removals.insert(entry.path)
+                var current = entry
+                current.path = now.path
+                current.inode = now.inode
+                current.size = now.size
+                current.mtime = now.mtime
+                guard let remote else {
+                    // Moved here, deleted there: keep it, as a new item.
+                    if !now.isDirectory, let parent = parentItem(of: now.path, in: view) {
+                        let id = try await engine.upload(from: url(now.path), named: name(of: now.path), in: parent, copy: false)
+                        current.luid = id.rawValue
+                        current.checksum = checksum
+                        upserts[now.path] = current
+                        report.kept.append(now.path)
+                    }
+                    continue
+                }
+                if remote.path != entry.path {
+                    // Moved on both sides: the server's move stands.
+                    if moveLocally(from: now.path, to: remote.path, busy: busySources) { current.path = remote.path }
+                    upserts[current.path] = current
+                    continue
+                }
+                if let parent = parentItem(of: now.path, in: view) {
+                    do {
+                        if parentPath(of: now.path) != parentPath(of: entry.path) { try await engine.move(luid, to: parent) }
+                        if name(of: now.path) != name(of: entry.path) { try await engine.rename(luid, to: name(of: now.path)) }
+                        report.moved.append("\(entry.path) → \(now.path)")
+                        view[now.path] = ViewEntry(path: now.path, item: remote.item)
+                    } catch {
+                        report.errors.append("\(now.path): \(error)")
+                    }
+                }
+                if let checksum, checksum != entry.checksum, !now.isDirectory {
+                    try await engine.update(luid, from: url(now.path), copy: false, baseRevision: entry.revision)
+                    current.checksum = checksum
+                    report.uploaded.append(now.path)
+                } else if remoteModified {
+                    downloads.append((luid, now.path))
+                    try await engine.download(luid)
+                    continue
+                }
+                upserts[current.path] = current
+            case .deleted:
+                removals.insert(entry.path)
+                guard let remote else { continue }
+                if remoteModified {
+                    // Deleted here, changed there: the newer content comes back rather than being destroyed.
+                    downloads.append((luid, remote.path))
+                    try await engine.download(luid)
+                    continue
+                }
+                do {
+                    try await engine.delete(luid)
+                    report.deletedHere.append(entry.path)
+                } catch {
+                    report.errors.append("\(entry.path): \(error)")
+                }
+            }
+        }
+
+        // New on disk (parents first).
+        for entry in disk.values.filter({ !claimed.contains($0.path) && indexed[$0.path] == nil }).sorted(by: { $0.path < $1.path }) {
+            if let existing = view[entry.path], !indexedLuids.contains(existing.item.id.rawValue) {
+                // The same path appeared on both sides.
+                if existing.item.isFolder && entry.isDirectory {
+                    upserts[entry.path] = indexEntry(entry, luid: existing.item.id, checksum: nil, revision: nil)
+                    continue
+                }
+                if !existing.item.isFolder && !entry.isDirectory {
+                    guard !isSettling(entry), let checksum = try? hash(entry.path) else { continue }
+                    if checksum == existing.item.checksum {
+                        upserts[entry.path] = indexEntry(entry, luid: existing.item.id, checksum: checksum, revision: existing.item.revisionId)
+                        continue
+                    }
+                }
+                try await conflictOnCreate(entry, remote: existing, report: &report, upserts: &upserts, downloads: &downloads, view: &view)
+                continue
+            }
+            if view[entry.path] != nil { continue }
+            guard let parent = parentItem(of: entry.path, in: view) else { continue }
+            do {
+                if entry.isDirectory {
+                    let id = try await engine.createFolder(named: name(of: entry.path), in: parent)
+                    view[entry.path] = ViewEntry(path: entry.path, item: try await engine.item(id) ?? placeholder(id, folder: true))
+                    upserts[entry.path] = indexEntry(entry, luid: id, checksum: nil, revision: nil)
+                    report.createdFolders.append(entry.path)
+                } else {
+                    if isSettling(entry) {
+                        report.skipped.append("\(entry.path) (still being written)")
+                        continue
+                    }
+                    let checksum = try hash(entry.path)
+                    let id = try await engine.upload(from: url(entry.path), named: name(of: entry.path), in: parent, copy: false)
+                    upserts[entry.path] = indexEntry(entry, luid: id, checksum: checksum, revision: nil)
+                    report.uploaded.append(entry.path)
+                }
+            } catch {
+                report.errors.append("\(entry.path): \(error)")
+            }
+        }
+
+        // New on the server (parents first).
+        for remote in view.values.filter({ !indexedLuids.contains($0.item.id.rawValue) }).sorted(by: { $0.path < $1.path }) {
+            if disk[remote.path] != nil || upserts[remote.path] != nil { continue }
+            if remote.item.isFolder {
+                do {
+                    try FileManager.default.createDirectory(at: url(remote.path), withIntermediateDirectories: true)
+                    if let now = DiskScanner.stat(url(remote.path).path, relative: remote.path)?.entry {
+                        upserts[remote.path] = indexEntry(now, luid: remote.item.id, checksum: nil, revision: nil)
+                    }
+                } catch {
+                    report.errors.append("\(remote.path): \(error.localizedDescription)")
+                }
+            } else if remote.item.fileId != nil {
+                downloads.append((remote.item.id, remote.path))
+                try await engine.download(remote.item.id)
+            }
+        }
+
+        try index.apply(upserts: Array(upserts.values), removals: Array(removals.subtracting(upserts.keys)))
+
+        // Send and fetch.
+        do {
+            try await engine.drain(timeout: drainTimeout)
+        } catch let error as SyncError {
+            report.errors.append(error.description)
+        }
+
+        // Place what was fetched, then record it.
+        var placed: [FolderIndex.Entry] = []
+        let stillBusy = try await engine.pendingUploadSources()
+        for (luid, path) in downloads {
+            guard let item = try await engine.item(luid), let checksum = item.checksum else { continue }
+            if let current = DiskScanner.stat(url(path).path, relative: path)?.entry {
+                // Something is there: replace it only if it is what the index says (nothing unsent would be lost).
+                let known = try index.all()[path]
+                guard let known, known.inode == current.inode, known.size == current.size, known.mtime == current.mtime,
+                    !stillBusy.contains(url(path).path)
+                else {
+                    report.skipped.append("\(path) (changed here meanwhile; will merge next time)")
+                    continue
+                }
+            }
+            guard let source = try await engine.takeContent(of: luid) else {
+                report.errors.append("\(path): not downloaded yet; will retry")
+                continue
+            }
+            do {
+                try place(source, at: path)
+                if let now = DiskScanner.stat(url(path).path, relative: path)?.entry {
+                    placed.append(indexEntry(now, luid: luid, checksum: checksum, revision: item.revisionId))
+                }
+                report.downloaded.append(path)
+            } catch {
+                report.errors.append("\(path): \(error.localizedDescription)")
+            }
+        }
+        try index.apply(upserts: placed, removals: [])
+        return report
+    }
+
+    // MARK: Conflicts
+
+    /// Changed here and there since the last sync.
+    func conflict(
+        _ entry: FolderIndex.Entry, disk: DiskEntry, checksum: String, remote: ViewEntry, report: inout FolderSyncReport,
+        upserts: inout [String: FolderIndex.Entry], downloads: inout [(luid: ItemID, path: String)]
+    ) async throws {
+        let luid = ItemID(entry.luid)
+        switch strategy {
+        case .lastWriterWins:
+            try await engine.update(luid, from: url(entry.path), copy: false, baseRevision: remote.item.revisionId)
+            var current = entry
+            current.inode = disk.inode
+            current.size = disk.size
+            current.mtime = disk.mtime
+            current.checksum = checksum
+            upserts[entry.path] = current
+            report.conflicts.append("\(entry.path): kept this device's version (the other stays a revision)")
+        case .keepBoth:
+            // This version moves aside under the conflict name and is sent as a new file; theirs takes the name.
+            let copyName = FileName.conflictCopy(name(of: entry.path), device: deviceName, date: Date())
+            let copyPath = parentPath(of: entry.path).map { $0 + "/" + copyName } ?? copyName
+            try FileManager.default.moveItem(at: url(entry.path), to: url(copyPath))
+            if let parent = remote.item.parentId, let now = DiskScanner.stat(url(copyPath).path, relative: copyPath)?.entry {
+                let id = try await engine.upload(from: url(copyPath), named: copyName, in: parent, copy: false)
+                upserts[copyPath] = indexEntry(now, luid: id, checksum: checksum, revision: nil)
+            }
+            downloads.append((luid, entry.path))
+            try await engine.download(luid)
+            report.conflicts.append("\(entry.path): both kept; this device's version is \(copyPath)")
+        case .ask:
+            var current = entry
+            current.flag = "conflict"
+            upserts[entry.path] = current
+            report.conflicts.append("\(entry.path): changed here and there; resolve with 'nimbus conflicts resolve'")
+        }
+    }
+
+    /// The same new path on both sides with different content.
+    func conflictOnCreate(
+        _ entry: DiskEntry, remote: ViewEntry, report: inout FolderSyncReport, upserts: inout [String: FolderIndex.Entry],
+        downloads: inout [(luid: ItemID, path: String)], view: inout [String: ViewEntry]
+    ) async throws {
+        guard let parent = parentItem(of: entry.path, in: view) else { return }
+        let copyName = FileName.conflictCopy(name(of: entry.path), device: deviceName, date: Date())
+        let copyPath = parentPath(of: entry.path).map { $0 + "/" + copyName } ?? copyName
+        try FileManager.default.moveItem(at: url(entry.path), to: url(copyPath))
+        guard let now = DiskScanner.stat(url(copyPath).path, relative: copyPath)?.entry else { return }
+        if now.isDirectory {
+            let id = try await engine.createFolder(named: copyName, in: parent)
+            upserts[copyPath] = indexEntry(now, luid: id, checksum: nil, revision: nil)
+        } else {
+            let checksum = try hash(copyPath)
+            let id = try await engine.upload(from: url(copyPath), named: copyName, in: parent, copy: false)
+            upserts[copyPath] = indexEntry(now, luid: id, checksum: checksum, revision: nil)
+        }
+        if remote.item.isFolder {
+            try FileManager.default.createDirectory(at: url(entry.path), withIntermediateDirectories: true)
+            if let dir = DiskScanner.stat(url(entry.path).path, relative: entry.path)?.entry {
+                upserts[entry.path] = indexEntry(dir, luid: remote.item.id, checksum: nil, revision: nil)
+            }
+        } else {
+            downloads.append((remote.item.id, entry.path))
+            try await engine.download(remote.item.id)
+        }
+        report.conflicts.append("\(entry.path): created on both sides; this device's version is \(copyPath)")
+    }
+
+    // MARK: Disk helpers
+
+    func url(_ path: String) -> URL { root.appending(path: path) }
+
+    func name(of path: String) -> String { String(path.split(separator: "/").last ?? Substring(path)) }
+
+    func parentPath(of path: String) -> String? {
+        guard let slash = path.lastIndex(of: "/") else { return nil }
+        return String(path[..<slash])
+    }
+
+    func parentItem(of path: String, in view: [String: ViewEntry]) -> ItemID? {
+        guard let parent = parentPath(of: path) else { return remoteRoot }
+        return view[parent]?.item.id
+    }
+
+    func hash(_ path: String) throws -> String { try FileHasher.sha256(of: url(path)).checksum }
+
+    func isSettling(_ entry: DiskEntry) -> Bool {
+        let modified = Double(entry.mtime) / 1e9
+        return !entry.isDirectory && Date().timeIntervalSince1970 - modified < settleTime
+    }
+
+    func indexEntry(_ entry: DiskEntry, luid: ItemID, checksum: String?, revision: String?) -> FolderIndex.Entry {
+        FolderIndex.Entry(
+            path: entry.path, luid: luid.rawValue, isDirectory: entry.isDirectory, inode: entry.inode, size: entry.size, mtime: entry.mtime,
+            checksum: checksum, revision: revision, flag: nil)
+    }
+
+    func placeholder(_ id: ItemID, folder: Bool) -> SyncItem {
+        SyncItem(
+            id: id, fileId: nil, parentId: nil, name: "", mimeType: folderMimeType, isFolder: folder, size: 0, checksum: nil, revisionId: nil,
+            modifiedAt: Date(), state: .pending, isPinned: false, isAvailableOffline: false)
+    }
+
+    /// Deletes an unchanged local copy of something deleted there; a folder only once it is empty.
+    func removeLocally(_ entry: FolderIndex.Entry, busy: Set<String>) -> Bool {
+        let target = url(entry.path)
+        if busy.contains(target.path) { return false }
+        if entry.isDirectory {
+            let remaining = (try? FileManager.default.contentsOfDirectory(atPath: target.path)) ?? []
+            guard remaining.isEmpty else { return false }
+        }
+        do {
+            try FileManager.default.removeItem(at: target)
+        } catch {
+            if FileManager.default.fileExists(atPath: target.path) { return false }
+        }
+        return true
+    }
+
+    /// Follows a move made there; refuses to overwrite anything.
+    func moveLocally(from: String, to: String, busy: Set<String>) -> Bool {
+        if busy.contains(url(from).path) || FileManager.default.fileExists(atPath: url(to).path) { return false }
+        do {
+            try FileManager.default.createDirectory(at: url(to).deletingLastPathComponent(), withIntermediateDirectories: true)
+            try FileManager.default.moveItem(at: url(from), to: url(to))
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Puts a downloaded file in place: under a temporary name in the target folder first, then renamed, so
+    /// the final name never holds half a file.
+    func place(_ source: URL, at path: String) throws {
+        let target = url(path)
+        try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let temporary = target.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
+        do {
+            try FileManager.default.moveItem(at: source, to: temporary)
+        } catch {
+            // Another file system: copy, then drop the engine's copy.
+            try FileManager.default.copyItem(at: source, to: temporary)
+            try? FileManager.default.removeItem(at: source)
+        }
+        guard rename(temporary.path, target.path) == 0 else {
+            try? FileManager.default.removeItem(at: temporary)
+            throw SyncError.localFile("Could not put \(path) in place (errno \(errno)).")
+        }
+    }
+
+    /// The view under the remote root: relative path → item (ignored paths left out).
+    func viewTree(ignore: IgnoreRules) async throws -> [String: ViewEntry] {
+        var result: [String: ViewEntry] = [:]
+        var stack: [(ItemID, String)] = [(remoteRoot, "")]
+        while let (id, prefix) = stack.popLast() {
+            for item in try await engine.listing(in: id) {
+                let path = prefix.isEmpty ? item.name : prefix + "/" + item.name
+                if ignore.ignores(path, isDirectory: item.isFolder) { continue }
+                result[path] = ViewEntry(path: path, item: item)
+                if item.isFolder { stack.append((item.id, path)) }
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,108 @@
+// NimbusSync benchmarks (issue 4), each against a peer measured in the same run:
+//   swift build -c release --product nimbus-bench --scratch-path .build-release
+//   .build-release/release/nimbus-bench [--items 100000] [--operations 10000]
+import Foundation
+import GRDB
+import NimbusAPI
+@_spi(Benchmarks) import NimbusSync
+
+func seconds(_ body: () async throws -> Void) async rethrows -> Double {
+    let start = ContinuousClock.now
+    try await body()
+    let elapsed = ContinuousClock.now - start
+    return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+}
+
+func argument(_ name: String, _ fallback: Int) -> Int {
+    let arguments = CommandLine.arguments
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count, let value = Int(arguments[index + 1]) else { return fallback }
+    return value
+}
+
+let items = argument("--items", 100_000)
+let operations = argument("--operations", 10_000)
+let work = FileManager.default.temporaryDirectory.appending(path: "nimbus-bench-\(UUID().uuidString)")
+try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+defer { try? FileManager.default.removeItem(at: work) }
+
+// 1. Applying a change feed of `items` changes (500 per page, as pulls do) vs plain GRDB inserts of as many rows.
+let engine = try SyncEngine(configuration: SyncConfiguration(directory: work.appending(path: "engine"), deviceName: "bench"))
+let now = Date()
+let root = File(id: "froot", name: "My Drive", mimeType: folderMimeType, parentId: nil, size: 0, checksum: nil, revisionId: nil, createdAt: now, modifiedAt: now, downloadUrl: nil, trashed: false)
+let folder = File(id: "fbig", name: "Big", mimeType: folderMimeType, parentId: "froot", size: 0, checksum: nil, revisionId: nil, createdAt: now, modifiedAt: now, downloadUrl: nil, trashed: false)
+try await engine.applyFeedPage([Change(seq: 1, type: .upsert, fileId: root.id, file: root), Change(seq: 2, type: .upsert, fileId: folder.id, file: folder)], cursor: "2")
+let changes = (0..<items).map { index in
+    let file = File(
+        id: "f\(index)", name: "file-\(String(format: "%06d", index)).txt", mimeType: "text/plain", parentId: "fbig", size: Int64(index),
+        checksum: String(repeating: "a", count: 64), revisionId: "r\(index)", createdAt: now, modifiedAt: now, downloadUrl: "/v1/files/f\(index)/content",
+        trashed: false)
+    return Change(seq: Int64(index + 3), type: .upsert, fileId: file.id, file: file)
+}
+let applySeconds = try await seconds {
+    var start = 0
+    while start < changes.count {
+        let page = Array(changes[start..<min(start + 500, changes.count)])
+        start += 500
+        try await engine.applyFeedPage(page, cursor: String(start))
+    }
+}
+let peer = try DatabasePool(path: work.appending(path: "peer.sqlite").path)
+try peer.write { db in try db.execute(sql: "CREATE TABLE t (id TEXT PRIMARY KEY, parent TEXT, name TEXT, size INTEGER, checksum TEXT)") }
+let peerApplySeconds = try await seconds {
+    var start = 0
+    while start < changes.count {
+        let page = changes[start..<min(start + 500, changes.count)]
+        start += 500
+        try await peer.write { db in
+            for change in page {
+                try db.execute(sql: "INSERT INTO t VALUES (?, ?, ?, ?, ?)", arguments: [change.fileId, "fbig", change.file?.name, change.file?.size, change.file?.checksum])
+            }
+        }
+    }
+}
+print(String(format: "apply %d feed changes: %.0f changes/s (%.2f s); plain GRDB inserts of the same rows: %.0f rows/s (ratio %.2fx)",
+             items, Double(items) / applySeconds, applySeconds, Double(items) / peerApplySeconds, applySeconds / peerApplySeconds))
+
+// 2. Merged listing of the 100,000-item folder vs listing a directory of as many files with their sizes.
+let big = try require(try await engine.item(atPath: "/Big"))
+var listed = 0
+let listingSeconds = try await seconds { listed = try await engine.listing(in: big.id).count }
+var first: Double = 0
+let stream = await engine.items(in: big.id)
+first = await seconds { var iterator = stream.makeAsyncIterator(); _ = await iterator.next() }
+let directory = work.appending(path: "dir")
+try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+for index in 0..<items { _ = FileManager.default.createFile(atPath: directory.appending(path: "file-\(index).txt").path, contents: nil) }
+var peerCount = 0
+let peerListingSeconds = try await seconds {
+    let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+    for name in names { _ = try FileManager.default.attributesOfItem(atPath: directory.appending(path: name).path) }
+    peerCount = names.count
+}
+print(String(format: "merged listing of a %d-item folder: %.1f ms (first listing delivered by items(in:) in %.1f ms); FileManager listing + stat of a %d-file directory: %.1f ms (ratio %.2fx)",
+             listed, listingSeconds * 1000, first * 1000, peerCount, peerListingSeconds * 1000, listingSeconds / peerListingSeconds))
+
+// 3. Cold start with `operations` pending operations: open the library until the executor has work in hand.
+let queued = try SyncEngine(configuration: SyncConfiguration(directory: work.appending(path: "queued"), deviceName: "bench"))
+let parent = try await queued.createFolder(named: "Queue")
+for index in 0..<operations { _ = try await queued.createFolder(named: "op-\(index)", in: parent) }
+var ready = false
+let coldSeconds = try await seconds {
+    let reopened = try SyncEngine(configuration: SyncConfiguration(directory: work.appending(path: "queued"), deviceName: "bench"))
+    ready = try await reopened.nextOperationReady()
+}
+let peerColdSeconds = try await seconds {
+    let pool = try DatabasePool(path: work.appending(path: "queued/sync.sqlite").path)
+    _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM operations") }
+}
+print(String(format: "cold start with %d pending operations: executor ready (%@) in %.1f ms; opening the same database and counting them: %.1f ms",
+             operations + 1, ready ? "yes" : "no", coldSeconds * 1000, peerColdSeconds * 1000))
+
+extension Optional {
+    struct Missing: Error {}
+}
+
+func require<T>(_ value: T?) throws -> T {
+    guard let value else { throw Optional<T>.Missing() }
+    return value
+}

@@ -1,0 +1,117 @@
+import ArgumentParser
+import Foundation
+import NimbusAPI
+import NimbusSync
+
+/// A device's state folder: `$NIMBUS_HOME`, or `~/.nimbus`. Two shells with different homes are two devices.
+struct Home {
+    struct Config: Codable {
+        var server: URL?
+        var username: String?
+        var deviceName: String
+        var conflict: ConflictStrategy = .keepBoth
+        /// Remembered folder pairs: local path → remote path.
+        var pairs: [String: String] = [:]
+    }
+
+    let url: URL
+
+    static var current: Home {
+        if let path = ProcessInfo.processInfo.environment["NIMBUS_HOME"], !path.isEmpty {
+            return Home(url: URL(fileURLWithPath: path).standardizedFileURL)
+        }
+        return Home(url: FileManager.default.homeDirectoryForCurrentUser.appending(path: ".nimbus"))
+    }
+
+    var configURL: URL { url.appending(path: "config.json") }
+    var libraryURL: URL { url.appending(path: "library") }
+
+    func ensure() throws {
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    func loadConfig() throws -> Config {
+        if let data = try? Data(contentsOf: configURL) {
+            do { return try JSONDecoder.nimbus.decode(Config.self, from: data) } catch {
+                throw CLIError("\(configURL.path) is damaged (\(error)); fix or delete it.")
+            }
+        }
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "device"
+        return Config(deviceName: "\(host)-\(String(UUID().uuidString.prefix(4)).lowercased())")
+    }
+
+    func save(_ config: Config) throws {
+        try ensure()
+        let data = try JSONEncoder.nimbus.encode(config)
+        let temporary = configURL.appendingPathExtension("tmp")
+        try data.write(to: temporary, options: .atomic)
+        guard rename(temporary.path, configURL.path) == 0 else { throw CLIError("Could not write \(configURL.path).") }
+    }
+
+    /// Opens this device's library (the NimbusSync engine).
+    func engine(strategy: ConflictStrategy? = nil) throws -> SyncEngine {
+        try ensure()
+        let config = try loadConfig()
+        if !FileManager.default.fileExists(atPath: configURL.path) { try save(config) }
+        var configuration = SyncConfiguration(directory: libraryURL, deviceName: config.deviceName)
+        configuration.conflictStrategy = strategy ?? config.conflict
+        configuration.backoffCap = .seconds(30)
+        do {
+            return try SyncEngine(configuration: configuration)
+        } catch {
+            throw CLIError("Cannot open \(libraryURL.path): \(error)")
+        }
+    }
+
+    /// The engine, signed in (or a clear error telling how to sign in).
+    func signedInEngine(strategy: ConflictStrategy? = nil) async throws -> SyncEngine {
+        let engine = try engine(strategy: strategy)
+        guard await engine.account != nil else {
+            throw CLIError("Not logged in. Run: nimbus login URL --username NAME")
+        }
+        return engine
+    }
+}
+
+/// Remote paths as users type them: `/Work/report.pdf`; `/` is the root.
+enum RemotePath {
+    static func components(_ path: String) -> [String] {
+        path.split(separator: "/").map(String.init).filter { $0 != "." }
+    }
+
+    static func normalized(_ path: String) -> String { "/" + components(path).joined(separator: "/") }
+
+    static func parent(_ path: String) -> String { "/" + components(path).dropLast().joined(separator: "/") }
+
+    static func name(_ path: String) -> String? { components(path).last }
+
+    /// The item at `path`, or a CLIError naming what is missing.
+    static func item(_ path: String, in engine: SyncEngine) async throws -> SyncItem {
+        guard let item = try await engine.item(atPath: normalized(path)) else {
+            throw CLIError("\(normalized(path)): no such file or folder.")
+        }
+        return item
+    }
+
+    static func folder(_ path: String, in engine: SyncEngine) async throws -> SyncItem {
+        let item = try await item(path, in: engine)
+        guard item.isFolder else { throw CLIError("\(normalized(path)) is a file, not a folder.") }
+        return item
+    }
+
+    /// Creates the folders of `path` that are missing (like `mkdir -p`) and returns the last one.
+    static func makeFolders(_ path: String, in engine: SyncEngine) async throws -> ItemID {
+        var current = ItemID.root
+        var walked = ""
+        for part in components(path) {
+            walked += "/" + part
+            if let existing = try await engine.item(atPath: walked) {
+                guard existing.isFolder else { throw CLIError("\(walked) is a file, not a folder.") }
+                current = existing.id
+            } else {
+                current = try await engine.createFolder(named: part, in: current)
+            }
+        }
+        return current
+    }
+}

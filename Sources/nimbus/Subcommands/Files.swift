@@ -1,0 +1,367 @@
+import ArgumentParser
+import Foundation
+import NimbusAPI
+import NimbusSync
+
+/// A view item as `--json` prints it.
+struct ItemJSON: Encodable {
+    var id: String
+    var fileId: String?
+    var path: String
+    var name: String
+    var type: String
+    var size: Int64
+    var checksum: String?
+    var modifiedAt: Date
+    var state: String
+
+    init(_ item: SyncItem, path: String) {
+        id = item.id.rawValue
+        fileId = item.fileId
+        self.path = path
+        name = item.name
+        type = item.isFolder ? "folder" : "file"
+        size = item.size
+        checksum = item.checksum
+        modifiedAt = item.modifiedAt
+        state = Self.describe(item.state)
+    }
+
+    static func describe(_ state: ItemState) -> String {
+        switch state {
+        case .synced: "synced"
+        case .pending: "pending"
+        case .uploading(let p): "uploading \(Int(p * 100))%"
+        case .downloading(let p): "downloading \(Int(p * 100))%"
+        case .conflict: "conflict"
+        case .unsynced: "unsynced"
+        case .failed(let error): "failed: \(error.description)"
+        }
+    }
+}
+
+/// Pulls if the server can be reached; offline, the local view still answers.
+func refresh(_ engine: SyncEngine) async {
+    _ = try? await engine.pull()
+}
+
+struct List: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List a folder (folders first).")
+
+    @Argument(help: "A remote folder or file, e.g. /Work (default /).")
+    var path: String = "/"
+
+    @Flag(name: .shortAndLong, help: "Show type, size, modification time and sync state.")
+    var long = false
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let target = try await RemotePath.item(path, in: engine)
+        let base = RemotePath.normalized(path)
+        let items = target.isFolder ? try await engine.listing(in: target.id) : [target]
+        if output.json {
+            return try Output.json(items.map { ItemJSON($0, path: target.isFolder ? (base == "/" ? "" : base) + "/" + $0.name : base) })
+        }
+        for item in items {
+            let name = item.name + (item.isFolder ? "/" : "")
+            if long {
+                let size = item.isFolder ? "-" : Output.size(item.size)
+                print("\(item.isFolder ? "d" : "-")  \(size.padding(toLength: 10, withPad: " ", startingAt: 0)) \(Output.date(item.modifiedAt))  \(ItemJSON.describe(item.state).padding(toLength: 12, withPad: " ", startingAt: 0)) \(name)")
+            } else {
+                print(name)
+            }
+        }
+    }
+}
+
+struct MakeDirectory: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mkdir", abstract: "Create a folder.")
+
+    @Flag(name: .customShort("p"), help: "Create missing parent folders too; no error if it exists.")
+    var parents = false
+
+    @Argument(help: "The folder to create, e.g. /Work/2026.")
+    var path: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        guard let name = RemotePath.name(path) else { throw ValidationError("Give a folder path, e.g. /Work.") }
+        if let existing = try await engine.item(atPath: RemotePath.normalized(path)) {
+            guard parents, existing.isFolder else { throw CLIError("\(RemotePath.normalized(path)) already exists.") }
+            return
+        }
+        if parents {
+            _ = try await RemotePath.makeFolders(path, in: engine)
+        } else {
+            let parent = try await RemotePath.folder(RemotePath.parent(path), in: engine)
+            do { _ = try await engine.createFolder(named: name, in: parent.id) } catch let error as SyncError { throw CLIError(error.description) }
+        }
+        try await drain(engine)
+        Output.line("Created \(RemotePath.normalized(path))", options: output)
+    }
+}
+
+struct Remove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "rm", abstract: "Move a file or folder to the trash.")
+
+    @Flag(name: .shortAndLong, help: "Remove a folder and everything in it.")
+    var recursive = false
+
+    @Argument(help: "The remote path.")
+    var path: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let item = try await RemotePath.item(path, in: engine)
+        guard item.id != .root else { throw CLIError("The root folder cannot be removed.") }
+        if item.isFolder && !recursive { throw CLIError("\(RemotePath.normalized(path)) is a folder; use rm -r.") }
+        try await engine.delete(item.id)
+        try await drain(engine)
+        Output.line("Moved \(RemotePath.normalized(path)) to the trash", options: output)
+    }
+}
+
+struct Move: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mv", abstract: "Rename or move a file or folder.")
+
+    @Argument(help: "What to move.")
+    var source: String
+
+    @Argument(help: "The new path, or an existing folder to move it into.")
+    var destination: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let item = try await RemotePath.item(source, in: engine)
+        var targetFolder: SyncItem
+        var newName = item.name
+        if let existing = try await engine.item(atPath: RemotePath.normalized(destination)) {
+            guard existing.isFolder else { throw CLIError("\(RemotePath.normalized(destination)) already exists.") }
+            targetFolder = existing
+        } else {
+            targetFolder = try await RemotePath.folder(RemotePath.parent(destination), in: engine)
+            guard let name = RemotePath.name(destination) else { throw ValidationError("Give a destination path.") }
+            newName = name
+        }
+        do {
+            if targetFolder.id != item.parentId { try await engine.move(item.id, to: targetFolder.id) }
+            if newName != item.name { try await engine.rename(item.id, to: newName) }
+        } catch let error as SyncError {
+            throw CLIError(error.description)
+        }
+        try await drain(engine)
+        Output.line("Moved \(RemotePath.normalized(source)) → \(try await engine.path(of: item.id) ?? destination)", options: output)
+    }
+}
+
+enum PutConflict: String, ExpressibleByArgument, CaseIterable {
+    case fail, rename, replace
+}
+
+struct Put: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Upload a file (resumable: after Ctrl-C or a crash, run the same command, or 'nimbus uploads resume').")
+
+    @Argument(help: "The local file.")
+    var local: String
+
+    @Argument(help: "Where it goes: a remote folder, or a remote file path (default: / with the same name).")
+    var remote: String?
+
+    @Option(help: "If the name is taken: fail, rename (name (1).ext) or replace (a new version).")
+    var onConflict: PutConflict = .fail
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let source = URL(fileURLWithPath: local).standardizedFileURL
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: source.path, isDirectory: &isDirectory) else { throw CLIError("\(local): no such file.") }
+        if isDirectory.boolValue { throw CLIError("\(local) is a folder; use 'nimbus sync \(local) /\(source.lastPathComponent)'.") }
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        var folderPath = "/"
+        var name = source.lastPathComponent
+        if let remote {
+            if let existing = try await engine.item(atPath: RemotePath.normalized(remote)), existing.isFolder {
+                folderPath = RemotePath.normalized(remote)
+            } else {
+                folderPath = RemotePath.parent(remote)
+                name = RemotePath.name(remote) ?? name
+            }
+        }
+        let folder = try await RemotePath.folder(folderPath, in: engine)
+        let checksum = try FileHasher.sha256(of: source)
+        let targetPath = (folderPath == "/" ? "" : folderPath) + "/" + name
+        let progress = ProgressDisplay(options: output)
+        var id: ItemID
+        if let existing = try await engine.item(atPath: targetPath), !existing.isFolder, existing.checksum == checksum.checksum {
+            // Already there, or already queued (a put interrupted earlier): finish what was started.
+            id = existing.id
+        } else if let existing = try await engine.item(atPath: targetPath) {
+            switch onConflict {
+            case .fail:
+                throw CLIError("\(targetPath) already exists; pass --on-conflict rename or --on-conflict replace.")
+            case .replace:
+                guard !existing.isFolder else { throw CLIError("\(targetPath) is a folder.") }
+                try await engine.update(existing.id, from: source)
+                id = existing.id
+            case .rename:
+                var n = 1
+                while try await engine.item(atPath: (folderPath == "/" ? "" : folderPath) + "/" + FileName.numbered(name, n)) != nil { n += 1 }
+                name = FileName.numbered(name, n)
+                id = try await engine.upload(from: source, named: name, in: folder.id)
+            }
+        } else {
+            do { id = try await engine.upload(from: source, named: name, in: folder.id) } catch let error as SyncError { throw CLIError(error.description) }
+        }
+        await progress.watch(id, name: name, size: checksum.size)
+        try await drain(engine, progress: progress)
+        await progress.complete(id)
+        let item = try await engine.item(id)
+        if output.json, let item { return try Output.json(ItemJSON(item, path: try await engine.path(of: id) ?? targetPath)) }
+        Output.line("Uploaded \(try await engine.path(of: id) ?? targetPath) (\(Output.size(checksum.size)))", options: output)
+    }
+}
+
+struct Get: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Download a file (resumes with Range after an interruption).")
+
+    @Argument(help: "The remote file.")
+    var remote: String
+
+    @Argument(help: "Where to save it: a file or a folder (default: the current folder).")
+    var local: String?
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let item = try await RemotePath.item(remote, in: engine)
+        guard !item.isFolder else { throw CLIError("\(RemotePath.normalized(remote)) is a folder; use 'nimbus sync'.") }
+        var destination = URL(fileURLWithPath: local ?? ".").standardizedFileURL
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: destination.path, isDirectory: &isDirectory), isDirectory.boolValue {
+            destination = destination.appending(path: item.name)
+        }
+        let progress = ProgressDisplay(options: output)
+        await progress.watch(item.id, name: item.name, size: item.size)
+        try await engine.download(item.id)
+        try await drain(engine, progress: progress)
+        guard let content = try await engine.takeContent(of: item.id) else {
+            throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.")
+        }
+        let temporary = destination.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
+        do {
+            try FileManager.default.moveItem(at: content, to: temporary)
+        } catch {
+            try FileManager.default.copyItem(at: content, to: temporary)
+            try? FileManager.default.removeItem(at: content)
+        }
+        guard rename(temporary.path, destination.path) == 0 else {
+            try? FileManager.default.removeItem(at: temporary)
+            throw CLIError("Could not write \(destination.path).")
+        }
+        await progress.complete(item.id)
+        Output.line("Downloaded \(RemotePath.normalized(remote)) → \(destination.path) (\(Output.size(item.size)))", options: output)
+    }
+}
+
+struct Versions: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List a file's revisions, newest first.")
+
+    @Argument(help: "The remote file.")
+    var path: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let item = try await RemotePath.item(path, in: engine)
+        let revisions = try await engine.revisions(of: item.id)
+        if output.json { return try Output.json(revisions) }
+        for (index, revision) in revisions.enumerated() {
+            let marker = index == 0 ? "  (current)" : ""
+            print("\(revision.revisionId)  \(Output.date(revision.modifiedAt))  \(Output.size(revision.size).padding(toLength: 10, withPad: " ", startingAt: 0)) \(revision.checksum.prefix(12))\(marker)")
+        }
+    }
+}
+
+struct Restore: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Make an older revision the current one (history keeps everything).")
+
+    @Argument(help: "The remote file.")
+    var path: String
+
+    @Argument(help: "The revision id (see 'nimbus versions').")
+    var revision: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let item = try await RemotePath.item(path, in: engine)
+        let known = try await engine.revisions(of: item.id)
+        guard known.contains(where: { $0.revisionId == revision }) else {
+            throw CLIError("\(RemotePath.normalized(path)) has no revision \(revision); see 'nimbus versions \(path)'.")
+        }
+        try await engine.restore(item.id, revision: revision)
+        try await drain(engine)
+        Output.line("Restored \(RemotePath.normalized(path)) to \(revision)", options: output)
+    }
+}
+
+struct Trash: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List what is in the trash.")
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        let list: FileList = try await engine.server().call("GET", "/v1/trash?limit=1000")
+        if output.json { return try Output.json(list.files) }
+        if list.files.isEmpty { Output.line("The trash is empty.", options: output) }
+        for file in list.files {
+            print("\(file.id)  \(Output.date(file.modifiedAt))  \(file.isFolder ? "-" : Output.size(file.size))  \(file.name)\(file.isFolder ? "/" : "")")
+        }
+    }
+}
+
+struct Untrash: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Restore an item from the trash (by its name, path or id).")
+
+    @Argument(help: "The trashed item: its former path (/Work/old.txt), its name, or its id from 'nimbus trash'.")
+    var path: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        let client = try await engine.server()
+        let list: FileList = try await client.call("GET", "/v1/trash?limit=1000")
+        let name = RemotePath.name(path) ?? path
+        let matches = list.files.filter { $0.id == path || $0.name == name }
+        guard !matches.isEmpty else { throw CLIError("Nothing called \(path) is in the trash; see 'nimbus trash'.") }
+        guard matches.count == 1 else {
+            throw CLIError("Several trashed items are called \(name): \(matches.map(\.id).joined(separator: ", ")); pass the id.")
+        }
+        let restored: File = try await client.call("POST", "/v1/files/\(matches[0].id)/untrash")
+        try await engine.pull()
+        Output.line("Restored \(restored.name)", options: output)
+    }
+}

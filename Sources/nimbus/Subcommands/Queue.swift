@@ -1,0 +1,164 @@
+import ArgumentParser
+import Foundation
+import NimbusAPI
+import NimbusSync
+
+struct Uploads: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show, resume or cancel unfinished uploads.", subcommands: [ListUploads.self, ResumeUploads.self, CancelUpload.self],
+        defaultSubcommand: ListUploads.self)
+
+    struct ListUploads: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List unfinished uploads.")
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let engine = try Home.current.engine()
+            let uploads = try await engine.operations().filter { $0.kind == "upload" && $0.state != "applied" }
+            var rows: [[String: String]] = []
+            for upload in uploads {
+                let item = try await engine.item(upload.item)
+                let path = try await engine.path(of: upload.item) ?? "?"
+                rows.append([
+                    "id": upload.item.rawValue, "path": path, "size": item.map { Output.size($0.size) } ?? "?", "state": upload.state,
+                    "attempts": String(upload.attempts), "error": upload.lastError ?? "",
+                ])
+            }
+            if output.json { return try Output.json(rows) }
+            if rows.isEmpty { Output.line("No unfinished uploads.", options: output) }
+            for row in rows {
+                print("\(row["id"]!)  \(row["path"]!)  \(row["size"]!)  \(row["state"]!)\(row["error"]!.isEmpty ? "" : " — " + row["error"]!)")
+            }
+        }
+    }
+
+    struct ResumeUploads: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "resume", abstract: "Send unfinished uploads, from their last chunk.")
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let engine = try await Home.current.signedInEngine()
+            let progress = ProgressDisplay(options: output)
+            for upload in try await engine.operations() where upload.kind == "upload" && upload.state != "applied" {
+                if upload.state == "failed" { try await engine.retry(upload.item) }
+                if let item = try await engine.item(upload.item) { await progress.watch(item.id, name: item.name, size: item.size) }
+            }
+            try await drain(engine, progress: progress)
+            Output.line("All uploads finished.", options: output)
+        }
+    }
+
+    struct CancelUpload: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "cancel", abstract: "Cancel an upload (its stored chunks are freed).")
+        @Argument(help: "The upload's id or remote path (see 'nimbus uploads list').")
+        var id: String
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let engine = try Home.current.engine()
+            var target = ItemID(id)
+            if id.hasPrefix("/"), let item = try await engine.item(atPath: id) { target = item.id }
+            guard try await engine.operations().contains(where: { $0.item == target && $0.kind == "upload" }) else {
+                throw CLIError("No unfinished upload \(id); see 'nimbus uploads list'.")
+            }
+            try await engine.cancel(target)
+            Output.line("Cancelled.", options: output)
+        }
+    }
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show sync state: queue, transfers, conflicts, folder pairs.")
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let home = Home.current
+        let engine = try home.engine()
+        let config = try home.loadConfig()
+        let status = try await engine.status()
+        let attention = try await engine.itemsNeedingAttention()
+        let operations = try await engine.operations().filter { $0.state != "applied" }
+        if output.json {
+            struct Report: Encodable {
+                var account: String?
+                var pending: Int
+                var conflicts: Int
+                var unsynced: Int
+                var failed: Int
+                var folders: [String: String]
+                var attention: [ItemJSON]
+            }
+            var items: [ItemJSON] = []
+            for item in attention { items.append(ItemJSON(item, path: try await engine.path(of: item.id) ?? item.name)) }
+            let account = await engine.account.map { "\($0.username)@\($0.server.absoluteString)" }
+            return try Output.json(
+                Report(
+                    account: account, pending: status.pending, conflicts: status.conflicts, unsynced: status.unsynced, failed: status.failed,
+                    folders: config.pairs, attention: items))
+        }
+        if let account = await engine.account {
+            print("Logged in as \(account.username) on \(account.server.absoluteString) (device \(config.deviceName))")
+        } else {
+            print("Not logged in (changes are recorded and sent after 'nimbus login').")
+        }
+        print("\(status.pending) pending, \(status.conflicts) conflicts, \(status.unsynced) unsynced, \(status.failed) failed")
+        for operation in operations.prefix(20) {
+            let path = try await engine.path(of: operation.item) ?? operation.item.rawValue
+            print("  \(operation.kind) \(path) — \(operation.state)\(operation.lastError.map { ": \($0)" } ?? "")")
+        }
+        for item in attention {
+            print("  ! \(try await engine.path(of: item.id) ?? item.name): \(ItemJSON.describe(item.state))")
+        }
+        for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) { print("  sync \(local) ⇄ \(remote)") }
+    }
+}
+
+enum Keep: String, ExpressibleByArgument, CaseIterable {
+    case local, remote, both
+}
+
+struct Conflicts: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List conflicts, or resolve one.", subcommands: [ListConflicts.self, ResolveConflict.self], defaultSubcommand: ListConflicts.self)
+
+    struct ListConflicts: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List items changed here and there.")
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let engine = try Home.current.engine()
+            var rows: [ItemJSON] = []
+            for item in try await engine.itemsNeedingAttention() where item.state == .conflict || item.state == .unsynced {
+                rows.append(ItemJSON(item, path: try await engine.path(of: item.id) ?? item.name))
+            }
+            if output.json { return try Output.json(rows) }
+            if rows.isEmpty { Output.line("No conflicts.", options: output) }
+            for row in rows { print("\(row.path)  \(row.state)") }
+        }
+    }
+
+    struct ResolveConflict: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "resolve", abstract: "Keep this device's version, the server's, or both.")
+        @Argument(help: "The remote path in conflict.")
+        var path: String
+        @Option(help: "local, remote or both.")
+        var keep: Keep
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let engine = try await Home.current.signedInEngine()
+            let item = try await RemotePath.item(path, in: engine)
+            switch item.state {
+            case .conflict:
+                let resolution: ConflictResolution = keep == .local ? .keepLocal : keep == .remote ? .keepRemote : .keepBoth
+                try await engine.resolveConflict(item.id, keeping: resolution)
+            case .unsynced:
+                if keep == .remote { try await engine.confirmDeletion(item.id) } else { try await engine.keepLocalCopy(item.id) }
+            default:
+                throw CLIError("\(RemotePath.normalized(path)) is not in conflict.")
+            }
+            try await drain(engine)
+            Output.line("Resolved \(RemotePath.normalized(path)) (kept \(keep.rawValue)).", options: output)
+        }
+    }
+}

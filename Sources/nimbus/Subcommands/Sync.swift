@@ -1,0 +1,130 @@
+import ArgumentParser
+import Foundation
+import NimbusAPI
+import NimbusSync
+
+enum ConflictOption: String, ExpressibleByArgument, CaseIterable {
+    case keepBoth = "keep-both"
+    case lww
+    case ask
+
+    var strategy: ConflictStrategy {
+        switch self {
+        case .keepBoth: .keepBoth
+        case .lww: .lastWriterWins
+        case .ask: .ask
+        }
+    }
+}
+
+struct SyncCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync", abstract: "Two-way sync of a local folder with a remote folder (remembered for next time).")
+
+    @Argument(help: "The local folder.")
+    var localDirectory: String
+
+    @Argument(help: "The remote folder (default /; created if missing).")
+    var remoteDirectory: String?
+
+    @Flag(help: "One cycle, then exit (the default).")
+    var once = false
+
+    @Flag(help: "Keep syncing: react to changes here (inotify) and there (server events).")
+    var watch = false
+
+    @Option(help: "On conflicts: keep-both, lww (last writer wins) or ask.")
+    var conflict: ConflictOption = .keepBoth
+
+    @Flag(help: "Go ahead even if many local files were deleted.")
+    var confirmDeletions = false
+
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if once && watch { throw ValidationError("Choose --once or --watch, not both.") }
+    }
+
+    func run() async throws {
+        let home = Home.current
+        let root = URL(fileURLWithPath: localDirectory).standardizedFileURL
+        var isDirectory: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: root.path, isDirectory: &isDirectory) {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        } else if !isDirectory.boolValue {
+            throw CLIError("\(localDirectory) is a file, not a folder.")
+        }
+        var config = try home.loadConfig()
+        let remote = RemotePath.normalized(remoteDirectory ?? config.pairs[root.path] ?? "/")
+        let engine = try await home.signedInEngine(strategy: conflict.strategy)
+        await refresh(engine)
+        let remoteRoot = try await RemotePath.makeFolders(remote, in: engine)
+        config.pairs[root.path] = remote
+        try home.save(config)
+        let key = String(root.path.utf8.reduce(UInt64(14_695_981_039_346_656_037)) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }, radix: 16)
+        try FileManager.default.createDirectory(at: home.url.appending(path: "folders"), withIntermediateDirectories: true)
+        let folder = try FolderSync(
+            engine: engine, root: root, remoteRoot: remoteRoot, indexURL: home.url.appending(path: "folders/\(key).sqlite"),
+            strategy: conflict.strategy, deviceName: config.deviceName, settleTime: watch ? 1 : 0.5)
+        await folder.setConfirmDeletions(confirmDeletions)
+        if watch {
+            Output.line("Watching \(root.path) ⇄ \(remote) (Ctrl-C to stop)", options: output)
+            try await folder.watch { report in
+                self.print(report)
+            }
+        } else {
+            var report = try await cycle(folder)
+            // Files that were still being written get a second chance.
+            if report.skipped.contains(where: { $0.hasSuffix("(still being written)") }) {
+                try await Task.sleep(for: .seconds(1))
+                report = try await cycle(folder)
+            }
+            print(report)
+            if output.json { try Output.json(SyncSummary(report)) }
+            if !report.errors.isEmpty { throw ExitCode(1) }
+        }
+    }
+
+    func cycle(_ folder: FolderSync) async throws -> FolderSyncReport {
+        do {
+            return try await folder.syncOnce()
+        } catch let error as SyncError {
+            throw CLIError(error.description)
+        }
+    }
+
+    func print(_ report: FolderSyncReport) {
+        guard !output.quiet, !output.json else {
+            for error in report.errors { Output.error(error) }
+            return
+        }
+        for path in report.uploaded { Swift.print("↑ \(path)") }
+        for path in report.downloaded { Swift.print("↓ \(path)") }
+        for path in report.createdFolders { Swift.print("+ \(path)/") }
+        for move in report.moved { Swift.print("→ \(move)") }
+        for path in report.deletedHere { Swift.print("✗ \(path) (deleted here, now in the server's trash)") }
+        for path in report.deletedThere { Swift.print("✗ \(path) (deleted on the server)") }
+        for path in report.kept { Swift.print("! \(path): deleted on the server but changed here; kept and sent again") }
+        for text in report.conflicts { Swift.print("! conflict \(text)") }
+        for text in report.skipped { Swift.print("· skipped \(text)") }
+        for error in report.errors { Output.error("error: \(error)") }
+        Swift.print("\(report.changed) change\(report.changed == 1 ? "" : "s"), \(report.errors.count) error\(report.errors.count == 1 ? "" : "s")")
+    }
+}
+
+struct SyncSummary: Encodable {
+    var uploaded, downloaded, createdFolders, moved, deletedHere, deletedThere, conflicts, kept, skipped, errors: [String]
+
+    init(_ report: FolderSyncReport) {
+        uploaded = report.uploaded
+        downloaded = report.downloaded
+        createdFolders = report.createdFolders
+        moved = report.moved
+        deletedHere = report.deletedHere
+        deletedThere = report.deletedThere
+        conflicts = report.conflicts
+        kept = report.kept
+        skipped = report.skipped
+        errors = report.errors
+    }
+}
