@@ -103,6 +103,16 @@ let package = Package(
             ],
             swiftSettings: testSwiftSettings
         ),
+        .target(
+            name: "NimbusTestSupport",
+            path: "Tests/NimbusTestSupport",
+            swiftSettings: testSwiftSettings
+        ),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["NimbusAPI", "NimbusTestSupport", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: testSwiftSettings
+        ),
         .testTarget(
             name: "NimbusAPITests",
             dependencies: ["NimbusAPI"],
@@ -113,6 +123,7 @@ let package = Package(
             dependencies: [
                 "NimbusAPI",
                 "NimbusServer",
+                "NimbusTestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import NimbusTestSupport
 import NIOCore
 import NimbusAPI
 import NimbusServer

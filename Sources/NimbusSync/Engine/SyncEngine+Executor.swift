@@ -17,7 +17,8 @@ extension SyncEngine {
     }
 
     /// The next operation that may run now: pending, due, and with nothing it depends on still queued.
-    /// Operations others wait for go first.
+    /// Operations others wait for go first. (`CROSS JOIN` pins the join order: the dependency table first, by
+    /// its index; SQLite's own choice scanned every pending operation per candidate, cubic in the queue.)
     func nextRunnable() throws -> OperationRow? {
         let now = self.now.millis
         let busy = Array(inFlight)
@@ -28,9 +29,11 @@ extension SyncEngine {
                     SELECT o.* FROM operations o
                     WHERE o.state = 'pending' AND o.next_attempt_at <= ? AND o.id NOT IN (SELECT value FROM json_each(?))
                     AND NOT EXISTS (
-                        SELECT 1 FROM operations d WHERE d.state IN ('pending', 'parked', 'failed')
-                        AND (',' || o.depends_on || ',') LIKE ('%,' || d.id || ',%'))
-                    ORDER BY EXISTS (SELECT 1 FROM operations w WHERE (',' || w.depends_on || ',') LIKE ('%,' || o.id || ',%')) DESC, o.seq
+                        SELECT 1 FROM operation_dependencies x CROSS JOIN operations d ON d.id = x.depends_on
+                        WHERE x.operation_id = o.id AND d.state IN ('pending', 'parked', 'failed'))
+                    ORDER BY EXISTS (
+                        SELECT 1 FROM operation_dependencies y CROSS JOIN operations w ON w.id = y.operation_id
+                        WHERE y.depends_on = o.id AND w.state = 'pending') DESC, o.seq
                     LIMIT 1
                     """,
                 arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self)]

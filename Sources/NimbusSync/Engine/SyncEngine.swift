@@ -270,7 +270,9 @@ public actor SyncEngine {
 
     /// Tells observers that things changed and wakes the run loop.
     func notifyChanged() {
+        wake()
         let current = observers.withLock { $0 }
+        guard !current.isEmpty else { return }
         let operations = (try? operationStates()) ?? [:]
         let status = try? status()
         for observer in current.values {

@@ -17,8 +17,10 @@ struct LocalDatabase: Sendable {
     init(path: String) throws {
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
+        let traced = ProcessInfo.processInfo.environment["NIMBUS_SQL_TRACE"] != nil
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
+            if traced { db.trace { FileHandle.standardError.write(Data("SQL \($0.expandedDescription.prefix(90))\n".utf8)) } }
         }
         pool = try DatabasePool(path: path, configuration: configuration)
         try Self.migrator.migrate(pool)
@@ -80,7 +82,15 @@ struct LocalDatabase: Sendable {
                     );
                     CREATE INDEX operations_luid ON operations(luid);
                     CREATE INDEX operations_state ON operations(state, next_attempt_at);
-                    CREATE INDEX operations_depends ON operations(depends_on) WHERE depends_on IS NOT NULL;
+                    CREATE TABLE operation_dependencies (
+                        operation_id TEXT NOT NULL,
+                        depends_on TEXT NOT NULL,
+                        PRIMARY KEY (operation_id, depends_on)
+                    );
+                    CREATE INDEX operation_dependencies_target ON operation_dependencies(depends_on);
+                    CREATE TRIGGER operations_gone AFTER DELETE ON operations BEGIN
+                        DELETE FROM operation_dependencies WHERE operation_id = OLD.id;
+                    END;
                     CREATE TABLE remote_deletions (file_id TEXT PRIMARY KEY);
                     CREATE TABLE upload_sessions (
                         operation_id TEXT PRIMARY KEY,

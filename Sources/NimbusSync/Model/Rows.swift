@@ -231,6 +231,10 @@ struct OperationRow: Sendable, Equatable {
         try db.execute(
             sql: "INSERT INTO operations (id, luid, kind, payload, depends_on, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             arguments: [id, luid, kind.rawValue, json, dependsOn.isEmpty ? nil : dependsOn.joined(separator: ","), now.millis])
+        for dependency in Set(dependsOn) {
+            try db.execute(
+                sql: "INSERT INTO operation_dependencies (operation_id, depends_on) VALUES (?, ?) ON CONFLICT DO NOTHING", arguments: [id, dependency])
+        }
         return id
     }
 

@@ -1,0 +1,259 @@
+import Crypto
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import NimbusAPI
+import NimbusTestSupport
+import Testing
+
+/// The real `nimbus` binary: a server process and client devices (separate `NIMBUS_HOME`s) as separate processes.
+final class Bench: @unchecked Sendable {
+    let root: URL
+    let server: ChildServer
+
+    init(serverArguments: [String] = []) throws {
+        root = FileManager.default.temporaryDirectory.appending(path: "nimbus-e2e-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        server = try ChildServer(data: root.appending(path: "server"), arguments: serverArguments)
+    }
+
+    deinit {
+        server.stop()
+        try? FileManager.default.removeItem(at: root)
+    }
+
+    /// A device logged in as `user` (registered on first use).
+    func device(_ name: String, user: String = "ana") throws -> CLIDevice {
+        let work = root.appending(path: "work-\(name)")
+        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        let device = CLIDevice(home: root.appending(path: "home-\(name)"), workingDirectory: work)
+        var request = URLRequest(url: URL(string: server.baseURL + "/v1/auth/register")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONEncoder().encode(["username": user, "password": "correct horse"])
+        let done = DispatchSemaphore(value: 0)
+        URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
+        done.wait()
+        let login = try device.run(["login", server.baseURL, "--username", user, "--password-stdin", "--device-name", name], stdin: "correct horse")
+        #expect(login.status == 0, "login: \(login.stderr)")
+        return device
+    }
+
+    func folder(_ name: String) throws -> URL {
+        let url = root.appending(path: name)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}
+
+/// path → sha256 of every file (and "dir" for folders) under a folder.
+func tree(_ root: URL) -> [String: String] {
+    var result: [String: String] = [:]
+    let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: [.isDirectoryKey])
+    while let url = enumerator?.nextObject() as? URL {
+        let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
+        if (try? url.resourceValues(forKeys: [.isDirectoryKey]).isDirectory) == true {
+            result[relative] = "dir"
+        } else if let data = try? Data(contentsOf: url) {
+            result[relative] = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        }
+    }
+    return result
+}
+
+func write(_ text: String, to url: URL) throws {
+    try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+    try Data(text.utf8).write(to: url)
+    // Make the file look settled (sync waits for files still being written).
+    try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: url.path)
+}
+
+@Suite("End to end: the nimbus binary", .serialized)
+struct EndToEndTests {
+    @Test("file commands: login, mkdir, put, ls, mv, get, versions, restore, rm, trash, untrash, and clear errors")
+    func fileCommands() throws {
+        let bench = try Bench()
+        let device = try bench.device("laptop")
+        #expect(try device.run(["whoami"]).stdout.contains("ana on"))
+        #expect(try device.run(["mkdir", "-p", "/Work/2026"]).status == 0)
+        try write("first", to: device.workingDirectory.appending(path: "notes.txt"))
+        #expect(try device.run(["put", "notes.txt", "/Work/"]).status == 0)
+        let listing = try device.run(["ls", "/Work", "--json"])
+        #expect(listing.status == 0)
+        let items = try JSONSerialization.jsonObject(with: Data(listing.stdout.utf8)) as? [[String: Any]]
+        #expect(Set(items?.compactMap { $0["name"] as? String } ?? []) == ["2026", "notes.txt"])
+
+        try write("second", to: device.workingDirectory.appending(path: "notes.txt"))
+        let replace = try device.run(["put", "notes.txt", "/Work/notes.txt", "--on-conflict", "replace"])
+        #expect(replace.status == 0, "\(replace.stderr)")
+        let clash = try device.run(["put", "notes.txt", "/Work/notes.txt"])
+        #expect(clash.status == 0, "the same content again is already there")
+        try write("third", to: device.workingDirectory.appending(path: "notes.txt"))
+        let refused = try device.run(["put", "notes.txt", "/Work/notes.txt"])
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("already exists"))
+
+        let versions = try device.run(["versions", "/Work/notes.txt", "--json"])
+        let revisions = try JSONDecoder.nimbus.decode([FileRevision].self, from: Data(versions.stdout.utf8))
+        #expect(revisions.count == 2)
+        #expect(try device.run(["restore", "/Work/notes.txt", revisions[1].revisionId]).status == 0)
+        #expect(try device.run(["get", "/Work/notes.txt", "restored.txt"]).status == 0)
+        #expect(try String(contentsOf: device.workingDirectory.appending(path: "restored.txt"), encoding: .utf8) == "first")
+
+        #expect(try device.run(["mv", "/Work/notes.txt", "/Work/2026"]).status == 0)
+        #expect(try device.run(["mv", "/Work/2026/notes.txt", "/Work/2026/renamed.txt"]).status == 0)
+        #expect(try device.run(["ls", "/Work/2026"]).stdout == "renamed.txt\n")
+        #expect(try device.run(["rm", "/Work"]).stderr.contains("rm -r"))
+        #expect(try device.run(["rm", "-r", "/Work"]).status == 0)
+        #expect(try device.run(["trash"]).stdout.contains("Work"))
+        #expect(try device.run(["untrash", "Work"]).status == 0)
+        #expect(try device.run(["ls", "/Work/2026"]).stdout == "renamed.txt\n")
+
+        let missing = try device.run(["get", "/nope.txt"])
+        #expect(missing.status != 0)
+        #expect(missing.stderr.contains("no such file"))
+        let stranger = CLIDevice(home: bench.root.appending(path: "home-nobody"), workingDirectory: device.workingDirectory)
+        let notLoggedIn = try stranger.run(["ls"])
+        #expect(notLoggedIn.status != 0)
+        #expect(notLoggedIn.stderr.contains("Not logged in"))
+        let about = try device.run(["about", "--json"])
+        #expect(about.stdout.contains("\"username\" : \"ana\""))
+    }
+
+    @Test("two devices sync two folders: creates, edits, renames, moves and deletes on both sides converge")
+    func twoDevices() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        try write("alpha", to: folderA.appending(path: "alpha.txt"))
+        try write("inner", to: folderA.appending(path: "docs/inner.md"))
+        try write("beta", to: folderB.appending(path: "beta.txt"))
+        func round() throws {
+            for (device, folder) in [(a, folderA), (b, folderB), (a, folderA)] {
+                let result = try device.run(["sync", folder.path, "/Shared", "--once"])
+                #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            }
+        }
+        try round()
+        #expect(tree(folderA) == tree(folderB))
+        #expect(tree(folderA).keys.sorted() == ["alpha.txt", "beta.txt", "docs", "docs/inner.md"])
+
+        try write("alpha v2", to: folderA.appending(path: "alpha.txt"))
+        try FileManager.default.moveItem(at: folderB.appending(path: "beta.txt"), to: folderB.appending(path: "docs/beta-moved.txt"))
+        try FileManager.default.moveItem(at: folderB.appending(path: "docs/inner.md"), to: folderB.appending(path: "docs/renamed.md"))
+        try FileManager.default.createDirectory(at: folderB.appending(path: "new/deep"), withIntermediateDirectories: true)
+        try write("deep", to: folderB.appending(path: "new/deep/file.bin"))
+        try round()
+        try round()
+        #expect(tree(folderA) == tree(folderB))
+        #expect(tree(folderA)["alpha.txt"] == tree(folderB)["alpha.txt"])
+        #expect(tree(folderA).keys.sorted() == ["alpha.txt", "docs", "docs/beta-moved.txt", "docs/renamed.md", "new", "new/deep", "new/deep/file.bin"])
+
+        try FileManager.default.removeItem(at: folderA.appending(path: "docs"))
+        try round()
+        #expect(tree(folderA) == tree(folderB))
+        #expect(tree(folderB)["docs"] == nil)
+        #expect(try a.run(["ls", "/Shared"]).stdout == "new/\nalpha.txt\n")
+    }
+
+    @Test("simultaneous edits of one file: both versions survive, on disk and on the server")
+    func simultaneousEdits() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        try write("base", to: folderA.appending(path: "plan.md"))
+        #expect(try a.run(["sync", folderA.path, "/", "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "/", "--once"]).status == 0)
+        try write("from A", to: folderA.appending(path: "plan.md"))
+        try write("from B", to: folderB.appending(path: "plan.md"))
+        for _ in 0..<2 {
+            #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+            #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        }
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(tree(folderA) == tree(folderB))
+        let contents = Set(try FileManager.default.contentsOfDirectory(atPath: folderA.path).map {
+            try String(contentsOf: folderA.appending(path: $0), encoding: .utf8)
+        })
+        #expect(contents == ["from A", "from B"], "both versions are on disk")
+        #expect(tree(folderA).keys.contains { $0.hasPrefix("plan (conflict from ") })
+    }
+
+    @Test("a put killed with -9 mid-transfer resumes with the same command")
+    func killedPut() throws {
+        let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])
+        let device = try bench.device("A")
+        var bytes = [UInt8](repeating: 0, count: 24 * 1024 * 1024)
+        for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 2654435761 >> 7) }
+        let big = Data(bytes)
+        try big.write(to: device.workingDirectory.appending(path: "movie.bin"))
+        let running = device.start(["put", "movie.bin", "/movie.bin"])
+        Thread.sleep(forTimeInterval: 1.0)
+        running.kill9()
+        let list = try device.run(["uploads", "list"])
+        #expect(list.status == 0)
+        let again = try device.run(["put", "movie.bin", "/movie.bin"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try device.run(["get", "/movie.bin", "back.bin"]).status == 0)
+        #expect(try Data(contentsOf: device.workingDirectory.appending(path: "back.bin")) == big)
+        #expect(try device.run(["uploads", "list"]).stdout.contains("No unfinished uploads"))
+    }
+
+    @Test("a sync --watch killed with -9 mid-transfer resumes, and edits propagate while watching")
+    func killedWatch() throws {
+        let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        var bytes = [UInt8](repeating: 0, count: 16 * 1024 * 1024)
+        for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 40503 >> 3) }
+        try Data(bytes).write(to: folderA.appending(path: "large.bin"))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folderA.appending(path: "large.bin").path)
+        let watching = a.start(["sync", folderA.path, "/", "--watch"])
+        Thread.sleep(forTimeInterval: 1.5)
+        watching.kill9()
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "/", "--once"]).status == 0)
+        #expect(tree(folderA) == tree(folderB))
+
+        // While B watches, an edit on A arrives on its own.
+        let watchingB = b.start(["sync", folderB.path, "--watch"])
+        defer { watchingB.kill9() }
+        try write("hello from A", to: folderA.appending(path: "note.txt"))
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, (try? String(contentsOf: folderB.appending(path: "note.txt"), encoding: .utf8)) != "hello from A" {
+            Thread.sleep(forTimeInterval: 0.2)
+        }
+        #expect((try? String(contentsOf: folderB.appending(path: "note.txt"), encoding: .utf8)) == "hello from A")
+    }
+
+    @Test("a 1,000-file tree makes the round trip intact")
+    func thousandFiles() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        for index in 0..<1000 {
+            let path = "d\(index % 10)/sub\(index % 7)/file-\(index).txt"
+            try FileManager.default.createDirectory(at: folderA.appending(path: path).deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data("content \(index)".utf8).write(to: folderA.appending(path: path))
+        }
+        Thread.sleep(forTimeInterval: 1.1)
+        let up = try a.run(["sync", folderA.path, "/Tree", "--once", "--quiet"])
+        #expect(up.status == 0, "\(up.stderr)")
+        let down = try b.run(["sync", folderB.path, "/Tree", "--once", "--quiet"])
+        #expect(down.status == 0, "\(down.stderr)")
+        #expect(tree(folderA) == tree(folderB))
+        #expect(tree(folderB).count == 1000 + 10 + 70)
+        let again = try a.run(["sync", folderA.path, "--once"])
+        #expect(again.stdout.contains("0 changes"), "a no-op sync changes nothing: \(again.stdout)")
+    }
+}
