@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import ServiceLifecycle
 import NimbusAPI
 
 /// The change feed (`/v1/changes`, Dropbox-style cursor with long-poll) and live events (`/v1/events`, SSE).
@@ -40,7 +41,13 @@ struct ChangesController: Sendable {
         }
         guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
         if page.changes.isEmpty && timeout > 0 {
-            await drive.notifier.wait(userId: me.userId, after: seq, timeout: .milliseconds(Int64(timeout * 1000)))
+            let notifier = drive.notifier
+            let userId = me.userId
+            let wait = Duration.milliseconds(Int64(timeout * 1000))
+            // A server shutting down answers now rather than holding its shutdown for the long-poll.
+            await cancelWhenGracefulShutdown {
+                await notifier.wait(userId: userId, after: seq, timeout: wait)
+            }
             guard let again = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
             page = again
         }
@@ -59,11 +66,23 @@ struct ChangesController: Sendable {
         let heartbeat = drive.configuration.heartbeatInterval
         let subscription = notifier.subscribe(userId: me.userId)
         let body = ResponseBody { writer in
-            enum Event: Sendable {
-                case change(Int64)
-                case heartbeat
-            }
-            let (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(16))
+            try await Self.stream(subscription, heartbeat: heartbeat, into: &writer)
+            try await writer.finish(nil)
+        }
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/event-stream", .cacheControl: "no-cache", .init("X-Accel-Buffering")!: "no"],
+            body: body)
+    }
+
+    static func stream(_ subscription: AsyncStream<Int64>, heartbeat: Duration, into writer: inout any ResponseBodyWriter) async throws {
+        enum Event: Sendable {
+            case change(Int64)
+            case heartbeat
+        }
+        let (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(16))
+        // A server shutting down ends the stream (clients reconnect), instead of waiting for it forever.
+        try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for await seq in subscription { continuation.yield(.change(seq)) }
@@ -86,12 +105,9 @@ struct ChangesController: Sendable {
                 }
                 group.cancelAll()
             }
-            try await writer.finish(nil)
+        } onGracefulShutdown: {
+            continuation.finish()
         }
-        return Response(
-            status: .ok,
-            headers: [.contentType: "text/event-stream", .cacheControl: "no-cache", .init("X-Accel-Buffering")!: "no"],
-            body: body)
     }
 }
 
