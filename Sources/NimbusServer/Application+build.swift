@@ -38,6 +38,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
 
     let registry = MetricsRegistry.shared
     let router = Router(context: NimbusRequestContext.self)
+    router.add(middleware: SecurityHeadersMiddleware())
     router.add(middleware: ErrorMiddleware())
     router.add(middleware: MetricsMiddleware())
     router.add(middleware: LogRequestsMiddleware(.debug))
@@ -48,6 +49,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     UploadController(drive: drive, resumable: ResumableUploadController(drive: drive, hashes: RunningHashes())).register(&routes)
     ChangesController(drive: drive).register(&routes)
     ServiceController(drive: drive, registry: registry).register(&routes)
+    WebController().register(&routes)
 
     let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger)
     let app = Application(

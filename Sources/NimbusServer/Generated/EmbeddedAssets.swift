@@ -25,6 +25,7 @@ tags:
   - name: uploads
   - name: changes
   - name: service
+  - name: web
 paths:
   /v1/auth/register:
     post:
@@ -475,6 +476,36 @@ paths:
           description: Prometheus text format
           content:
             text/plain: { schema: { type: string } }
+  /:
+    get:
+      tags: [web]
+      summary: The web app (sign in, files, uploads, trash, revisions); served with a strict Content-Security-Policy
+      security: []
+      responses:
+        "200":
+          description: HTML
+          content:
+            text/html: { schema: { type: string } }
+  /app.js:
+    get:
+      tags: [web]
+      summary: The web app's script
+      security: []
+      responses:
+        "200":
+          description: JavaScript
+          content:
+            text/javascript: { schema: { type: string } }
+  /app.css:
+    get:
+      tags: [web]
+      summary: The web app's styles
+      security: []
+      responses:
+        "200":
+          description: CSS
+          content:
+            text/css: { schema: { type: string } }
   /openapi.yaml:
     get:
       tags: [service]
@@ -691,6 +722,756 @@ components:
 
 """#
     /// Files under `web/`, by path relative to it.
-    static let web: [String: String] = [:
+    static let web: [String: String] = [
+        "app.css": #"""
+:root { --fg: #1f2328; --muted: #656d76; --line: #d0d7de; --bg: #fff; --accent: #0969da; --danger: #cf222e; --soft: #f6f8fa; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); }
+.bar { display: flex; align-items: center; gap: .75rem; padding: .6rem 1rem; border-bottom: 1px solid var(--line); background: var(--soft); }
+.brand { font-weight: 700; color: var(--fg); text-decoration: none; font-size: 1.1rem; }
+.spacer { flex: 1; }
+.muted { color: var(--muted); }
+.center { text-align: center; }
+main { max-width: 1100px; margin: 0 auto; padding: 1rem; }
+h1 { font-size: 1.25rem; margin: 0 0 .5rem; }
+h2 { font-size: 1.1rem; margin: 0 0 .75rem; }
+button { font: inherit; padding: .4rem .8rem; border: 1px solid var(--line); border-radius: 6px; background: var(--soft); color: var(--fg); cursor: pointer; }
+button:hover { background: #eaeef2; }
+button:focus-visible, a:focus-visible, input:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
+button.danger { color: var(--danger); }
+button.small { padding: .15rem .5rem; font-size: .85rem; }
+input { font: inherit; padding: .4rem .5rem; border: 1px solid var(--line); border-radius: 6px; width: 100%; }
+label { display: block; margin: .5rem 0; }
+label input[type=radio] { width: auto; margin-right: .4rem; }
+.card { border: 1px solid var(--line); border-radius: 10px; padding: 1.25rem; background: var(--bg); }
+.narrow { max-width: 360px; margin: 3rem auto; }
+.alert { max-width: 1100px; margin: .75rem auto 0; padding: .6rem 1rem; border: 1px solid var(--danger); color: var(--danger); background: #ffebe9; border-radius: 6px; }
+.alert.info { border-color: var(--accent); color: var(--accent); background: #ddf4ff; }
+.toolbar { display: flex; flex-wrap: wrap; align-items: center; gap: .5rem; margin: .5rem 0 1rem; }
+.toolbar h1 { margin: 0 0 0 .5rem; }
+.breadcrumbs { display: flex; flex-wrap: wrap; gap: .25rem; align-items: center; font-size: 1.05rem; }
+.breadcrumbs a { color: var(--accent); text-decoration: none; }
+.breadcrumbs span.sep { color: var(--muted); }
+table.files { width: 100%; border-collapse: collapse; }
+table.files th, table.files td { text-align: left; padding: .45rem .5rem; border-bottom: 1px solid var(--line); vertical-align: middle; }
+table.files th { font-size: .85rem; color: var(--muted); font-weight: 600; }
+td.icon, th.icon { width: 2rem; text-align: center; font-size: 1.1rem; }
+td.size, th.size { width: 7rem; white-space: nowrap; }
+td.date, th.date { width: 11rem; white-space: nowrap; }
+td.actions, th.actions { width: 1%; white-space: nowrap; }
+td.actions button { margin-left: .25rem; }
+td.name a { color: var(--fg); text-decoration: none; font-weight: 500; }
+td.name a:hover { text-decoration: underline; }
+.drop-zone { min-height: 12rem; border-radius: 8px; }
+.drop-zone.dragging { outline: 3px dashed var(--accent); outline-offset: 4px; background: #ddf4ff55; }
+dialog { border: 1px solid var(--line); border-radius: 10px; padding: 1.25rem; width: min(560px, 94vw); }
+dialog::backdrop { background: #0006; }
+.dialog-buttons { display: flex; justify-content: flex-end; gap: .5rem; margin-top: 1rem; }
+.uploads { list-style: none; padding: 0; margin: 0; max-height: 50vh; overflow: auto; }
+.uploads li { padding: .5rem 0; border-bottom: 1px solid var(--line); }
+.uploads .row { display: flex; gap: .5rem; align-items: center; }
+.uploads .name { flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+progress { width: 100%; height: .8rem; }
+.revisions { list-style: none; padding: 0; }
+.revisions li { display: flex; flex-wrap: wrap; gap: .75rem; align-items: center; padding: .6rem .25rem; border-bottom: 1px solid var(--line); }
+.revisions .when { flex: 1; min-width: 12rem; }
+.badge { font-size: .75rem; padding: .1rem .45rem; border-radius: 1rem; background: #dafbe1; color: #1a7f37; margin-left: .5rem; }
+.folder-picker { list-style: none; padding: 0; max-height: 40vh; overflow: auto; }
+.folder-picker li button { width: 100%; text-align: left; border: 0; border-bottom: 1px solid var(--line); border-radius: 0; background: none; }
+@media (max-width: 640px) {
+  th.size, td.size, th.date, td.date { display: none; }
+  td.actions button { padding: .2rem .4rem; font-size: .8rem; }
+  main { padding: .5rem; }
+}
+svg.ico { vertical-align: middle; }
+.folder-picker li button svg { margin-right: .3rem; }
+
+"""#,
+        "app.js": #"""
+// Nimbus web app: plain JavaScript, no build step, no external assets.
+// Tokens live in sessionStorage (never in URLs); every API call sends them in the Authorization header.
+"use strict";
+
+const FOLDER = "application/vnd.nimbus.folder";
+const $ = (id) => document.getElementById(id);
+
+// ---------------------------------------------------------------- session and API
+
+const session = {
+  get tokens() { try { return JSON.parse(sessionStorage.getItem("nimbus.tokens")); } catch { return null; } },
+  set tokens(value) { value ? sessionStorage.setItem("nimbus.tokens", JSON.stringify(value)) : sessionStorage.removeItem("nimbus.tokens"); },
+  username: () => sessionStorage.getItem("nimbus.username") || "",
+};
+
+class APIError extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || `The server answered ${status}.`);
+    this.status = status;
+    this.code = body && body.error && body.error.code;
+    this.body = body;
+  }
+}
+
+let refreshing = null;
+async function refreshTokens() {
+  const tokens = session.tokens;
+  if (!tokens) throw new APIError(401, null);
+  if (!refreshing) {
+    refreshing = fetch("/v1/auth/refresh", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ refreshToken: tokens.refreshToken }),
+    }).then(async (response) => {
+      if (!response.ok) throw new APIError(response.status, await response.json().catch(() => null));
+      session.tokens = await response.json();
+    }).finally(() => { refreshing = null; });
+  }
+  return refreshing;
+}
+
+/** Calls the API; refreshes the access token once on 401; throws APIError with the server's message. */
+async function api(method, path, { json, body, headers = {}, raw = false, signal } = {}, retried = false) {
+  const tokens = session.tokens;
+  const init = { method, headers: { ...headers }, signal };
+  if (tokens) init.headers.Authorization = `Bearer ${tokens.accessToken}`;
+  if (json !== undefined) { init.headers["Content-Type"] = "application/json"; init.body = JSON.stringify(json); }
+  else if (body !== undefined) init.body = body;
+  const response = await fetch(path, init);
+  if (response.status === 401 && tokens && !retried) {
+    try { await refreshTokens(); } catch { signOut("Your session ended; sign in again."); throw new APIError(401, null); }
+    return api(method, path, { json, body, headers, raw, signal }, true);
+  }
+  if (raw) return response;
+  if (response.status === 204) return null;
+  const data = await response.json().catch(() => null);
+  if (!response.ok && response.status !== 308) throw new APIError(response.status, data);
+  return data;
+}
+
+// ---------------------------------------------------------------- small helpers
+
+function showAlert(message, kind = "error") {
+  const alert = $("alert");
+  alert.textContent = message;
+  alert.className = kind === "info" ? "alert info" : "alert";
+  alert.hidden = false;
+  clearTimeout(showAlert.timer);
+  showAlert.timer = setTimeout(() => { alert.hidden = true; }, 8000);
+}
+
+function reportError(error) {
+  if (error && error.name === "AbortError") return;
+  showAlert(error instanceof APIError ? error.message : `Something went wrong: ${error && error.message || error}`);
+}
+
+function formatSize(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+function formatDate(text) {
+  const date = new Date(text);
+  return isNaN(date) ? "" : date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
+/** A small SVG icon by type (no emoji: fonts differ; no image files: nothing to fetch). */
+function iconFor(file) {
+  const type = file.mimeType || "";
+  const kinds = [
+    [type === FOLDER, "folder", "#54aeff"], [type.startsWith("image/"), "image", "#8250df"], [type.startsWith("video/"), "video", "#cf222e"],
+    [type.startsWith("audio/"), "audio", "#bf3989"], [type === "application/pdf", "pdf", "#cf222e"],
+    [/zip|tar|gzip|7z/.test(type), "archive", "#9a6700"], [/sheet|excel|csv/.test(type), "sheet", "#1a7f37"],
+    [/presentation|powerpoint/.test(type), "slides", "#bc4c00"], [type.startsWith("text/") || /json|xml|yaml/.test(type), "text", "#57606a"],
+  ];
+  const [, kind, color] = kinds.find(([match]) => match) || [true, "file", "#6e7781"];
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("width", "22");
+  svg.setAttribute("height", "22");
+  svg.setAttribute("class", `ico ico-${kind}`);
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("fill", color);
+  path.setAttribute("d", kind === "folder"
+    ? "M2 5.5A1.5 1.5 0 0 1 3.5 4h5l2 2h10A1.5 1.5 0 0 1 22 7.5v11a1.5 1.5 0 0 1-1.5 1.5h-17A1.5 1.5 0 0 1 2 18.5z"
+    : "M6 2h8l5 5v13.5A1.5 1.5 0 0 1 17.5 22h-11A1.5 1.5 0 0 1 5 20.5v-17A1.5 1.5 0 0 1 6.5 2zM13.5 3v4.5H18");
+  svg.append(path);
+  if (kind !== "folder") {
+    const label = document.createElementNS("http://www.w3.org/2000/svg", "text");
+    label.setAttribute("x", "12");
+    label.setAttribute("y", "18");
+    label.setAttribute("text-anchor", "middle");
+    label.setAttribute("font-size", "6");
+    label.setAttribute("font-family", "sans-serif");
+    label.setAttribute("fill", "#fff");
+    label.textContent = { image: "IMG", video: "VID", audio: "AUD", pdf: "PDF", archive: "ZIP", sheet: "XLS", slides: "PPT", text: "TXT", file: "" }[kind];
+    svg.append(label);
+  }
+  return svg;
+}
+
+function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+/** Asks for a line of text in a dialog; resolves to the text, or null when cancelled. */
+function ask(title, label, value = "") {
+  return new Promise((resolve) => {
+    const dialog = $("prompt-dialog");
+    $("prompt-title").textContent = title;
+    $("prompt-label").textContent = label;
+    const input = $("prompt-input");
+    input.value = value;
+    dialog.onclose = () => resolve(dialog.returnValue === "ok" && input.value.trim() ? input.value.trim() : null);
+    dialog.showModal();
+    input.focus();
+    input.select();
+  });
+}
+
+/** Downloads bytes with the Authorization header (no token in URLs) and saves them under `name`. */
+async function download(url, name) {
+  const response = await api("GET", url, { raw: true });
+  if (!response.ok) throw new APIError(response.status, await response.json().catch(() => null));
+  const blob = await response.blob();
+  const link = element("a", { href: URL.createObjectURL(blob), download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+}
+
+// ---------------------------------------------------------------- views
+
+const state = { folderId: "root", path: [], page: 0, nextPage: 1, loading: false, view: "files", revisionsOf: null };
+
+function show(view) {
+  state.view = view;
+  for (const id of ["login-view", "files-view", "trash-view", "revisions-view"]) $(id).hidden = id !== `${view}-view`;
+  const signedIn = Boolean(session.tokens);
+  $("sign-out").hidden = !signedIn;
+  $("whoami").textContent = signedIn ? session.username() : "";
+}
+
+function signOut(message) {
+  const tokens = session.tokens;
+  if (tokens) fetch("/v1/auth/logout", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ refreshToken: tokens.refreshToken }) }).catch(() => {});
+  session.tokens = null;
+  events.stop();
+  show("login");
+  if (message) showAlert(message, "info");
+  $("login-username").focus();
+}
+
+async function openFolder(folderId, path) {
+  state.folderId = folderId;
+  state.path = path;
+  renderBreadcrumbs();
+  show("files");
+  await reloadFolder();
+}
+
+function renderBreadcrumbs() {
+  const nav = $("breadcrumbs");
+  nav.replaceChildren();
+  const crumbs = [{ id: "root", name: "My Drive" }, ...state.path];
+  crumbs.forEach((crumb, index) => {
+    if (index > 0) nav.append(element("span", { class: "sep", "aria-hidden": "true" }, "›"));
+    if (index === crumbs.length - 1) nav.append(element("span", { "aria-current": "page" }, crumb.name));
+    else nav.append(element("a", { href: "#", onclick: (event) => { event.preventDefault(); openFolder(crumb.id, state.path.slice(0, index)); } }, crumb.name));
+  });
+}
+
+/** Reloads the pages already shown (after a change here or elsewhere). */
+async function reloadFolder() {
+  const pages = Math.max(state.page, 1);
+  state.page = 0;
+  state.nextPage = 1;
+  $("file-rows").replaceChildren();
+  for (let page = 1; page <= pages && state.nextPage; page++) await loadPage();
+}
+
+async function loadPage() {
+  if (state.loading || !state.nextPage) return;
+  state.loading = true;
+  try {
+    const list = await api("GET", `/v1/files?parentId=${encodeURIComponent(state.folderId)}&page=${state.nextPage}&limit=200`);
+    state.page = list.pagination.page;
+    state.nextPage = list.pagination.nextPage || null;
+    const rows = $("file-rows");
+    for (const file of list.files) rows.append(fileRow(file));
+    $("empty-folder").hidden = rows.children.length > 0;
+    $("load-more").hidden = !state.nextPage;
+  } catch (error) {
+    reportError(error);
+  } finally {
+    state.loading = false;
+  }
+}
+
+function fileRow(file) {
+  const isFolder = file.mimeType === FOLDER;
+  const name = isFolder
+    ? element("a", { href: "#", onclick: (event) => { event.preventDefault(); openFolder(file.id, [...state.path, { id: file.id, name: file.name }]); } }, file.name)
+    : element("a", { href: "#", title: "Show revisions", onclick: (event) => { event.preventDefault(); openRevisions(file); } }, file.name);
+  const actions = element("td", { class: "actions" });
+  if (!isFolder) actions.append(element("button", { type: "button", class: "small", onclick: () => download(file.downloadUrl, file.name).catch(reportError), "aria-label": `Download ${file.name}` }, "Download"));
+  actions.append(
+    element("button", { type: "button", class: "small", onclick: () => renameItem(file), "aria-label": `Rename ${file.name}` }, "Rename"),
+    element("button", { type: "button", class: "small", onclick: () => moveItem(file), "aria-label": `Move ${file.name}` }, "Move"),
+  );
+  if (!isFolder) actions.append(element("button", { type: "button", class: "small", onclick: () => openRevisions(file), "aria-label": `Revisions of ${file.name}` }, "Revisions"));
+  actions.append(element("button", { type: "button", class: "small danger", onclick: () => deleteItem(file), "aria-label": `Delete ${file.name}` }, "Delete"));
+  return element("tr", { "data-id": file.id, "data-name": file.name },
+    element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
+    element("td", { class: "name" }, name),
+    element("td", { class: "size" }, isFolder ? "—" : formatSize(file.size)),
+    element("td", { class: "date" }, formatDate(file.modifiedAt)),
+    actions);
+}
+
+async function createFolder() {
+  const name = await ask("New folder", "Name");
+  if (!name) return;
+  try {
+    await api("POST", "/v1/files", { json: { name, mimeType: FOLDER, parentId: state.folderId } });
+    await reloadFolder();
+  } catch (error) { reportError(error); }
+}
+
+async function renameItem(file) {
+  const name = await ask(`Rename ${file.name}`, "New name", file.name);
+  if (!name || name === file.name) return;
+  try {
+    await api("PATCH", `/v1/files/${file.id}`, { json: { name } });
+    await reloadFolder();
+  } catch (error) { reportError(error); }
+}
+
+async function deleteItem(file) {
+  try {
+    await api("DELETE", `/v1/files/${file.id}`);
+    showAlert(`Moved “${file.name}” to the trash.`, "info");
+    await reloadFolder();
+  } catch (error) { reportError(error); }
+}
+
+// Move: a small folder browser.
+const mover = { file: null, folderId: "root", path: [] };
+async function moveItem(file) {
+  mover.file = file;
+  mover.folderId = "root";
+  mover.path = [];
+  await renderMover();
+  $("move-dialog").showModal();
+}
+
+async function renderMover() {
+  const crumbs = $("move-breadcrumbs");
+  crumbs.replaceChildren();
+  [{ id: "root", name: "My Drive" }, ...mover.path].forEach((crumb, index, all) => {
+    if (index > 0) crumbs.append(element("span", { class: "sep" }, "›"));
+    crumbs.append(index === all.length - 1 ? element("span", {}, crumb.name)
+      : element("a", { href: "#", onclick: (event) => { event.preventDefault(); mover.folderId = crumb.id; mover.path = mover.path.slice(0, index); renderMover(); } }, crumb.name));
+  });
+  const list = $("move-folders");
+  list.replaceChildren();
+  try {
+    const folders = await api("GET", `/v1/files?parentId=${encodeURIComponent(mover.folderId)}&limit=1000`);
+    for (const folder of folders.files.filter((f) => f.mimeType === FOLDER && f.id !== mover.file.id)) {
+      list.append(element("li", {}, element("button", { type: "button", onclick: () => { mover.folderId = folder.id; mover.path.push({ id: folder.id, name: folder.name }); renderMover(); } }, iconFor(folder), ` ${folder.name}`)));
+    }
+  } catch (error) { reportError(error); }
+}
+
+async function moveHere() {
+  $("move-dialog").close();
+  try {
+    await api("PATCH", `/v1/files/${mover.file.id}`, { json: { parentId: mover.folderId } });
+    await reloadFolder();
+  } catch (error) { reportError(error); }
+}
+
+// ---------------------------------------------------------------- trash
+
+async function openTrash() {
+  show("trash");
+  const rows = $("trash-rows");
+  rows.replaceChildren();
+  try {
+    const list = await api("GET", "/v1/trash?limit=1000");
+    for (const file of list.files) {
+      rows.append(element("tr", { "data-id": file.id, "data-name": file.name },
+        element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
+        element("td", { class: "name" }, file.name),
+        element("td", { class: "size" }, file.mimeType === FOLDER ? "—" : formatSize(file.size)),
+        element("td", { class: "date" }, formatDate(file.modifiedAt)),
+        element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => restoreFromTrash(file), "aria-label": `Restore ${file.name}` }, "Restore"))));
+    }
+    $("empty-trash").hidden = list.files.length > 0;
+  } catch (error) { reportError(error); }
+}
+
+async function restoreFromTrash(file) {
+  try {
+    await api("POST", `/v1/files/${file.id}/untrash`);
+    showAlert(`Restored “${file.name}”.`, "info");
+    await openTrash();
+  } catch (error) { reportError(error); }
+}
+
+// ---------------------------------------------------------------- revisions
+
+async function openRevisions(file) {
+  state.revisionsOf = file;
+  $("revisions-name").textContent = file.name;
+  show("revisions");
+  const list = $("revision-list");
+  list.replaceChildren();
+  try {
+    const [current, revisions] = await Promise.all([api("GET", `/v1/files/${file.id}`), api("GET", `/v1/files/${file.id}/revisions?limit=1000`)]);
+    state.revisionsOf = current;
+    for (const revision of revisions.revisions) {
+      const isCurrent = revision.revisionId === current.revisionId;
+      list.append(element("li", { "data-revision": revision.revisionId },
+        element("span", { class: "when" }, `Modified ${formatDate(revision.modifiedAt)}`, isCurrent ? element("span", { class: "badge" }, "Current version") : ""),
+        element("span", { class: "muted" }, formatSize(revision.size)),
+        element("button", { type: "button", class: "small", onclick: () => download(revision.downloadUrl, current.name).catch(reportError) }, "Open"),
+        isCurrent ? "" : element("button", { type: "button", class: "small", onclick: () => restoreRevision(current, revision) }, "Restore")));
+    }
+  } catch (error) { reportError(error); }
+}
+
+async function restoreRevision(file, revision) {
+  try {
+    await api("POST", `/v1/files/${file.id}/revisions/${revision.revisionId}/restore`);
+    showAlert("Restored; it is now the current version.", "info");
+    await openRevisions(file);
+  } catch (error) { reportError(error); }
+}
+
+// ---------------------------------------------------------------- uploads (the seed's resumable protocol)
+
+const uploads = [];
+let uploading = false;
+
+/** A stable key per picked file, so picking the same file again after a reload resumes its session. */
+function fingerprint(file, parentId) { return `nimbus.upload:${parentId}:${file.name}:${file.size}:${file.lastModified}`; }
+
+async function enqueue(files) {
+  const existing = new Set([...$("file-rows").children].map((row) => row.dataset.name));
+  for (const file of files) {
+    let onConflict = "fail";
+    if (existing.has(file.name)) {
+      onConflict = await askClash(file.name);
+      if (!onConflict) continue;
+    }
+    const entry = { file, parentId: state.folderId, onConflict, controller: new AbortController(), uploadId: null, cancelled: false };
+    entry.progress = element("progress", { max: 1, value: 0, "aria-label": `Progress of ${file.name}` });
+    entry.status = element("span", { class: "muted" }, "Waiting…");
+    entry.cancel = element("button", { type: "button", class: "small", onclick: () => cancelUpload(entry), "aria-label": `Cancel ${file.name}` }, "Cancel");
+    entry.item = element("li", { "data-name": file.name },
+      element("div", { class: "row" }, element("span", { class: "name" }, file.name), entry.cancel), entry.progress, entry.status);
+    $("upload-list").append(entry.item);
+    uploads.push(entry);
+  }
+  if (!$("upload-dialog").open) $("upload-dialog").showModal();
+  runUploads();
+}
+
+function askClash(name) {
+  return new Promise((resolve) => {
+    const dialog = $("clash-dialog");
+    $("clash-text").textContent = `“${name}” already exists in this location. Replacing it keeps the old content as a revision.`;
+    dialog.onclose = () => {
+      if (dialog.returnValue !== "upload") return resolve(null);
+      resolve(dialog.querySelector("input[name=clash]:checked").value);
+    };
+    dialog.showModal();
+  });
+}
+
+async function runUploads() {
+  if (uploading) return;
+  uploading = true;
+  try {
+    while (uploads.length) {
+      const entry = uploads.shift();
+      if (!entry.cancelled) await upload(entry).catch((error) => {
+        if (entry.cancelled) return;
+        entry.status.textContent = error instanceof APIError ? error.message : `Failed: ${error.message}`;
+        entry.cancel.hidden = true;
+      });
+    }
+  } finally { uploading = false; }
+}
+
+async function upload(entry) {
+  const { file, parentId } = entry;
+  const key = fingerprint(file, parentId);
+  let requestId = localStorage.getItem(key);
+  if (!requestId) { requestId = crypto.randomUUID(); localStorage.setItem(key, requestId); }
+  entry.status.textContent = "Starting…";
+  let session = await api("POST", `/v1/upload?uploadType=resumable&onConflict=${entry.onConflict}`, {
+    json: { requestId, name: file.name, mimeType: file.type || "application/octet-stream", parentId, size: file.size },
+    signal: entry.controller.signal,
+  });
+  entry.uploadId = session.uploadId;
+  const resumed = session.chunksProcessed > 0 && !session.file ? ` · resumed from chunk ${session.chunksProcessed + 1}` : "";
+  if (resumed) entry.status.textContent = `Resuming from chunk ${session.chunksProcessed + 1} of ${session.totalChunks}`;
+  while (!session.file) {
+    const k = session.chunksProcessed;
+    const start = k * session.chunkSize;
+    const end = Math.min(start + session.chunkSize, file.size);
+    const response = await api("PUT", session.uploadUrl, {
+      body: file.slice(start, end), headers: { "Content-Range": `bytes ${start}-${end - 1}/${file.size}` }, raw: true, signal: entry.controller.signal,
+    });
+    const data = await response.json().catch(() => null);
+    if (response.status !== 308 && response.status !== 201) throw new APIError(response.status, data);
+    session = data;
+    entry.progress.value = session.totalChunks ? session.chunksProcessed / session.totalChunks : 1;
+    const sent = Math.min(session.chunksProcessed * session.chunkSize, file.size);
+    entry.status.textContent = `${session.chunksProcessed} of ${session.totalChunks} chunks · ${formatSize(sent)} of ${formatSize(file.size)}${resumed}`;
+  }
+  localStorage.removeItem(key);
+  entry.progress.value = 1;
+  entry.status.textContent = `Done · ${formatSize(file.size)}${resumed}`;
+  entry.cancel.hidden = true;
+  if (state.view === "files" && state.folderId === parentId) await reloadFolder();
+}
+
+async function cancelUpload(entry) {
+  entry.cancelled = true;
+  entry.controller.abort();
+  entry.cancel.hidden = true;
+  entry.status.textContent = "Cancelled";
+  localStorage.removeItem(fingerprint(entry.file, entry.parentId));
+  if (entry.uploadId) await api("DELETE", `/v1/upload/${entry.uploadId}`).catch(() => {});
+}
+
+// ---------------------------------------------------------------- live updates from /v1/events
+
+const events = {
+  controller: null,
+  async start() {
+    this.stop();
+    const controller = new AbortController();
+    this.controller = controller;
+    let delay = 1000;
+    while (!controller.signal.aborted && session.tokens) {
+      try {
+        const response = await api("GET", "/v1/events", { raw: true, signal: controller.signal });
+        if (!response.ok || !response.body) throw new Error(`events ${response.status}`);
+        delay = 1000;
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let boundary;
+          while ((boundary = buffer.indexOf("\n\n")) >= 0) {
+            const message = buffer.slice(0, boundary);
+            buffer = buffer.slice(boundary + 2);
+            if (message.split("\n").includes("event: change")) changed();
+          }
+        }
+      } catch (error) {
+        if (controller.signal.aborted) return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 30000);
+    }
+  },
+  stop() { if (this.controller) this.controller.abort(); this.controller = null; },
+};
+
+let changeTimer = null;
+function changed() {
+  clearTimeout(changeTimer);
+  changeTimer = setTimeout(() => {
+    if (state.view === "files") reloadFolder();
+    else if (state.view === "trash") openTrash();
+  }, 150);
+}
+
+// ---------------------------------------------------------------- wiring
+
+async function signIn(event) {
+  event.preventDefault();
+  const username = $("login-username").value.trim();
+  const password = $("login-password").value;
+  $("login-submit").disabled = true;
+  try {
+    const response = await fetch("/v1/auth/login", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ username, password, deviceName: "Web browser" }),
+    });
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new APIError(response.status, data);
+    session.tokens = data;
+    sessionStorage.setItem("nimbus.username", username);
+    $("alert").hidden = true;
+    $("login-password").value = "";
+    await openFolder("root", []);
+    events.start();
+  } catch (error) {
+    reportError(error);
+  } finally {
+    $("login-submit").disabled = false;
+  }
+}
+
+function setUp() {
+  $("login-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", () => signOut("Signed out."));
+  $("home-link").addEventListener("click", (event) => { event.preventDefault(); if (session.tokens) openFolder("root", []); });
+  $("new-folder").addEventListener("click", createFolder);
+  $("upload-button").addEventListener("click", () => $("file-input").click());
+  $("upload-more").addEventListener("click", () => $("file-input").click());
+  $("upload-close").addEventListener("click", () => $("upload-dialog").close());
+  $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files); });
+  $("trash-button").addEventListener("click", openTrash);
+  $("back-to-files").addEventListener("click", () => openFolder(state.folderId, state.path));
+  $("back-from-revisions").addEventListener("click", () => openFolder(state.folderId, state.path));
+  $("load-more").addEventListener("click", loadPage);
+  $("move-cancel").addEventListener("click", () => $("move-dialog").close());
+  $("move-here").addEventListener("click", moveHere);
+  const zone = $("drop-zone");
+  zone.addEventListener("dragover", (event) => { event.preventDefault(); zone.classList.add("dragging"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("dragging"));
+  zone.addEventListener("drop", (event) => {
+    event.preventDefault();
+    zone.classList.remove("dragging");
+    const files = [...(event.dataTransfer && event.dataTransfer.files || [])];
+    if (files.length) enqueue(files);
+  });
+  // Incremental loading for big folders: the next page loads as the end of the list comes into view.
+  new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting) && state.view === "files") loadPage(); })
+    .observe($("load-more-sentinel"));
+  if (session.tokens) { openFolder("root", []); events.start(); } else { show("login"); $("login-username").focus(); }
+}
+
+document.addEventListener("DOMContentLoaded", setUp);
+
+"""#,
+        "index.html": #"""
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Nimbus</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/app.css">
+<script src="/app.js" defer></script>
+</head>
+<body>
+<header class="bar">
+  <a class="brand" href="#/" id="home-link">Nimbus</a>
+  <span class="spacer"></span>
+  <span id="whoami" class="muted"></span>
+  <button id="sign-out" type="button" hidden>Sign out</button>
+</header>
+<div id="alert" role="alert" class="alert" hidden></div>
+
+<main>
+<section id="login-view" hidden>
+  <form id="login-form" class="card narrow" autocomplete="on">
+    <h1>Sign in</h1>
+    <label>Username <input id="login-username" name="username" autocomplete="username" required></label>
+    <label>Password <input id="login-password" name="password" type="password" autocomplete="current-password" required></label>
+    <button type="submit" id="login-submit" class="primary">Sign in</button>
+  </form>
+</section>
+
+<section id="files-view" hidden>
+  <nav aria-label="Breadcrumbs" id="breadcrumbs" class="breadcrumbs"></nav>
+  <div class="toolbar">
+    <button type="button" id="new-folder">New folder</button>
+    <button type="button" id="upload-button" class="primary">Upload</button>
+    <input type="file" id="file-input" multiple hidden>
+    <span class="spacer"></span>
+    <button type="button" id="trash-button">Trash</button>
+  </div>
+  <div id="drop-zone" class="drop-zone" tabindex="-1">
+    <table class="files" aria-label="Files">
+      <thead><tr><th class="icon"></th><th>Name</th><th class="size">Size</th><th class="date">Modified</th><th class="actions">Actions</th></tr></thead>
+      <tbody id="file-rows"></tbody>
+    </table>
+    <p id="empty-folder" class="muted center" hidden>This folder is empty. Drop files here or use Upload.</p>
+    <div id="load-more-sentinel"></div>
+    <p class="muted center"><button type="button" id="load-more" hidden>Load more</button></p>
+  </div>
+</section>
+
+<section id="trash-view" hidden>
+  <div class="toolbar"><button type="button" id="back-to-files">← Back to files</button><h1>Trash</h1></div>
+  <table class="files" aria-label="Trash">
+    <thead><tr><th class="icon"></th><th>Name</th><th class="size">Size</th><th class="date">Deleted from</th><th class="actions">Actions</th></tr></thead>
+    <tbody id="trash-rows"></tbody>
+  </table>
+  <p id="empty-trash" class="muted center" hidden>The trash is empty.</p>
+</section>
+
+<section id="revisions-view" hidden>
+  <div class="toolbar"><button type="button" id="back-from-revisions">← Back</button><h1>File revisions: <span id="revisions-name"></span></h1></div>
+  <ul id="revision-list" class="revisions" aria-label="Revisions"></ul>
+</section>
+</main>
+
+<dialog id="upload-dialog" aria-labelledby="upload-title">
+  <h2 id="upload-title">Uploads</h2>
+  <ul id="upload-list" class="uploads"></ul>
+  <div class="dialog-buttons">
+    <button type="button" id="upload-more">Add files</button>
+    <button type="button" id="upload-close">Close</button>
+  </div>
+</dialog>
+
+<dialog id="clash-dialog" aria-labelledby="clash-title">
+  <form method="dialog">
+    <h2 id="clash-title">Upload options</h2>
+    <p id="clash-text"></p>
+    <label><input type="radio" name="clash" value="replace" checked> Replace existing file</label>
+    <label><input type="radio" name="clash" value="rename"> Keep both files</label>
+    <div class="dialog-buttons">
+      <button value="cancel" id="clash-cancel">Cancel</button>
+      <button value="upload" id="clash-upload" class="primary">Upload</button>
+    </div>
+  </form>
+</dialog>
+
+<dialog id="prompt-dialog" aria-labelledby="prompt-title">
+  <form method="dialog" id="prompt-form">
+    <h2 id="prompt-title"></h2>
+    <label><span id="prompt-label"></span> <input id="prompt-input" required></label>
+    <div class="dialog-buttons">
+      <button value="cancel" formnovalidate>Cancel</button>
+      <button value="ok" id="prompt-ok" class="primary">OK</button>
+    </div>
+  </form>
+</dialog>
+
+<dialog id="move-dialog" aria-labelledby="move-title">
+  <h2 id="move-title">Move to…</h2>
+  <nav id="move-breadcrumbs" class="breadcrumbs" aria-label="Destination"></nav>
+  <ul id="move-folders" class="folder-picker"></ul>
+  <div class="dialog-buttons">
+    <button type="button" id="move-cancel">Cancel</button>
+    <button type="button" id="move-here" class="primary">Move here</button>
+  </div>
+</dialog>
+</body>
+</html>
+
+"""#,
     ]
 }
