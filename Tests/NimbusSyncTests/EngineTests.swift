@@ -161,3 +161,50 @@ struct EngineTests {
         }
     }
 }
+
+@Suite("Metadata cache")
+struct MetadataCacheTests {
+    @Test("over its size cap, the cache evicts what can be fetched again, least recently listed first, and refetches on listing")
+    func eviction() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("lru")
+            let writer = try world.device("writer")
+            try await writer.engine.signIn(server: world.server, username: "lru", password: "correct horse")
+            let big = try await writer.engine.createFolder(named: "Big")
+            for index in 0..<300 {
+                _ = try await writer.engine.upload(from: try world.file("f\(index).txt", Data("\(index)".utf8)), in: big)
+            }
+            try await writer.settle()
+            let reader = try world.device("reader")
+            try await reader.engine.signIn(server: world.server, username: "lru", password: "correct horse")
+            try await reader.settle()
+            let folder = try #require(try await reader.engine.item(atPath: "/Big"))
+            #expect(try await reader.engine.listing(in: folder.id).count == 300)
+            // A file that is pinned and one with a pending change must survive eviction.
+            let pinned = try #require(try await reader.engine.item(atPath: "/Big/f1.txt"))
+            try await reader.engine.makeAvailableOffline(pinned.id)
+            try await reader.settle()
+            let before = try await reader.engine.metadataSize()
+
+            let small = try world.device("reader", directory: world.root.appending(path: "device-reader"), clock: reader.clock) {
+                $0.metadataCacheLimit = before / 2
+            }
+            let changed = try #require(try await small.engine.item(atPath: "/Big/f2.txt"))
+            small.faults.offline = true
+            try await small.engine.rename(changed.id, to: "renamed.txt")
+            let evicted = try await small.engine.enforceMetadataLimit()
+            #expect(evicted > 0)
+            #expect(try await small.engine.metadataSize() < before)
+            #expect(try await small.engine.isListingComplete(folder.id) == false)
+            let partial = try await small.engine.listing(in: folder.id)
+            #expect(partial.count < 300)
+            #expect(partial.contains { $0.id == pinned.id }, "pinned items stay")
+            #expect(partial.contains { $0.name == "renamed.txt" }, "items with pending changes stay")
+
+            small.faults.offline = false
+            try await small.engine.refreshFolder(folder.id)
+            #expect(try await small.engine.isListingComplete(folder.id))
+            #expect(try await small.engine.listing(in: folder.id).count == 300)
+        }
+    }
+}

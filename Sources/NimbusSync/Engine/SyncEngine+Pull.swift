@@ -356,3 +356,99 @@ extension SyncEngine {
         try nextRunnable() != nil
     }
 }
+
+/// The metadata cache's size cap: least recently listed folders give up their children's rows first.
+extension SyncEngine {
+    /// Bytes the database uses (pages in use, not counting free ones).
+    public func metadataSize() throws -> Int64 {
+        try database.pool.read { db in
+            let pages = try Int64.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+            let free = try Int64.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
+            let size = try Int64.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
+            return (pages - free) * size
+        }
+    }
+
+    /// Evicts cached metadata until the database fits `metadataCacheLimit` (with 10% headroom). Only rows that
+    /// can be fetched again go: files with nothing pending, no content here, not pinned, not waiting for the
+    /// user. Their folder is marked so that listing it fetches them again. Returns how many rows went.
+    @discardableResult
+    public func enforceMetadataLimit() throws -> Int {
+        let limit = configuration.metadataCacheLimit
+        guard try metadataSize() > limit else { return 0 }
+        var evicted = 0
+        while try metadataSize() > limit * 9 / 10 {
+            let removed = try database.pool.write { db -> Int in
+                let folders = try String.fetchAll(
+                    db,
+                    sql: """
+                        SELECT f.luid FROM items f WHERE f.is_folder = 1 AND f.children_evicted = 0
+                        AND EXISTS (SELECT 1 FROM items c WHERE c.r_parent = f.luid AND c.is_folder = 0)
+                        ORDER BY f.last_access LIMIT 20
+                        """)
+                var count = 0
+                for folder in folders {
+                    try db.execute(
+                        sql: """
+                            DELETE FROM items WHERE r_parent = ? AND is_folder = 0 AND pinned = 0 AND flag IS NULL AND content_path IS NULL
+                            AND file_id IS NOT NULL AND luid NOT IN (SELECT luid FROM operations)
+                            AND l_parent IS r_parent AND l_name IS r_name AND l_present = r_present
+                            """,
+                        arguments: [folder])
+                    count += db.changesCount
+                    try db.execute(sql: "UPDATE items SET children_evicted = 1 WHERE luid = ?", arguments: [folder])
+                }
+                return count
+            }
+            evicted += removed
+            if removed == 0 {
+                let remaining = try database.pool.read { db in
+                    try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE is_folder = 1 AND children_evicted = 0") ?? 0
+                }
+                if remaining == 0 { break }
+            }
+        }
+        if evicted > 0 { trace("evicted \(evicted) cached items to fit \(limit) bytes") }
+        return evicted
+    }
+
+    /// Whether a folder's listing is complete here (its children were not evicted from the cache).
+    public func isListingComplete(_ folder: ItemID) throws -> Bool {
+        try database.pool.read { db in
+            try Bool.fetchOne(db, sql: "SELECT children_evicted = 0 FROM items WHERE luid = ?", arguments: [folder.rawValue]) ?? true
+        }
+    }
+
+    /// Fetches a folder's children from the server again (after eviction) and takes them into the cache.
+    public func refreshFolder(_ folder: ItemID) async throws {
+        let client = try requireClient()
+        guard let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: folder.rawValue)?.fileId }) else { return }
+        var files: [File] = []
+        var page = 1
+        while true {
+            let list: FileList = try await client.call("GET", "/v1/files?parentId=\(fileId)&page=\(page)&limit=1000")
+            files += list.files
+            guard let next = list.pagination.nextPage else { break }
+            page = next
+        }
+        let listed = files
+        let now = self.now
+        try await database.pool.write { db in
+            for file in listed where try ItemRow.fetch(db, fileId: file.id) == nil {
+                try self.apply(db, Change(seq: 0, type: .upsert, fileId: file.id, file: file))
+            }
+            try db.execute(
+                sql: "UPDATE items SET children_evicted = 0, refresh_requested = 0, last_access = ? WHERE luid = ?",
+                arguments: [now.millis, folder.rawValue])
+        }
+        notifyChanged()
+    }
+
+    /// Refreshes the evicted folders someone listed since (run by each sync round).
+    func refreshRequestedFolders() async throws {
+        let folders = try await database.pool.read { db in
+            try String.fetchAll(db, sql: "SELECT luid FROM items WHERE refresh_requested = 1 AND children_evicted = 1")
+        }
+        for folder in folders { try await refreshFolder(ItemID(folder)) }
+    }
+}

@@ -9,6 +9,8 @@ extension SyncEngine {
     public func syncOnce() async throws {
         do {
             try await pull()
+            try await refreshRequestedFolders()
+            try enforceMetadataLimit()
             var ran = false
             while try await runNextOperation() { ran = true }
             if ran { try await pull() }

@@ -116,9 +116,22 @@ public actor SyncEngine {
 
     // MARK: Reading the view
 
-    /// The merged view of a folder, now.
+    /// The merged view of a folder, now. Listing marks the folder as recently used (the metadata cache evicts
+    /// the least recently listed first); if its children were evicted, the next sync round fetches them again
+    /// (``isListingComplete(_:)`` tells, ``refreshFolder(_:)`` does it now).
     public func listing(in folder: ItemID = .root) throws -> [SyncItem] {
         let operations = try operationStates()
+        let now = self.now.millis
+        let touch = try database.pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT last_access, children_evicted FROM items WHERE luid = ?", arguments: [folder.rawValue])
+        }
+        // At most one write a minute per folder: listing stays a read.
+        if let touch, (touch["children_evicted"] as Bool) || now - (touch["last_access"] as Int64) > 60_000 {
+            try database.pool.write { db in
+                try db.execute(
+                    sql: "UPDATE items SET last_access = ?, refresh_requested = children_evicted WHERE luid = ?", arguments: [now, folder.rawValue])
+            }
+        }
         return try database.pool.read { db in
             try Row.fetchAll(
                 db, sql: "SELECT * FROM items WHERE l_parent = ? AND l_present = 1 AND luid != 'root' ORDER BY is_folder DESC, l_name",

@@ -98,6 +98,14 @@ struct LocalDatabase: Sendable {
                     );
                     """)
         }
+        migrator.registerMigration("2-metadata-eviction") { db in
+            // A folder whose children were evicted from the cache lists incompletely until refreshed.
+            try db.execute(
+                sql: """
+                    ALTER TABLE items ADD COLUMN children_evicted INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE items ADD COLUMN refresh_requested INTEGER NOT NULL DEFAULT 0;
+                    """)
+        }
         return migrator
     }
 }
