@@ -66,6 +66,7 @@ print(String(format: "apply %d feed changes: %.0f changes/s (%.2f s); plain GRDB
 // 2. Merged listing of the 100,000-item folder vs listing a directory of as many files with their sizes.
 let big = try require(try await engine.item(atPath: "/Big"))
 var listed = 0
+let coldListingSeconds = try await seconds { listed = try await engine.listing(in: big.id).count }
 let listingSeconds = try await seconds { listed = try await engine.listing(in: big.id).count }
 var first: Double = 0
 let stream = await engine.items(in: big.id)
@@ -79,8 +80,8 @@ let peerListingSeconds = try await seconds {
     for name in names { _ = try FileManager.default.attributesOfItem(atPath: directory.appending(path: name).path) }
     peerCount = names.count
 }
-print(String(format: "merged listing of a %d-item folder: %.1f ms (first listing delivered by items(in:) in %.1f ms); FileManager listing + stat of a %d-file directory: %.1f ms (ratio %.2fx)",
-             listed, listingSeconds * 1000, first * 1000, peerCount, peerListingSeconds * 1000, listingSeconds / peerListingSeconds))
+print(String(format: "merged listing of a %d-item folder: %.1f ms (first call %.1f ms; a live items(in:) stream delivers its first listing in %.1f ms); FileManager listing + stat of a %d-file directory: %.1f ms (ratio %.2fx)",
+             listed, listingSeconds * 1000, coldListingSeconds * 1000, first * 1000, peerCount, peerListingSeconds * 1000, listingSeconds / peerListingSeconds))
 
 // 3. Cold start with `operations` pending operations: open the library until the executor has work in hand.
 let queued = try SyncEngine(configuration: SyncConfiguration(directory: work.appending(path: "queued"), deviceName: "bench"))

@@ -151,13 +151,12 @@ extension SyncEngine {
     /// Applies the deletions collected by pulls. Items with changes that exist only here are not deleted:
     /// they become `unsynced`. Too many deletions at once wait for ``confirmMassDeletion()``.
     func applyRemoteDeletions(force: Bool) async throws {
-        let (count, total) = try await database.pool.read { db in
-            (
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM remote_deletions") ?? 0,
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE s_present = 1 OR r_present = 1") ?? 0
-            )
-        }
+        let count = try await database.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM remote_deletions") ?? 0 }
         guard count > 0 else { return }
+        // Counting the whole tree is only worth it when something is to be deleted (it scans every row).
+        let total = try await database.pool.read { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE s_present = 1 OR r_present = 1") ?? 0
+        }
         let fraction = Double(count) / Double(max(total, 1))
         if !force
             && (count > configuration.massDeletionAbsolute
