@@ -72,7 +72,7 @@ extension SyncEngine {
             }
             return
         }
-        try db.execute(sql: "DELETE FROM remote_deletions WHERE file_id = ?", arguments: [file.id])
+        try db.cachedStatement(sql: "DELETE FROM remote_deletions WHERE file_id = ?").execute(arguments: [file.id])
         if file.parentId == nil {
             // The root folder.
             if var root = try ItemRow.fetch(db, luid: ItemID.root.rawValue) {
@@ -108,12 +108,12 @@ extension SyncEngine {
     /// know its id yet); without this the item would show twice until the retry told us.
     nonisolated func pendingCreation(_ db: Database, of file: File, in parent: String?) throws -> ItemRow? {
         let candidates = try Row.fetchAll(
-            db,
-            sql: """
-                SELECT o.luid, o.kind, o.payload FROM operations o JOIN items i ON i.luid = o.luid
-                WHERE i.file_id IS NULL AND o.kind IN ('createFolder', 'upload') AND o.state IN ('pending', 'failed', 'parked')
-                ORDER BY o.seq
-                """)
+            db.cachedStatement(
+                sql: """
+                    SELECT o.luid, o.kind, o.payload FROM operations o JOIN items i ON i.luid = o.luid
+                    WHERE i.file_id IS NULL AND o.kind IN ('createFolder', 'upload') AND o.state IN ('pending', 'failed', 'parked')
+                    ORDER BY o.seq
+                    """))
         for candidate in candidates {
             guard let payload = try? JSONDecoder().decode(OperationPayload.self, from: Data((candidate["payload"] as String).utf8)),
                 payload.parent == parent, payload.name == file.name
@@ -312,7 +312,7 @@ extension SyncEngine {
             var created: [String: String] = [:]
             while !queue.isEmpty {
                 let parent = queue.removeFirst()
-                let children = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE l_parent = ? AND l_present = 1", arguments: [parent])
+                let children = try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE l_parent = ? AND l_present = 1", arguments: [parent])
                     .map(ItemRow.init(row:))
                 for child in children {
                     let dependencies = created[parent].map { [$0] } ?? []

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import NimbusAPI
 
 /// The local-first sync engine: one control actor over a local database.
@@ -132,11 +133,62 @@ public actor SyncEngine {
                     sql: "UPDATE items SET last_access = ?, refresh_requested = children_evicted WHERE luid = ?", arguments: [now, folder.rawValue])
             }
         }
+        return try database.pool.read { db in try self.children(db, of: folder.rawValue, operations: operations) }
+    }
+
+    /// A folder's children in the view, folders first, then by name. Reads only the columns a ``SyncItem``
+    /// shows, by index, with a cached statement: this is the hot path of big folders (100,000 children).
+    nonisolated func children(
+        _ db: Database, of folder: String, operations: [String: ItemState], offset: Int = 0, limit: Int? = nil
+    ) throws -> [SyncItem] {
+        let statement = try db.cachedStatement(
+            sql: """
+                SELECT luid, file_id, l_name, l_mime, is_folder, l_size, l_checksum, r_revision, l_modified, flag, pinned,
+                    content_path IS NOT NULL AND content_checksum IS l_checksum
+                FROM items WHERE l_parent = ? AND l_present = 1 AND luid != 'root' ORDER BY is_folder DESC, l_name LIMIT ? OFFSET ?
+                """)
+        let parent = ItemID(folder)
+        let sqlite = statement.sqliteStatement
+        /// Columns straight from SQLite, with their byte counts (GRDB's decoding measures and validates each
+        /// string again: a third of the listing's time).
+        func text(_ column: Int32) -> String? {
+            guard let bytes = sqlite3_column_text(sqlite, column) else { return nil }
+            return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(sqlite, column))), as: UTF8.self)
+        }
+        func integer(_ column: Int32) -> Int64 { sqlite3_column_int64(sqlite, column) }
+        var items: [SyncItem] = []
+        if let limit { items.reserveCapacity(limit) }
+        let rows = try Row.fetchCursor(statement, arguments: [folder, limit ?? -1, max(0, offset)])
+        while try rows.next() != nil {
+            let luid = text(0) ?? ""
+            let isFolder = integer(4) != 0
+            var state: ItemState = operations.isEmpty ? .synced : operations[luid] ?? .synced
+            if let flag = text(9) { state = flag == "conflict" ? .conflict : flag == "unsynced" ? .unsynced : state }
+            items.append(
+                SyncItem(
+                    id: ItemID(luid), fileId: text(1), parentId: parent, name: text(2) ?? "",
+                    mimeType: text(3) ?? (isFolder ? folderMimeType : "application/octet-stream"), isFolder: isFolder,
+                    size: integer(5), checksum: text(6), revisionId: text(7), modifiedAt: Date(millis: integer(8)), state: state,
+                    isPinned: integer(10) != 0, isAvailableOffline: integer(11) != 0))
+        }
+        return items
+    }
+
+    /// A window of a folder's listing (same order as ``listing(in:)``): what a list on screen shows first.
+    /// The first screenful of a 100,000-item folder comes in about a millisecond; scroll with `offset`.
+    public func listing(in folder: ItemID, offset: Int, limit: Int) throws -> [SyncItem] {
+        let operations = try operationStates()
         return try database.pool.read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT * FROM items WHERE l_parent = ? AND l_present = 1 AND luid != 'root' ORDER BY is_folder DESC, l_name",
-                arguments: [folder.rawValue]
-            ).map { self.makeItem(ItemRow(row: $0), operations: operations) }
+            try self.children(db, of: folder.rawValue, operations: operations, offset: offset, limit: max(0, limit))
+        }
+    }
+
+    /// How many items a folder has in the view (for a list's scroll bar, with the windowed listing).
+    public func childCount(in folder: ItemID) throws -> Int {
+        try database.pool.read { db in
+            try Int.fetchOne(
+                db.cachedStatement(sql: "SELECT COUNT(*) FROM items WHERE l_parent = ? AND l_present = 1 AND luid != 'root'"),
+                arguments: [folder.rawValue]) ?? 0
         }
     }
 
@@ -225,7 +277,7 @@ public actor SyncEngine {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT * FROM items WHERE flag IS NOT NULL
+                    SELECT \(ItemRow.columns) FROM items WHERE flag IS NOT NULL
                     OR luid IN (SELECT luid FROM operations WHERE state = 'failed') ORDER BY l_name
                     """
             ).map { self.makeItem(ItemRow(row: $0), operations: operations) }
@@ -290,12 +342,7 @@ public actor SyncEngine {
         let status = try? status()
         for observer in current.values {
             if let folder = observer.folder, let continuation = observer.continuation {
-                let listing = try? database.pool.read { db in
-                    try Row.fetchAll(
-                        db, sql: "SELECT * FROM items WHERE l_parent = ? AND l_present = 1 AND luid != 'root' ORDER BY is_folder DESC, l_name",
-                        arguments: [folder]
-                    ).map { self.makeItem(ItemRow(row: $0), operations: operations) }
-                }
+                let listing = try? database.pool.read { db in try self.children(db, of: folder, operations: operations) }
                 if let listing { continuation.yield(listing) }
             }
             if let status, let continuation = observer.status { continuation.yield(status) }

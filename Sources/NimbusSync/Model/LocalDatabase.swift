@@ -20,6 +20,8 @@ struct LocalDatabase: Sendable {
         let traced = ProcessInfo.processInfo.environment["NIMBUS_SQL_TRACE"] != nil
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
+            // Big folders list from memory-mapped pages rather than through SQLite's small default page cache.
+            try db.execute(sql: "PRAGMA mmap_size = 268435456")
             if traced { db.trace { FileHandle.standardError.write(Data("SQL \($0.expandedDescription.prefix(90))\n".utf8)) } }
         }
         pool = try DatabasePool(path: path, configuration: configuration)
@@ -104,6 +106,19 @@ struct LocalDatabase: Sendable {
                 sql: """
                     ALTER TABLE items ADD COLUMN children_evicted INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE items ADD COLUMN refresh_requested INTEGER NOT NULL DEFAULT 0;
+                    """)
+        }
+        migrator.registerMigration("3-listing-indexes") { db in
+            // Listing a folder reads only this index (it covers every column a listing shows): 100,000 children
+            // list without touching the table. Looking a name up in a folder gets its own index (the listing
+            // one has `is_folder` before the name).
+            try db.execute(
+                sql: """
+                    DROP INDEX items_local_children;
+                    CREATE INDEX items_local_children ON items(
+                        l_parent, is_folder DESC, l_name, luid, file_id, l_mime, l_size, l_checksum, r_revision, l_modified, flag, pinned,
+                        content_path, content_checksum, l_present) WHERE l_present = 1;
+                    CREATE INDEX items_local_names ON items(l_parent, l_name) WHERE l_present = 1;
                     """)
         }
         return migrator

@@ -8,7 +8,21 @@ public struct ItemID: Hashable, Sendable, Codable, CustomStringConvertible {
     public init(_ rawValue: String) { self.rawValue = rawValue }
     public static let root = ItemID("root")
     public var description: String { rawValue }
-    static func make() -> ItemID { ItemID(UUID().uuidString.lowercased()) }
+    /// A new LUID: 15 random characters of lowercase base32 (75 bits). Fifteen UTF-8 bytes is what a Swift
+    /// string holds without a heap allocation, which big listings feel (older libraries keep their UUID LUIDs).
+    static func make() -> ItemID {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
+        var generator = SystemRandomNumberGenerator()
+        var bits = generator.next() as UInt64  // 64 bits for the first 12 characters, then 11 more
+        var characters: [Character] = []
+        characters.reserveCapacity(15)
+        for index in 0..<15 {
+            if index == 12 { bits = generator.next() }
+            characters.append(alphabet[Int(bits & 31)])
+            bits >>= 5
+        }
+        return ItemID(String(characters))
+    }
 }
 
 /// What the user should see about an item's sync.
