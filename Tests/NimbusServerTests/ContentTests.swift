@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NimbusAPI
 import NimbusServer
@@ -59,6 +60,40 @@ struct ContentTests {
             #expect(typed.mimeType == "application/pdf")
             let folder = try await alice.get("/v1/files/root/content")
             #expect(folder.status == 400)
+        }
+    }
+
+    @Test("a simple upload with a requestId is safe to retry: the same file comes back, once; a checksum is checked")
+    func idempotentSimpleUpload() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = Data("retried".utf8)
+            let checksum = SHA256.hash(data: content).map { String(format: "%02x", $0) }.joined()
+            let first = try await alice.upload("r.txt", content, query: "&requestId=op-1&checksum=\(checksum)")
+            // The answer was lost; the client sends the same request again.
+            let again = try await alice.upload("r.txt", content, query: "&requestId=op-1&checksum=\(checksum)")
+            #expect(again.id == first.id)
+            #expect(again.revisionId == first.revisionId)
+            let listed = try await alice.list()
+            #expect(listed.files.filter { $0.name.hasPrefix("r") }.map(\.name) == ["r.txt"], "a retry makes no second file")
+            let revisions: RevisionList = try await alice.get("/v1/files/\(first.id)/revisions").decode()
+            #expect(revisions.revisions.count == 1, "nor a second revision")
+            // Renamed since: the retry still answers with that file, under its new name.
+            let renamed: File = try await alice.send(.PATCH, "/v1/files/\(first.id)", json: ["name": "s.txt"]).decode()
+            #expect(try await alice.upload("r.txt", content, query: "&requestId=op-1").id == renamed.id)
+
+            let reused = try await alice.uploadReply("other.txt", Data("different".utf8), query: "&requestId=op-1")
+            #expect(reused.status == 409)
+            #expect(reused.errorCode == "request_id_reused")
+            let wrong = try await alice.uploadReply("bad.txt", Data("abc".utf8), query: "&checksum=\(checksum)")
+            #expect(wrong.status == 422)
+            #expect(wrong.errorCode == "checksum_mismatch")
+            #expect(try await alice.uploadReply("bad.txt", Data("abc".utf8), query: "&checksum=xyz").status == 400)
+            #expect(try await alice.uploadReply("bad.txt", Data("abc".utf8), query: "&requestId=").status == 400)
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(first.id)&requestId=op-2", body: content).status == 400)
+            #expect(try await alice.list().files.contains { $0.name == "bad.txt" } == false, "refused uploads leave nothing")
+            let about: About = try await alice.get("/v1/about").decode()
+            #expect(about.quota.used == Int64(content.count), "only the one stored copy counts")
         }
     }
 

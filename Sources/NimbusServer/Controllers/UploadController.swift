@@ -21,8 +21,10 @@ struct UploadController: Sendable {
         }
     }
 
-    /// The raw body becomes the content: a new file (`name`, `parentId`, `onConflict`) or a new revision
-    /// (`fileId`, optionally `If-Match: "<revisionId>"`). Streamed to disk in blocks, never held whole.
+    /// The raw body becomes the content: a new file (`name`, `parentId`, `onConflict`, and `requestId` to make a
+    /// retry return the file the first attempt made) or a new revision (`fileId`, optionally
+    /// `If-Match: "<revisionId>"`). An optional `checksum` (hex SHA-256) is checked: a mismatch → 422 and nothing
+    /// changes. Streamed to disk in blocks, never held whole.
     func media(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
         let max = drive.configuration.maxUploadSize
@@ -36,7 +38,14 @@ struct UploadController: Sendable {
             ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
         }
         var mimeType: String
+        let requestId = request.query("requestId")
+        if let requestId, requestId.isEmpty || requestId.count > 200 {
+            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
+        }
         if let fileId = request.query("fileId") {
+            guard requestId == nil else {
+                throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by If-Match.")
+            }
             let file = try await drive.file(fileId, for: me)
             target = .existing(fileId: file.id, ifMatch: request.headers[.ifMatch])
             mimeType = sentType ?? file.mimeType
@@ -46,14 +55,22 @@ struct UploadController: Sendable {
             }
             let name = try FilesController.validName(rawName)
             let parentId = try await drive.resolve(request.query("parentId") ?? "root", for: me)
-            target = .new(parentId: parentId, name: name, policy: try FilesController.policy(request))
+            target = .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId)
             mimeType = sentType ?? MimeType.guess(forName: name)
         }
         mimeType = try FilesController.validMimeType(mimeType)
         if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
             throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
         }
+        let expected = request.query("checksum")?.lowercased()
+        if let expected, expected.count != 64 || !expected.allSatisfy(\.isHexDigit) {
+            throw DriveError.badRequest("'checksum' must be the hex SHA-256 of the content.")
+        }
         let staged = try await Self.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType)
+        if let expected, staged.content.checksum != expected {
+            drive.blobs.discard(staged.content.blocks)
+            throw DriveError.checksumMismatch(expected: expected, actual: staged.content.checksum)
+        }
         let file = try await drive.store.commitContent(userId: me.userId, target: target, content: staged.content, now: drive.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }

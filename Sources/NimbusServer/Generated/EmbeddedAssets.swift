@@ -324,6 +324,8 @@ paths:
         - { name: parentId, in: query, required: false, schema: { type: string }, description: "media: the folder (root when absent)" }
         - { name: fileId, in: query, required: false, schema: { type: string }, description: "media: upload a new version of this file" }
         - { name: mimeType, in: query, required: false, schema: { type: string }, description: "media: the type (else Content-Type, else guessed from the name)" }
+        - { name: requestId, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 200 }, description: "media, new files only: an idempotency key; a retry with the same requestId returns the file the first attempt made (201) instead of a second file; different content under a used requestId → 409 request_id_reused" }
+        - { name: checksum, in: query, required: false, schema: { type: string, pattern: "^[0-9a-f]{64}$" }, description: "media: hex SHA-256 of the body; a mismatch → 422 and nothing is stored" }
         - { $ref: "#/components/parameters/OnConflict" }
         - { name: If-Match, in: header, required: false, schema: { type: string }, description: "With fileId: the revisionId the new version is based on; 409 if the head moved." }
       requestBody:
@@ -354,6 +356,7 @@ paths:
         "404": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
         "413": { $ref: "#/components/responses/Error" }
+        "422": { $ref: "#/components/responses/Error" }
         "507": { $ref: "#/components/responses/Error" }
   /v1/upload/{uploadId}:
     parameters:

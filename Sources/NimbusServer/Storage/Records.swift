@@ -81,8 +81,9 @@ struct ChangeRecord: Sendable, Equatable {
 
 /// What a content commit writes to.
 enum ContentTarget: Sendable, Equatable {
-    /// A new file in a folder; a name clash follows the policy.
-    case new(parentId: String?, name: String, policy: ConflictPolicy)
+    /// A new file in a folder; a name clash follows the policy. A `requestId` makes a retry return the file the
+    /// first attempt made.
+    case new(parentId: String?, name: String, policy: ConflictPolicy, requestId: String? = nil)
     /// A new revision of an existing file; `ifMatch` (a revision id) guards against lost updates.
     case existing(fileId: String, ifMatch: String?)
 }

@@ -368,15 +368,34 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord {
         do {
-            return try await write { db, effects in
+            let (file, created) = try await write { db, effects -> (FileRecord, Bool) in
+                if case .new(_, _, _, let requestId?) = target,
+                    let row = try Row.fetchOne(db, sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?", arguments: [userId, requestId])
+                {
+                    // A retry of an upload that landed: the same file, nothing new.
+                    let earlier = Self.file(row)
+                    guard
+                        try Bool.fetchOne(
+                            db, sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)",
+                            arguments: [earlier.id, content.checksum]) == true
+                    else {
+                        throw DriveError.conflict(
+                            "This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
+                    }
+                    return (earlier, false)
+                }
                 let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
                 try self.checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
                 let added = try self.blobs.place(content.blocks, user: userId)
                 try Self.account(db, userId: userId, added: added, now: now)
-                return try self.commitRevision(
-                    db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
-                    mimeType: content.mimeType, now: now)
+                return (
+                    try self.commitRevision(
+                        db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
+                        mimeType: content.mimeType, now: now), true
+                )
             }
+            if !created { blobs.discard(content.blocks) }
+            return file
         } catch {
             blobs.discard(content.blocks)
             throw error
@@ -517,7 +536,7 @@ extension SQLiteMetadataStore {
             let existing = try file(db, id: fileId, userId: userId)
             try checkWritable(existing, ifMatch: ifMatch)
             return existing
-        case .new(let parentId, let name, let policy):
+        case .new(let parentId, let name, let policy, let requestId):
             let root = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [userId]) ?? ""
             let parent = try liveFolder(db, id: parentId ?? root, userId: userId)
             let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
@@ -533,10 +552,10 @@ extension SQLiteMetadataStore {
             let id = "f" + randomToken()
             try db.execute(
                 sql: """
-                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at)
-                    VALUES (?, ?, ?, ?, ?, 0, ?, ?)
+                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
+                    VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)
                     """,
-                arguments: [id, userId, parent.id, finalName, mimeType, now.millis, now.millis])
+                arguments: [id, userId, parent.id, finalName, mimeType, now.millis, now.millis, requestId])
             try touchFolder(db, parent.id, now: now)
             return try file(db, id: id, userId: userId)
         }

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import NimbusAPI
 
-/// The executor: runs queued operations one at a time, in order, with dependencies, retries and backoff.
+/// The executor: runs queued operations in order, a few transfers at once, with dependencies, retries and backoff.
 extension SyncEngine {
     /// What running an operation came to.
     enum Outcome {
@@ -52,18 +52,66 @@ extension SyncEngine {
     @discardableResult
     public func runNextOperation() async throws -> Bool {
         let client = try requireClient()
-        guard case .idle = phase else {
-            if case .syncing = phase {} else if case .offline = phase {} else { return false }
-            return try await runNext(client)
-        }
-        return try await runNext(client)
+        guard mayRun, let operation = try nextRunnable() else { return false }
+        claim(operation)
+        try await run(operation, client)
+        return true
     }
 
-    private func runNext(_ client: ServerClient) async throws -> Bool {
-        guard let operation = try nextRunnable() else { return false }
+    /// Whether the phase lets operations run (not signed out, not waiting for a sign-in or a confirmation).
+    var mayRun: Bool {
+        switch phase {
+        case .idle, .syncing, .offline: true
+        default: false
+        }
+    }
+
+    /// Runs every operation that can run now, up to ``SyncConfiguration/maxConcurrentOperations`` at once;
+    /// `true` if any ran. The order is the queue's (blockers first, then by age); a transfer starts beside
+    /// other transfers, but never beside another operation on its item or beside a change to names and folders,
+    /// and such a change waits until nothing else runs. So overlapping never reorders what order means.
+    func runOperations() async throws -> Bool {
+        let width = max(1, configuration.maxConcurrentOperations)
+        guard width > 1 else {
+            var ran = false
+            while try await runNextOperation() { ran = true }
+            return ran
+        }
+        let client = try requireClient()
+        var ran = false
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var running = 0
+            while true {
+                while running < width, mayRun, let operation = try nextRunnable(), canStart(operation) {
+                    claim(operation)
+                    running += 1
+                    ran = true
+                    group.addTask { try await self.run(operation, client) }
+                }
+                guard running > 0 else { break }
+                try await group.next()
+                running -= 1
+            }
+        }
+        return ran
+    }
+
+    /// Whether `operation` (the next in queue order) may start beside those running now.
+    func canStart(_ operation: OperationRow) -> Bool {
+        guard !running.isEmpty else { return true }
+        guard operation.kind.isTransfer else { return false }
+        return !running.values.contains { !$0.isTransfer || $0.luid == operation.luid }
+    }
+
+    func claim(_ operation: OperationRow) {
         inFlight.insert(operation.id)
+        running[operation.id] = RunningOperation(luid: operation.luid, isTransfer: operation.kind.isTransfer)
+    }
+
+    private func run(_ operation: OperationRow, _ client: ServerClient) async throws {
         defer {
             inFlight.remove(operation.id)
+            running[operation.id] = nil
             progress[operation.luid] = nil
         }
         do {
@@ -88,7 +136,6 @@ extension SyncEngine {
             try await failed(operation, .localFile("\(error)"))
         }
         notifyChanged()
-        return true
     }
 
     func finish(_ operation: OperationRow, _ outcome: Outcome) async throws {

@@ -11,9 +11,7 @@ extension SyncEngine {
             try await pull()
             try await refreshRequestedFolders()
             try enforceMetadataLimit()
-            var ran = false
-            while try await runNextOperation() { ran = true }
-            if ran { try await pull() }
+            if try await runOperations() { try await pull() }
         } catch SyncError.unauthorized(let detail) {
             phase = .needsSignIn
             notifyChanged()

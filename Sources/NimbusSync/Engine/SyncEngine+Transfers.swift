@@ -18,6 +18,14 @@ extension SyncEngine {
         guard FileManager.default.fileExists(atPath: sourcePath) else {
             throw SyncError.localFile("The file to upload is gone (\(sourcePath)).")
         }
+        let isNew = !(row.fileId != nil && (payload.baseRevision != nil || row.rPresent))
+        if isNew, size <= configuration.simpleUploadLimit,
+            try await database.pool.read({ db in
+                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM upload_sessions WHERE operation_id = ?)", arguments: [operation.id])
+            }) == false
+        {
+            return try await simpleUpload(operation, row, client, sourcePath: sourcePath, size: size, checksum: checksum)
+        }
         var session = try await savedSession(operation.id, client)
         if session == nil {
             let started = try await startUpload(operation, row, client)
@@ -71,22 +79,67 @@ extension SyncEngine {
             case 409:
                 return try await conflicted(operation, row, client, error: ServerClient.errorBody(data))
             case 422:
-                // The bytes changed while they were sent: hash again and send the new content.
-                let (newChecksum, newSize) = try FileHasher.sha256(of: URL(fileURLWithPath: sourcePath))
-                guard newChecksum != checksum || newSize != size else { return try await restartUpload(operation) }
-                payload.checksum = newChecksum
-                payload.size = newSize
-                payload.requestId = UUID().uuidString.lowercased()
-                let updated = payload
-                try await database.pool.write { db in
-                    try OperationRow.updatePayload(db, id: operation.id, updated)
-                    try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [operation.id])
-                }
-                return .again
+                return try await sourceChanged(operation, sourcePath: sourcePath)
             default:
                 try ServerClient.check(head, data)
                 return .again
             }
+        }
+    }
+
+    /// The bytes changed while they were sent: hash again and send the new content (under a new request id).
+    func sourceChanged(_ operation: OperationRow, sourcePath: String) async throws -> Outcome {
+        var payload = operation.payload
+        let (newChecksum, newSize) = try FileHasher.sha256(of: URL(fileURLWithPath: sourcePath))
+        guard newChecksum != payload.checksum || newSize != payload.size else { return try await restartUpload(operation) }
+        payload.checksum = newChecksum
+        payload.size = newSize
+        payload.requestId = UUID().uuidString.lowercased()
+        let updated = payload
+        try await database.pool.write { db in
+            try OperationRow.updatePayload(db, id: operation.id, updated)
+            try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [operation.id])
+        }
+        return .again
+    }
+
+    /// A small new file in one request: `uploadType=media` with the request id (a retry after a lost answer gets
+    /// the same file back) and the checksum (bytes that changed since they were hashed are refused, 422).
+    func simpleUpload(
+        _ operation: OperationRow, _ row: ItemRow, _ client: ServerClient, sourcePath: String, size: Int64, checksum: String
+    ) async throws -> Outcome {
+        let payload = operation.payload
+        let bytes: Data
+        do { bytes = try Data(contentsOf: URL(fileURLWithPath: sourcePath)) } catch {
+            throw SyncError.localFile("Could not read \(sourcePath): \(error.localizedDescription)")
+        }
+        guard Int64(bytes.count) == size else { return try await sourceChanged(operation, sourcePath: sourcePath) }
+        let parentId = try await serverId(payload.parent ?? row.lParent)
+        let name = payload.name ?? row.lName ?? "file"
+        let mimeType = payload.mimeType ?? row.lMime ?? "application/octet-stream"
+        var path = "/v1/upload?uploadType=media&name=\(name.queryEscaped)&parentId=\(parentId.queryEscaped)"
+        path += "&mimeType=\(mimeType.queryEscaped)&requestId=\((payload.requestId ?? operation.id).queryEscaped)&checksum=\(checksum)"
+        if payload.replace == true { path += "&onConflict=replace" }
+        progress[row.luid] = .uploading(progress: 0)
+        let (head, data) = try await client.authorized(
+            TransportRequest(method: "POST", path: path, headers: ["Content-Type": "application/octet-stream"], body: bytes))
+        switch head.status {
+        case 201:
+            return try await uploaded(try ServerClient.decode(File.self, data), operation, row)
+        case 409 where ServerClient.errorBody(data)?.error.code == "request_id_reused":
+            // Another content went up under this id before (it cannot be this one): send under a new id.
+            var renewed = payload
+            renewed.requestId = UUID().uuidString.lowercased()
+            let updated = renewed
+            try await database.pool.write { db in try OperationRow.updatePayload(db, id: operation.id, updated) }
+            return .again
+        case 409:
+            return try await conflicted(operation, row, client, error: ServerClient.errorBody(data))
+        case 422:
+            return try await sourceChanged(operation, sourcePath: sourcePath)
+        default:
+            try ServerClient.check(head, data)
+            return .again
         }
     }
 

@@ -26,6 +26,8 @@ public actor SyncEngine {
     let traceBuffer = LockedBox([String]())
     /// Operations being executed right now (their payloads must not change underneath).
     var inFlight: Set<String> = []
+    /// The operations running now, by id (see ``runOperations()``).
+    var running: [String: RunningOperation] = [:]
     var random: SeededRandom
     let observers = LockedBox([UUID: Observer]())
     let signal = Signal()

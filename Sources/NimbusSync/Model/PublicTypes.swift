@@ -140,6 +140,12 @@ public struct SyncConfiguration: Sendable {
     public var clock: any SyncClock = SystemSyncClock()
     /// Seed for backoff jitter; a fixed seed makes a run repeatable.
     public var randomSeed: UInt64?
+    /// How many operations run at once. Transfers (uploads, downloads) of different items overlap; changes to
+    /// names and folders (create, rename, move, delete, restore) run alone, in order. 1 runs everything in turn.
+    public var maxConcurrentOperations: Int = 4
+    /// New files up to this size go in one request (a simple upload with the operation's id as `requestId`,
+    /// so a retry never makes a second file); bigger ones, and new versions, use resumable sessions.
+    public var simpleUploadLimit: Int64 = 4 * 1024 * 1024
 
     public init(directory: URL, deviceName: String) {
         self.directory = directory

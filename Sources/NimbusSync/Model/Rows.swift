@@ -172,6 +172,15 @@ enum OperationKind: String, Sendable, Codable {
     case delete
     case restore
     case download
+
+    /// Moves bytes of one item and changes no names or folders: may overlap with other transfers.
+    var isTransfer: Bool { self == .upload || self == .download }
+}
+
+/// What the executor knows of an operation it is running.
+struct RunningOperation: Sendable {
+    var luid: String
+    var isTransfer: Bool
 }
 
 /// An operation's details, stored as JSON. Item references are LUIDs.

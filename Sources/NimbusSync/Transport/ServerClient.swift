@@ -215,8 +215,8 @@ public actor ServerClient {
 extension String {
     /// Percent-encoded for a query value.
     var queryEscaped: String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
+        // Only ASCII letters and digits stay as they are (CharacterSet.alphanumerics would let "é" through raw).
+        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
         return addingPercentEncoding(withAllowedCharacters: allowed) ?? self
     }
 }
