@@ -32,6 +32,7 @@ def main():
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--edits", type=int, default=100)
+    parser.add_argument("--skip", action="append", default=[], choices=["big", "edits"], help="leave out a part (repeatable)")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-sync-bench-")
@@ -83,47 +84,49 @@ def main():
         noop_theirs = timed(rclone + [tree, "w:tree"], env=rclone_env)
         print(f"no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s (ratio {noop_ours / noop_theirs:.2f})")
 
-        big = f"{work}/big"
-        os.makedirs(big)
-        with open(f"{big}/one.bin", "wb") as handle:
-            for _ in range(args.big_mib):
-                handle.write(os.urandom(1 << 20))
-        os.utime(f"{big}/one.bin", (old, old))
-        ours = timed([binary, "sync", big, "/big", "--once", "--quiet"], env=a)
-        theirs = timed(rclone + [big, "w:big"], env=rclone_env)
-        mb = args.big_mib * 1.048576
-        print(f"initial upload of one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
-              f"({theirs:.1f} s); ratio {ours / theirs:.2f}")
+        if "big" not in args.skip:
+            big = f"{work}/big"
+            os.makedirs(big)
+            with open(f"{big}/one.bin", "wb") as handle:
+                for _ in range(args.big_mib):
+                    handle.write(os.urandom(1 << 20))
+            os.utime(f"{big}/one.bin", (old, old))
+            ours = timed([binary, "sync", big, "/big", "--once", "--quiet"], env=a)
+            theirs = timed(rclone + [big, "w:big"], env=rclone_env)
+            mb = args.big_mib * 1.048576
+            print(f"initial upload of one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
+                  f"({theirs:.1f} s); ratio {ours / theirs:.2f}")
 
-        # Edit latency between two watching devices.
-        b = device("B")
-        folder_a, folder_b = f"{work}/edit-a", f"{work}/edit-b"
-        os.makedirs(folder_a)
-        os.makedirs(folder_b)
-        watch_a = subprocess.Popen([binary, "sync", folder_a, "/edits", "--watch", "--quiet"], env=a)
-        watch_b = subprocess.Popen([binary, "sync", folder_b, "/edits", "--watch", "--quiet"], env=b)
-        processes += [watch_a, watch_b]
-        time.sleep(3)
-        latencies = []
-        for index in range(args.edits):
-            content = f"edit {index} {time.time()}".encode()
-            path = f"{folder_a}/note.txt"
-            with open(path, "wb") as handle:
-                handle.write(content)
-            start = time.perf_counter()
-            deadline = start + 60
-            while time.perf_counter() < deadline:
-                try:
-                    with open(f"{folder_b}/note.txt", "rb") as handle:
-                        if handle.read() == content:
-                            break
-                except FileNotFoundError:
-                    pass
-                time.sleep(0.01)
-            latencies.append(time.perf_counter() - start)
-        latencies.sort()
-        print(f"edit on A → updated on B under --watch, {args.edits} edits: p50 {statistics.median(latencies):.2f} s, "
-              f"p90 {latencies[int(len(latencies) * 0.9)]:.2f} s, max {latencies[-1]:.2f} s")
+        if "edits" not in args.skip:
+            # Edit latency between two watching devices.
+            b = device("B")
+            folder_a, folder_b = f"{work}/edit-a", f"{work}/edit-b"
+            os.makedirs(folder_a)
+            os.makedirs(folder_b)
+            watch_a = subprocess.Popen([binary, "sync", folder_a, "/edits", "--watch", "--quiet"], env=a)
+            watch_b = subprocess.Popen([binary, "sync", folder_b, "/edits", "--watch", "--quiet"], env=b)
+            processes += [watch_a, watch_b]
+            time.sleep(3)
+            latencies = []
+            for index in range(args.edits):
+                content = f"edit {index} {time.time()}".encode()
+                path = f"{folder_a}/note.txt"
+                with open(path, "wb") as handle:
+                    handle.write(content)
+                start = time.perf_counter()
+                deadline = start + 60
+                while time.perf_counter() < deadline:
+                    try:
+                        with open(f"{folder_b}/note.txt", "rb") as handle:
+                            if handle.read() == content:
+                                break
+                    except FileNotFoundError:
+                        pass
+                    time.sleep(0.01)
+                latencies.append(time.perf_counter() - start)
+            latencies.sort()
+            print(f"edit on A → updated on B under --watch, {args.edits} edits: p50 {statistics.median(latencies):.2f} s, "
+                  f"p90 {latencies[int(len(latencies) * 0.9)]:.2f} s, max {latencies[-1]:.2f} s")
     finally:
         for process in processes:
             process.terminate()

@@ -286,15 +286,17 @@ extension SyncEngine {
     /// Records that `luid` is the server's `file`: sets the id (merging a duplicate row the feed may have
     /// made for it, e.g. after a crash between the server's commit and ours) and the remote state.
     func claim(_ file: File, for luid: String) async throws {
-        try await database.pool.write { db in
-            if var other = try ItemRow.fetch(db, fileId: file.id), other.luid != luid {
-                try self.merge(db, from: other.luid, into: luid)
-                other.fileId = nil
-            }
-            guard var row = try ItemRow.fetch(db, luid: luid) else { return }
-            row.setRemote(file, parentLuid: try self.parentLuid(db, file))
-            try row.save(db)
+        try await database.pool.write { db in try self.claim(db, file, for: luid) }
+    }
+
+    nonisolated func claim(_ db: Database, _ file: File, for luid: String) throws {
+        if var other = try ItemRow.fetch(db, fileId: file.id), other.luid != luid {
+            try merge(db, from: other.luid, into: luid)
+            other.fileId = nil
         }
+        guard var row = try ItemRow.fetch(db, luid: luid) else { return }
+        row.setRemote(file, parentLuid: try parentLuid(db, file))
+        try row.save(db)
     }
 
     func recordRemote(_ file: File, for luid: String) async throws {

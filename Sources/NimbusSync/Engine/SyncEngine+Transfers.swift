@@ -247,9 +247,9 @@ extension SyncEngine {
 
     /// The server has the content: the item is that file; an owned staged copy becomes the offline copy.
     func uploaded(_ file: File, _ operation: OperationRow, _ row: ItemRow) async throws -> Outcome {
-        try await claim(file, for: row.luid)
         let payload = operation.payload
         let discard = try await database.pool.write { db -> String? in
+            try self.claim(db, file, for: row.luid)  // one transaction with what follows
             var discard: String?
             guard var item = try ItemRow.fetch(db, luid: row.luid) else { return nil }
             if payload.ownsSource == true, let source = payload.sourcePath {
