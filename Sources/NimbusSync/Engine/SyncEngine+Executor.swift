@@ -17,25 +17,24 @@ extension SyncEngine {
     }
 
     /// The next operation that may run now: pending, due, and with nothing it depends on still queued.
-    /// Operations others wait for go first. (`CROSS JOIN` pins the join order: the dependency table first, by
-    /// its index; SQLite's own choice scanned every pending operation per candidate, cubic in the queue.)
+    /// Operations others wait for (`blocking`) go first, then the oldest. The walk follows the
+    /// `operations_runnable` index in that order and stops at the first that qualifies, so a pick costs what it
+    /// skips, not the queue's length. (`CROSS JOIN` pins the dependency check's join order to the indexes.)
     func nextRunnable() throws -> OperationRow? {
         let now = self.now.millis
         let busy = Array(inFlight)
         return try database.pool.read { db in
             try Row.fetchOne(
-                db,
-                sql: """
-                    SELECT o.* FROM operations o
-                    WHERE o.state = 'pending' AND o.next_attempt_at <= ? AND o.id NOT IN (SELECT value FROM json_each(?))
-                    AND NOT EXISTS (
-                        SELECT 1 FROM operation_dependencies x CROSS JOIN operations d ON d.id = x.depends_on
-                        WHERE x.operation_id = o.id AND d.state IN ('pending', 'parked', 'failed'))
-                    ORDER BY EXISTS (
-                        SELECT 1 FROM operation_dependencies y CROSS JOIN operations w ON w.id = y.operation_id
-                        WHERE y.depends_on = o.id AND w.state = 'pending') DESC, o.seq
-                    LIMIT 1
-                    """,
+                db.cachedStatement(
+                    sql: """
+                        SELECT o.* FROM operations o INDEXED BY operations_runnable
+                        WHERE o.state = 'pending' AND o.next_attempt_at <= ? AND o.id NOT IN (SELECT value FROM json_each(?))
+                        AND NOT EXISTS (
+                            SELECT 1 FROM operation_dependencies x CROSS JOIN operations d ON d.id = x.depends_on
+                            WHERE x.operation_id = o.id AND d.state IN ('pending', 'parked', 'failed'))
+                        ORDER BY o.blocking DESC, o.seq
+                        LIMIT 1
+                        """),
                 arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self)]
             ).map(OperationRow.init(row:))
         }

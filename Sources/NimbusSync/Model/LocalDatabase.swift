@@ -121,6 +121,17 @@ struct LocalDatabase: Sendable {
                     CREATE INDEX items_local_names ON items(l_parent, l_name) WHERE l_present = 1;
                     """)
         }
+        migrator.registerMigration("4-operation-blocking") { db in
+            // "Operations others wait for go first" as a column the executor's index is ordered by: deciding it
+            // per candidate (an EXISTS over the dependencies of every pending operation) made each pick O(queue),
+            // and a 10,000-file upload quadratic.
+            try db.execute(
+                sql: """
+                    ALTER TABLE operations ADD COLUMN blocking INTEGER NOT NULL DEFAULT 0;
+                    UPDATE operations SET blocking = 1 WHERE id IN (SELECT depends_on FROM operation_dependencies);
+                    CREATE INDEX operations_runnable ON operations(state, blocking DESC, seq);
+                    """)
+        }
         return migrator
     }
 }

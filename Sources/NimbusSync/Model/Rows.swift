@@ -249,8 +249,9 @@ struct OperationRow: Sendable, Equatable {
             sql: "INSERT INTO operations (id, luid, kind, payload, depends_on, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             arguments: [id, luid, kind.rawValue, json, dependsOn.isEmpty ? nil : dependsOn.joined(separator: ","), now.millis])
         for dependency in Set(dependsOn) {
-            try db.execute(
-                sql: "INSERT INTO operation_dependencies (operation_id, depends_on) VALUES (?, ?) ON CONFLICT DO NOTHING", arguments: [id, dependency])
+            try db.cachedStatement(sql: "INSERT INTO operation_dependencies (operation_id, depends_on) VALUES (?, ?) ON CONFLICT DO NOTHING")
+                .execute(arguments: [id, dependency])
+            try db.cachedStatement(sql: "UPDATE operations SET blocking = 1 WHERE id = ? AND blocking = 0").execute(arguments: [dependency])
         }
         return id
     }
