@@ -21,6 +21,28 @@ struct ConflictTests {
         return (a, b, onA, onB)
     }
 
+    @Test("quick successive edits on one device never conflict with each other, even based on a stale revision")
+    func successiveEdits() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("quin")
+            let a = try world.device("A")
+            try await a.engine.signIn(server: world.server, username: "quin", password: "correct horse")
+            let id = try await a.engine.upload(from: try world.file("note.txt", Data("v1".utf8)))
+            try await a.settle()
+            let r1 = try #require(try await a.engine.item(id)?.revisionId)
+            // Version 2 reaches the server (applied, not yet confirmed by a pull) …
+            try await a.engine.update(id, from: try world.file("note.txt", Data("v2".utf8)), baseRevision: r1)
+            #expect(try await a.engine.runNextOperation())
+            // … and version 3, made from version 2, arrives with the revision the caller last knew (as a synced
+            // folder does between two scans).
+            try await a.engine.update(id, from: try world.file("note.txt", Data("v3".utf8)), baseRevision: r1)
+            try await a.settle()
+            let tree = try await world.api("quin").tree()
+            #expect(tree == ["/note.txt": sha256(Data("v3".utf8))], "no conflict copy")
+            #expect(try await a.engine.item(id)?.state == .synced)
+        }
+    }
+
     @Test("keepBoth: the later device's version becomes a conflict copy; both versions survive")
     func keepBoth() async throws {
         try await SyncWorld.run { world in

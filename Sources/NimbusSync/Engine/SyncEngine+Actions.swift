@@ -113,9 +113,19 @@ extension SyncEngine {
                         arguments: [waiting.id])
                     try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [waiting.id])
                 } else {
+                    // These bytes came from this device's previous version. If that one already reached the server
+                    // (applied, not yet confirmed by a pull) and the caller named the revision it was based on, the
+                    // new one is based on what it made; one still being sent passes its revision on when it lands
+                    // (see `uploaded`). Otherwise quick successive edits would conflict with themselves.
+                    var base = baseRevision ?? row.rRevision
+                    if let previous = try OperationRow.forItem(db, id.rawValue).last(where: { $0.kind == .upload && $0.state == .applied }),
+                        previous.payload.baseRevision == base, let head = row.rRevision
+                    {
+                        base = head
+                    }
                     let payload = OperationPayload(
                         name: row.lName, parent: row.lParent, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
-                        checksum: staged.checksum, size: staged.size, baseRevision: baseRevision ?? row.rRevision)
+                        checksum: staged.checksum, size: staged.size, baseRevision: base)
                     _ = try OperationRow.insert(db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: try self.creatorDependency(db, row), now: now)
                 }
                 // Older staged copies go, unless an operation still sends them.

@@ -250,6 +250,15 @@ extension SyncEngine {
         let payload = operation.payload
         let discard = try await database.pool.write { db -> String? in
             try self.claim(db, file, for: row.luid)  // one transaction with what follows
+            // Versions queued behind this one while it was sent were made from it: they are based on what it made.
+            for later in try OperationRow.forItem(db, row.luid)
+            where later.kind == .upload && later.seq > operation.seq && later.state != .applied
+                && later.payload.baseRevision == payload.baseRevision
+            {
+                var rebased = later.payload
+                rebased.baseRevision = file.revisionId
+                try OperationRow.updatePayload(db, id: later.id, rebased)
+            }
             var discard: String?
             guard var item = try ItemRow.fetch(db, luid: row.luid) else { return nil }
             if payload.ownsSource == true, let source = payload.sourcePath {

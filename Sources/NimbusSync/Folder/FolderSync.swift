@@ -373,8 +373,7 @@ public actor FolderSync {
             report.conflicts.append("\(entry.path): kept this device's version (the other stays a revision)")
         case .keepBoth:
             // This version moves aside under the conflict name and is sent as a new file; theirs takes the name.
-            let copyName = FileName.conflictCopy(name(of: entry.path), device: deviceName, date: Date())
-            let copyPath = parentPath(of: entry.path).map { $0 + "/" + copyName } ?? copyName
+            let (copyName, copyPath) = conflictCopyPath(of: entry.path)
             try FileManager.default.moveItem(at: url(entry.path), to: url(copyPath))
             if let parent = remote.item.parentId, let now = DiskScanner.stat(url(copyPath).path, relative: copyPath)?.entry {
                 let id = try await engine.upload(from: url(copyPath), named: copyName, in: parent, copy: false)
@@ -391,14 +390,27 @@ public actor FolderSync {
         }
     }
 
+    /// Where this device's version of a conflicted path goes: `name (conflict from DEVICE DATE).ext`, numbered
+    /// when a copy of that name is already there (a second conflict the same day).
+    func conflictCopyPath(of path: String) -> (name: String, path: String) {
+        let base = FileName.conflictCopy(name(of: path), device: deviceName, date: Date())
+        var copyName = base
+        var attempt = 1
+        func inFolder(_ name: String) -> String { parentPath(of: path).map { $0 + "/" + name } ?? name }
+        while FileManager.default.fileExists(atPath: url(inFolder(copyName)).path), attempt < 10_000 {
+            copyName = FileName.numbered(base, attempt)
+            attempt += 1
+        }
+        return (copyName, inFolder(copyName))
+    }
+
     /// The same new path on both sides with different content.
     func conflictOnCreate(
         _ entry: DiskEntry, remote: ViewEntry, report: inout FolderSyncReport, upserts: inout [String: FolderIndex.Entry],
         downloads: inout [(luid: ItemID, path: String)], view: inout [String: ViewEntry]
     ) async throws {
         guard let parent = parentItem(of: entry.path, in: view) else { return }
-        let copyName = FileName.conflictCopy(name(of: entry.path), device: deviceName, date: Date())
-        let copyPath = parentPath(of: entry.path).map { $0 + "/" + copyName } ?? copyName
+        let (copyName, copyPath) = conflictCopyPath(of: entry.path)
         try FileManager.default.moveItem(at: url(entry.path), to: url(copyPath))
         guard let now = DiskScanner.stat(url(copyPath).path, relative: copyPath)?.entry else { return }
         if now.isDirectory {
