@@ -74,20 +74,21 @@ struct FolderIndex: Sendable {
 
     /// Writes the changes of one sync cycle in one transaction.
     func apply(upserts: [Entry], removals: [String]) throws {
+        guard !upserts.isEmpty || !removals.isEmpty else { return }
         try pool.write { db in
             for path in removals { try db.execute(sql: "DELETE FROM entries WHERE path = ?", arguments: [path]) }
             for entry in upserts {
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO entries (path, luid, is_directory, inode, size, mtime, checksum, revision, flag)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                         ON CONFLICT (path) DO UPDATE SET luid = excluded.luid, is_directory = excluded.is_directory, inode = excluded.inode,
                         size = excluded.size, mtime = excluded.mtime, checksum = excluded.checksum, revision = excluded.revision, flag = excluded.flag
-                        """,
-                    arguments: [
-                        entry.path, entry.luid, entry.isDirectory, Int64(bitPattern: entry.inode), entry.size, entry.mtime, entry.checksum,
-                        entry.revision, entry.flag,
-                    ])
+                        """
+                ).execute(arguments: [
+                    entry.path, entry.luid, entry.isDirectory, Int64(bitPattern: entry.inode), entry.size, entry.mtime, entry.checksum,
+                    entry.revision, entry.flag,
+                ])
             }
         }
     }

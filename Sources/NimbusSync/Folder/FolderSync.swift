@@ -311,7 +311,8 @@ public actor FolderSync {
             }
         }
 
-        try index.apply(upserts: Array(upserts.values), removals: Array(removals.subtracting(upserts.keys)))
+        // Only what changed is written: a no-op round over 10,000 files writes nothing.
+        try index.apply(upserts: upserts.values.filter { indexed[$0.path] != $0 }, removals: Array(removals.subtracting(upserts.keys)))
 
         // Send and fetch.
         do {

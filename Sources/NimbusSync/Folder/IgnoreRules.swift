@@ -3,19 +3,23 @@ import Foundation
 /// Which paths a synced folder leaves alone: `.nimbusignore` (gitignore syntax) plus built-in temporary and
 /// editor files.
 ///
-/// Supported syntax: blank lines and `#` comments; `!` re-includes; a trailing `/` matches folders only; a
+/// Supported syntax: blank lines and `#` comments (`\#` for a name that starts with #); `!` re-includes; a trailing `/` matches folders only; a
 /// pattern with a `/` (other than trailing) is anchored at the folder's root, one without matches a name at any
 /// depth; `*`, `?`, `[…]` and `**`.
 public struct IgnoreRules: Sendable {
     struct Rule: Sendable {
         var regex: NSRegularExpression
+        /// For a pattern with at most one `*` and nothing else special: the text before and after it (`nil`
+        /// after = no `*`, an exact name). Checked without the regex engine: most rules are like this, and a
+        /// scan asks every rule about every path.
+        var literal: (prefix: String, suffix: String?)?
         var negated: Bool
         var directoryOnly: Bool
         var anchored: Bool
     }
 
     public static let builtIn = [
-        ".DS_Store", "Thumbs.db", "desktop.ini", "*.swp", "*.swo", "*~", ".#*", "#*#", "*.tmp", "*.part", "*.crdownload",
+        ".DS_Store", "Thumbs.db", "desktop.ini", "*.swp", "*.swo", "*~", ".#*", "\\#*#", "*.tmp", "*.part", "*.crdownload",
         ".nimbus-partial-*", ".~lock.*#",
     ]
 
@@ -38,8 +42,18 @@ public struct IgnoreRules: Sendable {
         for rule in rules {
             if rule.directoryOnly && !isDirectory { continue }
             let subject = rule.anchored ? relativePath : name
-            let range = NSRange(subject.startIndex..., in: subject)
-            if rule.regex.firstMatch(in: subject, range: range) != nil { ignored = !rule.negated }
+            let matches: Bool
+            if let (prefix, suffix) = rule.literal {
+                if let suffix {
+                    matches = subject.count >= prefix.count + suffix.count && subject.hasPrefix(prefix) && subject.hasSuffix(suffix)
+                        && (rule.anchored ? !subject.dropFirst(prefix.count).dropLast(suffix.count).contains("/") : true)
+                } else {
+                    matches = subject == prefix
+                }
+            } else {
+                matches = rule.regex.firstMatch(in: subject, range: NSRange(subject.startIndex..., in: subject)) != nil
+            }
+            if matches { ignored = !rule.negated }
         }
         return ignored
     }
@@ -51,6 +65,8 @@ public struct IgnoreRules: Sendable {
         if line.hasPrefix("!") {
             negated = true
             line.removeFirst()
+        } else if line.hasPrefix("\\#") || line.hasPrefix("\\!") {
+            line.removeFirst()  // an escaped leading # or ! is part of the name
         }
         var directoryOnly = false
         if line.hasSuffix("/") {
@@ -63,7 +79,12 @@ public struct IgnoreRules: Sendable {
             anchored = true
         }
         guard !line.isEmpty, let regex = try? NSRegularExpression(pattern: "^" + globToRegex(line) + "$") else { return nil }
-        return Rule(regex: regex, negated: negated, directoryOnly: directoryOnly, anchored: anchored)
+        var literal: (prefix: String, suffix: String?)?
+        if !line.contains(where: { "?[\\".contains($0) }) {
+            let parts = line.split(separator: "*", omittingEmptySubsequences: false).map(String.init)
+            if parts.count == 1 { literal = (line, nil) } else if parts.count == 2 { literal = (parts[0], parts[1]) }
+        }
+        return Rule(regex: regex, literal: literal, negated: negated, directoryOnly: directoryOnly, anchored: anchored)
     }
 
     static func globToRegex(_ glob: String) -> String {
