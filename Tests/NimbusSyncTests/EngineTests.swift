@@ -111,6 +111,34 @@ struct EngineTests {
         }
     }
 
+    @Test("small files go in one request; a lost answer duplicates no file and makes no conflict of a new version")
+    func simpleUploadsLostAnswers() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("sim")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "sim", password: "correct horse")
+            let id = try await a.upload(from: try world.file("note.txt", Data("one".utf8)))
+            // The server stores the new file, the answer is lost; the retry must get the same file back.
+            device.faults.fail(.dropResponse) { $0.path.contains("uploadType=media") && $0.path.contains("requestId=") }
+            try await device.settle()
+            let media = device.faults.log.filter { $0.path.contains("uploadType=media") }
+            // The next pull finds the file by name and checksum (adopted), or the retry gets it back by requestId.
+            #expect((1...2).contains(media.count), "simple uploads, no resumable session")
+            #expect(!device.faults.log.contains { $0.method == "PUT" })
+            #expect(try await world.api("sim").tree() == ["/note.txt": sha256(Data("one".utf8))])
+            // A new version, answer lost: the retry meets its own head (409 with these bytes), which is success.
+            try await a.update(id, from: try world.file("note.txt", Data("two".utf8)))
+            device.faults.fail(.dropResponse) { $0.path.contains("uploadType=media") && $0.path.contains("fileId=") }
+            let before = device.faults.log.count
+            try await device.settle()
+            #expect(device.faults.log[before...].filter { $0.path.contains("fileId=") }.count == 2, "sent, answer lost, sent again")
+            #expect(try await world.api("sim").tree() == ["/note.txt": sha256(Data("two".utf8))], "no conflict copy")
+            #expect(try await a.item(id)?.state == .synced)
+            #expect(try await a.tree() == world.api("sim").tree())
+        }
+    }
+
     @Test("an interrupted upload resumes from the persisted session, sending only the missing chunks")
     func resumableResume() async throws {
         try await SyncWorld.run { world in

@@ -19,12 +19,12 @@ extension SyncEngine {
             throw SyncError.localFile("The file to upload is gone (\(sourcePath)).")
         }
         let isNew = !(row.fileId != nil && (payload.baseRevision != nil || row.rPresent))
-        if isNew, size <= configuration.simpleUploadLimit,
+        if size <= configuration.simpleUploadLimit,
             try await database.pool.read({ db in
                 try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM upload_sessions WHERE operation_id = ?)", arguments: [operation.id])
             }) == false
         {
-            return try await simpleUpload(operation, row, client, sourcePath: sourcePath, size: size, checksum: checksum)
+            return try await simpleUpload(operation, row, client, sourcePath: sourcePath, size: size, checksum: checksum, isNew: isNew)
         }
         var session = try await savedSession(operation.id, client)
         if session == nil {
@@ -103,10 +103,12 @@ extension SyncEngine {
         return .again
     }
 
-    /// A small new file in one request: `uploadType=media` with the request id (a retry after a lost answer gets
-    /// the same file back) and the checksum (bytes that changed since they were hashed are refused, 422).
+    /// A small file in one request (`uploadType=media`), with the checksum (bytes that changed since they were
+    /// hashed are refused, 422). A new file carries the request id: a retry after a lost answer gets the same file
+    /// back. A new version carries `If-Match`: a retry after a lost answer meets its own head, with its checksum,
+    /// which ``conflicted(_:_:_:error:)`` recognises as done.
     func simpleUpload(
-        _ operation: OperationRow, _ row: ItemRow, _ client: ServerClient, sourcePath: String, size: Int64, checksum: String
+        _ operation: OperationRow, _ row: ItemRow, _ client: ServerClient, sourcePath: String, size: Int64, checksum: String, isNew: Bool
     ) async throws -> Outcome {
         let payload = operation.payload
         let bytes: Data
@@ -114,16 +116,25 @@ extension SyncEngine {
             throw SyncError.localFile("Could not read \(sourcePath): \(error.localizedDescription)")
         }
         guard Int64(bytes.count) == size else { return try await sourceChanged(operation, sourcePath: sourcePath) }
-        let parentId = try await serverId(payload.parent ?? row.lParent)
-        let name = payload.name ?? row.lName ?? "file"
         let mimeType = payload.mimeType ?? row.lMime ?? "application/octet-stream"
-        var path = "/v1/upload?uploadType=media&name=\(name.queryEscaped)&parentId=\(parentId.queryEscaped)"
-        path += "&mimeType=\(mimeType.queryEscaped)&requestId=\((payload.requestId ?? operation.id).queryEscaped)&checksum=\(checksum)"
-        if payload.replace == true { path += "&onConflict=replace" }
+        var path = "/v1/upload?uploadType=media&mimeType=\(mimeType.queryEscaped)&checksum=\(checksum)"
+        var headers = ["Content-Type": "application/octet-stream"]
+        if isNew {
+            let parentId = try await serverId(payload.parent ?? row.lParent)
+            let name = payload.name ?? row.lName ?? "file"
+            path += "&name=\(name.queryEscaped)&parentId=\(parentId.queryEscaped)&requestId=\((payload.requestId ?? operation.id).queryEscaped)"
+            if payload.replace == true { path += "&onConflict=replace" }
+        } else if let fileId = row.fileId {
+            path += "&fileId=\(fileId.queryEscaped)"
+            if let base = payload.baseRevision { headers["If-Match"] = "\"\(base)\"" }
+        }
         progress[row.luid] = .uploading(progress: 0)
-        let (head, data) = try await client.authorized(
-            TransportRequest(method: "POST", path: path, headers: ["Content-Type": "application/octet-stream"], body: bytes))
+        let (head, data) = try await client.authorized(TransportRequest(method: "POST", path: path, headers: headers, body: bytes))
         switch head.status {
+        case 404 where !isNew:
+            // The file is gone from the server: keep the content here, as unsynced, for the user to decide.
+            try await markUnsynced(row.luid)
+            return .parked
         case 201:
             return try await uploaded(try ServerClient.decode(File.self, data), operation, row)
         case 409 where ServerClient.errorBody(data)?.error.code == "request_id_reused":
@@ -290,6 +301,11 @@ extension SyncEngine {
     func conflicted(_ operation: OperationRow, _ row: ItemRow, _ client: ServerClient, error: APIErrorBody?) async throws -> Outcome {
         try await database.pool.write { db in try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [operation.id]) }
         let code = error?.error.code
+        if code == "version_conflict", let head = error?.error.file, !head.isFolder, head.checksum == operation.payload.checksum {
+            // The head is already these bytes: this upload landed before (its answer was lost), or another
+            // device sent the very same content. Either way nothing is in conflict.
+            return try await uploaded(head, operation, row)
+        }
         if code == "name_conflict", let existingId = error?.error.existingId {
             let existing: File = try await client.call("GET", "/v1/files/\(existingId)")
             if !existing.isFolder && existing.checksum == operation.payload.checksum {

@@ -43,6 +43,8 @@ public actor FolderSync {
     public var confirmDeletions = false
     /// A file modified this recently is taken as still being written.
     let settleTime: TimeInterval
+    /// When the first file the last round skipped as still being written will have settled.
+    var nextSettle: Date?
 
     public init(
         engine: SyncEngine, root: URL, remoteRoot: ItemID, indexURL: URL, strategy: ConflictStrategy, deviceName: String,
@@ -76,6 +78,7 @@ public actor FolderSync {
     /// changed there.
     public func syncOnce(drainTimeout: Duration = .seconds(3600)) async throws -> FolderSyncReport {
         var report = FolderSyncReport()
+        nextSettle = nil
         do { try await engine.pull() } catch let error as SyncError where error.isRetryable {
             report.errors.append("Offline: \(error.description)")
         }
@@ -454,7 +457,10 @@ public actor FolderSync {
 
     func isSettling(_ entry: DiskEntry) -> Bool {
         let modified = Double(entry.mtime) / 1e9
-        return !entry.isDirectory && Date().timeIntervalSince1970 - modified < settleTime
+        guard !entry.isDirectory && Date().timeIntervalSince1970 - modified < settleTime else { return false }
+        let settles = Date(timeIntervalSince1970: modified + settleTime)
+        nextSettle = min(nextSettle ?? settles, settles)
+        return true
     }
 
     func indexEntry(_ entry: DiskEntry, luid: ItemID, checksum: String?, revision: String?) -> FolderIndex.Entry {

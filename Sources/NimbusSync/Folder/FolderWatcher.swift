@@ -97,10 +97,12 @@ extension FolderSync {
                     do {
                         let report = try await self.syncOnce()
                         onCycle(report)
-                        if report.skipped.contains(where: { $0.hasSuffix("(still being written)") }) {
-                            // Look again once the writer is likely done.
-                            try await Task.sleep(for: .milliseconds(Int64(self.settleTime * 1000)))
-                            signal.fire()
+                        if let settles = await self.nextSettle {
+                            // Look again as soon as the file written first has been quiet for the settle time
+                            // (a file still being written then is skipped again: at most a round per settle time).
+                            let wait = max(0.01, settles.timeIntervalSinceNow + 0.01)
+                            try await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+                            continue
                         }
                     } catch is CancellationError {
                         return
