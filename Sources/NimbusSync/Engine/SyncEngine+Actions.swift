@@ -33,11 +33,12 @@ extension SyncEngine {
     /// Adds a file to `folder`. With `copy` (the default) the bytes are copied into the engine's store first, so
     /// the upload is unaffected by later changes to `fileURL`; without, the upload reads `fileURL` itself.
     @discardableResult
-    public func upload(from fileURL: URL, named rawName: String? = nil, in folder: ItemID = .root, mimeType: String? = nil, copy: Bool = true)
-        throws -> ItemID
-    {
+    public func upload(
+        from fileURL: URL, named rawName: String? = nil, in folder: ItemID = .root, mimeType: String? = nil, copy: Bool = true,
+        checksum: String? = nil
+    ) throws -> ItemID {
         let name = try Self.validName(rawName ?? fileURL.lastPathComponent)
-        let staged = try stage(fileURL, copy: copy)
+        let staged = try stage(fileURL, copy: copy, checksum: checksum)
         let id = ItemID.make()
         let now = self.now
         do {
@@ -75,8 +76,8 @@ extension SyncEngine {
     /// Replaces a file's content with `fileURL`'s: a new version, based on the revision this device knows
     /// (or `baseRevision`, the one the new bytes were derived from, when the caller knows better — a synced
     /// folder does). A not-yet-sent new version is replaced rather than queued behind.
-    public func update(_ id: ItemID, from fileURL: URL, copy: Bool = true, baseRevision: String? = nil) throws {
-        let staged = try stage(fileURL, copy: copy)
+    public func update(_ id: ItemID, from fileURL: URL, copy: Bool = true, baseRevision: String? = nil, checksum: String? = nil) throws {
+        let staged = try stage(fileURL, copy: copy, checksum: checksum)
         let now = self.now
         let busy = inFlight
         var discard: [String] = []
@@ -484,7 +485,10 @@ extension SyncEngine {
     }
 
     /// Copies (or just hashes) a file to upload.
-    func stage(_ fileURL: URL, copy: Bool) throws -> (url: URL, checksum: String, size: Int64) {
+    /// The file to send: copied into the staging area (hashed on the way), or used where it is. A caller that
+    /// has just hashed an uncopied file may pass its `checksum` (a synced folder does): it is not read again, and
+    /// if the bytes change before they are sent the server refuses them (422) and they are hashed again.
+    func stage(_ fileURL: URL, copy: Bool, checksum known: String? = nil) throws -> (url: URL, checksum: String, size: Int64) {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: fileURL.path, isDirectory: &isDirectory), !isDirectory.boolValue else {
             throw SyncError.localFile("\(fileURL.path) is not a readable file.")
@@ -494,6 +498,9 @@ extension SyncEngine {
                 let destination = stagingDirectory.appending(path: UUID().uuidString.lowercased())
                 let (checksum, size) = try FileHasher.copy(fileURL, to: destination)
                 return (destination, checksum, size)
+            }
+            if let known, let size = (try FileManager.default.attributesOfItem(atPath: fileURL.path)[.size] as? NSNumber)?.int64Value {
+                return (fileURL, known, size)
             }
             let (checksum, size) = try FileHasher.sha256(of: fileURL)
             return (fileURL, checksum, size)

@@ -180,7 +180,7 @@ public actor FolderSync {
                         report.kept.append(entry.path)
                     }
                 } else if remote?.item.checksum != checksum {
-                    try await engine.update(luid, from: url(entry.path), copy: false, baseRevision: entry.revision)
+                    try await engine.update(luid, from: url(entry.path), copy: false, baseRevision: entry.revision, checksum: checksum)
                     report.uploaded.append(entry.path)
                 }
                 current.inode = now.inode
@@ -228,7 +228,7 @@ public actor FolderSync {
                     }
                 }
                 if let checksum, checksum != entry.checksum, !now.isDirectory {
-                    try await engine.update(luid, from: url(now.path), copy: false, baseRevision: entry.revision)
+                    try await engine.update(luid, from: url(now.path), copy: false, baseRevision: entry.revision, checksum: checksum)
                     current.checksum = checksum
                     report.uploaded.append(now.path)
                 } else if remoteModified {
@@ -287,7 +287,7 @@ public actor FolderSync {
                         continue
                     }
                     let checksum = try hash(entry.path)
-                    let id = try await engine.upload(from: url(entry.path), named: name(of: entry.path), in: parent, copy: false)
+                    let id = try await engine.upload(from: url(entry.path), named: name(of: entry.path), in: parent, copy: false, checksum: checksum)
                     upserts[entry.path] = indexEntry(entry, luid: id, checksum: checksum, revision: nil)
                     report.uploaded.append(entry.path)
                 }
