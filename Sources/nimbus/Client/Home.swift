@@ -49,13 +49,14 @@ struct Home {
     }
 
     /// Opens this device's library (the NimbusSync engine).
-    func engine(strategy: ConflictStrategy? = nil) throws -> SyncEngine {
+    func engine(strategy: ConflictStrategy? = nil, transfers: Int? = nil) throws -> SyncEngine {
         try ensure()
         let config = try loadConfig()
         if !FileManager.default.fileExists(atPath: configURL.path) { try save(config) }
         var configuration = SyncConfiguration(directory: libraryURL, deviceName: config.deviceName)
         configuration.conflictStrategy = strategy ?? config.conflict
         configuration.backoffCap = .seconds(30)
+        if let transfers { configuration.maxConcurrentOperations = transfers }
         do {
             return try SyncEngine(configuration: configuration)
         } catch {
@@ -64,8 +65,8 @@ struct Home {
     }
 
     /// The engine, signed in (or a clear error telling how to sign in).
-    func signedInEngine(strategy: ConflictStrategy? = nil) async throws -> SyncEngine {
-        let engine = try engine(strategy: strategy)
+    func signedInEngine(strategy: ConflictStrategy? = nil, transfers: Int? = nil) async throws -> SyncEngine {
+        let engine = try engine(strategy: strategy, transfers: transfers)
         guard await engine.account != nil else {
             throw CLIError("Not logged in. Run: nimbus login URL --username NAME")
         }

@@ -39,10 +39,14 @@ struct SyncCommand: AsyncParsableCommand {
     @Flag(help: "Go ahead even if many local files were deleted.")
     var confirmDeletions = false
 
+    @Option(help: "How many transfers run at once (1 to 32).")
+    var transfers = 4
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if once && watch { throw ValidationError("Choose --once or --watch, not both.") }
+        if !(1...32).contains(transfers) { throw ValidationError("--transfers must be between 1 and 32.") }
     }
 
     func run() async throws {
@@ -56,7 +60,7 @@ struct SyncCommand: AsyncParsableCommand {
         }
         var config = try home.loadConfig()
         let remote = RemotePath.normalized(remoteDirectory ?? config.pairs[root.path] ?? "/")
-        let engine = try await home.signedInEngine(strategy: conflict.strategy)
+        let engine = try await home.signedInEngine(strategy: conflict.strategy, transfers: transfers)
         await refresh(engine)
         let remoteRoot = try await RemotePath.makeFolders(remote, in: engine)
         config.pairs[root.path] = remote
