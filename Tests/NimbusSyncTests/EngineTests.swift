@@ -165,6 +165,31 @@ struct EngineTests {
         }
     }
 
+    @Test("revision lists are cached: shown offline, refreshed online")
+    func revisionsCache() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("rev")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "rev", password: "correct horse")
+            let id = try await a.upload(from: try world.file("doc.txt", Data("one".utf8)))
+            try await device.settle()
+            #expect(try await a.cachedRevisions(of: id).isEmpty, "nothing fetched yet")
+            try await a.update(id, from: try world.file("doc.txt", Data("two".utf8)))
+            try await device.settle()
+            let online = try await a.revisions(of: id)
+            #expect(online.map(\.checksum) == [sha256(Data("two".utf8)), sha256(Data("one".utf8))])
+            #expect(try await a.cachedRevisions(of: id) == online)
+            device.faults.offline = true
+            #expect(try await a.revisions(of: id) == online, "offline: the list fetched last")
+            device.faults.offline = false
+            try await a.update(id, from: try world.file("doc.txt", Data("three".utf8)))
+            try await device.settle()
+            #expect(try await a.revisions(of: id).count == 3)
+            #expect(try await a.cachedRevisions(of: id).count == 3, "refreshed")
+        }
+    }
+
     @Test("downloads resume with Range after an interruption and are verified")
     func downloadResume() async throws {
         try await SyncWorld.run { world in
@@ -214,6 +239,7 @@ struct MetadataCacheTests {
             let pinned = try #require(try await reader.engine.item(atPath: "/Big/f1.txt"))
             try await reader.engine.makeAvailableOffline(pinned.id)
             try await reader.settle()
+            #expect(try await reader.engine.revisions(of: pinned.id).count == 1)
             let before = try await reader.engine.metadataSize()
 
             let small = try world.device("reader", directory: world.root.appending(path: "device-reader"), clock: reader.clock) {
@@ -224,6 +250,7 @@ struct MetadataCacheTests {
             try await small.engine.rename(changed.id, to: "renamed.txt")
             let evicted = try await small.engine.enforceMetadataLimit()
             #expect(evicted > 0)
+            #expect(try await small.engine.cachedRevisions(of: pinned.id).isEmpty, "cached revision lists go first")
             #expect(try await small.engine.metadataSize() < before)
             #expect(try await small.engine.isListingComplete(folder.id) == false)
             let partial = try await small.engine.listing(in: folder.id)

@@ -259,19 +259,45 @@ extension SyncEngine {
 
     /// The file's revisions, newest first (asks the server).
     public func revisions(of id: ItemID) async throws -> [FileRevision] {
-        let client = try requireClient()
         guard let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: id.rawValue)?.fileId }) else {
             throw SyncError.invalid("This item has not reached the server yet; it has no revisions.")
         }
         var result: [FileRevision] = []
-        var page = 1
-        while true {
-            let list: RevisionList = try await client.call("GET", "/v1/files/\(fileId)/revisions?page=\(page)&limit=1000")
-            result += list.revisions
-            guard let next = list.pagination.nextPage else { break }
-            page = next
+        do {
+            let client = try requireClient()
+            var page = 1
+            while true {
+                let list: RevisionList = try await client.call("GET", "/v1/files/\(fileId)/revisions?page=\(page)&limit=1000")
+                result += list.revisions
+                guard let next = list.pagination.nextPage else { break }
+                page = next
+            }
+        } catch let error as SyncError where error.isRetryable || error == .notSignedIn {
+            // Offline (or signed out): the list fetched last time, if there is one.
+            let cached = try cachedRevisions(of: id)
+            if cached.isEmpty { throw error }
+            return cached
+        }
+        let fetched = result
+        try await database.pool.write { db in
+            try db.execute(sql: "DELETE FROM revisions WHERE file_id = ?", arguments: [fileId])
+            for (position, revision) in fetched.enumerated() {
+                try db.execute(
+                    sql: "INSERT INTO revisions (file_id, position, revision) VALUES (?, ?, ?)",
+                    arguments: [fileId, position, String(decoding: try JSONEncoder.nimbus.encode(revision), as: UTF8.self)])
+            }
         }
         return result
+    }
+
+    /// The revisions of an item as ``revisions(of:)`` last fetched them (newest first), without the network;
+    /// empty if never fetched (or dropped by the metadata cache's cap).
+    public func cachedRevisions(of id: ItemID) throws -> [FileRevision] {
+        try database.pool.read { db in
+            guard let fileId = try ItemRow.fetch(db, luid: id.rawValue)?.fileId else { return [] }
+            return try String.fetchAll(db, sql: "SELECT revision FROM revisions WHERE file_id = ? ORDER BY position", arguments: [fileId])
+                .compactMap { try? JSONDecoder.nimbus.decode(FileRevision.self, from: Data($0.utf8)) }
+        }
     }
 
     /// Drops the item's queued operations that have not been sent; the item shows the server's state again

@@ -375,6 +375,8 @@ extension SyncEngine {
     public func enforceMetadataLimit() throws -> Int {
         let limit = configuration.metadataCacheLimit
         guard try metadataSize() > limit else { return 0 }
+        // Cached revision lists go first: they are always fetched again on demand.
+        try database.pool.write { db in try db.execute(sql: "DELETE FROM revisions") }
         var evicted = 0
         while try metadataSize() > limit * 9 / 10 {
             let removed = try database.pool.write { db -> Int in

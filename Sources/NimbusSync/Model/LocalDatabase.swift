@@ -132,6 +132,19 @@ struct LocalDatabase: Sendable {
                     CREATE INDEX operations_runnable ON operations(state, blocking DESC, seq);
                     """)
         }
+        migrator.registerMigration("5-revisions-cache") { db in
+            // The last revision list fetched per file, newest first: shown offline, dropped first when the
+            // metadata cache is over its cap (it can always be fetched again).
+            try db.execute(
+                sql: """
+                    CREATE TABLE revisions (
+                        file_id TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        revision TEXT NOT NULL,
+                        PRIMARY KEY (file_id, position)
+                    );
+                    """)
+        }
         return migrator
     }
 }
