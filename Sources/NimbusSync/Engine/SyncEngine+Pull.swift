@@ -42,6 +42,18 @@ extension SyncEngine {
         try await database.pool.write { db in try db.setMeta("cursor", cursor) }
     }
 
+    /// Every child of a folder on the server, all pages.
+    func children(ofServerFolder fileId: String, _ client: ServerClient) async throws -> [File] {
+        var files: [File] = []
+        var page = 1
+        while true {
+            let list: FileList = try await client.call("GET", "/v1/files?parentId=\(fileId)&page=\(page)&limit=1000")
+            files += list.files
+            guard let next = list.pagination.nextPage else { return files }
+            page = next
+        }
+    }
+
     /// Makes sure the root LUID points at the account's root folder.
     func mapRoot(_ client: ServerClient) async throws {
         let mapped = try await database.pool.read { db in try ItemRow.fetch(db, luid: ItemID.root.rawValue)?.fileId }
@@ -240,16 +252,10 @@ extension SyncEngine {
         var folders = ["root"]
         var files: [File] = []
         while let folder = folders.popLast() {
-            var page = 1
-            while true {
-                let list: FileList = try await client.call("GET", "/v1/files?parentId=\(folder)&page=\(page)&limit=1000")
-                for file in list.files {
-                    files.append(file)
-                    seen.insert(file.id)
-                    if file.isFolder { folders.append(file.id) }
-                }
-                guard let next = list.pagination.nextPage else { break }
-                page = next
+            for file in try await children(ofServerFolder: folder, client) {
+                files.append(file)
+                seen.insert(file.id)
+                if file.isFolder { folders.append(file.id) }
             }
         }
         let listed = files
@@ -424,15 +430,7 @@ extension SyncEngine {
     public func refreshFolder(_ folder: ItemID) async throws {
         let client = try requireClient()
         guard let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: folder.rawValue)?.fileId }) else { return }
-        var files: [File] = []
-        var page = 1
-        while true {
-            let list: FileList = try await client.call("GET", "/v1/files?parentId=\(fileId)&page=\(page)&limit=1000")
-            files += list.files
-            guard let next = list.pagination.nextPage else { break }
-            page = next
-        }
-        let listed = files
+        let listed = try await children(ofServerFolder: fileId, client)
         let now = self.now
         try await database.pool.write { db in
             for file in listed where try ItemRow.fetch(db, fileId: file.id) == nil {
