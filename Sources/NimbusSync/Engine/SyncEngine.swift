@@ -164,8 +164,7 @@ public actor SyncEngine {
         while try rows.next() != nil {
             let luid = text(0) ?? ""
             let isFolder = integer(4) != 0
-            var state: ItemState = operations.isEmpty ? .synced : operations[luid] ?? .synced
-            if let flag = text(9) { state = flag == "conflict" ? .conflict : flag == "unsynced" ? .unsynced : state }
+            let state = Self.state(luid: luid, flag: text(9), operations: operations)
             items.append(
                 SyncItem(
                     id: ItemID(luid), fileId: text(1), parentId: parent, name: text(2) ?? "",
@@ -322,10 +321,17 @@ public actor SyncEngine {
         return result
     }
 
+    /// What an item shows: waiting for the user (its flag) before whatever its operations say.
+    nonisolated static func state(luid: String, flag: String?, operations: [String: ItemState]) -> ItemState {
+        switch flag {
+        case "conflict": .conflict
+        case "unsynced": .unsynced
+        default: operations.isEmpty ? .synced : operations[luid] ?? .synced
+        }
+    }
+
     nonisolated func makeItem(_ row: ItemRow, operations: [String: ItemState]) -> SyncItem {
-        var state: ItemState = operations[row.luid] ?? .synced
-        if row.flag == "conflict" { state = .conflict }
-        if row.flag == "unsynced" { state = .unsynced }
+        let state = Self.state(luid: row.luid, flag: row.flag, operations: operations)
         return SyncItem(
             id: ItemID(row.luid), fileId: row.fileId, parentId: row.lParent.map(ItemID.init), name: row.lName ?? "",
             mimeType: row.lMime ?? (row.isFolder ? folderMimeType : "application/octet-stream"), isFolder: row.isFolder,
