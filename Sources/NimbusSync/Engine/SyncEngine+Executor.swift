@@ -71,11 +71,6 @@ extension SyncEngine {
     /// and such a change waits until nothing else runs. So overlapping never reorders what order means.
     func runOperations() async throws -> Bool {
         let width = max(1, configuration.maxConcurrentOperations)
-        guard width > 1 else {
-            var ran = false
-            while try await runNextOperation() { ran = true }
-            return ran
-        }
         let client = try requireClient()
         var ran = false
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -103,13 +98,11 @@ extension SyncEngine {
     }
 
     func claim(_ operation: OperationRow) {
-        inFlight.insert(operation.id)
         running[operation.id] = RunningOperation(luid: operation.luid, isTransfer: operation.kind.isTransfer)
     }
 
     private func run(_ operation: OperationRow, _ client: ServerClient) async throws {
         defer {
-            inFlight.remove(operation.id)
             running[operation.id] = nil
             progress[operation.luid] = nil
         }

@@ -24,10 +24,10 @@ public actor SyncEngine {
     /// The last things the executor did, newest last (diagnostics).
     private(set) var recentActivity: [String] = []
     let traceBuffer = LockedBox([String]())
-    /// Operations being executed right now (their payloads must not change underneath).
-    var inFlight: Set<String> = []
     /// The operations running now, by id (see ``runOperations()``).
     var running: [String: RunningOperation] = [:]
+    /// Ids of the operations being executed right now (their payloads must not change underneath).
+    var inFlight: Set<String> { Set(running.keys) }
     var random: SeededRandom
     let observers = LockedBox([UUID: Observer]())
     let signal = Signal()
