@@ -182,8 +182,10 @@ function signOut(message) {
 async function openFolder(folderId, path) {
   state.folderId = folderId;
   state.path = path;
+  state.page = 0;
   renderBreadcrumbs();
   show("files");
+  $("file-rows").replaceChildren();
   await reloadFolder();
 }
 
@@ -198,20 +200,49 @@ function renderBreadcrumbs() {
   });
 }
 
-/** Reloads the pages already shown (after a change here or elsewhere). */
+/** Bumped by every reload: a page that arrives for an older generation is dropped, never appended twice. */
+let listingGeneration = 0;
+
+/**
+ * Reloads the pages already shown (after a change here or elsewhere). The new rows replace the old ones in one
+ * step once every page has arrived, so the list is never seen empty halfway through (the upload dialog reads it
+ * to spot name clashes).
+ */
 async function reloadFolder() {
+  const generation = ++listingGeneration;
+  const folderId = state.folderId;
   const pages = Math.max(state.page, 1);
-  state.page = 0;
-  state.nextPage = 1;
-  $("file-rows").replaceChildren();
-  for (let page = 1; page <= pages && state.nextPage; page++) await loadPage();
+  const rows = [];
+  let page = 0;
+  let nextPage = 1;
+  try {
+    while (page < pages && nextPage) {
+      const list = await api("GET", `/v1/files?parentId=${encodeURIComponent(folderId)}&page=${nextPage}&limit=200`);
+      if (generation !== listingGeneration) return;
+      for (const file of list.files) rows.push(fileRow(file));
+      page = list.pagination.page;
+      nextPage = list.pagination.nextPage || null;
+    }
+  } catch (error) {
+    if (generation === listingGeneration) reportError(error);
+    return;
+  }
+  if (generation !== listingGeneration || folderId !== state.folderId) return;
+  state.page = page;
+  state.nextPage = nextPage;
+  $("file-rows").replaceChildren(...rows);
+  $("empty-folder").hidden = rows.length > 0;
+  $("load-more").hidden = !nextPage;
 }
 
+/** Appends the next page (the "Load more" button and scrolling to the end). */
 async function loadPage() {
   if (state.loading || !state.nextPage) return;
   state.loading = true;
+  const generation = listingGeneration;
   try {
     const list = await api("GET", `/v1/files?parentId=${encodeURIComponent(state.folderId)}&page=${state.nextPage}&limit=200`);
+    if (generation !== listingGeneration) return;
     state.page = list.pagination.page;
     state.nextPage = list.pagination.nextPage || null;
     const rows = $("file-rows");
@@ -428,10 +459,21 @@ async function upload(entry) {
   let requestId = localStorage.getItem(key);
   if (!requestId) { requestId = crypto.randomUUID(); localStorage.setItem(key, requestId); }
   entry.status.textContent = "Starting…";
-  let session = await api("POST", `/v1/upload?uploadType=resumable&onConflict=${entry.onConflict}`, {
+  const begin = () => api("POST", `/v1/upload?uploadType=resumable&onConflict=${entry.onConflict}`, {
     json: { requestId, name: file.name, mimeType: file.type || "application/octet-stream", parentId, size: file.size },
     signal: entry.controller.signal,
   });
+  let session;
+  try {
+    session = await begin();
+  } catch (error) {
+    // The name appeared after the list was read (another device, another tab): ask now, as for a listed clash.
+    if (!(error instanceof APIError) || error.code !== "name_conflict" || entry.onConflict !== "fail") throw error;
+    const choice = await askClash(file.name);
+    if (!choice) { entry.cancelled = true; entry.cancel.hidden = true; entry.status.textContent = "Skipped"; localStorage.removeItem(key); return; }
+    entry.onConflict = choice;
+    session = await begin();
+  }
   entry.uploadId = session.uploadId;
   const resumed = session.chunksProcessed > 0 && !session.file ? ` · resumed from chunk ${session.chunksProcessed + 1}` : "";
   if (resumed) entry.status.textContent = `Resuming from chunk ${session.chunksProcessed + 1} of ${session.totalChunks}`;

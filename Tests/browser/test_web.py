@@ -253,6 +253,27 @@ def test_replace_then_restore_revision(browser, server):
     browser.find_element(By.ID, "back-from-revisions").click()
 
 
+def test_clash_the_list_did_not_show_yet_asks_too(browser, server):
+    """A name taken after the list was read (another device) meets the server's 409 and the same dialog."""
+    browser.get_log("browser")  # drop what earlier tests logged; this test accounts for its own entries
+    call(server["base"], "POST", "/v1/upload?uploadType=media&name=elsewhere.txt", raw=b"made elsewhere", token=server["token"],
+         headers={"Content-Type": "text/plain"})
+    row(browser, "elsewhere.txt")
+    browser.execute_script('document.querySelector(\'#file-rows tr[data-name="elsewhere.txt"]\').remove()')
+    local = make_file(server, "elsewhere.txt", 50)
+    browser.find_element(By.ID, "file-input").send_keys(str(local))
+    wait(browser, EC.visibility_of_element_located((By.ID, "clash-dialog")))
+    browser.find_element(By.CSS_SELECTOR, '#clash-dialog input[value="rename"]').click()
+    browser.find_element(By.ID, "clash-upload").click()
+    wait(browser, lambda d: len(d.find_elements(By.XPATH, "//ul[@id='upload-list']/li[@data-name='elsewhere.txt'][contains(., 'Done')]")) == 1)
+    browser.find_element(By.ID, "upload-close").click()
+    _, _, listing = call(server["base"], "GET", "/v1/files?limit=1000", token=server["token"])
+    names = sorted(f["name"] for f in json.loads(listing)["files"] if f["name"].startswith("elsewhere"))
+    assert len(names) == 2 and "elsewhere.txt" in names, names
+    severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert len(severe) == 1 and "/v1/upload?uploadType=resumable&onConflict=fail" in severe[0] and "409" in severe[0], severe
+
+
 def test_change_from_elsewhere_appears_live(browser, server):
     row(browser, "Projects")
     call(server["base"], "POST", "/v1/files", {"name": "Made elsewhere", "mimeType": "application/vnd.nimbus.folder"}, token=server["token"])
