@@ -282,3 +282,69 @@ public struct About: Codable, Sendable, Hashable {
         self.apiVersion = apiVersion
     }
 }
+
+/// `POST /v1/upload?uploadType=batch`: many small files in one request and one server transaction (a tree of
+/// small files costs one round trip and one durable commit per batch, not per file). Each entry is a new file
+/// (`name`, `parentId`, `requestId`, `onConflict`) or a new version (`fileId`, `ifMatch`); entries succeed or
+/// fail on their own, in ``BatchUploadResponse/results``, in the same order.
+public struct BatchUploadRequest: Codable, Sendable, Hashable {
+    /// At most ``BatchUploadRequest/maxFiles`` entries, together at most ``BatchUploadRequest/maxContentBytes``.
+    public static let maxFiles = 1000
+    public static let maxContentBytes = 32 * 1024 * 1024
+
+    public struct Entry: Codable, Sendable, Hashable {
+        public var name: String?
+        public var parentId: String?
+        public var mimeType: String?
+        /// Makes the creation safe to retry: the same id returns the file the first attempt made.
+        public var requestId: String?
+        /// `fail` (default), `rename` or `replace`, as for the other uploads.
+        public var onConflict: String?
+        /// A new version of this file instead of a new file; `ifMatch` is its expected head revision.
+        public var fileId: String?
+        public var ifMatch: String?
+        /// Lowercase hex SHA-256 of the content; a mismatch fails this entry (422).
+        public var checksum: String?
+        /// The bytes, base64.
+        public var content: Data
+
+        public init(
+            name: String? = nil, parentId: String? = nil, mimeType: String? = nil, requestId: String? = nil, onConflict: String? = nil,
+            fileId: String? = nil, ifMatch: String? = nil, checksum: String? = nil, content: Data
+        ) {
+            self.name = name
+            self.parentId = parentId
+            self.mimeType = mimeType
+            self.requestId = requestId
+            self.onConflict = onConflict
+            self.fileId = fileId
+            self.ifMatch = ifMatch
+            self.checksum = checksum
+            self.content = content
+        }
+    }
+
+    public var files: [Entry]
+
+    public init(files: [Entry]) { self.files = files }
+}
+
+/// The answer to a batch: one result per entry, in order — `status` 201 (or 200 for a retried `requestId`) with
+/// the `file`, or the status and `error` that entry alone would have had.
+public struct BatchUploadResponse: Codable, Sendable, Hashable {
+    public struct Result: Codable, Sendable, Hashable {
+        public var status: Int
+        public var file: File?
+        public var error: APIErrorBody.Detail?
+
+        public init(status: Int, file: File? = nil, error: APIErrorBody.Detail? = nil) {
+            self.status = status
+            self.file = file
+            self.error = error
+        }
+    }
+
+    public var results: [Result]
+
+    public init(results: [Result]) { self.results = results }
+}

@@ -97,6 +97,62 @@ struct ContentTests {
         }
     }
 
+    @Test("a batch upload commits many files in one request; each entry succeeds or fails alone, and a retry makes nothing twice")
+    func batchUpload() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let folder = try await alice.mkdir("Batch")
+            let existing = try await alice.upload("taken.txt", Data("old".utf8), in: folder.id)
+            func sha(_ data: Data) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
+            let a = Data("alpha".utf8), b = Data(repeating: 7, count: 70_000), c = Data("gamma".utf8)
+            let request = BatchUploadRequest(files: [
+                .init(name: "a.txt", parentId: folder.id, requestId: "batch-a", checksum: sha(a), content: a),
+                .init(name: "b.bin", parentId: folder.id, requestId: "batch-b", content: b),
+                .init(name: "taken.txt", parentId: folder.id, content: c),  // clash → 409 for this entry only
+                .init(name: "bad/name", parentId: folder.id, content: c),  // invalid → 400
+                .init(name: "sum.txt", parentId: folder.id, checksum: sha(a), content: c),  // wrong checksum → 422
+                .init(fileId: existing.id, ifMatch: existing.revisionId, content: c),  // a new version
+                .init(name: "root.txt", content: a),  // no parentId: the root
+            ])
+            let reply = try await alice.send(.POST, "/v1/upload?uploadType=batch", json: request)
+            #expect(reply.status == 200, "\(reply.text)")
+            let results = try reply.decode(BatchUploadResponse.self).results
+            #expect(results.map(\.status) == [201, 201, 409, 400, 422, 201, 201])
+            #expect(results[2].error?.code == "name_conflict")
+            #expect(results[2].error?.existingId == existing.id)
+            #expect(results[3].error?.code == "invalid_name")
+            #expect(results[4].error?.code == "checksum_mismatch")
+            #expect(results[5].file?.id == existing.id)
+            let aFile = try #require(results[0].file), bFile = try #require(results[1].file)
+            #expect(try await alice.content(aFile.id) == a)
+            #expect(try await alice.content(bFile.id) == b)
+            #expect(try await alice.content(existing.id) == c)
+            #expect(results[6].file?.parentId == (try await alice.root()).id)
+            #expect(Set(try await alice.list(folder.id).files.map(\.name)) == ["a.txt", "b.bin", "taken.txt"], "failed entries leave nothing")
+
+            // The answer was lost: the same batch again returns the same files (200) and adds nothing.
+            let retry = try await alice.send(.POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: Array(request.files.prefix(2))))
+            let again = try retry.decode(BatchUploadResponse.self).results
+            #expect(again.map(\.status) == [200, 200])
+            #expect(again.map(\.file?.id) == [aFile.id, bFile.id])
+            #expect(again.map(\.file?.revisionId) == [aFile.revisionId, bFile.revisionId])
+            #expect(try await alice.list(folder.id).files.count == 3)
+            // A stale ifMatch fails that entry with the current file.
+            let stale = try await alice.send(
+                .POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: [.init(fileId: existing.id, ifMatch: existing.revisionId, content: a)]))
+            #expect(try stale.decode(BatchUploadResponse.self).results.first?.error?.code == "version_conflict")
+
+            // Malformed batches are refused whole and change nothing.
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: [])).status == 400)
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=batch", body: Data("{not json".utf8)).status == 400)
+            let tooMany = BatchUploadRequest(files: (0...BatchUploadRequest.maxFiles).map { .init(name: "n\($0)", parentId: folder.id, content: a) })
+            #expect(try await alice.send(.POST, "/v1/upload?uploadType=batch", json: tooMany).status == 400)
+            #expect(try await alice.list(folder.id).files.count == 3)
+            let about: About = try await alice.get("/v1/about").decode()
+            #expect(about.quota.used == Int64(a.count + b.count + c.count + 3), "stored once each: a (twice, one block), b, c, and old")
+        }
+    }
+
     @Test("a new version needs the current revision in If-Match; a stale one is a 409 carrying the current file")
     func newVersions() async throws {
         try await TestServer.run { server in

@@ -17,7 +17,8 @@ struct UploadController: Sendable {
         switch request.query("uploadType") {
         case "media": return try await media(request, context: context)
         case "resumable": return try await resumable.initiate(request, context: context)
-        default: throw DriveError.badRequest("'uploadType' must be media or resumable.")
+        case "batch": return try await batch(request, context: context)
+        default: throw DriveError.badRequest("'uploadType' must be media, resumable or batch.")
         }
     }
 

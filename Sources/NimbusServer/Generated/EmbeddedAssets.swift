@@ -317,9 +317,15 @@ paths:
   /v1/upload:
     post:
       tags: [uploads]
-      summary: Simple upload (uploadType=media, raw body) or start a resumable session (uploadType=resumable, JSON UploadRequest)
+      summary: Simple upload (uploadType=media, raw body), start a resumable session (uploadType=resumable, JSON UploadRequest) or upload many small files at once (uploadType=batch, JSON BatchUploadRequest)
+      description: |
+        batch: up to 1,000 files carrying at most 32 MiB of content together, base64 in JSON, committed in one
+        transaction. The answer is 200 with one result per entry, in order: each entry succeeds (201, or 200 when
+        its requestId already made that file) or fails alone with the status and error it would have had as a
+        simple upload (400, 404, 409, 412, 422, 507). A malformed batch (bad JSON, no or too many entries) → 400,
+        too much content → 413; both change nothing.
       parameters:
-        - { name: uploadType, in: query, required: true, schema: { type: string, enum: [media, resumable] } }
+        - { name: uploadType, in: query, required: true, schema: { type: string, enum: [media, resumable, batch] } }
         - { name: name, in: query, required: false, schema: { type: string }, description: "media: the new file's name" }
         - { name: parentId, in: query, required: false, schema: { type: string }, description: "media: the folder (root when absent)" }
         - { name: fileId, in: query, required: false, schema: { type: string }, description: "media: upload a new version of this file" }
@@ -334,13 +340,19 @@ paths:
           application/octet-stream:
             schema: { type: string, format: binary }
           application/json:
-            schema: { $ref: "#/components/schemas/UploadRequest" }
+            schema:
+              oneOf:
+                - { $ref: "#/components/schemas/UploadRequest" }
+                - { $ref: "#/components/schemas/BatchUploadRequest" }
       responses:
         "200":
-          description: "resumable: the session (a new one, or the one the same requestId opened)"
+          description: "resumable: the session (a new one, or the one the same requestId opened); batch: one result per entry"
           content:
             application/json:
-              schema: { $ref: "#/components/schemas/UploadResponse" }
+              schema:
+                oneOf:
+                  - { $ref: "#/components/schemas/UploadResponse" }
+                  - { $ref: "#/components/schemas/BatchUploadResponse" }
         "201":
           description: "media: the stored file; resumable with size 0: the session, complete, with its file"
           headers:
@@ -676,6 +688,47 @@ components:
         size: { type: integer, format: int64, maximum: 10737418240 }
         fileId: { type: string, description: A new version of this file (send If-Match with its revisionId) }
         checksum: { type: string, description: SHA-256 of the whole content, checked at the end (422 on mismatch) }
+    BatchUploadRequest:
+      type: object
+      required: [files]
+      properties:
+        files:
+          type: array
+          minItems: 1
+          maxItems: 1000
+          items:
+            type: object
+            required: [content]
+            properties:
+              name: { type: string, description: A new file's name (required unless fileId is set) }
+              parentId: { type: string, description: The folder (root when absent) }
+              mimeType: { type: string, description: Else guessed from the name (or the file's current type) }
+              requestId: { type: string, minLength: 1, maxLength: 200, description: "New files: an idempotency key, as for uploadType=media" }
+              onConflict: { type: string, enum: [fail, rename, replace], default: fail }
+              fileId: { type: string, description: A new version of this file instead of a new file }
+              ifMatch: { type: string, description: "With fileId: the revisionId the new version is based on (409 if the head moved)" }
+              checksum: { type: string, pattern: "^[0-9a-f]{64}$", description: "Hex SHA-256 of the content; a mismatch fails the entry (422)" }
+              content: { type: string, format: byte, description: The bytes, base64 }
+    BatchUploadResponse:
+      type: object
+      required: [results]
+      properties:
+        results:
+          type: array
+          description: One per entry, in the request's order
+          items:
+            type: object
+            required: [status]
+            properties:
+              status: { type: integer, description: "201 created, 200 a retried requestId's file, else the entry's error status" }
+              file: { $ref: "#/components/schemas/File" }
+              error:
+                type: object
+                properties:
+                  code: { type: string }
+                  message: { type: string }
+                  existingId: { type: string }
+                  file: { $ref: "#/components/schemas/File" }
     UploadResponse:
       type: object
       required: [uploadId, totalChunks, chunksProcessed, chunkSize, uploadUrl, uploadExpiresAt]

@@ -29,8 +29,12 @@ protocol BlobStore: Sendable {
     /// A stager whose running whole-content hash starts from `runningHash` (to continue across chunks).
     func makeStager(runningHash: SHA256) -> BlockStager
     /// Makes staged blocks part of the store; returns the refs that were not stored before.
-    /// Durable when it returns. Must run inside the metadata write transaction.
-    func place(_ blocks: [StagedBlock], user: String) throws -> [BlockRef]
+    /// Durable when it returns, unless `syncDirectory` is false: then ``syncPlaced(user:)`` must run before the
+    /// transaction that references them commits (a batch syncs once for all its entries).
+    /// Must run inside the metadata write transaction.
+    func place(_ blocks: [StagedBlock], user: String, syncDirectory: Bool) throws -> [BlockRef]
+    /// Makes the blocks placed without a directory sync durable.
+    func syncPlaced(user: String) throws
     /// Deletes blocks nobody references any more. Must run inside the metadata write transaction.
     func remove(_ hashes: [String], user: String) throws
     /// Drops staged blocks that will not be placed (failed or duplicate uploads).
@@ -39,6 +43,11 @@ protocol BlobStore: Sendable {
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws
     /// Removes everything under staging (left over from a crash); called once at start.
     func clearStaging() throws
+}
+
+extension BlobStore {
+    /// Places blocks durably (the directory synced).
+    func place(_ blocks: [StagedBlock], user: String) throws -> [BlockRef] { try place(blocks, user: user, syncDirectory: true) }
 }
 
 /// Blocks as files: `blobs/<userId>/<sha256>`, staging in `tmp/`, on one file system so rename is atomic.
@@ -67,7 +76,7 @@ struct LocalBlobStore: BlobStore {
 
     func path(of hash: String, user: String) -> String { userDirectory(user) + "/" + hash }
 
-    func place(_ blocks: [StagedBlock], user: String) throws -> [BlockRef] {
+    func place(_ blocks: [StagedBlock], user: String, syncDirectory: Bool) throws -> [BlockRef] {
         guard !blocks.isEmpty else { return [] }
         let directory = userDirectory(user)
         try POSIXFile.makeDirectory(directory)
@@ -83,10 +92,15 @@ struct LocalBlobStore: BlobStore {
             }
             seen.insert(block.ref.hash)
         }
-        if !added.isEmpty {
+        if !added.isEmpty && syncDirectory {
             try POSIXFile.syncDirectory(directory)
         }
         return added
+    }
+
+    func syncPlaced(user: String) throws {
+        let directory = userDirectory(user)
+        if POSIXFile.exists(directory) { try POSIXFile.syncDirectory(directory) }
     }
 
     func remove(_ hashes: [String], user: String) throws {

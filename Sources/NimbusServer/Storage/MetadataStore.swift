@@ -42,6 +42,9 @@ protocol MetadataStore: Sendable {
     /// Commits staged content as a new file or a new revision; places the blocks, checks quota and `If-Match`,
     /// prunes revisions past retention. On failure the staged blocks are discarded.
     func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord
+    /// Commits many staged contents in one transaction (one durable commit for all); each entry succeeds or fails
+    /// on its own, in order, and a failed entry changes nothing. Blocks not committed are discarded.
+    func commitBatch(userId: String, entries: [BatchEntry], now: Date) async throws -> [Result<(file: FileRecord, created: Bool), DriveError>]
     func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int)
     func revision(userId: String, fileId: String, revisionId: String) async throws -> RevisionRecord
     func blocks(ofRevision revisionId: String) async throws -> [BlockRef]

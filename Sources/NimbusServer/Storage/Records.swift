@@ -88,6 +88,12 @@ enum ContentTarget: Sendable, Equatable {
     case existing(fileId: String, ifMatch: String?)
 }
 
+/// One entry of a batch upload: where the content goes and the content.
+struct BatchEntry: Sendable {
+    var target: ContentTarget
+    var content: StagedContent
+}
+
 /// Content ready to commit: staged blocks plus what the stager measured.
 struct StagedContent: Sendable {
     var blocks: [StagedBlock]

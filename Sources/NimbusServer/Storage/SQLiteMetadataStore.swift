@@ -228,10 +228,8 @@ final class SQLiteMetadataStore: MetadataStore {
         now: Date
     ) async throws -> (file: FileRecord, created: Bool) {
         try await write { db, effects in
-            if let requestId,
-                let row = try Row.fetchOne(db, sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?", arguments: [userId, requestId])
-            {
-                return (Self.file(row), false)
+            if let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
+                return (earlier, false)
             }
             let parent = try Self.liveFolder(db, id: parentId, userId: userId)
             let isFolder = mimeType == folderMimeType
@@ -368,31 +366,8 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord {
         do {
-            let (file, created) = try await write { db, effects -> (FileRecord, Bool) in
-                if case .new(_, _, _, let requestId?) = target,
-                    let row = try Row.fetchOne(db, sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?", arguments: [userId, requestId])
-                {
-                    // A retry of an upload that landed: the same file, nothing new.
-                    let earlier = Self.file(row)
-                    guard
-                        try Bool.fetchOne(
-                            db, sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)",
-                            arguments: [earlier.id, content.checksum]) == true
-                    else {
-                        throw DriveError.conflict(
-                            "This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
-                    }
-                    return (earlier, false)
-                }
-                let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
-                try self.checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
-                let added = try self.blobs.place(content.blocks, user: userId)
-                try Self.account(db, userId: userId, added: added, now: now)
-                return (
-                    try self.commitRevision(
-                        db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
-                        mimeType: content.mimeType, now: now), true
-                )
+            let (file, created) = try await write { db, effects in
+                try self.commit(db, &effects, userId: userId, target: target, content: content, now: now)
             }
             if !created { blobs.discard(content.blocks) }
             return file
@@ -400,6 +375,79 @@ final class SQLiteMetadataStore: MetadataStore {
             blobs.discard(content.blocks)
             throw error
         }
+    }
+
+    func commitBatch(userId: String, entries: [BatchEntry], now: Date) async throws -> [Result<(file: FileRecord, created: Bool), DriveError>] {
+        let outcomes: [Result<(file: FileRecord, created: Bool), DriveError>]
+        do {
+            outcomes = try await write { db, effects in
+                var outcomes: [Result<(file: FileRecord, created: Bool), DriveError>] = []
+                outcomes.reserveCapacity(entries.count)
+                for entry in entries {
+                    var committed: (file: FileRecord, created: Bool)?
+                    var entryEffects = effects
+                    do {
+                        try db.inSavepoint {
+                            committed = try self.commit(
+                                db, &entryEffects, userId: userId, target: entry.target, content: entry.content, now: now, batched: true)
+                            return .commit
+                        }
+                    } catch let error as DriveError {
+                        outcomes.append(.failure(error))
+                        continue
+                    }
+                    effects = entryEffects
+                    if let committed { outcomes.append(.success(committed)) }
+                }
+                try self.blobs.syncPlaced(user: userId)
+                return outcomes
+            }
+        } catch {
+            for entry in entries { blobs.discard(entry.content.blocks) }
+            throw error
+        }
+        for (entry, outcome) in zip(entries, outcomes) {
+            switch outcome {
+            case .success(let committed) where committed.created: break
+            default: blobs.discard(entry.content.blocks)
+            }
+        }
+        return outcomes
+    }
+
+    /// The file a creation with `requestId` made before (a retry), if any.
+    static func fileMade(_ db: Database, by requestId: String?, userId: String) throws -> FileRecord? {
+        guard let requestId else { return nil }
+        return try Row.fetchOne(db, sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?", arguments: [userId, requestId]).map(Self.file)
+    }
+
+    /// One content commit inside a write transaction: a retried `requestId` returns its first file
+    /// (`created == false`), else the target is resolved, quota checked, blocks placed and a head revision added.
+    /// In a batch, blocks are placed without syncing their directory; the batch syncs it once before committing.
+    func commit(
+        _ db: Database, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date,
+        batched: Bool = false
+    ) throws -> (file: FileRecord, created: Bool) {
+        if case .new(_, _, _, let requestId) = target, let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
+            // A retry of an upload that landed: the same file, nothing new.
+            guard
+                try Bool.fetchOne(
+                    db, sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)",
+                    arguments: [earlier.id, content.checksum]) == true
+            else {
+                throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
+            }
+            return (earlier, false)
+        }
+        let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
+        try checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
+        let added = try blobs.place(content.blocks, user: userId, syncDirectory: !batched)
+        try Self.account(db, userId: userId, added: added, now: now)
+        return (
+            try commitRevision(
+                db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
+                mimeType: content.mimeType, now: now), true
+        )
     }
 
     func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int) {
