@@ -139,6 +139,52 @@ struct EngineTests {
         }
     }
 
+    @Test("small new files ready together go up in batches; a lost batch answer duplicates nothing; a refused entry goes alone")
+    func batchedUploads() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("bat")
+            let device = try world.device("A") { $0.maxBatchFiles = 10 }
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "bat", password: "correct horse")
+            // Another device already made "clash.txt" with other bytes: that entry is refused (409) and goes alone.
+            let other = try world.device("B")
+            try await other.engine.signIn(server: world.server, username: "bat", password: "correct horse")
+            _ = try await other.engine.upload(from: try world.file("clash.txt", Data("theirs".utf8)))
+            try await other.settle()
+
+            let docs = try await a.createFolder(named: "Docs")
+            var expected: [String: String] = ["/clash.txt": sha256(Data("theirs".utf8)), "/Docs": "folder"]
+            for index in 0..<25 {
+                let content = Data("file \(index)".utf8)
+                _ = try await a.upload(from: try world.file("f\(index).txt", content), in: docs)
+                expected["/Docs/f\(index).txt"] = sha256(content)
+            }
+            let big = randomBytes(300 * 1024)  // over batchFileLimit: a request of its own
+            _ = try await a.upload(from: try world.file("big.bin", big))
+            expected["/big.bin"] = sha256(big)
+            _ = try await a.upload(from: try world.file("clash.txt", Data("ours".utf8)))
+            // The first batch lands on the server but its answer is lost.
+            device.faults.fail(.dropResponse) { $0.path.contains("uploadType=batch") }
+            try await device.settle()
+
+            let log = device.faults.log
+            let batches = log.filter { $0.path.contains("uploadType=batch") }
+            let sizes = try batches.map { try JSONDecoder.nimbus.decode(BatchUploadRequest.self, from: $0.body ?? Data()).files.count }
+            #expect(sizes.allSatisfy { $0 <= 10 }, "\(sizes)")
+            #expect(batches.count >= 4, "26 small files in batches of 10, one answer lost and sent again: \(sizes)")
+            #expect(batches.count < 10, "batched, not one request per file: \(sizes)")
+            #expect(!log.contains { $0.path.contains("uploadType=media") && $0.path.contains("name=f") }, "the small files went in batches")
+            #expect(log.contains { $0.path.contains("uploadType=media") && $0.path.contains("name=clash.txt") }, "the refused entry went alone")
+            let tree = try await world.api("bat").tree()
+            let copies = tree.keys.filter { $0.hasPrefix("/clash") && $0 != "/clash.txt" }
+            #expect(copies.count == 1, "keep both: our clash.txt under another name \(tree.keys.sorted())")
+            for copy in copies { expected[copy] = sha256(Data("ours".utf8)) }
+            #expect(tree == expected, "every file once, with its bytes, despite the lost answer")
+            #expect(try await a.status().pending == 0)
+            #expect(try await a.tree() == tree)
+        }
+    }
+
     @Test("an interrupted upload resumes from the persisted session, sending only the missing chunks")
     func resumableResume() async throws {
         try await SyncWorld.run { world in

@@ -77,10 +77,15 @@ extension SyncEngine {
             var running = 0
             while true {
                 while running < width, mayRun, let operation = try nextRunnable(), canStart(operation) {
-                    claim(operation)
+                    let batch = try batchable(with: operation)
+                    for member in batch { claim(member) }
                     running += 1
                     ran = true
-                    group.addTask { try await self.run(operation, client) }
+                    if batch.count > 1 {
+                        group.addTask { try await self.runBatch(batch, client) }
+                    } else {
+                        group.addTask { try await self.run(operation, client) }
+                    }
                 }
                 guard running > 0 else { break }
                 try await group.next()
@@ -101,7 +106,7 @@ extension SyncEngine {
         running[operation.id] = RunningOperation(luid: operation.luid, isTransfer: operation.kind.isTransfer)
     }
 
-    private func run(_ operation: OperationRow, _ client: ServerClient) async throws {
+    func run(_ operation: OperationRow, _ client: ServerClient) async throws {
         defer {
             running[operation.id] = nil
             progress[operation.luid] = nil

@@ -258,41 +258,45 @@ extension SyncEngine {
 
     /// The server has the content: the item is that file; an owned staged copy becomes the offline copy.
     func uploaded(_ file: File, _ operation: OperationRow, _ row: ItemRow) async throws -> Outcome {
-        let payload = operation.payload
-        let discard = try await database.pool.write { db -> String? in
-            try self.claim(db, file, for: row.luid)  // one transaction with what follows
-            // Versions queued behind this one while it was sent were made from it: they are based on what it made.
-            for later in try OperationRow.forItem(db, row.luid)
-            where later.kind == .upload && later.seq > operation.seq && later.state != .applied
-                && later.payload.baseRevision == payload.baseRevision
-            {
-                var rebased = later.payload
-                rebased.baseRevision = file.revisionId
-                try OperationRow.updatePayload(db, id: later.id, rebased)
-            }
-            var discard: String?
-            guard var item = try ItemRow.fetch(db, luid: row.luid) else { return nil }
-            if payload.ownsSource == true, let source = payload.sourcePath {
-                if item.contentPath == source {
-                    let destination = self.contentDirectory.appending(path: file.id).path
-                    try? FileManager.default.removeItem(atPath: destination)
-                    do {
-                        try FileManager.default.moveItem(atPath: source, toPath: destination)
-                        item.contentPath = destination
-                        item.contentChecksum = file.checksum
-                    } catch {
-                        item.contentPath = nil
-                        item.contentChecksum = nil
-                    }
-                } else {
-                    discard = source
-                }
-            }
-            try item.save(db)
-            return discard
-        }
+        let discard = try await database.pool.write { db in try self.recordUploaded(db, file, operation, luid: row.luid) }
         if let discard { try? FileManager.default.removeItem(atPath: discard) }
         return .applied
+    }
+
+    /// Records in `db` that `operation` made `file`: the item claims it, versions queued behind are rebased onto
+    /// it, and a private copy of the bytes becomes the cached content. Returns a source file to delete afterwards.
+    nonisolated func recordUploaded(_ db: Database, _ file: File, _ operation: OperationRow, luid: String) throws -> String? {
+        let payload = operation.payload
+        try claim(db, file, for: luid)  // one transaction with what follows
+        // Versions queued behind this one while it was sent were made from it: they are based on what it made.
+        for later in try OperationRow.forItem(db, luid)
+        where later.kind == .upload && later.seq > operation.seq && later.state != .applied
+            && later.payload.baseRevision == payload.baseRevision
+        {
+            var rebased = later.payload
+            rebased.baseRevision = file.revisionId
+            try OperationRow.updatePayload(db, id: later.id, rebased)
+        }
+        var discard: String?
+        guard var item = try ItemRow.fetch(db, luid: luid) else { return nil }
+        if payload.ownsSource == true, let source = payload.sourcePath {
+            if item.contentPath == source {
+                let destination = contentDirectory.appending(path: file.id).path
+                try? FileManager.default.removeItem(atPath: destination)
+                do {
+                    try FileManager.default.moveItem(atPath: source, toPath: destination)
+                    item.contentPath = destination
+                    item.contentChecksum = file.checksum
+                } catch {
+                    item.contentPath = nil
+                    item.contentChecksum = nil
+                }
+            } else {
+                discard = source
+            }
+        }
+        try item.save(db)
+        return discard
     }
 
     // MARK: Conflicts

@@ -146,6 +146,12 @@ public struct SyncConfiguration: Sendable {
     /// New files up to this size go in one request (a simple upload with the operation's id as `requestId`,
     /// so a retry never makes a second file); bigger ones, and new versions, use resumable sessions.
     public var simpleUploadLimit: Int64 = 4 * 1024 * 1024
+    /// New files up to `batchFileLimit` bytes that are ready together go up in one request
+    /// (`uploadType=batch`), at most `maxBatchFiles` files and `maxBatchBytes` bytes per request: a tree of small
+    /// files costs a round trip and a server commit per batch, not per file. `maxBatchFiles` 1 turns batching off.
+    public var maxBatchFiles: Int = 100
+    public var batchFileLimit: Int64 = 256 * 1024
+    public var maxBatchBytes: Int64 = 8 * 1024 * 1024
 
     public init(directory: URL, deviceName: String) {
         self.directory = directory
