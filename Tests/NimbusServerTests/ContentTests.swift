@@ -249,6 +249,33 @@ struct ContentTests {
         }
     }
 
+    @Test("small content lives in the database: no block file, served with ranges, shared with an equal block of a big file")
+    func inlineBlocks() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let blobs = server.dataDirectory.appending(path: "blobs")
+            func blockFiles() -> Int { (FileManager.default.subpaths(atPath: blobs.path) ?? []).filter { $0.contains("/") }.count }
+            func used() async throws -> Int64 { try await alice.get("/v1/about").decode(About.self).quota.used }
+            let small = randomData(10_000)
+            let file = try await alice.upload("small.bin", small)
+            #expect(blockFiles() == 0, "kept in the database")
+            #expect(try await alice.content(file.id) == small)
+            let part = try await alice.get("/v1/files/\(file.id)/content", headers: ["Range": "bytes=100-199"])
+            #expect(part.status == 206)
+            #expect(part.body == small[100..<200])
+            // A big file whose last block is these very bytes: that block is stored (and charged) once.
+            let big = randomData(4 * 1024 * 1024) + small
+            let bigFile = try await alice.upload("big.bin", big)
+            #expect(try await used() == Int64(big.count))
+            #expect(try await alice.content(bigFile.id) == big)
+            #expect(try await alice.send(.DELETE, "/v1/files/\(file.id)?permanent=true").status == 204)
+            #expect(try await alice.content(bigFile.id) == big, "the shared block outlives the small file")
+            #expect(try await alice.send(.DELETE, "/v1/files/\(bigFile.id)?permanent=true").status == 204)
+            #expect(try await used() == 0)
+            #expect(blockFiles() == 0)
+        }
+    }
+
     @Test("identical content is stored once per user, never shared across users")
     func deduplication() async throws {
         try await TestServer.run { server in

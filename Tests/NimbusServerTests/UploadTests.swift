@@ -351,10 +351,21 @@ struct CrashTests {
         _ = try await anonymous.send(.POST, "/v1/auth/register", json: Credentials(username: "max", password: "correct horse"))
         let tokens: TokenPair = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "max", password: "correct horse")).decode()
         let content = randomData(5 * 1024 * 1024)
-        let file = try await APIClient(baseURL: server.baseURL, token: tokens.accessToken).upload("kept.bin", content)
+        let client = APIClient(baseURL: server.baseURL, token: tokens.accessToken)
+        let file = try await client.upload("kept.bin", content)
+        // Small content is kept in the database (simple and batch uploads): acknowledged means durable too.
+        let small = randomData(3000)
+        let smallFile = try await client.upload("small.bin", small)
+        let batch = try await client.send(
+            .POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: [.init(name: "b1.bin", content: small + small), .init(name: "b2.bin", content: content)]))
+        let batched = try batch.decode(BatchUploadResponse.self).results.compactMap(\.file)
+        #expect(batched.count == 2)
         server.kill()
         server = try ChildServer(data: data)
         let after = APIClient(baseURL: server.baseURL, token: tokens.accessToken)
         #expect(try await after.content(file.id) == content)
+        #expect(try await after.content(smallFile.id) == small)
+        #expect(try await after.content(batched[0].id) == small + small)
+        #expect(try await after.content(batched[1].id) == content)
     }
 }

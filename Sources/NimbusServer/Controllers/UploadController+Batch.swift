@@ -104,8 +104,9 @@ extension UploadController {
         return (.new(parentId: parentId, name: name, policy: policy, requestId: entry.requestId), mimeType)
     }
 
-    /// Stages bytes already in memory (a batch entry) as blocks.
+    /// Stages bytes already in memory (a batch entry): small ones inline, others as block files.
     static func stage(_ bytes: Data, blobs: any BlobStore, mimeType: String) async throws -> StagedContent {
+        if bytes.count <= StagedContent.inlineLimit { return .inline([UInt8](bytes), mimeType: mimeType) }
         var stager = blobs.makeStager(runningHash: SHA256())
         do {
             try await stager.append(ByteBuffer(bytes: bytes))

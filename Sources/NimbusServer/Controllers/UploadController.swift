@@ -67,12 +67,19 @@ struct UploadController: Sendable {
         if let expected, expected.count != 64 || !expected.allSatisfy(\.isHexDigit) {
             throw DriveError.badRequest("'checksum' must be the hex SHA-256 of the content.")
         }
-        let staged = try await Self.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType)
-        if let expected, staged.content.checksum != expected {
-            drive.blobs.discard(staged.content.blocks)
-            throw DriveError.checksumMismatch(expected: expected, actual: staged.content.checksum)
+        let content: StagedContent
+        if let declared, declared <= StagedContent.inlineLimit {
+            // Small: kept in the database by the commit, no block file.
+            let body = try await request.body.collect(upTo: StagedContent.inlineLimit)
+            content = .inline(Array(buffer: body), mimeType: mimeType)
+        } else {
+            content = try await Self.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType).content
         }
-        let file = try await drive.store.commitContent(userId: me.userId, target: target, content: staged.content, now: drive.now)
+        if let expected, content.checksum != expected {
+            drive.blobs.discard(content.blocks)
+            throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
+        }
+        let file = try await drive.store.commitContent(userId: me.userId, target: target, content: content, now: drive.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
 

@@ -3,16 +3,20 @@ import Foundation
 import NIOCore
 import NIOPosix
 
-/// One content-addressed block of a file: its SHA-256 (lowercase hex) and length.
+/// One content-addressed block of a file: its SHA-256 (lowercase hex) and length, and its bytes when the
+/// metadata database keeps them (small blocks, see ``StagedContent/inlineLimit``).
 struct BlockRef: Sendable, Hashable, Codable {
     var hash: String
     var size: Int64
+    var inline: [UInt8]? = nil
 }
 
-/// A block whose bytes are durably on disk in staging but not yet part of the store.
+/// A block ready to become part of the store: bytes durably in a staging file (`path`), or, for a small block,
+/// in memory (`data`), to be kept in the metadata database by the transaction that commits it.
 struct StagedBlock: Sendable, Hashable {
     var ref: BlockRef
     var path: String
+    var data: [UInt8]? = nil
 }
 
 /// Content storage: blocks addressed by SHA-256, one namespace per user (never shared across users).
@@ -35,6 +39,8 @@ protocol BlobStore: Sendable {
     func place(_ blocks: [StagedBlock], user: String, syncDirectory: Bool) throws -> [BlockRef]
     /// Makes the blocks placed without a directory sync durable.
     func syncPlaced(user: String) throws
+    /// Whether the store holds the block's bytes.
+    func contains(_ hash: String, user: String) -> Bool
     /// Deletes blocks nobody references any more. Must run inside the metadata write transaction.
     func remove(_ hashes: [String], user: String) throws
     /// Drops staged blocks that will not be placed (failed or duplicate uploads).
@@ -82,7 +88,7 @@ struct LocalBlobStore: BlobStore {
         try POSIXFile.makeDirectory(directory)
         var added: [BlockRef] = []
         var seen: Set<String> = []
-        for block in blocks {
+        for block in blocks where block.data == nil {
             let destination = path(of: block.ref.hash, user: user)
             if seen.contains(block.ref.hash) || POSIXFile.exists(destination) {
                 try POSIXFile.remove(block.path)
@@ -98,6 +104,8 @@ struct LocalBlobStore: BlobStore {
         return added
     }
 
+    func contains(_ hash: String, user: String) -> Bool { POSIXFile.exists(path(of: hash, user: user)) }
+
     func syncPlaced(user: String) throws {
         let directory = userDirectory(user)
         if POSIXFile.exists(directory) { try POSIXFile.syncDirectory(directory) }
@@ -110,7 +118,7 @@ struct LocalBlobStore: BlobStore {
     }
 
     func discard(_ blocks: [StagedBlock]) {
-        for block in blocks {
+        for block in blocks where block.data == nil {
             try? POSIXFile.remove(block.path)
         }
     }
@@ -122,6 +130,15 @@ struct LocalBlobStore: BlobStore {
             let blockEnd = blockStart + block.size
             defer { blockStart = blockEnd }
             guard blockEnd > range.lowerBound, blockStart < range.upperBound else { continue }
+            if let bytes = block.inline {
+                let from = Int(max(range.lowerBound, blockStart) - blockStart)
+                let to = Int(min(range.upperBound, blockEnd) - blockStart)
+                guard bytes.count == block.size else {
+                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
+                }
+                try await body(ByteBuffer(bytes: bytes[from..<to]))
+                continue
+            }
             let path = path(of: block.hash, user: user)
             let fd = try await threadPool.runIfActive { try POSIXFile.openForReading(path) }
             defer { POSIXFile.closeFile(fd) }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NimbusAPI
 
@@ -96,10 +97,21 @@ struct BatchEntry: Sendable {
 
 /// Content ready to commit: staged blocks plus what the stager measured.
 struct StagedContent: Sendable {
+    /// Content up to this size is kept in the metadata database (one row, written by the commit's transaction)
+    /// instead of a block file: a tree of small files costs no file creation, fsync and rename per file.
+    static let inlineLimit = 64 * 1024
+
     var blocks: [StagedBlock]
     var checksum: String
     var size: Int64
     var mimeType: String
+
+    /// Small content held in memory, as at most one inline block.
+    static func inline(_ bytes: [UInt8], mimeType: String) -> StagedContent {
+        let checksum = SHA256.hash(data: bytes).hexString
+        let blocks = bytes.isEmpty ? [] : [StagedBlock(ref: BlockRef(hash: checksum, size: Int64(bytes.count)), path: "", data: bytes)]
+        return StagedContent(blocks: blocks, checksum: checksum, size: Int64(bytes.count), mimeType: mimeType)
+    }
 }
 
 /// A resumable upload session as stored.

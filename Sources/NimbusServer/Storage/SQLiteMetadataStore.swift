@@ -443,6 +443,9 @@ final class SQLiteMetadataStore: MetadataStore {
         try checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
         let added = try blobs.place(content.blocks, user: userId, syncDirectory: !batched)
         try Self.account(db, userId: userId, added: added, now: now)
+        for block in content.blocks {
+            if let data = block.data { try storeInline(db, userId: userId, ref: block.ref, data: data, now: now) }
+        }
         return (
             try commitRevision(
                 db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
@@ -473,8 +476,14 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func blocks(ofRevision revisionId: String) async throws -> [BlockRef] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx", arguments: [revisionId])
-                .map { BlockRef(hash: $0["hash"], size: $0["size"]) }
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT r.hash, r.size, b.data FROM revision_blocks r LEFT JOIN blocks b ON b.user_id = r.user_id AND b.hash = r.hash
+                    WHERE r.revision_id = ? ORDER BY r.idx
+                    """,
+                arguments: [revisionId]
+            ).map { BlockRef(hash: $0["hash"], size: $0["size"], inline: ($0["data"] as Data?).map { [UInt8]($0) }) }
         }
     }
 
@@ -700,6 +709,21 @@ extension SQLiteMetadataStore {
                 try db.execute(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", arguments: [block.size, userId])
             }
         }
+    }
+
+    /// Keeps a small block's bytes in the `blocks` row (charged to the user when new). A block the blob store
+    /// already holds stays there; a row whose file is missing gets the bytes (the store decides presence).
+    func storeInline(_ db: Database, userId: String, ref: BlockRef, data: [UInt8], now: Date) throws {
+        if let hasData = try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT data IS NOT NULL FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, ref.hash])
+        {
+            if hasData || blobs.contains(ref.hash, user: userId) { return }
+            try db.cachedStatement(sql: "UPDATE blocks SET data = ? WHERE user_id = ? AND hash = ?").execute(arguments: [Data(data), userId, ref.hash])
+            return
+        }
+        try db.cachedStatement(sql: "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)")
+            .execute(arguments: [userId, ref.hash, ref.size, now.millis, Data(data)])
+        try db.cachedStatement(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?").execute(arguments: [ref.size, userId])
     }
 
     /// Deletes the blocks among `hashes` that no revision or upload references any more, files and rows.

@@ -131,6 +131,10 @@ enum Schema {
                     CREATE INDEX upload_blocks_hash ON upload_blocks(user_id, hash);
                     """)
         }
+        migrator.registerMigration("2-inline-blocks") { db in
+            // Small blocks keep their bytes here (NULL: the block is a file in the blob store).
+            try db.execute(sql: "ALTER TABLE blocks ADD COLUMN data BLOB")
+        }
         return migrator
     }
 }
