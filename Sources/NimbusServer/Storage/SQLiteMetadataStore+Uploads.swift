@@ -6,7 +6,7 @@ extension SQLiteMetadataStore {
     func createUpload(_ upload: UploadRecord, now: Date) async throws -> (upload: UploadRecord, created: Bool) {
         try await write { db, _ in
             if let row = try Row.fetchOne(
-                db, sql: "SELECT * FROM uploads WHERE user_id = ? AND request_id = ?", arguments: [upload.userId, upload.requestId])
+                db.cachedStatement(sql: "SELECT * FROM uploads WHERE user_id = ? AND request_id = ?"), arguments: [upload.userId, upload.requestId])
             {
                 let existing = Self.upload(row)
                 guard existing.size == upload.size, existing.name == upload.name, existing.fileId == upload.fileId,
@@ -22,24 +22,23 @@ extension SQLiteMetadataStore {
             case .some(let fileId):
                 try Self.checkWritable(try Self.file(db, id: fileId, userId: upload.userId), ifMatch: upload.ifMatch)
             case .none:
-                let root = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [upload.userId]) ?? ""
+                let root = try String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [upload.userId]) ?? ""
                 let parent = try Self.liveFolder(db, id: upload.parentId ?? root, userId: upload.userId)
                 if upload.policy == .fail, let clash = try Self.liveChild(db, parentId: parent.id, name: upload.name, userId: upload.userId) {
                     throw DriveError.nameConflict(name: upload.name, existingId: clash.id)
                 }
             }
-            if let row = try Row.fetchOne(db, sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?", arguments: [upload.userId]),
+            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?"), arguments: [upload.userId]),
                 let limit = row["quota_limit"] as Int64?
             {
                 let used: Int64 = row["used_bytes"]
                 if used + upload.size > limit { throw DriveError.quotaExceeded(used: used, limit: limit, needed: upload.size) }
             }
-            try db.execute(
-                sql: """
+            try db.cachedStatement(sql: """
                     INSERT INTO uploads (id, user_id, request_id, name, mime_type, parent_id, file_id, if_match, on_conflict, size,
                         checksum, chunk_size, total_chunks, chunks_processed, created_at, expires_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
-                    """,
+                    """).execute(
                 arguments: [
                     upload.id, upload.userId, upload.requestId, upload.name, upload.mimeType, upload.parentId, upload.fileId, upload.ifMatch,
                     upload.policy.rawValue, upload.size, upload.checksum, upload.chunkSize, upload.totalChunks, now.millis,
@@ -67,14 +66,12 @@ extension SQLiteMetadataStore {
                 let added = try self.blobs.place(blocks, user: userId)
                 try Self.account(db, userId: userId, added: added, now: now)
                 for (index, block) in blocks.enumerated() {
-                    try db.execute(
-                        sql: "INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)",
+                    try db.cachedStatement(sql: "INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)").execute(
                         arguments: [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
                 }
                 upload.chunksProcessed += 1
                 upload.expiresAt = max(upload.expiresAt, expiresAt)
-                try db.execute(
-                    sql: "UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?",
+                try db.cachedStatement(sql: "UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?").execute(
                     arguments: [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
                 return (upload, true)
             }
@@ -108,8 +105,8 @@ extension SQLiteMetadataStore {
             let file = try self.commitRevision(
                 db, &effects, file: destination, blocks: blocks, checksum: checksum, size: upload.size, mimeType: upload.mimeType, now: now)
             // The revision now references the blocks; the session's own references go.
-            try db.execute(sql: "DELETE FROM upload_blocks WHERE upload_id = ?", arguments: [uploadId])
-            try db.execute(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?", arguments: [file.id, uploadId])
+            try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute( arguments: [uploadId])
+            try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute( arguments: [file.id, uploadId])
             upload.completedFileId = file.id
             return (upload, file)
         }
@@ -119,20 +116,19 @@ extension SQLiteMetadataStore {
         try await write { db, _ in
             _ = try Self.upload(db, id: uploadId, userId: userId)
             try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
-            try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [uploadId])
+            try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute( arguments: [uploadId])
         }
     }
 
     func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int {
         try await write { db, _ in
             let rows = try Row.fetchAll(
-                db, sql: "SELECT id, user_id FROM uploads WHERE state = 'active' AND expires_at <= ? LIMIT 1000", arguments: [now.millis])
+                db.cachedStatement(sql: "SELECT id, user_id FROM uploads WHERE state = 'active' AND expires_at <= ? LIMIT 1000"), arguments: [now.millis])
             for row in rows {
                 try self.dropUploadBlocks(db, uploadId: row["id"], userId: row["user_id"])
-                try db.execute(sql: "UPDATE uploads SET state = 'expired' WHERE id = ?", arguments: [row["id"] as String])
+                try db.cachedStatement(sql: "UPDATE uploads SET state = 'expired' WHERE id = ?").execute( arguments: [row["id"] as String])
             }
-            try db.execute(
-                sql: "DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?",
+            try db.cachedStatement(sql: "DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?").execute(
                 arguments: [now.millis - Int64(forgetAfter * 1000)])
             return rows.count
         }
@@ -141,8 +137,8 @@ extension SQLiteMetadataStore {
     // MARK: helpers
 
     func dropUploadBlocks(_ db: Database, uploadId: String, userId: String) throws {
-        let hashes = Set(try String.fetchAll(db, sql: "SELECT hash FROM upload_blocks WHERE upload_id = ?", arguments: [uploadId]))
-        try db.execute(sql: "DELETE FROM upload_blocks WHERE upload_id = ?", arguments: [uploadId])
+        let hashes = Set(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM upload_blocks WHERE upload_id = ?"), arguments: [uploadId]))
+        try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute( arguments: [uploadId])
         try collectGarbage(db, userId: userId, hashes: hashes)
     }
 
@@ -153,14 +149,14 @@ extension SQLiteMetadataStore {
     }
 
     static func upload(_ db: Database, id: String, userId: String) throws -> UploadRecord {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM uploads WHERE id = ? AND user_id = ?", arguments: [id, userId]) else {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM uploads WHERE id = ? AND user_id = ?"), arguments: [id, userId]) else {
             throw DriveError.notFound("No such upload session.")
         }
         return upload(row)
     }
 
     static func uploadBlocks(_ db: Database, uploadId: String) throws -> [BlockRef] {
-        try Row.fetchAll(db, sql: "SELECT hash, size FROM upload_blocks WHERE upload_id = ? ORDER BY chunk, idx", arguments: [uploadId])
+        try Row.fetchAll(db.cachedStatement(sql: "SELECT hash, size FROM upload_blocks WHERE upload_id = ? ORDER BY chunk, idx"), arguments: [uploadId])
             .map { BlockRef(hash: $0["hash"], size: $0["size"]) }
     }
 

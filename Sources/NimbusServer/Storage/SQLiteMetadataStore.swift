@@ -46,20 +46,18 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func createUser(username: String, passwordHash: String, quota: Int64?, now: Date) async throws -> UserRecord {
         try await write { db, effects in
-            if try Row.fetchOne(db, sql: "SELECT 1 FROM users WHERE username = ?", arguments: [username]) != nil {
+            if try Row.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM users WHERE username = ?"), arguments: [username]) != nil {
                 throw DriveError.conflict("The username '\(username)' is taken.", code: "username_taken")
             }
             let user = UserRecord(
                 id: "u" + randomToken(), username: username, passwordHash: passwordHash, quotaLimit: quota, usedBytes: 0,
                 rootId: "f" + randomToken(), createdAt: now)
-            try db.execute(
-                sql: "INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            try db.cachedStatement(sql: "INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)").execute(
                 arguments: [user.id, username, passwordHash, quota, user.rootId, now.millis])
-            try db.execute(
-                sql: """
+            try db.cachedStatement(sql: """
                     INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at)
                     VALUES (?, ?, NULL, 'My Drive', ?, 1, ?, ?)
-                    """,
+                    """).execute(
                 arguments: [user.rootId, user.id, folderMimeType, now.millis, now.millis])
             try Self.recordChange(db, &effects, userId: user.id, fileId: user.rootId, kind: .upsert, now: now)
             return user
@@ -68,34 +66,33 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func user(id: String) async throws -> UserRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ?", arguments: [id]).map(Self.user)
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM users WHERE id = ?"), arguments: [id]).map(Self.user)
         }
     }
 
     func user(username: String) async throws -> UserRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM users WHERE username = ?", arguments: [username]).map(Self.user)
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM users WHERE username = ?"), arguments: [username]).map(Self.user)
         }
     }
 
     func setQuota(userId: String, quota: Int64?) async throws {
         try await write { db, _ in
-            try db.execute(sql: "UPDATE users SET quota_limit = ? WHERE id = ?", arguments: [quota, userId])
+            try db.cachedStatement(sql: "UPDATE users SET quota_limit = ? WHERE id = ?").execute( arguments: [quota, userId])
         }
     }
 
     func setPassword(userId: String, passwordHash: String) async throws {
         try await write { db, _ in
-            try db.execute(sql: "UPDATE users SET password_hash = ? WHERE id = ?", arguments: [passwordHash, userId])
-            try db.execute(sql: "UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", arguments: [Date().millis, userId])
+            try db.cachedStatement(sql: "UPDATE users SET password_hash = ? WHERE id = ?").execute( arguments: [passwordHash, userId])
+            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL").execute( arguments: [Date().millis, userId])
         }
     }
 
     func createDevice(userId: String, name: String, refreshHash: String, now: Date) async throws -> DeviceRecord {
         try await write { db, _ in
             let device = DeviceRecord(id: "d" + randomToken(), userId: userId, name: name, refreshHash: refreshHash, lastUsedAt: now, revokedAt: nil)
-            try db.execute(
-                sql: "INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)",
+            try db.cachedStatement(sql: "INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)").execute(
                 arguments: [device.id, userId, name, refreshHash, now.millis, now.millis])
             return device
         }
@@ -103,29 +100,28 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func device(id: String) async throws -> DeviceRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM devices WHERE id = ?", arguments: [id]).map(Self.device)
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM devices WHERE id = ?"), arguments: [id]).map(Self.device)
         }
     }
 
     func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord {
         let rotated = try await write { db, _ -> DeviceRecord? in
-            if let row = try Row.fetchOne(db, sql: "SELECT * FROM devices WHERE refresh_hash = ?", arguments: [presentedHash]) {
+            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM devices WHERE refresh_hash = ?"), arguments: [presentedHash]) {
                 var device = Self.device(row)
                 guard device.revokedAt == nil else { throw DriveError.unauthorized("This device was signed out; log in again.") }
                 guard now.timeIntervalSince(device.lastUsedAt) <= maxIdle else {
                     throw DriveError.unauthorized("The refresh token expired; log in again.")
                 }
-                try db.execute(
-                    sql: "UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?",
+                try db.cachedStatement(sql: "UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?").execute(
                     arguments: [newHash, now.millis, device.id])
                 device.refreshHash = newHash
                 device.lastUsedAt = now
                 return device
             }
-            if let row = try Row.fetchOne(db, sql: "SELECT id FROM devices WHERE previous_refresh_hash = ?", arguments: [presentedHash]) {
+            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id FROM devices WHERE previous_refresh_hash = ?"), arguments: [presentedHash]) {
                 // A token that was already exchanged is being replayed: someone else has it. Sign the device out.
                 let id: String = row["id"]
-                try db.execute(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", arguments: [now.millis, id])
+                try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute( arguments: [now.millis, id])
                 return nil as DeviceRecord?
             }
             throw DriveError.unauthorized("Unknown refresh token; log in again.")
@@ -139,13 +135,13 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func revokeDevice(id: String, now: Date) async throws {
         try await write { db, _ in
-            try db.execute(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", arguments: [now.millis, id])
+            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute( arguments: [now.millis, id])
         }
     }
 
     func loginLockout(key: String, now: Date) async throws -> Int? {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT locked_until FROM login_failures WHERE key = ?", arguments: [key]),
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT locked_until FROM login_failures WHERE key = ?"), arguments: [key]),
                 let until = row["locked_until"] as Int64?
             else { return nil }
             let remaining = until - now.millis
@@ -156,7 +152,7 @@ final class SQLiteMetadataStore: MetadataStore {
     func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws {
         try await write { db, _ in
             let window: Int64 = 15 * 60 * 1000
-            let row = try Row.fetchOne(db, sql: "SELECT failures, window_start FROM login_failures WHERE key = ?", arguments: [key])
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT failures, window_start FROM login_failures WHERE key = ?"), arguments: [key])
             var failures = 1
             var windowStart = now.millis
             if let row, now.millis - (row["window_start"] as Int64) < window {
@@ -169,19 +165,18 @@ final class SQLiteMetadataStore: MetadataStore {
                 let factor = Double(1 << min(failures - allowed, 6))
                 lockedUntil = now.millis + Int64(min(lockout * factor, 3600) * 1000)
             }
-            try db.execute(
-                sql: """
+            try db.cachedStatement(sql: """
                     INSERT INTO login_failures (key, failures, window_start, locked_until) VALUES (?, ?, ?, ?)
                     ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start,
                     locked_until = excluded.locked_until
-                    """,
+                    """).execute(
                 arguments: [key, failures, windowStart, lockedUntil])
         }
     }
 
     func clearLoginFailures(key: String) async throws {
         try await write { db, _ in
-            try db.execute(sql: "DELETE FROM login_failures WHERE key = ?", arguments: [key])
+            try db.cachedStatement(sql: "DELETE FROM login_failures WHERE key = ?").execute( arguments: [key])
         }
     }
 
@@ -214,7 +209,7 @@ final class SQLiteMetadataStore: MetadataStore {
     func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
         try await pool.read { db in
             let total = try Int.fetchOne(
-                db, sql: "SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root = id", arguments: [userId]) ?? 0
+                db.cachedStatement(sql: "SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root = id"), arguments: [userId]) ?? 0
             let rows = try Row.fetchAll(
                 db,
                 sql: "SELECT * FROM files WHERE user_id = ? AND trash_root = id ORDER BY trashed_at DESC, name ASC LIMIT ? OFFSET ?",
@@ -250,11 +245,10 @@ final class SQLiteMetadataStore: MetadataStore {
                 }
             }
             let id = "f" + randomToken()
-            try db.execute(
-                sql: """
+            try db.cachedStatement(sql: """
                     INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
+                    """).execute(
                 arguments: [id, userId, parent.id, finalName, mimeType, isFolder, now.millis, now.millis, requestId])
             var file = try Self.file(db, id: id, userId: userId)
             if !isFolder {
@@ -286,7 +280,7 @@ final class SQLiteMetadataStore: MetadataStore {
                         if current == file.id {
                             throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: "invalid_move")
                         }
-                        cursor = try String.fetchOne(db, sql: "SELECT parent_id FROM files WHERE id = ?", arguments: [current])
+                        cursor = try String.fetchOne(db.cachedStatement(sql: "SELECT parent_id FROM files WHERE id = ?"), arguments: [current])
                     }
                 }
                 newParent = parent.id
@@ -295,8 +289,7 @@ final class SQLiteMetadataStore: MetadataStore {
             if let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId), existing.id != file.id {
                 throw DriveError.nameConflict(name: newName, existingId: existing.id)
             }
-            try db.execute(
-                sql: "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
+            try db.cachedStatement(sql: "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?").execute(
                 arguments: [newName, newParent, now.millis, file.id])
             try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             try Self.touchFolder(db, file.parentId!, now: now)
@@ -311,11 +304,10 @@ final class SQLiteMetadataStore: MetadataStore {
             guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be deleted.") }
             guard !file.isTrashed else { return file }
             let ids = try Self.subtree(db, rootId: file.id).filter { id in
-                try Bool.fetchOne(db, sql: "SELECT trash_root IS NULL FROM files WHERE id = ?", arguments: [id]) ?? false
+                try Bool.fetchOne(db.cachedStatement(sql: "SELECT trash_root IS NULL FROM files WHERE id = ?"), arguments: [id]) ?? false
             }
             for id in ids {
-                try db.execute(
-                    sql: "UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?",
+                try db.cachedStatement(sql: "UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?").execute(
                     arguments: [file.id, now.millis, id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
@@ -332,20 +324,19 @@ final class SQLiteMetadataStore: MetadataStore {
             var parentId = oldParent
             let parent = try? Self.file(db, id: oldParent, userId: userId)
             if parent == nil || parent!.isTrashed {
-                parentId = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [userId]) ?? oldParent
+                parentId = try String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [userId]) ?? oldParent
             }
             var name = file.name
             if try Self.liveChild(db, parentId: parentId, name: name, userId: userId) != nil {
                 name = try Self.freeName(db, parentId: parentId, name: name, userId: userId)
             }
             let ids = try Self.subtree(db, rootId: file.id).filter { id in
-                try String.fetchOne(db, sql: "SELECT trash_root FROM files WHERE id = ?", arguments: [id]) == trashRoot
+                try String.fetchOne(db.cachedStatement(sql: "SELECT trash_root FROM files WHERE id = ?"), arguments: [id]) == trashRoot
             }
             // Name and place first, while the row is still trashed and outside the live-name index.
-            try db.execute(sql: "UPDATE files SET name = ?, parent_id = ? WHERE id = ?", arguments: [name, parentId, file.id])
+            try db.cachedStatement(sql: "UPDATE files SET name = ?, parent_id = ? WHERE id = ?").execute( arguments: [name, parentId, file.id])
             for id in ids {
-                try db.execute(
-                    sql: "UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", arguments: [id])
+                try db.cachedStatement(sql: "UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?").execute( arguments: [id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             try Self.touchFolder(db, parentId, now: now)
@@ -418,7 +409,7 @@ final class SQLiteMetadataStore: MetadataStore {
     /// The file a creation with `requestId` made before (a retry), if any.
     static func fileMade(_ db: Database, by requestId: String?, userId: String) throws -> FileRecord? {
         guard let requestId else { return nil }
-        return try Row.fetchOne(db, sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?", arguments: [userId, requestId]).map(Self.file)
+        return try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?"), arguments: [userId, requestId]).map(Self.file)
     }
 
     /// One content commit inside a write transaction: a retried `requestId` returns its first file
@@ -432,7 +423,7 @@ final class SQLiteMetadataStore: MetadataStore {
             // A retry of an upload that landed: the same file, nothing new.
             guard
                 try Bool.fetchOne(
-                    db, sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)",
+                    db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
                     arguments: [earlier.id, content.checksum]) == true
             else {
                 throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
@@ -456,9 +447,9 @@ final class SQLiteMetadataStore: MetadataStore {
     func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int) {
         try await pool.read { db in
             _ = try Self.file(db, id: fileId, userId: userId)
-            let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM revisions WHERE file_id = ?", arguments: [fileId]) ?? 0
+            let total = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM revisions WHERE file_id = ?"), arguments: [fileId]) ?? 0
             let rows = try Row.fetchAll(
-                db, sql: "SELECT * FROM revisions WHERE file_id = ? ORDER BY ordinal DESC LIMIT ? OFFSET ?",
+                db.cachedStatement(sql: "SELECT * FROM revisions WHERE file_id = ? ORDER BY ordinal DESC LIMIT ? OFFSET ?"),
                 arguments: [fileId, paging.limit, paging.offset])
             return (rows.map(Self.revision), total)
         }
@@ -468,7 +459,7 @@ final class SQLiteMetadataStore: MetadataStore {
         try await pool.read { db in
             guard
                 let row = try Row.fetchOne(
-                    db, sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?", arguments: [revisionId, fileId, userId])
+                    db.cachedStatement(sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?"), arguments: [revisionId, fileId, userId])
             else { throw DriveError.notFound("No such revision.") }
             return Self.revision(row)
         }
@@ -493,11 +484,11 @@ final class SQLiteMetadataStore: MetadataStore {
             guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: "trashed") }
             guard
                 let row = try Row.fetchOne(
-                    db, sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?", arguments: [revisionId, fileId, userId])
+                    db.cachedStatement(sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?"), arguments: [revisionId, fileId, userId])
             else { throw DriveError.notFound("No such revision.") }
             let revision = Self.revision(row)
             let blocks = try Row.fetchAll(
-                db, sql: "SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx", arguments: [revisionId]
+                db.cachedStatement(sql: "SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx"), arguments: [revisionId]
             ).map { BlockRef(hash: $0["hash"], size: $0["size"]) }
             return try self.commitRevision(
                 db, &effects, file: file, blocks: blocks, checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType, now: now)
@@ -508,13 +499,13 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func latestSeq(userId: String) async throws -> Int64 {
         try await pool.read { db in
-            try Int64.fetchOne(db, sql: "SELECT last_seq FROM users WHERE id = ?", arguments: [userId]) ?? 0
+            try Int64.fetchOne(db.cachedStatement(sql: "SELECT last_seq FROM users WHERE id = ?"), arguments: [userId]) ?? 0
         }
     }
 
     func changes(userId: String, after seq: Int64, limit: Int) async throws -> (changes: [ChangeRecord], hasMore: Bool)? {
         try await pool.read { db in
-            guard let user = try Row.fetchOne(db, sql: "SELECT last_seq, changes_floor FROM users WHERE id = ?", arguments: [userId]) else {
+            guard let user = try Row.fetchOne(db.cachedStatement(sql: "SELECT last_seq, changes_floor FROM users WHERE id = ?"), arguments: [userId]) else {
                 return nil
             }
             let last: Int64 = user["last_seq"]
@@ -542,7 +533,7 @@ final class SQLiteMetadataStore: MetadataStore {
     func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int {
         try await write { db, effects in
             let rows = try Row.fetchAll(
-                db, sql: "SELECT id, user_id FROM files WHERE trash_root = id AND trashed_at < ? LIMIT 500", arguments: [before.millis])
+                db.cachedStatement(sql: "SELECT id, user_id FROM files WHERE trash_root = id AND trashed_at < ? LIMIT 500"), arguments: [before.millis])
             var purged = 0
             for row in rows {
                 purged += try self.purge(db, &effects, userId: row["user_id"], rootId: row["id"], now: now)
@@ -554,15 +545,15 @@ final class SQLiteMetadataStore: MetadataStore {
     func compactChanges(before: Date) async throws -> Int {
         try await write { db, _ in
             let rows = try Row.fetchAll(
-                db, sql: "SELECT user_id, MAX(seq) AS top FROM changes WHERE kind = 'delete' AND at < ? GROUP BY user_id",
+                db.cachedStatement(sql: "SELECT user_id, MAX(seq) AS top FROM changes WHERE kind = 'delete' AND at < ? GROUP BY user_id"),
                 arguments: [before.millis])
             var removed = 0
             for row in rows {
                 let userId: String = row["user_id"]
                 let top: Int64 = row["top"]
-                try db.execute(sql: "DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?", arguments: [userId, top])
+                try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?").execute( arguments: [userId, top])
                 removed += db.changesCount
-                try db.execute(sql: "UPDATE users SET changes_floor = MAX(changes_floor, ?) WHERE id = ?", arguments: [top, userId])
+                try db.cachedStatement(sql: "UPDATE users SET changes_floor = MAX(changes_floor, ?) WHERE id = ?").execute( arguments: [top, userId])
             }
             return removed
         }
@@ -576,12 +567,11 @@ let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 extension SQLiteMetadataStore {
     /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
     static func recordChange(_ db: Database, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
-        try db.execute(sql: "DELETE FROM changes WHERE user_id = ? AND file_id = ?", arguments: [userId, fileId])
-        try db.execute(
-            sql: "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?)",
+        try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND file_id = ?").execute( arguments: [userId, fileId])
+        try db.cachedStatement(sql: "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?)").execute(
             arguments: [userId, fileId, kind.rawValue, now.millis])
         let seq = db.lastInsertedRowID
-        try db.execute(sql: "UPDATE users SET last_seq = ? WHERE id = ?", arguments: [seq, userId])
+        try db.cachedStatement(sql: "UPDATE users SET last_seq = ? WHERE id = ?").execute( arguments: [seq, userId])
         effects.changed[userId] = seq
     }
 
@@ -594,7 +584,7 @@ extension SQLiteMetadataStore {
             try checkWritable(existing, ifMatch: ifMatch)
             return existing
         case .new(let parentId, let name, let policy, let requestId):
-            let root = try String.fetchOne(db, sql: "SELECT root_id FROM users WHERE id = ?", arguments: [userId]) ?? ""
+            let root = try String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [userId]) ?? ""
             let parent = try liveFolder(db, id: parentId ?? root, userId: userId)
             let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
             if let clash, policy == .replace, !clash.isFolder {
@@ -607,11 +597,10 @@ extension SQLiteMetadataStore {
                 finalName = try freeName(db, parentId: parent.id, name: name, userId: userId)
             }
             let id = "f" + randomToken()
-            try db.execute(
-                sql: """
+            try db.cachedStatement(sql: """
                     INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
                     VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)
-                    """,
+                    """).execute(
                 arguments: [id, userId, parent.id, finalName, mimeType, now.millis, now.millis, requestId])
             try touchFolder(db, parent.id, now: now)
             return try file(db, id: id, userId: userId)
@@ -630,7 +619,7 @@ extension SQLiteMetadataStore {
     }
 
     static func file(_ db: Database, id: String, userId: String) throws -> FileRecord {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM files WHERE id = ? AND user_id = ?", arguments: [id, userId]) else {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM files WHERE id = ? AND user_id = ?"), arguments: [id, userId]) else {
             throw DriveError.notFound()
         }
         return file(row)
@@ -648,7 +637,7 @@ extension SQLiteMetadataStore {
 
     static func liveChild(_ db: Database, parentId: String, name: String, userId: String) throws -> FileRecord? {
         try Row.fetchOne(
-            db, sql: "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL",
+            db.cachedStatement(sql: "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL"),
             arguments: [userId, parentId, name]
         ).map(file)
     }
@@ -678,19 +667,19 @@ extension SQLiteMetadataStore {
 
     /// A folder's metadata version moves when its listing changes (its `ETag`).
     static func touchFolder(_ db: Database, _ id: String, now: Date) throws {
-        try db.execute(sql: "UPDATE files SET version = version + 1 WHERE id = ?", arguments: [id])
+        try db.cachedStatement(sql: "UPDATE files SET version = version + 1 WHERE id = ?").execute( arguments: [id])
     }
 
     /// 507 if placing these blocks would take the user over quota.
     func checkQuota(_ db: Database, userId: String, blocks: [BlockRef]) throws {
-        guard let row = try Row.fetchOne(db, sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?", arguments: [userId]),
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?"), arguments: [userId]),
             let limit = row["quota_limit"] as Int64?
         else { return }
         let used: Int64 = row["used_bytes"]
         var needed: Int64 = 0
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.hash).inserted {
-            if try Row.fetchOne(db, sql: "SELECT 1 FROM blocks WHERE user_id = ? AND hash = ?", arguments: [userId, block.hash]) == nil {
+            if try Row.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, block.hash]) == nil {
                 needed += block.size
             }
         }
@@ -702,11 +691,10 @@ extension SQLiteMetadataStore {
     /// Records newly stored blocks and charges them to the user.
     static func account(_ db: Database, userId: String, added: [BlockRef], now: Date) throws {
         for block in added {
-            try db.execute(
-                sql: "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING",
+            try db.cachedStatement(sql: "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING").execute(
                 arguments: [userId, block.hash, block.size, now.millis])
             if db.changesCount == 1 {
-                try db.execute(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", arguments: [block.size, userId])
+                try db.cachedStatement(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?").execute( arguments: [block.size, userId])
             }
         }
     }
@@ -742,9 +730,9 @@ extension SQLiteMetadataStore {
         guard !unreferenced.isEmpty else { return }
         try blobs.remove(unreferenced, user: userId)
         for hash in unreferenced {
-            if let size = try Int64.fetchOne(db, sql: "SELECT size FROM blocks WHERE user_id = ? AND hash = ?", arguments: [userId, hash]) {
-                try db.execute(sql: "DELETE FROM blocks WHERE user_id = ? AND hash = ?", arguments: [userId, hash])
-                try db.execute(sql: "UPDATE users SET used_bytes = MAX(0, used_bytes - ?) WHERE id = ?", arguments: [size, userId])
+            if let size = try Int64.fetchOne(db.cachedStatement(sql: "SELECT size FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, hash]) {
+                try db.cachedStatement(sql: "DELETE FROM blocks WHERE user_id = ? AND hash = ?").execute( arguments: [userId, hash])
+                try db.cachedStatement(sql: "UPDATE users SET used_bytes = MAX(0, used_bytes - ?) WHERE id = ?").execute( arguments: [size, userId])
             }
         }
     }
@@ -755,23 +743,20 @@ extension SQLiteMetadataStore {
         now: Date
     ) throws -> FileRecord {
         let revisionId = "r" + randomToken()
-        let ordinal = (try Int64.fetchOne(db, sql: "SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", arguments: [file.id]) ?? 0) + 1
-        try db.execute(
-            sql: """
+        let ordinal = (try Int64.fetchOne(db.cachedStatement(sql: "SELECT MAX(ordinal) FROM revisions WHERE file_id = ?"), arguments: [file.id]) ?? 0) + 1
+        try db.cachedStatement(sql: """
                 INSERT INTO revisions (id, file_id, user_id, mime_type, size, checksum, created_at, ordinal)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """,
+                """).execute(
             arguments: [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
         for (index, block) in blocks.enumerated() {
-            try db.execute(
-                sql: "INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)",
+            try db.cachedStatement(sql: "INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)").execute(
                 arguments: [revisionId, index, file.userId, block.hash, block.size])
         }
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
                 WHERE id = ?
-                """,
+                """).execute(
             arguments: [revisionId, size, checksum, mimeType, now.millis, file.id])
         try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
         try pruneRevisions(db, fileId: file.id, userId: file.userId, now: now)
@@ -779,16 +764,16 @@ extension SQLiteMetadataStore {
     }
 
     func pruneRevisions(_ db: Database, fileId: String, userId: String, now: Date) throws {
-        let all = try Row.fetchAll(db, sql: "SELECT id, created_at FROM revisions WHERE file_id = ? ORDER BY ordinal DESC", arguments: [fileId])
+        let all = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, created_at FROM revisions WHERE file_id = ? ORDER BY ordinal DESC"), arguments: [fileId])
             .map { (id: $0["id"] as String, date: Date(millis: $0["created_at"])) }
         guard all.count > revisionRetention.keepLast else { return }
         let doomed = revisionRetention.prunable(all, now: now, date: \.date).map(\.id)
         guard !doomed.isEmpty else { return }
         var hashes: Set<String> = []
         for id in doomed {
-            hashes.formUnion(try String.fetchAll(db, sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?", arguments: [id]))
-            try db.execute(sql: "DELETE FROM revision_blocks WHERE revision_id = ?", arguments: [id])
-            try db.execute(sql: "DELETE FROM revisions WHERE id = ?", arguments: [id])
+            hashes.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?"), arguments: [id]))
+            try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute( arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM revisions WHERE id = ?").execute( arguments: [id])
         }
         try collectGarbage(db, userId: userId, hashes: hashes)
     }
@@ -799,13 +784,13 @@ extension SQLiteMetadataStore {
         let ids = try Self.subtree(db, rootId: rootId)
         var hashes: Set<String> = []
         for id in ids {
-            let revisionIds = try String.fetchAll(db, sql: "SELECT id FROM revisions WHERE file_id = ?", arguments: [id])
+            let revisionIds = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM revisions WHERE file_id = ?"), arguments: [id])
             for revisionId in revisionIds {
-                hashes.formUnion(try String.fetchAll(db, sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?", arguments: [revisionId]))
-                try db.execute(sql: "DELETE FROM revision_blocks WHERE revision_id = ?", arguments: [revisionId])
+                hashes.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?"), arguments: [revisionId]))
+                try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute( arguments: [revisionId])
             }
-            try db.execute(sql: "DELETE FROM revisions WHERE file_id = ?", arguments: [id])
-            try db.execute(sql: "DELETE FROM files WHERE id = ?", arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM revisions WHERE file_id = ?").execute( arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM files WHERE id = ?").execute( arguments: [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }
         try collectGarbage(db, userId: userId, hashes: hashes)
