@@ -185,6 +185,27 @@ struct EngineTests {
         }
     }
 
+    @Test("many files queued in one call: each succeeds or fails alone, and the good ones reach the server")
+    func queueManyAtOnce() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("many")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "many", password: "correct horse")
+            let folder = try await a.createFolder(named: "In")
+            let results = try await a.upload([
+                .init(fileURL: try world.file("one.txt", Data("1".utf8)), folder: folder),
+                .init(fileURL: try world.file("two.txt", Data("2".utf8)), name: "bad/name", folder: folder),
+                .init(fileURL: world.root.appending(path: "missing.txt"), folder: folder),
+                .init(fileURL: try world.file("three.txt", Data("3".utf8)), name: "one.txt", folder: folder),  // taken just above
+                .init(fileURL: try world.file("four.txt", Data("4".utf8)), folder: folder, checksum: sha256(Data("4".utf8))),
+            ])
+            #expect(results.map { if case .success = $0 { true } else { false } } == [true, false, false, false, true])
+            try await device.settle()
+            #expect(try await world.api("many").tree() == ["/In": "folder", "/In/one.txt": sha256(Data("1".utf8)), "/In/four.txt": sha256(Data("4".utf8))])
+        }
+    }
+
     @Test("an interrupted upload resumes from the persisted session, sending only the missing chunks")
     func resumableResume() async throws {
         try await SyncWorld.run { world in

@@ -43,27 +43,7 @@ extension SyncEngine {
         let now = self.now
         do {
             try database.pool.write { db in
-                let parentRow = try self.liveFolder(db, folder)
-                try self.checkFree(db, name: name, in: parentRow.luid, except: nil)
-                var row = ItemRow.empty(id.rawValue, isFolder: false)
-                row.lPresent = true
-                row.lParent = parentRow.luid
-                row.lName = name
-                row.lMime = mimeType ?? MimeType.guess(forName: name)
-                row.lSize = staged.size
-                row.lChecksum = staged.checksum
-                row.lModified = now.millis
-                row.lastAccess = now.millis
-                if copy {
-                    row.contentPath = staged.url.path
-                    row.contentChecksum = staged.checksum
-                }
-                try row.save(db)
-                let payload = OperationPayload(
-                    name: name, parent: parentRow.luid, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
-                    checksum: staged.checksum, size: staged.size)
-                _ = try OperationRow.insert(
-                    db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: try self.creatorDependency(db, parentRow), now: now)
+                try self.insertUpload(db, id: id, name: name, folder: folder, mimeType: mimeType, staged: staged, copy: copy, now: now)
             }
         } catch {
             if copy { try? FileManager.default.removeItem(at: staged.url) }
@@ -71,6 +51,85 @@ extension SyncEngine {
         }
         notifyChanged()
         return id
+    }
+
+    /// A new file for ``upload(_:)``.
+    public struct NewUpload: Sendable {
+        public var fileURL: URL
+        public var name: String?
+        public var folder: ItemID
+        public var mimeType: String?
+        /// The content's SHA-256 if the caller has it (it is trusted: the upload is checked against it).
+        public var checksum: String?
+
+        public init(fileURL: URL, name: String? = nil, folder: ItemID = .root, mimeType: String? = nil, checksum: String? = nil) {
+            self.fileURL = fileURL
+            self.name = name
+            self.folder = folder
+            self.mimeType = mimeType
+            self.checksum = checksum
+        }
+    }
+
+    /// Adds many files at once in one local transaction (a folder sync meeting a new tree): each as
+    /// ``upload(from:named:in:mimeType:copy:checksum:)`` without `copy` would, in order; each succeeds or fails
+    /// on its own.
+    public func upload(_ files: [NewUpload]) throws -> [Result<ItemID, SyncError>] {
+        var results = [Result<ItemID, SyncError>](repeating: .failure(.invalid("not queued")), count: files.count)
+        var prepared: [(index: Int, name: String, staged: (url: URL, checksum: String, size: Int64))] = []
+        for (index, file) in files.enumerated() {
+            do {
+                prepared.append((index, try Self.validName(file.name ?? file.fileURL.lastPathComponent), try stage(file.fileURL, copy: false, checksum: file.checksum)))
+            } catch {
+                results[index] = .failure(error as? SyncError ?? .localFile("\(error)"))
+            }
+        }
+        let now = self.now
+        try database.pool.write { db in
+            for entry in prepared {
+                let file = files[entry.index]
+                let id = ItemID.make()
+                do {
+                    try db.inSavepoint {
+                        try self.insertUpload(
+                            db, id: id, name: entry.name, folder: file.folder, mimeType: file.mimeType, staged: entry.staged, copy: false, now: now)
+                        return .commit
+                    }
+                    results[entry.index] = .success(id)
+                } catch let error as SyncError {
+                    results[entry.index] = .failure(error)
+                }
+            }
+        }
+        notifyChanged()
+        return results
+    }
+
+    /// The local commit of a new file: its item row and its upload operation.
+    func insertUpload(
+        _ db: Database, id: ItemID, name: String, folder: ItemID, mimeType: String?, staged: (url: URL, checksum: String, size: Int64),
+        copy: Bool, now: Date
+    ) throws {
+        let parentRow = try liveFolder(db, folder)
+        try checkFree(db, name: name, in: parentRow.luid, except: nil)
+        var row = ItemRow.empty(id.rawValue, isFolder: false)
+        row.lPresent = true
+        row.lParent = parentRow.luid
+        row.lName = name
+        row.lMime = mimeType ?? MimeType.guess(forName: name)
+        row.lSize = staged.size
+        row.lChecksum = staged.checksum
+        row.lModified = now.millis
+        row.lastAccess = now.millis
+        if copy {
+            row.contentPath = staged.url.path
+            row.contentChecksum = staged.checksum
+        }
+        try row.save(db)
+        let payload = OperationPayload(
+            name: name, parent: parentRow.luid, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
+            checksum: staged.checksum, size: staged.size)
+        _ = try OperationRow.insert(db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: try creatorDependency(db, parentRow), now: now)
     }
 
     /// Replaces a file's content with `fileURL`'s: a new version, based on the revision this device knows

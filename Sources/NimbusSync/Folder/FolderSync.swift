@@ -255,7 +255,8 @@ public actor FolderSync {
             }
         }
 
-        // New on disk (parents first).
+        // New on disk (parents first). New files are queued 500 at a time, each batch in one local transaction.
+        var newFiles: [(entry: DiskEntry, upload: SyncEngine.NewUpload)] = []
         for entry in disk.values.filter({ !claimed.contains($0.path) && indexed[$0.path] == nil }).sorted(by: { $0.path < $1.path }) {
             if let existing = view[entry.path], !indexedLuids.contains(existing.item.id.rawValue) {
                 // The same path appeared on both sides.
@@ -277,6 +278,7 @@ public actor FolderSync {
             guard let parent = parentItem(of: entry.path, in: view) else { continue }
             do {
                 if entry.isDirectory {
+                    try await queue(&newFiles, upserts: &upserts, report: &report)  // queue order: what is already waiting goes before this folder's children
                     let id = try await engine.createFolder(named: name(of: entry.path), in: parent)
                     view[entry.path] = ViewEntry(path: entry.path, item: try await engine.item(id) ?? placeholder(id, folder: true))
                     upserts[entry.path] = indexEntry(entry, luid: id, checksum: nil, revision: nil)
@@ -287,14 +289,14 @@ public actor FolderSync {
                         continue
                     }
                     let checksum = try hash(entry.path)
-                    let id = try await engine.upload(from: url(entry.path), named: name(of: entry.path), in: parent, copy: false, checksum: checksum)
-                    upserts[entry.path] = indexEntry(entry, luid: id, checksum: checksum, revision: nil)
-                    report.uploaded.append(entry.path)
+                    newFiles.append((entry, SyncEngine.NewUpload(fileURL: url(entry.path), name: name(of: entry.path), folder: parent, checksum: checksum)))
+                    if newFiles.count >= 500 { try await queue(&newFiles, upserts: &upserts, report: &report) }
                 }
             } catch {
                 report.errors.append("\(entry.path): \(error)")
             }
         }
+        try await queue(&newFiles, upserts: &upserts, report: &report)
 
         // New on the server (parents first).
         for remote in view.values.filter({ !indexedLuids.contains($0.item.id.rawValue) }).sorted(by: { $0.path < $1.path }) {
@@ -355,6 +357,26 @@ public actor FolderSync {
         }
         try index.apply(upserts: placed, removals: [])
         return report
+    }
+
+    /// Queues collected new files in one engine call (one local transaction) and records what became of each.
+    func queue(
+        _ newFiles: inout [(entry: DiskEntry, upload: SyncEngine.NewUpload)], upserts: inout [String: FolderIndex.Entry],
+        report: inout FolderSyncReport
+    ) async throws {
+        guard !newFiles.isEmpty else { return }
+        let batch = newFiles
+        newFiles = []
+        let results = try await engine.upload(batch.map(\.upload))
+        for ((entry, upload), result) in zip(batch, results) {
+            switch result {
+            case .success(let id):
+                upserts[entry.path] = indexEntry(entry, luid: id, checksum: upload.checksum, revision: nil)
+                report.uploaded.append(entry.path)
+            case .failure(let error):
+                report.errors.append("\(entry.path): \(error)")
+            }
+        }
     }
 
     // MARK: Conflicts
