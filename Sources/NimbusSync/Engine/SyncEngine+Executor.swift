@@ -287,9 +287,8 @@ extension SyncEngine {
     }
 
     nonisolated func claim(_ db: Database, _ file: File, for luid: String) throws {
-        if var other = try ItemRow.fetch(db, fileId: file.id), other.luid != luid {
-            try merge(db, from: other.luid, into: luid)
-            other.fileId = nil
+        if let other = try ItemRow.luid(db, fileId: file.id), other != luid {
+            try merge(db, from: other, into: luid)
         }
         guard var row = try ItemRow.fetch(db, luid: luid) else { return }
         row.setRemote(file, parentLuid: try parentLuid(db, file))

@@ -141,7 +141,7 @@ extension SyncEngine {
     /// The LUID of a file's parent, creating a placeholder row for a parent not seen yet.
     nonisolated func parentLuid(_ db: Database, _ file: File) throws -> String? {
         guard let parentId = file.parentId else { return nil }
-        if let row = try ItemRow.fetch(db, fileId: parentId) { return row.luid }
+        if let luid = try ItemRow.luid(db, fileId: parentId) { return luid }
         var placeholder = ItemRow.empty(ItemID.make().rawValue, isFolder: true)
         placeholder.fileId = parentId
         try placeholder.save(db)

@@ -269,31 +269,32 @@ extension SyncEngine {
         let payload = operation.payload
         try claim(db, file, for: luid)  // one transaction with what follows
         // Versions queued behind this one while it was sent were made from it: they are based on what it made.
-        for later in try OperationRow.forItem(db, luid)
-        where later.kind == .upload && later.seq > operation.seq && later.state != .applied
-            && later.payload.baseRevision == payload.baseRevision
-        {
+        let queuedBehind = try Row.fetchAll(
+            db.cachedStatement(sql: "SELECT * FROM operations WHERE luid = ? AND kind = 'upload' AND seq > ? AND state != 'applied' ORDER BY seq"),
+            arguments: [luid, operation.seq]
+        ).map(OperationRow.init(row:))
+        for later in queuedBehind where later.payload.baseRevision == payload.baseRevision {
             var rebased = later.payload
             rebased.baseRevision = file.revisionId
             try OperationRow.updatePayload(db, id: later.id, rebased)
         }
-        var discard: String?
+        // The caller's own file (ownsSource false) stays where it is; a private copy becomes the cached content.
+        guard payload.ownsSource == true, let source = payload.sourcePath else { return nil }
         guard var item = try ItemRow.fetch(db, luid: luid) else { return nil }
-        if payload.ownsSource == true, let source = payload.sourcePath {
-            if item.contentPath == source {
-                let destination = contentDirectory.appending(path: file.id).path
-                try? FileManager.default.removeItem(atPath: destination)
-                do {
-                    try FileManager.default.moveItem(atPath: source, toPath: destination)
-                    item.contentPath = destination
-                    item.contentChecksum = file.checksum
-                } catch {
-                    item.contentPath = nil
-                    item.contentChecksum = nil
-                }
-            } else {
-                discard = source
+        var discard: String?
+        if item.contentPath == source {
+            let destination = contentDirectory.appending(path: file.id).path
+            try? FileManager.default.removeItem(atPath: destination)
+            do {
+                try FileManager.default.moveItem(atPath: source, toPath: destination)
+                item.contentPath = destination
+                item.contentChecksum = file.checksum
+            } catch {
+                item.contentPath = nil
+                item.contentChecksum = nil
             }
+        } else {
+            discard = source
         }
         try item.save(db)
         return discard

@@ -105,6 +105,11 @@ struct ItemRow: Sendable, Equatable {
         try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE luid = ?"), arguments: [luid]).map(ItemRow.init(row:))
     }
 
+    /// The LUID of the item that is server file `fileId`, without decoding the row.
+    static func luid(_ db: Database, fileId: String) throws -> String? {
+        try String.fetchOne(db.cachedStatement(sql: "SELECT luid FROM items WHERE file_id = ?"), arguments: [fileId])
+    }
+
     static func fetch(_ db: Database, fileId: String) throws -> ItemRow? {
         try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE file_id = ?"), arguments: [fileId]).map(ItemRow.init(row:))
     }
