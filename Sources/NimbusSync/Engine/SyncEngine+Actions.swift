@@ -43,7 +43,10 @@ extension SyncEngine {
         let now = self.now
         do {
             try database.pool.write { db in
-                try self.insertUpload(db, id: id, name: name, folder: folder, mimeType: mimeType, staged: staged, copy: copy, now: now)
+                let parentRow = try self.liveFolder(db, folder)
+                try self.insertUpload(
+                    db, id: id, name: name, folder: (parentRow, try self.creatorDependency(db, parentRow)), mimeType: mimeType, staged: staged,
+                    copy: copy, now: now)
             }
         } catch {
             if copy { try? FileManager.default.removeItem(at: staged.url) }
@@ -86,13 +89,23 @@ extension SyncEngine {
         }
         let now = self.now
         try database.pool.write { db in
+            // One lookup per folder, not per file: a new tree has many files per folder.
+            var folders: [ItemID: (row: ItemRow, dependency: [String])] = [:]
             for entry in prepared {
                 let file = files[entry.index]
                 let id = ItemID.make()
                 do {
+                    let folder: (row: ItemRow, dependency: [String])
+                    if let known = folders[file.folder] {
+                        folder = known
+                    } else {
+                        let row = try self.liveFolder(db, file.folder)
+                        folder = (row, try self.creatorDependency(db, row))
+                        folders[file.folder] = folder
+                    }
                     try db.inSavepoint {
                         try self.insertUpload(
-                            db, id: id, name: entry.name, folder: file.folder, mimeType: file.mimeType, staged: entry.staged, copy: false, now: now)
+                            db, id: id, name: entry.name, folder: folder, mimeType: file.mimeType, staged: entry.staged, copy: false, now: now)
                         return .commit
                     }
                     results[entry.index] = .success(id)
@@ -105,12 +118,13 @@ extension SyncEngine {
         return results
     }
 
-    /// The local commit of a new file: its item row and its upload operation.
+    /// The local commit of a new file in a live folder (its row, and the operation its upload must wait for):
+    /// its item row and its upload operation.
     func insertUpload(
-        _ db: Database, id: ItemID, name: String, folder: ItemID, mimeType: String?, staged: (url: URL, checksum: String, size: Int64),
-        copy: Bool, now: Date
+        _ db: Database, id: ItemID, name: String, folder: (row: ItemRow, dependency: [String]), mimeType: String?,
+        staged: (url: URL, checksum: String, size: Int64), copy: Bool, now: Date
     ) throws {
-        let parentRow = try liveFolder(db, folder)
+        let parentRow = folder.row
         try checkFree(db, name: name, in: parentRow.luid, except: nil)
         var row = ItemRow.empty(id.rawValue, isFolder: false)
         row.lPresent = true
@@ -129,7 +143,7 @@ extension SyncEngine {
         let payload = OperationPayload(
             name: name, parent: parentRow.luid, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
             checksum: staged.checksum, size: staged.size)
-        _ = try OperationRow.insert(db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: try creatorDependency(db, parentRow), now: now)
+        _ = try OperationRow.insert(db, luid: id.rawValue, kind: .upload, payload: payload, dependsOn: folder.dependency, now: now)
     }
 
     /// Replaces a file's content with `fileURL`'s: a new version, based on the revision this device knows

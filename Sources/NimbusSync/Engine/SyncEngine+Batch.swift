@@ -66,13 +66,19 @@ extension SyncEngine {
         var entries: [BatchUploadRequest.Entry] = []
         var sent: [OperationRow] = []
         var alone: [OperationRow] = []
-        for operation in operations {
+        let rows = try await database.pool.read { db in try operations.map { try ItemRow.fetch(db, luid: $0.luid) } }
+        var folders: [String: String] = [:]  // parent LUID → server id, looked up once per batch
+        for (operation, row) in zip(operations, rows) {
             let payload = operation.payload
-            guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: operation.luid) }), row.lPresent, row.fileId == nil,
+            guard let row, row.lPresent, row.fileId == nil, let parent = payload.parent ?? row.lParent,
                 let source = payload.sourcePath, let checksum = payload.checksum,
-                let bytes = try? Data(contentsOf: URL(fileURLWithPath: source)), Int64(bytes.count) == payload.size,
-                let parentId = try? await serverId(payload.parent ?? row.lParent)
+                let bytes = try? Data(contentsOf: URL(fileURLWithPath: source)), Int64(bytes.count) == payload.size
             else {
+                alone.append(operation)
+                continue
+            }
+            if folders[parent] == nil { folders[parent] = try? await serverId(parent) }
+            guard let parentId = folders[parent] else {
                 alone.append(operation)
                 continue
             }
