@@ -105,8 +105,8 @@ extension SQLiteMetadataStore {
             let file = try self.commitRevision(
                 db, &effects, file: destination, blocks: blocks, checksum: checksum, size: upload.size, mimeType: upload.mimeType, now: now)
             // The revision now references the blocks; the session's own references go.
-            try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute( arguments: [uploadId])
-            try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute( arguments: [file.id, uploadId])
+            try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute(arguments: [uploadId])
+            try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute(arguments: [file.id, uploadId])
             upload.completedFileId = file.id
             return (upload, file)
         }
@@ -116,7 +116,7 @@ extension SQLiteMetadataStore {
         try await write { db, _ in
             _ = try Self.upload(db, id: uploadId, userId: userId)
             try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
-            try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute( arguments: [uploadId])
+            try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [uploadId])
         }
     }
 
@@ -126,7 +126,7 @@ extension SQLiteMetadataStore {
                 db.cachedStatement(sql: "SELECT id, user_id FROM uploads WHERE state = 'active' AND expires_at <= ? LIMIT 1000"), arguments: [now.millis])
             for row in rows {
                 try self.dropUploadBlocks(db, uploadId: row["id"], userId: row["user_id"])
-                try db.cachedStatement(sql: "UPDATE uploads SET state = 'expired' WHERE id = ?").execute( arguments: [row["id"] as String])
+                try db.cachedStatement(sql: "UPDATE uploads SET state = 'expired' WHERE id = ?").execute(arguments: [row["id"] as String])
             }
             try db.cachedStatement(sql: "DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?").execute(
                 arguments: [now.millis - Int64(forgetAfter * 1000)])
@@ -138,7 +138,7 @@ extension SQLiteMetadataStore {
 
     func dropUploadBlocks(_ db: Database, uploadId: String, userId: String) throws {
         let hashes = Set(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM upload_blocks WHERE upload_id = ?"), arguments: [uploadId]))
-        try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute( arguments: [uploadId])
+        try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute(arguments: [uploadId])
         try collectGarbage(db, userId: userId, hashes: hashes)
     }
 

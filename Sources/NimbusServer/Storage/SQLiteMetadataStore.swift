@@ -78,14 +78,14 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func setQuota(userId: String, quota: Int64?) async throws {
         try await write { db, _ in
-            try db.cachedStatement(sql: "UPDATE users SET quota_limit = ? WHERE id = ?").execute( arguments: [quota, userId])
+            try db.cachedStatement(sql: "UPDATE users SET quota_limit = ? WHERE id = ?").execute(arguments: [quota, userId])
         }
     }
 
     func setPassword(userId: String, passwordHash: String) async throws {
         try await write { db, _ in
-            try db.cachedStatement(sql: "UPDATE users SET password_hash = ? WHERE id = ?").execute( arguments: [passwordHash, userId])
-            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL").execute( arguments: [Date().millis, userId])
+            try db.cachedStatement(sql: "UPDATE users SET password_hash = ? WHERE id = ?").execute(arguments: [passwordHash, userId])
+            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL").execute(arguments: [Date().millis, userId])
         }
     }
 
@@ -121,7 +121,7 @@ final class SQLiteMetadataStore: MetadataStore {
             if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id FROM devices WHERE previous_refresh_hash = ?"), arguments: [presentedHash]) {
                 // A token that was already exchanged is being replayed: someone else has it. Sign the device out.
                 let id: String = row["id"]
-                try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute( arguments: [now.millis, id])
+                try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute(arguments: [now.millis, id])
                 return nil as DeviceRecord?
             }
             throw DriveError.unauthorized("Unknown refresh token; log in again.")
@@ -135,7 +135,7 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func revokeDevice(id: String, now: Date) async throws {
         try await write { db, _ in
-            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute( arguments: [now.millis, id])
+            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute(arguments: [now.millis, id])
         }
     }
 
@@ -176,7 +176,7 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func clearLoginFailures(key: String) async throws {
         try await write { db, _ in
-            try db.cachedStatement(sql: "DELETE FROM login_failures WHERE key = ?").execute( arguments: [key])
+            try db.cachedStatement(sql: "DELETE FROM login_failures WHERE key = ?").execute(arguments: [key])
         }
     }
 
@@ -334,9 +334,9 @@ final class SQLiteMetadataStore: MetadataStore {
                 try String.fetchOne(db.cachedStatement(sql: "SELECT trash_root FROM files WHERE id = ?"), arguments: [id]) == trashRoot
             }
             // Name and place first, while the row is still trashed and outside the live-name index.
-            try db.cachedStatement(sql: "UPDATE files SET name = ?, parent_id = ? WHERE id = ?").execute( arguments: [name, parentId, file.id])
+            try db.cachedStatement(sql: "UPDATE files SET name = ?, parent_id = ? WHERE id = ?").execute(arguments: [name, parentId, file.id])
             for id in ids {
-                try db.cachedStatement(sql: "UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?").execute( arguments: [id])
+                try db.cachedStatement(sql: "UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?").execute(arguments: [id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             try Self.touchFolder(db, parentId, now: now)
@@ -551,9 +551,9 @@ final class SQLiteMetadataStore: MetadataStore {
             for row in rows {
                 let userId: String = row["user_id"]
                 let top: Int64 = row["top"]
-                try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?").execute( arguments: [userId, top])
+                try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?").execute(arguments: [userId, top])
                 removed += db.changesCount
-                try db.cachedStatement(sql: "UPDATE users SET changes_floor = MAX(changes_floor, ?) WHERE id = ?").execute( arguments: [top, userId])
+                try db.cachedStatement(sql: "UPDATE users SET changes_floor = MAX(changes_floor, ?) WHERE id = ?").execute(arguments: [top, userId])
             }
             return removed
         }
@@ -567,11 +567,11 @@ let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 extension SQLiteMetadataStore {
     /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
     static func recordChange(_ db: Database, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
-        try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND file_id = ?").execute( arguments: [userId, fileId])
+        try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND file_id = ?").execute(arguments: [userId, fileId])
         try db.cachedStatement(sql: "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?)").execute(
             arguments: [userId, fileId, kind.rawValue, now.millis])
         let seq = db.lastInsertedRowID
-        try db.cachedStatement(sql: "UPDATE users SET last_seq = ? WHERE id = ?").execute( arguments: [seq, userId])
+        try db.cachedStatement(sql: "UPDATE users SET last_seq = ? WHERE id = ?").execute(arguments: [seq, userId])
         effects.changed[userId] = seq
     }
 
@@ -667,7 +667,7 @@ extension SQLiteMetadataStore {
 
     /// A folder's metadata version moves when its listing changes (its `ETag`).
     static func touchFolder(_ db: Database, _ id: String, now: Date) throws {
-        try db.cachedStatement(sql: "UPDATE files SET version = version + 1 WHERE id = ?").execute( arguments: [id])
+        try db.cachedStatement(sql: "UPDATE files SET version = version + 1 WHERE id = ?").execute(arguments: [id])
     }
 
     /// 507 if placing these blocks would take the user over quota.
@@ -694,7 +694,7 @@ extension SQLiteMetadataStore {
             try db.cachedStatement(sql: "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING").execute(
                 arguments: [userId, block.hash, block.size, now.millis])
             if db.changesCount == 1 {
-                try db.cachedStatement(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?").execute( arguments: [block.size, userId])
+                try db.cachedStatement(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?").execute(arguments: [block.size, userId])
             }
         }
     }
@@ -731,8 +731,8 @@ extension SQLiteMetadataStore {
         try blobs.remove(unreferenced, user: userId)
         for hash in unreferenced {
             if let size = try Int64.fetchOne(db.cachedStatement(sql: "SELECT size FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, hash]) {
-                try db.cachedStatement(sql: "DELETE FROM blocks WHERE user_id = ? AND hash = ?").execute( arguments: [userId, hash])
-                try db.cachedStatement(sql: "UPDATE users SET used_bytes = MAX(0, used_bytes - ?) WHERE id = ?").execute( arguments: [size, userId])
+                try db.cachedStatement(sql: "DELETE FROM blocks WHERE user_id = ? AND hash = ?").execute(arguments: [userId, hash])
+                try db.cachedStatement(sql: "UPDATE users SET used_bytes = MAX(0, used_bytes - ?) WHERE id = ?").execute(arguments: [size, userId])
             }
         }
     }
@@ -772,8 +772,8 @@ extension SQLiteMetadataStore {
         var hashes: Set<String> = []
         for id in doomed {
             hashes.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?"), arguments: [id]))
-            try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute( arguments: [id])
-            try db.cachedStatement(sql: "DELETE FROM revisions WHERE id = ?").execute( arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute(arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM revisions WHERE id = ?").execute(arguments: [id])
         }
         try collectGarbage(db, userId: userId, hashes: hashes)
     }
@@ -787,10 +787,10 @@ extension SQLiteMetadataStore {
             let revisionIds = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM revisions WHERE file_id = ?"), arguments: [id])
             for revisionId in revisionIds {
                 hashes.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?"), arguments: [revisionId]))
-                try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute( arguments: [revisionId])
+                try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute(arguments: [revisionId])
             }
-            try db.cachedStatement(sql: "DELETE FROM revisions WHERE file_id = ?").execute( arguments: [id])
-            try db.cachedStatement(sql: "DELETE FROM files WHERE id = ?").execute( arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM revisions WHERE file_id = ?").execute(arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM files WHERE id = ?").execute(arguments: [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }
         try collectGarbage(db, userId: userId, hashes: hashes)

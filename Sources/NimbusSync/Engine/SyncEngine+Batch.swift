@@ -38,7 +38,7 @@ extension SyncEngine {
                         ORDER BY o.blocking DESC, o.seq
                         LIMIT ?
                         """),
-                arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self), limit * 2]
+                arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self), limit + 16]
             ).map(OperationRow.init(row:))
         }
         var batch = [first]
