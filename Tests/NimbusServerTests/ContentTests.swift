@@ -137,6 +137,20 @@ struct ContentTests {
             #expect(again.map(\.file?.id) == [aFile.id, bFile.id])
             #expect(again.map(\.file?.revisionId) == [aFile.revisionId, bFile.revisionId])
             #expect(try await alice.list(folder.id).files.count == 3)
+            // A file made by a resumable session keeps its requestId too: the same id later, as a simple or batch
+            // upload (the session long forgotten), is that file, not a second one.
+            let session = try await alice.send(
+                .POST, "/v1/upload?uploadType=resumable",
+                json: UploadRequest(requestId: "batch-r", name: "r.txt", mimeType: "text/plain", parentId: folder.id, size: Int64(a.count)))
+            let opened = try session.decode(UploadResponse.self)
+            let done = try await alice.send(.PUT, opened.uploadUrl, body: a, headers: ["Content-Range": "bytes 0-\(a.count - 1)/\(a.count)"])
+            let made = try #require(try done.decode(UploadResponse.self).file)
+            let simple = try await alice.upload("r.txt", a, in: folder.id, query: "&requestId=batch-r")
+            #expect(simple.id == made.id)
+            let viaBatch = try await alice.send(
+                .POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: [.init(name: "r.txt", parentId: folder.id, requestId: "batch-r", content: a)]))
+            #expect(try viaBatch.decode(BatchUploadResponse.self).results.first?.file?.id == made.id)
+            #expect(try await alice.list(folder.id).files.count == 4)
             // A stale ifMatch fails that entry with the current file.
             let stale = try await alice.send(
                 .POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: [.init(fileId: existing.id, ifMatch: existing.revisionId, content: a)]))
@@ -147,7 +161,7 @@ struct ContentTests {
             #expect(try await alice.send(.POST, "/v1/upload?uploadType=batch", body: Data("{not json".utf8)).status == 400)
             let tooMany = BatchUploadRequest(files: (0...BatchUploadRequest.maxFiles).map { .init(name: "n\($0)", parentId: folder.id, content: a) })
             #expect(try await alice.send(.POST, "/v1/upload?uploadType=batch", json: tooMany).status == 400)
-            #expect(try await alice.list(folder.id).files.count == 3)
+            #expect(try await alice.list(folder.id).files.count == 4)
             let about: About = try await alice.get("/v1/about").decode()
             #expect(about.quota.used == Int64(a.count + b.count + c.count + 3), "stored once each: a (twice, one block), b, c, and old")
         }

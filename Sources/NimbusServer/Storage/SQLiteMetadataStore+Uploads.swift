@@ -97,9 +97,25 @@ extension SQLiteMetadataStore {
             guard upload.chunksProcessed == upload.totalChunks else {
                 throw DriveError.badRequest("The upload still misses chunks.", code: "upload_incomplete")
             }
+            // A new file remembers its requestId, as simple and batch uploads' files do: a later simple upload under
+            // the same id (after this session is long forgotten) returns this file instead of making a second.
             let target: ContentTarget =
                 upload.fileId.map { .existing(fileId: $0, ifMatch: upload.ifMatch) }
-                ?? .new(parentId: upload.parentId, name: upload.name, policy: upload.policy)
+                ?? .new(parentId: upload.parentId, name: upload.name, policy: upload.policy, requestId: upload.requestId)
+            if upload.fileId == nil, let earlier = try Self.fileMade(db, by: upload.requestId, userId: userId) {
+                // A simple or batch upload under this requestId landed first: that file is this session's result.
+                guard
+                    try Bool.fetchOne(
+                        db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
+                        arguments: [earlier.id, checksum]) == true
+                else {
+                    throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
+                }
+                try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
+                try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute(arguments: [earlier.id, uploadId])
+                upload.completedFileId = earlier.id
+                return (upload, earlier)
+            }
             let destination = try Self.resolveTarget(db, userId: userId, target: target, mimeType: upload.mimeType, now: now)
             let blocks = try Self.uploadBlocks(db, uploadId: uploadId)
             let file = try self.commitRevision(

@@ -131,14 +131,7 @@ extension SyncEngine {
         row.lParent = parentRow.luid
         row.lName = name
         row.lMime = mimeType ?? MimeType.guess(forName: name)
-        row.lSize = staged.size
-        row.lChecksum = staged.checksum
-        row.lModified = now.millis
-        row.lastAccess = now.millis
-        if copy {
-            row.contentPath = staged.url.path
-            row.contentChecksum = staged.checksum
-        }
+        row.setLocalContent(staged, copy: copy, now: now)
         try row.save(db)
         let payload = OperationPayload(
             name: name, parent: parentRow.luid, mimeType: row.lMime, sourcePath: staged.url.path, ownsSource: copy,
@@ -160,14 +153,7 @@ extension SyncEngine {
                 guard !row.isFolder else { throw SyncError.invalid("'\(row.lName ?? "")' is a folder.") }
                 var candidates: [String] = []
                 if let old = row.contentPath, old.hasPrefix(self.stagingDirectory.path) { candidates.append(old) }
-                row.lSize = staged.size
-                row.lChecksum = staged.checksum
-                row.lModified = now.millis
-                row.lastAccess = now.millis
-                if copy {
-                    row.contentPath = staged.url.path
-                    row.contentChecksum = staged.checksum
-                }
+                row.setLocalContent(staged, copy: copy, now: now)
                 try row.save(db)
                 let waiting = try OperationRow.forItem(db, id.rawValue).last {
                     $0.kind == .upload && [.pending, .parked, .failed].contains($0.state) && !busy.contains($0.id)

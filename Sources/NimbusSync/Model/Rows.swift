@@ -105,6 +105,18 @@ struct ItemRow: Sendable, Equatable {
         try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE luid = ?"), arguments: [luid]).map(ItemRow.init(row:))
     }
 
+    /// New content here: its size, checksum and time, and with `copy` the private copy that holds the bytes.
+    mutating func setLocalContent(_ staged: (url: URL, checksum: String, size: Int64), copy: Bool, now: Date) {
+        lSize = staged.size
+        lChecksum = staged.checksum
+        lModified = now.millis
+        lastAccess = now.millis
+        if copy {
+            contentPath = staged.url.path
+            contentChecksum = staged.checksum
+        }
+    }
+
     /// The LUID of the item that is server file `fileId`, without decoding the row.
     static func luid(_ db: Database, fileId: String) throws -> String? {
         try String.fetchOne(db.cachedStatement(sql: "SELECT luid FROM items WHERE file_id = ?"), arguments: [fileId])
