@@ -11,13 +11,25 @@
 3. Edit on device A, both devices running `nimbus sync --watch`: p50/p90 latency until device B has the new
    content, over N edits.
 """
-import argparse, json, os, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
+import argparse, json, os, resource, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def process_cpu(pid):
+    """User + system CPU seconds a running process has used (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu():
+    """User + system CPU seconds of the children this script has waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def timed(command, env=None):
@@ -75,10 +87,14 @@ def main():
                           RCLONE_CONFIG_W_VENDOR="other")
         rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
 
+        server_before, client_before = process_cpu(server.pid), children_cpu()
         ours = timed([binary, "sync", tree, "/tree", "--once", "--quiet"], env=a)
+        server_cpu, client_cpu = process_cpu(server.pid) - server_before, children_cpu() - client_before
         theirs = timed(rclone + [tree, "w:tree"], env=rclone_env)
         print(f"initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
               f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); nimbus/rclone time ratio {ours / theirs:.2f}")
+        print(f"  nimbus CPU per file: client {client_cpu / args.files * 1000:.2f} ms, server {server_cpu / args.files * 1000:.2f} ms "
+              f"(user+system; on 2 cores both are busy, so CPU is what bounds the time)")
 
         noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=a)
         noop_theirs = timed(rclone + [tree, "w:tree"], env=rclone_env)
