@@ -36,9 +36,7 @@ struct FilesController: Sendable {
         let body = try await request.decode(as: CreateFileRequest.self, context: context)
         let name = try Self.validName(body.name)
         let mimeType = try Self.validMimeType(body.mimeType)
-        if let requestId = body.requestId, requestId.isEmpty || requestId.count > 200 {
-            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
-        }
+        try Self.validRequestId(body.requestId)
         let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
         let (file, _) = try await drive.store.create(
             userId: me.userId, parentId: parentId, name: name, mimeType: mimeType, policy: policy, requestId: body.requestId, now: drive.now)
@@ -96,6 +94,24 @@ struct FilesController: Sendable {
         }
     }
 
+    /// An idempotency key as clients send it (1 to 200 characters), or none.
+    @discardableResult
+    static func validRequestId(_ raw: String?) throws -> String? {
+        if let raw, raw.isEmpty || raw.count > 200 {
+            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
+        }
+        return raw
+    }
+
+    /// An expected content checksum (hex SHA-256), lowercased, or none.
+    static func validChecksum(_ raw: String?) throws -> String? {
+        guard let raw else { return nil }
+        guard raw.count == 64, raw.allSatisfy(\.isHexDigit) else {
+            throw DriveError.badRequest("'checksum' must be the hex SHA-256 of the content.")
+        }
+        return raw.lowercased()
+    }
+
     static func validMimeType(_ raw: String) throws -> String {
         let value = raw.trimmingCharacters(in: .whitespaces)
         guard !value.isEmpty, value.count <= 255, value.contains("/"), !value.contains(where: { $0.isNewline }) else {
@@ -104,8 +120,11 @@ struct FilesController: Sendable {
         return value
     }
 
-    static func policy(_ request: Request) throws -> ConflictPolicy {
-        guard let raw = request.query("onConflict") else { return .fail }
+    static func policy(_ request: Request) throws -> ConflictPolicy { try policy(request.query("onConflict")) }
+
+    /// `onConflict` as given (query or batch entry): absent means `fail`.
+    static func policy(_ raw: String?) throws -> ConflictPolicy {
+        guard let raw else { return .fail }
         guard let policy = ConflictPolicy(rawValue: raw) else {
             throw DriveError.badRequest("'onConflict' must be fail, rename or replace.")
         }

@@ -22,9 +22,7 @@ struct ResumableUploadController: Sendable {
         let me = try await drive.identity(request)
         let body = try await request.decode(as: UploadRequest.self, context: context)
         let configuration = drive.configuration
-        guard !body.requestId.isEmpty, body.requestId.count <= 200 else {
-            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
-        }
+        try FilesController.validRequestId(body.requestId)
         guard body.size >= 0 else { throw DriveError.badRequest("'size' cannot be negative.") }
         guard body.size <= configuration.maxUploadSize else {
             throw DriveError.tooLarge("Files can be at most \(configuration.maxUploadSize) bytes; this one is \(body.size).")

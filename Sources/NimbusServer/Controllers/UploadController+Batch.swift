@@ -37,8 +37,9 @@ extension UploadController {
             for (index, entry) in batch.files.enumerated() {
                 do {
                     let (target, mimeType) = try await prepare(entry, for: me, root: &root)
+                    let expected = try FilesController.validChecksum(entry.checksum)
                     let content = try await Self.stage(entry.content, blobs: drive.blobs, mimeType: mimeType)
-                    if let expected = entry.checksum?.lowercased(), content.checksum != expected {
+                    if let expected, content.checksum != expected {
                         drive.blobs.discard(content.blocks)
                         throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
                     }
@@ -70,12 +71,7 @@ extension UploadController {
 
     /// Where an entry goes and its media type, checked as the simple upload checks its query.
     func prepare(_ entry: BatchUploadRequest.Entry, for me: Identity, root: inout String?) async throws -> (ContentTarget, String) {
-        if let requestId = entry.requestId, requestId.isEmpty || requestId.count > 200 {
-            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
-        }
-        if let checksum = entry.checksum, checksum.count != 64 || !checksum.allSatisfy(\.isHexDigit) {
-            throw DriveError.badRequest("'checksum' must be the hex SHA-256 of the content.")
-        }
+        try FilesController.validRequestId(entry.requestId)
         if let fileId = entry.fileId {
             guard entry.requestId == nil else {
                 throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by 'ifMatch'.")
@@ -86,11 +82,7 @@ extension UploadController {
         }
         guard let rawName = entry.name else { throw DriveError.badRequest("Give each file a 'name' (or a 'fileId' for a new version).") }
         let name = try FilesController.validName(rawName)
-        var policy = ConflictPolicy.fail
-        if let raw = entry.onConflict {
-            guard let parsed = ConflictPolicy(rawValue: raw) else { throw DriveError.badRequest("'onConflict' must be fail, rename or replace.") }
-            policy = parsed
-        }
+        let policy = try FilesController.policy(entry.onConflict)
         let parentId: String
         if let given = entry.parentId, given != "root" {
             parentId = given

@@ -39,10 +39,7 @@ struct UploadController: Sendable {
             ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
         }
         var mimeType: String
-        let requestId = request.query("requestId")
-        if let requestId, requestId.isEmpty || requestId.count > 200 {
-            throw DriveError.badRequest("'requestId' must be 1 to 200 characters.")
-        }
+        let requestId = try FilesController.validRequestId(request.query("requestId"))
         if let fileId = request.query("fileId") {
             guard requestId == nil else {
                 throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by If-Match.")
@@ -63,10 +60,7 @@ struct UploadController: Sendable {
         if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
             throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
         }
-        let expected = request.query("checksum")?.lowercased()
-        if let expected, expected.count != 64 || !expected.allSatisfy(\.isHexDigit) {
-            throw DriveError.badRequest("'checksum' must be the hex SHA-256 of the content.")
-        }
+        let expected = try FilesController.validChecksum(request.query("checksum"))
         let content: StagedContent
         if let declared, declared <= StagedContent.inlineLimit {
             // Small: kept in the database by the commit, no block file.
