@@ -102,15 +102,8 @@ extension SQLiteMetadataStore {
             let target: ContentTarget =
                 upload.fileId.map { .existing(fileId: $0, ifMatch: upload.ifMatch) }
                 ?? .new(parentId: upload.parentId, name: upload.name, policy: upload.policy, requestId: upload.requestId)
-            if upload.fileId == nil, let earlier = try Self.fileMade(db, by: upload.requestId, userId: userId) {
+            if upload.fileId == nil, let earlier = try Self.retried(db, upload.requestId, userId: userId, checksum: checksum) {
                 // A simple or batch upload under this requestId landed first: that file is this session's result.
-                guard
-                    try Bool.fetchOne(
-                        db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
-                        arguments: [earlier.id, checksum]) == true
-                else {
-                    throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
-                }
                 try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
                 try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute(arguments: [earlier.id, uploadId])
                 upload.completedFileId = earlier.id

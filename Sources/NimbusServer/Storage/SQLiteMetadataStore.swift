@@ -412,6 +412,20 @@ final class SQLiteMetadataStore: MetadataStore {
         return try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?"), arguments: [userId, requestId]).map(Self.file)
     }
 
+    /// The file an upload under `requestId` already made with these bytes (a retry), or `nil` if none did; a
+    /// file it made with other bytes means the id was reused: 409 `request_id_reused`.
+    static func retried(_ db: Database, _ requestId: String?, userId: String, checksum: String) throws -> FileRecord? {
+        guard let earlier = try fileMade(db, by: requestId, userId: userId) else { return nil }
+        guard
+            try Bool.fetchOne(
+                db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
+                arguments: [earlier.id, checksum]) == true
+        else {
+            throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
+        }
+        return earlier
+    }
+
     /// One content commit inside a write transaction: a retried `requestId` returns its first file
     /// (`created == false`), else the target is resolved, quota checked, blocks placed and a head revision added.
     /// In a batch, blocks are placed without syncing their directory; the batch syncs it once before committing.
@@ -419,16 +433,8 @@ final class SQLiteMetadataStore: MetadataStore {
         _ db: Database, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date,
         batched: Bool = false
     ) throws -> (file: FileRecord, created: Bool) {
-        if case .new(_, _, _, let requestId) = target, let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
-            // A retry of an upload that landed: the same file, nothing new.
-            guard
-                try Bool.fetchOne(
-                    db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
-                    arguments: [earlier.id, content.checksum]) == true
-            else {
-                throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
-            }
-            return (earlier, false)
+        if case .new(_, _, _, let requestId) = target, let earlier = try Self.retried(db, requestId, userId: userId, checksum: content.checksum) {
+            return (earlier, false)  // a retry of an upload that landed: the same file, nothing new
         }
         let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
         try checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
