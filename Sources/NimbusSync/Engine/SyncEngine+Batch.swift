@@ -20,25 +20,22 @@ extension SyncEngine {
     /// uploads that follow it in queue order, up to the batch limits; one operation per item.
     func batchable(with first: OperationRow) throws -> [OperationRow] {
         guard configuration.maxBatchFiles > 1, isBatchable(first) else { return [first] }
-        let now = self.now.millis
-        let busy = Array(inFlight)
         let limit = configuration.maxBatchFiles
+        var arguments = try runnableArguments()
+        arguments += [limit + 16]
+        let bound = arguments
         let candidates = try database.pool.read { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
                         SELECT o.* FROM operations o INDEXED BY operations_runnable
-                        WHERE o.state = 'pending' AND o.kind = 'upload' AND o.next_attempt_at <= ?
-                        AND o.id NOT IN (SELECT value FROM json_each(?))
+                        WHERE \(Self.runnable) AND o.kind = 'upload'
                         AND NOT EXISTS (SELECT 1 FROM items i WHERE i.luid = o.luid AND i.file_id IS NOT NULL)
                         AND NOT EXISTS (SELECT 1 FROM upload_sessions s WHERE s.operation_id = o.id)
-                        AND NOT EXISTS (
-                            SELECT 1 FROM operation_dependencies x CROSS JOIN operations d ON d.id = x.depends_on
-                            WHERE x.operation_id = o.id AND d.state IN ('pending', 'parked', 'failed'))
                         ORDER BY o.blocking DESC, o.seq
                         LIMIT ?
                         """),
-                arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self), limit + 16]
+                arguments: bound
             ).map(OperationRow.init(row:))
         }
         var batch = [first]
@@ -139,13 +136,11 @@ extension SyncEngine {
     func recordBatch(_ done: [(operation: OperationRow, file: File)]) async throws {
         guard !done.isEmpty else { return }
         let discards = try await database.pool.write { db -> [String] in
-            let generation = Int64(try db.meta("pullGeneration") ?? "0") ?? 0
+            let generation = try self.pullGeneration(db)
             var discards: [String] = []
             for (operation, file) in done {
                 if let discard = try self.recordUploaded(db, file, operation, luid: operation.luid) { discards.append(discard) }
-                try db.execute(
-                    sql: "UPDATE operations SET state = 'applied', applied_generation = ?, last_error = NULL WHERE id = ?",
-                    arguments: [generation, operation.id])
+                try self.markApplied(db, operation.id, generation: generation)
             }
             return discards
         }

@@ -21,23 +21,28 @@ extension SyncEngine {
     /// `operations_runnable` index in that order and stops at the first that qualifies, so a pick costs what it
     /// skips, not the queue's length. (`CROSS JOIN` pins the dependency check's join order to the indexes.)
     func nextRunnable() throws -> OperationRow? {
-        let now = self.now.millis
-        let busy = Array(inFlight)
+        let arguments = try runnableArguments()
         return try database.pool.read { db in
             try Row.fetchOne(
                 db.cachedStatement(
-                    sql: """
-                        SELECT o.* FROM operations o INDEXED BY operations_runnable
-                        WHERE o.state = 'pending' AND o.next_attempt_at <= ? AND o.id NOT IN (SELECT value FROM json_each(?))
-                        AND NOT EXISTS (
-                            SELECT 1 FROM operation_dependencies x CROSS JOIN operations d ON d.id = x.depends_on
-                            WHERE x.operation_id = o.id AND d.state IN ('pending', 'parked', 'failed'))
-                        ORDER BY o.blocking DESC, o.seq
-                        LIMIT 1
-                        """),
-                arguments: [now, String(decoding: try JSONEncoder().encode(busy), as: UTF8.self)]
+                    sql: "SELECT o.* FROM operations o INDEXED BY operations_runnable WHERE \(Self.runnable) ORDER BY o.blocking DESC, o.seq LIMIT 1"),
+                arguments: arguments
             ).map(OperationRow.init(row:))
         }
+    }
+
+    /// What makes operation `o` runnable now (``runnableArguments()`` binds it): pending, due, not running, and
+    /// nothing it depends on still queued.
+    static let runnable = """
+        o.state = 'pending' AND o.next_attempt_at <= ? AND o.id NOT IN (SELECT value FROM json_each(?))
+        AND NOT EXISTS (
+            SELECT 1 FROM operation_dependencies x CROSS JOIN operations d ON d.id = x.depends_on
+            WHERE x.operation_id = o.id AND d.state IN ('pending', 'parked', 'failed'))
+        """
+
+    /// Now, and the operations running, for ``runnable``.
+    func runnableArguments() throws -> StatementArguments {
+        [now.millis, String(decoding: try JSONEncoder().encode(Array(inFlight)), as: UTF8.self)]
     }
 
     /// When the earliest waiting operation becomes due (for the run loop's sleep).
@@ -137,12 +142,9 @@ extension SyncEngine {
 
     func finish(_ operation: OperationRow, _ outcome: Outcome) async throws {
         try await database.pool.write { db in
-            let generation = Int64(try db.meta("pullGeneration") ?? "0") ?? 0
             switch outcome {
             case .applied:
-                try db.execute(
-                    sql: "UPDATE operations SET state = 'applied', applied_generation = ?, last_error = NULL WHERE id = ?",
-                    arguments: [generation, operation.id])
+                try self.markApplied(db, operation.id, generation: try self.pullGeneration(db))
             case .finished, .again:
                 try db.execute(sql: "DELETE FROM operations WHERE id = ?", arguments: [operation.id])
                 try self.reconcile(db, operation.luid)
@@ -151,6 +153,15 @@ extension SyncEngine {
             }
             try db.execute(sql: "DELETE FROM upload_sessions WHERE operation_id = ?", arguments: [operation.id])
         }
+    }
+
+    /// The pull round an operation applied now must be older than to be confirmed (see ``confirmOperations``).
+    nonisolated func pullGeneration(_ db: Database) throws -> Int64 { Int64(try db.meta("pullGeneration") ?? "0") ?? 0 }
+
+    /// Done on the server: kept, replayed in the view, until a pull after `generation` confirms it.
+    nonisolated func markApplied(_ db: Database, _ operationId: String, generation: Int64) throws {
+        try db.cachedStatement(sql: "UPDATE operations SET state = 'applied', applied_generation = ?, last_error = NULL WHERE id = ?")
+            .execute(arguments: [generation, operationId])
     }
 
     /// A failure: retried later with backoff if it can succeed by itself, else the operation goes to `failed`.

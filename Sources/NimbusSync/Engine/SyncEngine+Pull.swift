@@ -11,7 +11,7 @@ extension SyncEngine {
         let client = try requireClient()
         try await mapRoot(client)
         let generation = try await database.pool.write { db -> Int64 in
-            let next = (Int64(try db.meta("pullGeneration") ?? "0") ?? 0) + 1
+            let next = try self.pullGeneration(db) + 1
             try db.setMeta("pullGeneration", String(next))
             return next
         }
