@@ -103,11 +103,10 @@ extension SyncEngine {
                         folder = (row, try self.creatorDependency(db, row))
                         folders[file.folder] = folder
                     }
-                    try db.inSavepoint {
-                        try self.insertUpload(
-                            db, id: id, name: entry.name, folder: folder, mimeType: file.mimeType, staged: entry.staged, copy: false, now: now)
-                        return .commit
-                    }
+                    // No savepoint per file: insertUpload refuses (a SyncError) before its first write, so a refused
+                    // file leaves nothing behind; any other error ends the whole transaction.
+                    try self.insertUpload(
+                        db, id: id, name: entry.name, folder: folder, mimeType: file.mimeType, staged: entry.staged, copy: false, now: now)
                     results[entry.index] = .success(id)
                 } catch let error as SyncError {
                     results[entry.index] = .failure(error)
@@ -125,7 +124,7 @@ extension SyncEngine {
         staged: (url: URL, checksum: String, size: Int64), copy: Bool, now: Date
     ) throws {
         let parentRow = folder.row
-        try checkFree(db, name: name, in: parentRow.luid, except: nil)
+        try checkFree(db, name: name, in: parentRow.luid, except: nil)  // the only refusal, before any write
         var row = ItemRow.empty(id.rawValue, isFolder: false)
         row.lPresent = true
         row.lParent = parentRow.luid
@@ -166,7 +165,7 @@ extension SyncEngine {
                     waiting.payload.checksum = staged.checksum
                     waiting.payload.size = staged.size
                     // New bytes, new request: the server must not take them for a retry of the old ones.
-                    waiting.payload.requestId = UUID().uuidString.lowercased()
+                    waiting.payload.requestId = UUID.random().uuidString.lowercased()
                     try OperationRow.updatePayload(db, id: waiting.id, waiting.payload)
                     try db.execute(
                         sql: "UPDATE operations SET state = CASE WHEN state = 'failed' THEN 'pending' ELSE state END, attempts = 0 WHERE id = ?",
@@ -498,7 +497,8 @@ extension SyncEngine {
 
     nonisolated func checkFree(_ db: Database, name: String, in parent: String, except luid: String?) throws {
         if let other = try String.fetchOne(
-            db, sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1", arguments: [parent, name]), other != luid
+            db.cachedStatement(sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1"), arguments: [parent, name]),
+            other != luid
         {
             throw SyncError.invalid("'\(name)' already exists in that folder.")
         }
@@ -574,19 +574,16 @@ extension SyncEngine {
     /// has just hashed an uncopied file may pass its `checksum` (a synced folder does): it is not read again, and
     /// if the bytes change before they are sent the server refuses them (422) and they are hashed again.
     func stage(_ fileURL: URL, copy: Bool, checksum known: String? = nil) throws -> (url: URL, checksum: String, size: Int64) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: fileURL.path, isDirectory: &isDirectory), !isDirectory.boolValue else {
+        guard let size = FileHasher.regularFileSize(fileURL.path) else {
             throw SyncError.localFile("\(fileURL.path) is not a readable file.")
         }
         do {
             if copy {
-                let destination = stagingDirectory.appending(path: UUID().uuidString.lowercased())
+                let destination = stagingDirectory.appending(path: UUID.random().uuidString.lowercased())
                 let (checksum, size) = try FileHasher.copy(fileURL, to: destination)
                 return (destination, checksum, size)
             }
-            if let known, let size = (try FileManager.default.attributesOfItem(atPath: fileURL.path)[.size] as? NSNumber)?.int64Value {
-                return (fileURL, known, size)
-            }
+            if let known { return (fileURL, known, size) }
             let (checksum, size) = try FileHasher.sha256(of: fileURL)
             return (fileURL, checksum, size)
         } catch let error as SyncError {

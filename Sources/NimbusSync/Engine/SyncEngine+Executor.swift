@@ -301,9 +301,10 @@ extension SyncEngine {
         if let other = try ItemRow.luid(db, fileId: file.id), other != luid {
             try merge(db, from: other, into: luid)
         }
-        guard var row = try ItemRow.fetch(db, luid: luid) else { return }
+        guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+        var row = stored
         row.setRemote(file, parentLuid: try parentLuid(db, file))
-        try row.save(db)
+        try row.update(db, from: stored)
     }
 
     func recordRemote(_ file: File, for luid: String) async throws {

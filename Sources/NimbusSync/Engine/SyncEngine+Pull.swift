@@ -96,23 +96,21 @@ extension SyncEngine {
             return
         }
         let parent = try parentLuid(db, file)
-        var row =
-            try ItemRow.fetch(db, fileId: file.id)
-            ?? pendingCreation(db, of: file, in: parent)
-            ?? ItemRow.empty(ItemID.make().rawValue, isFolder: file.isFolder)
+        let stored = try ItemRow.fetch(db, fileId: file.id) ?? pendingCreation(db, of: file, in: parent)
+        var row = stored ?? ItemRow.empty(ItemID.make().rawValue, isFolder: file.isFolder)
         row.setRemote(file, parentLuid: parent)
-        let operations = try OperationRow.forItem(db, row.luid)
+        let queued = try OperationRow.any(db, for: row.luid)
         if row.flag == "unsynced" {
             traceSync("\(file.name) is back on the server: unsynced → pending")
             // The deletion was undone on the server: the item is in sync again; held uploads go ahead.
             row.flag = nil
             try db.execute(sql: "UPDATE operations SET state = 'pending' WHERE luid = ? AND state = 'parked'", arguments: [row.luid])
         }
-        if operations.isEmpty && row.flag == nil {
+        if !queued && row.flag == nil {
             row.adoptRemote()
             try refreshContent(db, &row)
         }
-        try row.save(db)
+        if let stored { try row.update(db, from: stored) } else { try row.save(db) }
     }
 
     /// The local item whose queued creation this new server item is: same folder, same name as sent, and for a
@@ -236,13 +234,13 @@ extension SyncEngine {
 
     /// With nothing pending for it, an item shows the remote state.
     nonisolated func reconcile(_ db: Database, _ luid: String) throws {
-        guard var row = try ItemRow.fetch(db, luid: luid), row.flag == nil, luid != ItemID.root.rawValue else { return }
-        guard try OperationRow.forItem(db, luid).isEmpty else { return }
-        guard row.fileId != nil else { return }
-        let keptContent = row.contentChecksum
+        guard let stored = try ItemRow.fetch(db, luid: luid), stored.flag == nil, luid != ItemID.root.rawValue else { return }
+        guard try !OperationRow.any(db, for: luid) else { return }
+        guard stored.fileId != nil else { return }
+        var row = stored
         row.adoptRemote()
-        if keptContent != row.rChecksum { try refreshContent(db, &row) }
-        try row.save(db)
+        if stored.contentChecksum != row.rChecksum { try refreshContent(db, &row) }
+        try row.update(db, from: stored)
     }
 
     /// After a 410: lists the whole tree again, takes it as the remote state, and treats what is gone as deleted.

@@ -94,7 +94,7 @@ extension SyncEngine {
         guard newChecksum != payload.checksum || newSize != payload.size else { return try await restartUpload(operation) }
         payload.checksum = newChecksum
         payload.size = newSize
-        payload.requestId = UUID().uuidString.lowercased()
+        payload.requestId = UUID.random().uuidString.lowercased()
         let updated = payload
         try await database.pool.write { db in
             try OperationRow.updatePayload(db, id: operation.id, updated)
@@ -140,7 +140,7 @@ extension SyncEngine {
         case 409 where ServerClient.errorBody(data)?.error.code == "request_id_reused":
             // Another content went up under this id before (it cannot be this one): send under a new id.
             var renewed = payload
-            renewed.requestId = UUID().uuidString.lowercased()
+            renewed.requestId = UUID.random().uuidString.lowercased()
             let updated = renewed
             try await database.pool.write { db in try OperationRow.updatePayload(db, id: operation.id, updated) }
             return .again
@@ -359,7 +359,7 @@ extension SyncEngine {
         try await database.pool.write { db in
             guard var item = try ItemRow.fetch(db, luid: row.luid) else { return }
             var payload = operation.payload
-            payload.requestId = UUID().uuidString.lowercased()
+            payload.requestId = UUID.random().uuidString.lowercased()
             item.flag = nil
             switch resolution {
             case .keepLocal:

@@ -53,7 +53,7 @@ public actor SyncEngine {
         let now = configuration.clock.now()
         libraryId = try database.pool.write { db in
             if let id = try db.meta("libraryId") { return id }
-            let id = UUID().uuidString.lowercased()
+            let id = UUID.random().uuidString.lowercased()
             try db.setMeta("libraryId", id)
             var root = ItemRow.empty(ItemID.root.rawValue, isFolder: true)
             root.lPresent = true

@@ -149,6 +149,36 @@ struct ItemRow: Sendable, Equatable {
             ])
     }
 
+    /// The row's values in ``columns`` order.
+    var values: [(any DatabaseValueConvertible)?] {
+        [
+            luid, fileId, isFolder, rPresent, rParent, rName, rMime, rSize, rChecksum, rRevision, rModified, sPresent, sParent, sName,
+            sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pinned, flag,
+            lastAccess,
+        ]
+    }
+
+    static let columnNames = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+
+    /// Writes what changed since `original` (this row as it was read): nothing when nothing did, else an UPDATE of
+    /// just those columns. ``save(_:)`` rewrites every column, and so every index entry of the row; applying the
+    /// change feed after an upload mostly changes nothing or a few columns no index holds.
+    func update(_ db: Database, from original: ItemRow) throws {
+        guard self != original else { return }
+        guard luid == original.luid else { return try save(db) }
+        var assignments: [String] = []
+        var arguments: [(any DatabaseValueConvertible)?] = []
+        for (index, (new, old)) in zip(values, original.values).enumerated()
+        where (new?.databaseValue ?? .null) != (old?.databaseValue ?? .null) {
+            assignments.append("\(Self.columnNames[index]) = ?")
+            arguments.append(new)
+        }
+        guard !assignments.isEmpty else { return }
+        arguments.append(luid)
+        try db.cachedStatement(sql: "UPDATE items SET \(assignments.joined(separator: ", ")) WHERE luid = ?")
+            .execute(arguments: StatementArguments(arguments))
+    }
+
     /// Copies the remote state into the local and synced trees (nothing pending for this item).
     mutating func adoptRemote() {
         sPresent = rPresent
@@ -259,12 +289,11 @@ struct OperationRow: Sendable, Equatable {
     }
 
     static func insert(
-        _ db: Database, luid: String, kind: OperationKind, payload: OperationPayload, dependsOn: [String], now: Date, id: String = UUID().uuidString.lowercased()
+        _ db: Database, luid: String, kind: OperationKind, payload: OperationPayload, dependsOn: [String], now: Date, id: String = UUID.random().uuidString.lowercased()
     ) throws -> String {
         let json = String(decoding: try JSONEncoder().encode(payload), as: UTF8.self)
-        try db.execute(
-            sql: "INSERT INTO operations (id, luid, kind, payload, depends_on, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            arguments: [id, luid, kind.rawValue, json, dependsOn.isEmpty ? nil : dependsOn.joined(separator: ","), now.millis])
+        try db.cachedStatement(sql: "INSERT INTO operations (id, luid, kind, payload, depends_on, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+            .execute(arguments: [id, luid, kind.rawValue, json, dependsOn.isEmpty ? nil : dependsOn.joined(separator: ","), now.millis])
         for dependency in Set(dependsOn) {
             try db.cachedStatement(sql: "INSERT INTO operation_dependencies (operation_id, depends_on) VALUES (?, ?) ON CONFLICT DO NOTHING")
                 .execute(arguments: [id, dependency])
@@ -276,6 +305,11 @@ struct OperationRow: Sendable, Equatable {
     static func updatePayload(_ db: Database, id: String, _ payload: OperationPayload) throws {
         let json = String(decoding: try JSONEncoder().encode(payload), as: UTF8.self)
         try db.execute(sql: "UPDATE operations SET payload = ? WHERE id = ?", arguments: [json, id])
+    }
+
+    /// Whether anything is queued (in any state) for `luid`.
+    static func any(_ db: Database, for luid: String) throws -> Bool {
+        try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM operations WHERE luid = ?)"), arguments: [luid]) ?? false
     }
 
     static func forItem(_ db: Database, _ luid: String) throws -> [OperationRow] {

@@ -1,0 +1,66 @@
+import Crypto
+import Foundation
+import GRDB
+@testable import NimbusSync
+import Testing
+
+@Suite("Hashing and ids")
+struct SupportTests {
+    @Test("a file's SHA-256 and size, for empty, small and multi-piece files; a missing file is a read error")
+    func hashing() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-hash-\(UUID.random().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for size in [0, 1, 4096, (1 << 20) + 7, 3 << 20] {
+            let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+            let url = folder.appending(path: "f\(size)")
+            try bytes.write(to: url)
+            let (checksum, measured) = try FileHasher.sha256(of: url)
+            #expect(measured == Int64(size))
+            #expect(checksum == SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+            #expect(FileHasher.regularFileSize(url.path) == Int64(size))
+        }
+        #expect(FileHasher.regularFileSize(folder.path) == nil)
+        #expect(FileHasher.regularFileSize(folder.appending(path: "missing").path) == nil)
+        #expect(throws: CocoaError.self) { try FileHasher.sha256(of: folder.appending(path: "missing")) }
+    }
+
+    @Test("random UUIDs are version 4, RFC 4122 variant, and differ")
+    func uuids() {
+        let ids = (0..<1000).map { _ in UUID.random() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids {
+            #expect(id.uuid.6 >> 4 == 4)
+            #expect(id.uuid.8 >> 6 == 2)
+        }
+    }
+
+    @Test("a row update writes only what changed, and nothing when nothing did")
+    func rowUpdate() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-rows-\(UUID.random().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let database = try LocalDatabase(path: folder.appending(path: "sync.sqlite").path)
+        try database.pool.write { db in
+            var original = ItemRow.empty("item1", isFolder: false)
+            original.lPresent = true
+            original.lParent = "root"
+            original.lName = "a.txt"
+            try original.save(db)
+            let before = db.totalChangesCount
+            try original.update(db, from: original)
+            #expect(db.totalChangesCount == before)
+
+            var changed = original
+            changed.fileId = "F1"
+            changed.rPresent = true
+            changed.rName = "a.txt"
+            changed.lName = "b.txt"
+            changed.pinned = true
+            try changed.update(db, from: original)
+            #expect(db.totalChangesCount == before + 1)
+            #expect(try ItemRow.fetch(db, luid: "item1") == changed)
+            #expect(try ItemRow.luid(db, fileId: "F1") == "item1")
+        }
+    }
+}
