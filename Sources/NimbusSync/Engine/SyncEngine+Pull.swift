@@ -15,9 +15,15 @@ extension SyncEngine {
             try db.setMeta("pullGeneration", String(next))
             return next
         }
-        var cursor = try await database.pool.read { db in try db.meta("cursor") } ?? "0"
+        let cursor = try await database.pool.read { db in try db.meta("cursor") } ?? "0"
+        // The next page is fetched while this one is applied (the server lists while we write).
+        @Sendable func fetch(_ cursor: String) async throws -> (TransportResponseHead, Data) {
+            try await client.authorized(TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&limit=1000"))
+        }
+        var next = Task { try await fetch(cursor) }
+        defer { next.cancel() }
         while true {
-            let (head, data) = try await client.authorized(TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&limit=500"))
+            let (head, data) = try await next.value
             if head.status == 410 {
                 try await resync(client)
                 break
@@ -25,11 +31,11 @@ extension SyncEngine {
             try ServerClient.check(head, data)
             let page = try ServerClient.decode(ChangeList.self, data)
             let nextCursor = page.cursor
+            if page.hasMore { next = Task { try await fetch(nextCursor) } }
             try await database.pool.write { db in
                 for change in page.changes { try self.apply(db, change) }
                 try db.setMeta("cursor", nextCursor)
             }
-            cursor = nextCursor
             if !page.hasMore { break }
         }
         try await applyRemoteDeletions(force: false)

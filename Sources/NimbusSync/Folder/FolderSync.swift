@@ -45,6 +45,8 @@ public actor FolderSync {
     let settleTime: TimeInterval
     /// When the first file the last round skipped as still being written will have settled.
     var nextSettle: Date?
+    /// Sends what a round has queued while the round goes on queueing the rest (see ``queue(_:upserts:report:)``).
+    var sender: Task<Void, Never>?
 
     public init(
         engine: SyncEngine, root: URL, remoteRoot: ItemID, indexURL: URL, strategy: ConflictStrategy, deviceName: String,
@@ -255,9 +257,13 @@ public actor FolderSync {
             }
         }
 
-        // New on disk (parents first). New files are queued 500 at a time, each batch in one local transaction.
+        // New on disk: folders first (parents before children), then files, queued 500 at a time, each lot in one
+        // local transaction. Folders first, because the engine creates folders one at a time and before the
+        // uploads that wait for them: met in path order, a tree of many folders kept the uploads of the first
+        // folders waiting until the last folder was queued; this way they go up while the rest is hashed.
         var newFiles: [(entry: DiskEntry, upload: SyncEngine.NewUpload)] = []
-        for entry in disk.values.filter({ !claimed.contains($0.path) && indexed[$0.path] == nil }).sorted(by: { $0.path < $1.path }) {
+        let unseen = disk.values.filter { !claimed.contains($0.path) && indexed[$0.path] == nil }.sorted { $0.path < $1.path }
+        for entry in unseen.filter(\.isDirectory) + unseen.filter({ !$0.isDirectory }) {
             if let existing = view[entry.path], !indexedLuids.contains(existing.item.id.rawValue) {
                 // The same path appeared on both sides.
                 if existing.item.isFolder && entry.isDirectory {
@@ -320,6 +326,8 @@ public actor FolderSync {
         try index.apply(upserts: upserts.values.filter { indexed[$0.path] != $0 }, removals: Array(removals.subtracting(upserts.keys)))
 
         // Send and fetch.
+        await sender?.value
+        sender = nil
         do {
             try await engine.drain(timeout: drainTimeout)
         } catch let error as SyncError {
@@ -368,6 +376,13 @@ public actor FolderSync {
         let batch = newFiles
         newFiles = []
         let results = try await engine.upload(batch.map(\.upload))
+        // Start sending now: the server commits the first files while the rest are hashed and queued. (Errors
+        // are left to the drain that ends the round, which runs everything still pending again.)
+        let previous = sender
+        sender = Task.detached { [engine] in
+            await previous?.value
+            _ = try? await engine.runOperations()
+        }
         for ((entry, upload), result) in zip(batch, results) {
             switch result {
             case .success(let id):
@@ -530,7 +545,7 @@ public actor FolderSync {
     func place(_ source: URL, at path: String) throws {
         let target = url(path)
         try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-        let temporary = target.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
+        let temporary = target.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID.random().uuidString)")
         do {
             try FileManager.default.moveItem(at: source, to: temporary)
         } catch {
