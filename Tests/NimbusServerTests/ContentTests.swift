@@ -123,6 +123,10 @@ struct ContentTests {
             #expect(results[3].error?.code == "invalid_name")
             #expect(results[4].error?.code == "checksum_mismatch")
             #expect(results[5].file?.id == existing.id)
+            for file in results.compactMap(\.file) {
+                let read: File = try await alice.get("/v1/files/\(file.id)").decode()
+                #expect(read == file, "a commit answers the file as a read returns it")
+            }
             let aFile = try #require(results[0].file), bFile = try #require(results[1].file)
             #expect(try await alice.content(aFile.id) == a)
             #expect(try await alice.content(bFile.id) == b)
@@ -145,6 +149,7 @@ struct ContentTests {
             let opened = try session.decode(UploadResponse.self)
             let done = try await alice.send(.PUT, opened.uploadUrl, body: a, headers: ["Content-Range": "bytes 0-\(a.count - 1)/\(a.count)"])
             let made = try #require(try done.decode(UploadResponse.self).file)
+            #expect(try await alice.get("/v1/files/\(made.id)").decode() as File == made)
             let simple = try await alice.upload("r.txt", a, in: folder.id, query: "&requestId=batch-r")
             #expect(simple.id == made.id)
             let viaBatch = try await alice.send(

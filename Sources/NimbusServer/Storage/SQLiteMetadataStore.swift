@@ -594,8 +594,8 @@ extension SQLiteMetadataStore {
             try checkWritable(existing, ifMatch: ifMatch)
             return existing
         case .new(let parentId, let name, let policy, let requestId):
-            let root = try String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [userId]) ?? ""
-            let parent = try liveFolder(db, id: parentId ?? root, userId: userId)
+            let folderId = try parentId ?? String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [userId]) ?? ""
+            let parent = try liveFolder(db, id: folderId, userId: userId)
             let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
             if let clash, policy == .replace, !clash.isFolder {
                 guard !clash.isTrashed else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
@@ -613,7 +613,11 @@ extension SQLiteMetadataStore {
                     """).execute(
                 arguments: [id, userId, parent.id, finalName, mimeType, now.millis, now.millis, requestId])
             try touchFolder(db, parent.id, now: now)
-            return try file(db, id: id, userId: userId)
+            // The row just inserted, as reading it back would give (the schema's defaults for the rest).
+            return FileRecord(
+                id: id, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: false, size: 0, checksum: nil,
+                headRevisionId: nil, version: 1, trashRoot: nil, trashedAt: nil, createdAt: Date(millis: now.millis),
+                modifiedAt: Date(millis: now.millis))
         }
     }
 
@@ -769,8 +773,18 @@ extension SQLiteMetadataStore {
                 """).execute(
             arguments: [revisionId, size, checksum, mimeType, now.millis, file.id])
         try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
-        try pruneRevisions(db, fileId: file.id, userId: file.userId, now: now)
-        return try Self.file(db, id: file.id, userId: file.userId)
+        // Revisions are only ever removed, and ordinals only grow: a file whose newest ordinal is within
+        // `keepLast` has nothing to prune.
+        if ordinal > Int64(revisionRetention.keepLast) { try pruneRevisions(db, fileId: file.id, userId: file.userId, now: now) }
+        // `file` was read (or made) in this transaction: the row now is it with the UPDATE above applied.
+        var updated = file
+        updated.headRevisionId = revisionId
+        updated.size = size
+        updated.checksum = checksum
+        updated.mimeType = mimeType
+        updated.version += 1
+        updated.modifiedAt = Date(millis: now.millis)
+        return updated
     }
 
     func pruneRevisions(_ db: Database, fileId: String, userId: String, now: Date) throws {
