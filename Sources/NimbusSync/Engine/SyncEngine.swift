@@ -202,6 +202,22 @@ public actor SyncEngine {
         }
     }
 
+    /// The server's revision and checksum of each of `ids` that the server has (for a caller that keeps its own
+    /// index of what was synced, such as a folder sync after sending a tree), in one read.
+    public func serverRevisions(of ids: [ItemID]) throws -> [ItemID: (revision: String, checksum: String?)] {
+        try database.pool.read { db in
+            var found: [ItemID: (revision: String, checksum: String?)] = [:]
+            for start in stride(from: 0, to: ids.count, by: 500) {
+                let slice = ids[start..<min(start + 500, ids.count)].map(\.rawValue)
+                let rows = try Row.fetchAll(
+                    db, sql: "SELECT luid, r_revision, r_checksum FROM items WHERE r_revision IS NOT NULL AND luid IN (\(databaseQuestionMarks(count: slice.count)))",
+                    arguments: StatementArguments(slice))
+                for row in rows { found[ItemID(row[0])] = (row[1], row[2]) }
+            }
+            return found
+        }
+    }
+
     /// The item at a slash-separated path from the root (`/Work/report.pdf`), in the view.
     public func item(atPath path: String) throws -> SyncItem? {
         let parts = path.split(separator: "/").map(String.init)

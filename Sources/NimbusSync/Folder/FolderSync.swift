@@ -334,6 +334,20 @@ public actor FolderSync {
             report.errors.append(error.description)
         }
 
+        // What this round sent: the index takes the revision it made, so the next round (a no-op) rewrites nothing
+        // and a later edit is based on it.
+        let sent = upserts.values.filter { !$0.isDirectory && $0.revision == nil && $0.checksum != nil }
+        if !sent.isEmpty {
+            let revisions = try await engine.serverRevisions(of: sent.map { ItemID($0.luid) })
+            let recorded = sent.compactMap { entry -> FolderIndex.Entry? in
+                guard let server = revisions[ItemID(entry.luid)], server.checksum == entry.checksum else { return nil }
+                var entry = entry
+                entry.revision = server.revision
+                return entry
+            }
+            try index.apply(upserts: recorded, removals: [])
+        }
+
         // Place what was fetched, then record it.
         var placed: [FolderIndex.Entry] = []
         let stillBusy = try await engine.pendingUploadSources()
