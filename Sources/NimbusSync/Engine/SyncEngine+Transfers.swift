@@ -65,7 +65,8 @@ extension SyncEngine {
             case 308:
                 session = try ServerClient.decode(UploadResponse.self, data)
                 guard session.chunksProcessed <= session.totalChunks else { return try await restartUpload(operation) }
-                try await saveSession(session, for: operation.id)
+                // Not saved again per chunk (a local transaction each): a resume only needs the session's id,
+                // and asks the server where it stands (`savedSession`).
             case 201:
                 let done = try ServerClient.decode(UploadResponse.self, data)
                 guard let file = done.file else { return try await restartUpload(operation) }
