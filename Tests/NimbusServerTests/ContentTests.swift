@@ -102,6 +102,7 @@ struct ContentTests {
         try await TestServer.run { server in
             let alice = try await server.signUp()
             let folder = try await alice.mkdir("Batch")
+            #expect(try await alice.get("/v1/files/\(folder.id)").decode() as File == folder, "a creation answers the row as a read returns it")
             let existing = try await alice.upload("taken.txt", Data("old".utf8), in: folder.id)
             func sha(_ data: Data) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
             let a = Data("alpha".utf8), b = Data(repeating: 7, count: 70_000), c = Data("gamma".utf8)

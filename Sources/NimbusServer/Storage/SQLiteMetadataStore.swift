@@ -248,17 +248,12 @@ final class SQLiteMetadataStore: MetadataStore {
                     return (file, true)
                 }
             }
-            let id = "f" + randomToken()
-            try db.cachedStatement(sql: """
-                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """).execute(
-                arguments: [id, userId, parent.id, finalName, mimeType, isFolder, now.millis, now.millis, requestId])
-            var file = try Self.file(db, id: id, userId: userId)
+            var file = try Self.insertFile(
+                db, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: isFolder, requestId: requestId, now: now)
             if !isFolder {
                 file = try self.commitRevision(db, &effects, file: file, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
             } else {
-                try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
+                try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             }
             try Self.touchFolder(db, parent.id, now: now)
             return (file, true)
@@ -606,19 +601,28 @@ extension SQLiteMetadataStore {
                 guard policy == .rename else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
                 finalName = try freeName(db, parentId: parent.id, name: name, userId: userId)
             }
-            let id = "f" + randomToken()
-            try db.cachedStatement(sql: """
-                    INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
-                    VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)
-                    """).execute(
-                arguments: [id, userId, parent.id, finalName, mimeType, now.millis, now.millis, requestId])
+            let file = try insertFile(
+                db, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: false, requestId: requestId, now: now)
             try touchFolder(db, parent.id, now: now)
-            // The row just inserted, as reading it back would give (the schema's defaults for the rest).
-            return FileRecord(
-                id: id, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: false, size: 0, checksum: nil,
-                headRevisionId: nil, version: 1, trashRoot: nil, trashedAt: nil, createdAt: Date(millis: now.millis),
-                modifiedAt: Date(millis: now.millis))
+            return file
         }
+    }
+
+    /// Inserts a new live item and returns it as reading the row back would give (the schema's defaults for the
+    /// rest: no content yet, version 1).
+    static func insertFile(
+        _ db: Database, userId: String, parentId: String, name: String, mimeType: String, isFolder: Bool, requestId: String?, now: Date
+    ) throws -> FileRecord {
+        let id = "f" + randomToken()
+        try db.cachedStatement(sql: """
+                INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """).execute(
+            arguments: [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId])
+        return FileRecord(
+            id: id, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: isFolder, size: 0, checksum: nil,
+            headRevisionId: nil, version: 1, trashRoot: nil, trashedAt: nil, createdAt: Date(millis: now.millis),
+            modifiedAt: Date(millis: now.millis))
     }
 
     /// A file can take a new revision: not a folder, not trashed, and its head is what `If-Match` names.
