@@ -379,7 +379,7 @@ extension SyncEngine {
                 try db.execute(sql: "DELETE FROM operations WHERE id = ?", arguments: [operation.id])
             }
             row.flag = nil
-            if try OperationRow.forItem(db, id.rawValue).isEmpty {
+            if try !OperationRow.any(db, for: id.rawValue) {
                 if row.fileId == nil { row.lPresent = false } else { row.adoptRemote() }
                 if row.contentChecksum != row.lChecksum, let path = row.contentPath, path.hasPrefix(self.stagingDirectory.path) {
                     row.contentPath = nil

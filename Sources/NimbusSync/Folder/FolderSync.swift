@@ -284,7 +284,6 @@ public actor FolderSync {
             guard let parent = parentItem(of: entry.path, in: view) else { continue }
             do {
                 if entry.isDirectory {
-                    try await queue(&newFiles, upserts: &upserts, report: &report)  // queue order: what is already waiting goes before this folder's children
                     let id = try await engine.createFolder(named: name(of: entry.path), in: parent)
                     view[entry.path] = ViewEntry(path: entry.path, item: try await engine.item(id) ?? placeholder(id, folder: true))
                     upserts[entry.path] = indexEntry(entry, luid: id, checksum: nil, revision: nil)
