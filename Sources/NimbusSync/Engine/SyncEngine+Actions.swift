@@ -504,6 +504,20 @@ extension SyncEngine {
         }
     }
 
+    /// `name`, or `name (1)`, `name (2)`… — the first that nothing in folder `parent` of the view holds.
+    nonisolated func freeName(_ db: Database, _ name: String, in parent: String) throws -> String {
+        var candidate = name
+        var attempt = 1
+        while try String.fetchOne(
+            db.cachedStatement(sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1"), arguments: [parent, candidate]) != nil,
+            attempt < 10_000
+        {
+            candidate = FileName.numbered(name, attempt)
+            attempt += 1
+        }
+        return candidate
+    }
+
     /// The operation an action on `row` must wait for: the one that creates it on the server, if still queued.
     nonisolated func creatorDependency(_ db: Database, _ row: ItemRow) throws -> [String] {
         guard row.fileId == nil else { return [] }

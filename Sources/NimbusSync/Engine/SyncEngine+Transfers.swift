@@ -357,9 +357,22 @@ extension SyncEngine {
     func settle(_ operation: OperationRow, _ row: ItemRow, resolution: ConflictResolution, current: File?, nameClash: Bool) async throws {
         let now = self.now
         let device = configuration.deviceName
+        var copied: (url: URL, checksum: String, size: Int64)?
+        if resolution == .keepBoth, operation.payload.ownsSource != true, let source = operation.payload.sourcePath {
+            // The bytes are the caller's file (a synced folder's): the copy takes a private copy of them, so what
+            // later happens to that file (the other version put in its place) cannot change what the copy sends.
+            copied = try stage(URL(fileURLWithPath: source), copy: true)
+        }
+        let staged = copied
         try await database.pool.write { db in
             guard var item = try ItemRow.fetch(db, luid: row.luid) else { return }
             var payload = operation.payload
+            if let staged {
+                payload.sourcePath = staged.url.path
+                payload.ownsSource = true
+                payload.checksum = staged.checksum
+                payload.size = staged.size
+            }
             payload.requestId = UUID.random().uuidString.lowercased()
             item.flag = nil
             switch resolution {
@@ -399,13 +412,16 @@ extension SyncEngine {
                 var copyRow = ItemRow.empty(copy, isFolder: false)
                 copyRow.lPresent = true
                 copyRow.lParent = item.lParent
-                let name = FileName.conflictCopy(item.lName ?? payload.name ?? "file", device: device, date: now)
+                let name = try self.freeName(db, FileName.conflictCopy(item.lName ?? payload.name ?? "file", device: device, date: now), in: item.lParent ?? "")
                 copyRow.lName = name
                 copyRow.lMime = item.lMime
                 copyRow.lSize = payload.size
                 copyRow.lChecksum = payload.checksum
                 copyRow.lModified = now.millis
-                if payload.ownsSource == true, item.contentPath == payload.sourcePath {
+                if staged != nil {
+                    copyRow.contentPath = payload.sourcePath
+                    copyRow.contentChecksum = payload.checksum
+                } else if payload.ownsSource == true, item.contentPath == payload.sourcePath {
                     copyRow.contentPath = payload.sourcePath
                     copyRow.contentChecksum = payload.checksum
                     item.contentPath = nil

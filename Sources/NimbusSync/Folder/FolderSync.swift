@@ -18,6 +18,20 @@ public struct FolderSyncReport: Sendable, Equatable {
 
     public init() {}
 
+    /// Adds what a later round of the same run did; what it skipped replaces what this one skipped.
+    public mutating func absorb(_ later: FolderSyncReport) {
+        uploaded += later.uploaded
+        downloaded += later.downloaded
+        createdFolders += later.createdFolders
+        moved += later.moved
+        deletedHere += later.deletedHere
+        deletedThere += later.deletedThere
+        conflicts += later.conflicts
+        kept += later.kept
+        skipped = later.skipped
+        errors = later.errors
+    }
+
     public var changed: Int {
         uploaded.count + downloaded.count + createdFolders.count + moved.count + deletedHere.count + deletedThere.count + conflicts.count + kept.count
     }
@@ -44,7 +58,7 @@ public actor FolderSync {
     /// A file modified this recently is taken as still being written.
     let settleTime: TimeInterval
     /// When the first file the last round skipped as still being written will have settled.
-    var nextSettle: Date?
+    public private(set) var nextSettle: Date?
     /// Sends what a round has queued while the round goes on queueing the rest (see ``queue(_:upserts:report:)``).
     var sender: Task<Void, Never>?
 
@@ -70,6 +84,9 @@ public actor FolderSync {
 
     enum LocalChange {
         case unchanged
+        /// Changed since the index, but still being written: its content is not known yet. Nothing from the other
+        /// side may overwrite, move or delete it; it is looked at again once it has settled.
+        case writing(DiskEntry)
         case touched(DiskEntry)
         case modified(DiskEntry, checksum: String)
         case moved(DiskEntry, checksum: String?)
@@ -110,11 +127,11 @@ public actor FolderSync {
                     local[entry.path] = .unchanged
                 } else if isSettling(now) {
                     report.skipped.append("\(entry.path) (still being written)")
-                    local[entry.path] = .unchanged
+                    local[entry.path] = .writing(now)
                 } else if let checksum = try? hash(entry.path) {
                     local[entry.path] = checksum == entry.checksum ? .touched(now) : .modified(now, checksum: checksum)
                 } else {
-                    local[entry.path] = .unchanged
+                    local[entry.path] = .writing(now)
                 }
             } else if let moved = unindexedByInode[entry.inode], moved.isDirectory == entry.isDirectory, !claimed.contains(moved.path) {
                 claimed.insert(moved.path)
@@ -141,19 +158,23 @@ public actor FolderSync {
             let remotePath = remote?.path
             let luid = ItemID(entry.luid)
             switch change {
+            case .writing:
+                // Whatever happened there waits: this file's new content is not known yet (an editor may be
+                // saving it). Once it settles it is a modification like any other.
+                continue
             case .unchanged, .touched:
                 var current = entry
                 if case .touched(let now) = change { current.inode = now.inode; current.size = now.size; current.mtime = now.mtime }
                 guard let remote else {
                     // Deleted there, unchanged here: delete here (folders once empty).
-                    if removeLocally(entry, busy: busySources) {
+                    if removeLocally(current, busy: busySources) {
                         removals.insert(entry.path)
                         report.deletedThere.append(entry.path)
                     }
                     continue
                 }
                 if remote.path != entry.path {
-                    if moveLocally(from: entry.path, to: remote.path, busy: busySources) {
+                    if moveLocally(current, to: remote.path, busy: busySources) {
                         removals.insert(entry.path)
                         current.path = remote.path
                         report.moved.append("\(entry.path) → \(remote.path)")
@@ -170,16 +191,18 @@ public actor FolderSync {
                 }
             case .modified(let now, let checksum):
                 if let remote, remoteModified, remote.item.checksum != checksum, remote.item.state == .synced {
-                    try await conflict(entry, disk: now, checksum: checksum, remote: remote, report: &report, upserts: &upserts, downloads: &downloads)
+                    try await conflict(entry, disk: now, checksum: checksum, remote: remote, report: &report, upserts: &upserts, downloads: &downloads, view: view)
                     continue
                 }
                 var current = entry
                 if remote == nil {
                     // Deleted there, changed here: keep it, as a new item.
-                    if let parent = parentItem(of: entry.path, in: view) {
-                        let id = try await engine.upload(from: url(entry.path), named: name(of: entry.path), in: parent, copy: false)
-                        current.luid = id.rawValue
-                        report.kept.append(entry.path)
+                    if let kept = try await keep(entry.path, view: view, report: &report, downloads: &downloads) {
+                        current.luid = kept.luid.rawValue
+                        if kept.path != entry.path {
+                            removals.insert(entry.path)
+                            current.path = kept.path
+                        }
                     }
                 } else if remote?.item.checksum != checksum {
                     try await engine.update(luid, from: url(entry.path), copy: false, baseRevision: entry.revision, checksum: checksum)
@@ -189,11 +212,9 @@ public actor FolderSync {
                 current.size = now.size
                 current.mtime = now.mtime
                 current.checksum = checksum
-                if let remotePath, remotePath != entry.path, moveLocally(from: entry.path, to: remotePath, busy: []) {
-                    removals.insert(entry.path)
-                    current.path = remotePath
-                    report.moved.append("\(entry.path) → \(remotePath)")
-                }
+                // A move made there is followed once this change is sent (a round that finds the file unchanged):
+                // a file with unsent changes is never moved away under an editor that may still have it open.
+                _ = remotePath
                 upserts[current.path] = current
             case .moved(let now, let checksum):
                 removals.insert(entry.path)
@@ -204,18 +225,24 @@ public actor FolderSync {
                 current.mtime = now.mtime
                 guard let remote else {
                     // Moved here, deleted there: keep it, as a new item.
-                    if !now.isDirectory, let parent = parentItem(of: now.path, in: view) {
-                        let id = try await engine.upload(from: url(now.path), named: name(of: now.path), in: parent, copy: false)
-                        current.luid = id.rawValue
+                    if !now.isDirectory, let kept = try await keep(now.path, view: view, report: &report, downloads: &downloads) {
+                        current.luid = kept.luid.rawValue
                         current.checksum = checksum
-                        upserts[now.path] = current
-                        report.kept.append(now.path)
+                        current.path = kept.path
+                        upserts[kept.path] = current
                     }
                     continue
                 }
                 if remote.path != entry.path {
-                    // Moved on both sides: the server's move stands.
-                    if moveLocally(from: now.path, to: remote.path, busy: busySources) { current.path = remote.path }
+                    // Moved on both sides: the server's move stands. A file that also holds new content stays where
+                    // the user put it until that content is sent (the next round, finding it unchanged, follows).
+                    if let checksum, checksum != entry.checksum, !now.isDirectory {
+                        try await engine.update(luid, from: url(now.path), copy: false, baseRevision: entry.revision, checksum: checksum)
+                        current.checksum = checksum
+                        report.uploaded.append(now.path)
+                    } else if moveLocally(current, to: remote.path, busy: busySources) {
+                        current.path = remote.path
+                    }
                     upserts[current.path] = current
                     continue
                 }
@@ -271,7 +298,11 @@ public actor FolderSync {
                     continue
                 }
                 if !existing.item.isFolder && !entry.isDirectory {
-                    guard !isSettling(entry), let checksum = try? hash(entry.path) else { continue }
+                    if isSettling(entry) {
+                        report.skipped.append("\(entry.path) (still being written)")
+                        continue
+                    }
+                    guard let checksum = try? hash(entry.path) else { continue }
                     if checksum == existing.item.checksum {
                         upserts[entry.path] = indexEntry(entry, luid: existing.item.id, checksum: checksum, revision: existing.item.revisionId)
                         continue
@@ -335,7 +366,11 @@ public actor FolderSync {
 
         // What this round sent: the index takes the revision it made, so the next round (a no-op) rewrites nothing
         // and a later edit is based on it.
-        let sent = upserts.values.filter { !$0.isDirectory && $0.revision == nil && $0.checksum != nil }
+        // (A new version too: the index's revision is the base of this device's next edit, and a stale one would make
+        // that edit conflict with this device's own earlier version.)
+        let sent = upserts.values.filter {
+            !$0.isDirectory && $0.checksum != nil && ($0.revision == nil || indexed[$0.path]?.checksum != $0.checksum)
+        }
         if !sent.isEmpty {
             let revisions = try await engine.serverRevisions(of: sent.map { ItemID($0.luid) })
             let recorded = sent.compactMap { entry -> FolderIndex.Entry? in
@@ -350,24 +385,28 @@ public actor FolderSync {
         // Place what was fetched, then record it.
         var placed: [FolderIndex.Entry] = []
         let stillBusy = try await engine.pendingUploadSources()
+        let known = downloads.isEmpty ? [:] : try index.all()
         for (luid, path) in downloads {
             guard let item = try await engine.item(luid), let checksum = item.checksum else { continue }
-            if let current = DiskScanner.stat(url(path).path, relative: path)?.entry {
-                // Something is there: replace it only if it is what the index says (nothing unsent would be lost).
-                let known = try index.all()[path]
-                guard let known, known.inode == current.inode, known.size == current.size, known.mtime == current.mtime,
-                    !stillBusy.contains(url(path).path)
-                else {
+            // Something is there: it may be replaced only if it is what the index says (nothing unsent is lost);
+            // `place` checks that again immediately before the rename.
+            var expected: FolderIndex.Entry?
+            if DiskScanner.stat(url(path).path, relative: path) != nil {
+                guard let entry = known[path], !stillBusy.contains(url(path).path) else {
                     report.skipped.append("\(path) (changed here meanwhile; will merge next time)")
                     continue
                 }
+                expected = entry
             }
             guard let source = try await engine.takeContent(of: luid) else {
                 report.errors.append("\(path): not downloaded yet; will retry")
                 continue
             }
             do {
-                try place(source, at: path)
+                guard try place(source, at: path, expected: expected) else {
+                    report.skipped.append("\(path) (changed here meanwhile; will merge next time)")
+                    continue
+                }
                 if let now = DiskScanner.stat(url(path).path, relative: path)?.entry {
                     placed.append(indexEntry(now, luid: luid, checksum: checksum, revision: item.revisionId))
                 }
@@ -407,12 +446,42 @@ public actor FolderSync {
         }
     }
 
+    /// Sends a file the server deleted (but that changed here) again, as a new item. If another item has taken
+    /// its name there meanwhile, this one is kept under a conflict name instead (both stay). `nil` when its folder
+    /// is gone there too (the next round sends the folder first).
+    func keep(
+        _ path: String, view: [String: ViewEntry], report: inout FolderSyncReport, downloads: inout [(luid: ItemID, path: String)]
+    ) async throws -> (luid: ItemID, path: String)? {
+        guard let parent = parentItem(of: path, in: view) else { return nil }
+        var target = path
+        if let other = view[path] {
+            let (_, copyPath) = conflictCopyPath(of: path, taken: view)
+            guard try DiskOperations.renameNoReplace(url(path).path, to: url(copyPath).path) else { return nil }
+            target = copyPath
+            // The name is free here now: the other item comes down in this round.
+            if !other.item.isFolder, other.item.fileId != nil {
+                downloads.append((other.item.id, path))
+                try await engine.download(other.item.id)
+            }
+            report.conflicts.append("\(path): deleted there while changed here, and the name is now another file's; this device's version is \(copyPath)")
+        } else {
+            report.kept.append(path)
+        }
+        do {
+            let id = try await engine.upload(from: url(target), named: name(of: target), in: parent, copy: false)
+            return (id, target)
+        } catch let error as SyncError {
+            report.errors.append("\(target): \(error.description)")
+            return nil
+        }
+    }
+
     // MARK: Conflicts
 
     /// Changed here and there since the last sync.
     func conflict(
         _ entry: FolderIndex.Entry, disk: DiskEntry, checksum: String, remote: ViewEntry, report: inout FolderSyncReport,
-        upserts: inout [String: FolderIndex.Entry], downloads: inout [(luid: ItemID, path: String)]
+        upserts: inout [String: FolderIndex.Entry], downloads: inout [(luid: ItemID, path: String)], view: [String: ViewEntry]
     ) async throws {
         let luid = ItemID(entry.luid)
         switch strategy {
@@ -427,7 +496,7 @@ public actor FolderSync {
             report.conflicts.append("\(entry.path): kept this device's version (the other stays a revision)")
         case .keepBoth:
             // This version moves aside under the conflict name and is sent as a new file; theirs takes the name.
-            let (copyName, copyPath) = conflictCopyPath(of: entry.path)
+            let (copyName, copyPath) = conflictCopyPath(of: entry.path, taken: view)
             try FileManager.default.moveItem(at: url(entry.path), to: url(copyPath))
             if let parent = remote.item.parentId, let now = DiskScanner.stat(url(copyPath).path, relative: copyPath)?.entry {
                 let id = try await engine.upload(from: url(copyPath), named: copyName, in: parent, copy: false)
@@ -445,13 +514,13 @@ public actor FolderSync {
     }
 
     /// Where this device's version of a conflicted path goes: `name (conflict from DEVICE DATE).ext`, numbered
-    /// when a copy of that name is already there (a second conflict the same day).
-    func conflictCopyPath(of path: String) -> (name: String, path: String) {
+    /// when that name is taken on disk or in the view (a second conflict the same day): never an existing name.
+    func conflictCopyPath(of path: String, taken view: [String: ViewEntry]) -> (name: String, path: String) {
         let base = FileName.conflictCopy(name(of: path), device: deviceName, date: Date())
         var copyName = base
         var attempt = 1
         func inFolder(_ name: String) -> String { parentPath(of: path).map { $0 + "/" + name } ?? name }
-        while FileManager.default.fileExists(atPath: url(inFolder(copyName)).path), attempt < 10_000 {
+        while view[inFolder(copyName)] != nil || DiskScanner.stat(url(inFolder(copyName)).path, relative: copyName) != nil, attempt < 10_000 {
             copyName = FileName.numbered(base, attempt)
             attempt += 1
         }
@@ -464,7 +533,7 @@ public actor FolderSync {
         downloads: inout [(luid: ItemID, path: String)], view: inout [String: ViewEntry]
     ) async throws {
         guard let parent = parentItem(of: entry.path, in: view) else { return }
-        let (copyName, copyPath) = conflictCopyPath(of: entry.path)
+        let (copyName, copyPath) = conflictCopyPath(of: entry.path, taken: view)
         try FileManager.default.moveItem(at: url(entry.path), to: url(copyPath))
         guard let now = DiskScanner.stat(url(copyPath).path, relative: copyPath)?.entry else { return }
         if now.isDirectory {
@@ -525,37 +594,50 @@ public actor FolderSync {
             modifiedAt: Date(), state: .pending, isPinned: false, isAvailableOffline: false)
     }
 
-    /// Deletes an unchanged local copy of something deleted there; a folder only once it is empty.
+    /// Whether the file or folder at `entry.path` is still exactly what `entry` recorded (same inode, size and
+    /// modification time): checked immediately before anything that would destroy or move it, so a file saved
+    /// after the round looked at it is never lost.
+    func isStill(_ entry: FolderIndex.Entry) -> Bool {
+        guard let now = DiskScanner.stat(url(entry.path).path, relative: entry.path)?.entry, now.isDirectory == entry.isDirectory else {
+            return false
+        }
+        return now.isDirectory ? now.inode == entry.inode : (now.inode == entry.inode && now.size == entry.size && now.mtime == entry.mtime)
+    }
+
+    /// Deletes an unchanged local copy of something deleted there; a folder only once it is empty. Refuses (and
+    /// so keeps the file) if it changed since the round looked at it.
     func removeLocally(_ entry: FolderIndex.Entry, busy: Set<String>) -> Bool {
         let target = url(entry.path)
         if busy.contains(target.path) { return false }
+        guard DiskScanner.stat(target.path, relative: entry.path) != nil else { return true }  // already gone
+        guard isStill(entry) else { return false }
         if entry.isDirectory {
             let remaining = (try? FileManager.default.contentsOfDirectory(atPath: target.path)) ?? []
             guard remaining.isEmpty else { return false }
+            return rmdir(target.path) == 0
         }
-        do {
-            try FileManager.default.removeItem(at: target)
-        } catch {
-            if FileManager.default.fileExists(atPath: target.path) { return false }
-        }
-        return true
+        return unlink(target.path) == 0 || errno == ENOENT
     }
 
-    /// Follows a move made there; refuses to overwrite anything.
-    func moveLocally(from: String, to: String, busy: Set<String>) -> Bool {
-        if busy.contains(url(from).path) || FileManager.default.fileExists(atPath: url(to).path) { return false }
+    /// Follows a move made there; refuses to overwrite anything, and to move what changed since the round
+    /// looked at it.
+    func moveLocally(_ entry: FolderIndex.Entry, to: String, busy: Set<String>) -> Bool {
+        let from = entry.path
+        if busy.contains(url(from).path) || DiskScanner.stat(url(to).path, relative: to) != nil { return false }
+        guard isStill(entry) else { return false }
         do {
             try FileManager.default.createDirectory(at: url(to).deletingLastPathComponent(), withIntermediateDirectories: true)
-            try FileManager.default.moveItem(at: url(from), to: url(to))
-            return true
+            return try DiskOperations.renameNoReplace(url(from).path, to: url(to).path)
         } catch {
             return false
         }
     }
 
     /// Puts a downloaded file in place: under a temporary name in the target folder first, then renamed, so
-    /// the final name never holds half a file.
-    func place(_ source: URL, at path: String) throws {
+    /// the final name never holds half a file. Immediately before the rename, what is at the path must still be
+    /// `expected` (the index's entry), or nothing when `expected` is nil; otherwise nothing is replaced and this
+    /// returns false (the file changed here since the round looked at it: the next round merges it).
+    func place(_ source: URL, at path: String, expected: FolderIndex.Entry?) throws -> Bool {
         let target = url(path)
         try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
         let temporary = target.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID.random().uuidString)")
@@ -566,10 +648,14 @@ public actor FolderSync {
             try FileManager.default.copyItem(at: source, to: temporary)
             try? FileManager.default.removeItem(at: source)
         }
-        guard rename(temporary.path, target.path) == 0 else {
-            try? FileManager.default.removeItem(at: temporary)
-            throw SyncError.localFile("Could not put \(path) in place (errno \(errno)).")
+        let placed: Bool
+        if let expected {
+            placed = isStill(expected) && rename(temporary.path, target.path) == 0
+        } else {
+            placed = try DiskOperations.renameNoReplace(temporary.path, to: target.path)
         }
+        if !placed { try? FileManager.default.removeItem(at: temporary) }
+        return placed
     }
 
     /// The view under the remote root: relative path → item (ignored paths left out).

@@ -77,11 +77,14 @@ struct SyncCommand: AsyncParsableCommand {
                 self.print(report)
             }
         } else {
+            // Files still being written are synced once they settle: the run ends when everything that was here when
+            // it started has been looked at (or after 30 seconds of a file that keeps changing, which is reported).
             var report = try await cycle(folder)
-            // Files that were still being written get a second chance.
-            if report.skipped.contains(where: { $0.hasSuffix("(still being written)") }) {
-                try await Task.sleep(for: .seconds(1))
-                report = try await cycle(folder)
+            let deadline = Date().addingTimeInterval(30)
+            while report.skipped.contains(where: { $0.hasSuffix("(still being written)") }), Date() < deadline {
+                let settles = await folder.nextSettle ?? Date().addingTimeInterval(0.5)
+                try await Task.sleep(for: .milliseconds(Int64(max(0.05, settles.timeIntervalSinceNow + 0.05) * 1000)))
+                report.absorb(try await cycle(folder))
             }
             print(report)
             if output.json { try Output.json(SyncSummary(report)) }
