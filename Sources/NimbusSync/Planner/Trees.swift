@@ -1,0 +1,87 @@
+import Foundation
+
+/// The three trees the planner decides from (Dropbox Nucleus' model), keyed by item id:
+/// - **remote**: the provider's state as last observed (a cache, fed by the change feed or a listing);
+/// - **synced**: the merge base — the last state both sides agreed on, per item;
+/// - **local**: what is observed here (a folder on disk, or the app's own store), including files whose new
+///   content is not known yet because they are still being written.
+///
+/// A difference between remote and synced is a change made there; between local and synced, a change made
+/// here; both, a conflict. Only the synced tree tells "deleted here" from "created there".
+struct Trees: Sendable, Equatable {
+    var remote: [ItemID: RemoteNode] = [:]
+    var synced: [ItemID: RemoteNode] = [:]
+    var local: [ItemID: LocalNode] = [:]
+
+    /// The root folder: present in all three trees, never planned for.
+    static let root = ItemID.root
+
+    init(remote: [ItemID: RemoteNode] = [:], synced: [ItemID: RemoteNode] = [:], local: [ItemID: LocalNode] = [:]) {
+        self.remote = remote
+        self.synced = synced
+        self.local = local
+        self.remote[Self.root] = self.remote[Self.root] ?? .rootFolder
+        self.synced[Self.root] = self.synced[Self.root] ?? .rootFolder
+        self.local[Self.root] = self.local[Self.root] ?? .rootFolder
+    }
+}
+
+/// One item as the remote side has it (or, in the synced tree, as both sides last agreed on it).
+struct RemoteNode: Sendable, Equatable {
+    /// `nil` only for the root.
+    var parent: ItemID?
+    var name: String
+    var isFolder: Bool
+    /// The provider's version of the content (a revision id, an ETag); `nil` for folders.
+    var revision: String?
+    /// SHA-256 of the content when known (the Nimbus server always gives it; some providers never do).
+    var checksum: String?
+    var size: Int64 = 0
+
+    static let rootFolder = RemoteNode(parent: nil, name: "", isFolder: true, revision: nil, checksum: nil)
+
+    /// Same place (folder and name).
+    func isAt(_ other: RemoteNode) -> Bool { parent == other.parent && name == other.name }
+    func isAt(_ other: LocalNode) -> Bool { parent == other.parent && name == other.name }
+}
+
+/// What is known of a local file's content.
+enum LocalContent: Sendable, Equatable {
+    /// Settled content with this SHA-256 and size.
+    case known(checksum: String, size: Int64)
+    /// Changed since it was last looked at and still being written: its content is not known yet. Nothing from
+    /// the other side may overwrite, move or delete it until it settles.
+    case changing
+
+    var checksum: String? {
+        if case .known(let checksum, _) = self { return checksum }
+        return nil
+    }
+}
+
+/// Why an item waits for the user instead of being synced.
+enum Hold: String, Sendable, Equatable {
+    /// Changed here and there (the `ask` policy): waits for a resolution.
+    case conflict
+    /// Deleted there while changed (or only present) here, under a policy that asks: waits for the user to
+    /// keep it (sent again as a new item) or let it go.
+    case unsynced
+}
+
+/// One item as observed here.
+struct LocalNode: Sendable, Equatable {
+    /// `nil` only for the root.
+    var parent: ItemID?
+    var name: String
+    var isFolder: Bool
+    /// For files; folders have `.known("", 0)`-free content: ignored.
+    var content: LocalContent = .known(checksum: "", size: 0)
+    var hold: Hold?
+    /// A request that creates this item there was sent, and no answer recorded: the item may already exist there
+    /// (under the same request id). Until a retry settles it, the item is not taken for a different one.
+    var creationInDoubt = false
+
+    static let rootFolder = LocalNode(parent: nil, name: "", isFolder: true)
+
+    func isAt(_ other: RemoteNode) -> Bool { parent == other.parent && name == other.name }
+}

@@ -1,0 +1,632 @@
+import Foundation
+import NimbusAPI
+@testable import NimbusSync
+import Testing
+
+/// The planner, tested the way Dropbox tested Nucleus' (CanopyCheck): random trees, random changes on both sides,
+/// plans applied in shuffled batches as if every operation succeeded, again and again until the plan is empty.
+/// Then: it ended within a bounded number of rounds, the three trees agree, and no content that existed only
+/// here is gone. `NIMBUS_PLANNER_CASES=1000000` runs more cases; `NIMBUS_PLANNER_SEED=s` replays one. A failing
+/// case is shrunk (changes and items removed while it still fails) and printed with its seed.
+@Suite("Planner")
+struct PlannerTests {
+    static var cases: Int { ProcessInfo.processInfo.environment["NIMBUS_PLANNER_CASES"].flatMap(Int.init) ?? 10_000 }
+
+    @Test("random trees and changes on both sides converge in bounded rounds without losing anything only this side had")
+    func randomized() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let seeds: [UInt64] =
+            if let one = environment["NIMBUS_PLANNER_SEED"].flatMap(UInt64.init) { [one] } else { (1...UInt64(max(Self.cases, 1))).map { $0 } }
+        for seed in seeds {
+            let scenario = PlannerScenario.random(seed: seed)
+            if let failure = scenario.run() {
+                let small = scenario.shrunk()
+                Issue.record(
+                    """
+                    planner case \(seed) failed (replay with NIMBUS_PLANNER_SEED=\(seed)): \(failure)
+                    shrunk to: \(small)
+                    which fails with: \(small.run() ?? "nothing (flaky?)")
+                    """)
+                return
+            }
+        }
+    }
+
+    @Test("a file being written is never deleted, replaced or moved by a change there; once settled it is kept or conflicts")
+    func changingFileWaits() throws {
+        let f = ItemID("f")
+        var trees = PlannerScenario.base([(f, .root, "f.txt", "v1")])
+        trees.local[f]?.content = .changing
+        trees.remote[f] = nil  // deleted there
+        #expect(plan(trees).isEmpty)
+        trees.remote[f] = RemoteNode(parent: .root, name: "g.txt", isFolder: false, revision: "r2", checksum: "v2")  // moved and changed there
+        #expect(plan(trees).isEmpty)
+        trees.local[f]?.content = .known(checksum: "v3", size: 2)
+        #expect(plan(trees).map(\.description) == ["fork(f → f (conflict from D 2026-11-23).txt)"])
+        trees.remote[f] = nil
+        #expect(plan(trees) == [.forget(f)])
+        #expect(plan(trees, strategy: .keepBoth, keeps: false) == [.hold(f, .unsynced)])
+    }
+
+    @Test("a content that returns to an earlier value is a new version of the same file, based on the synced revision")
+    func revertedContent() throws {
+        let f = ItemID("f")
+        var trees = PlannerScenario.base([(f, .root, "f.bin", "v1")])
+        trees.local[f]?.content = .known(checksum: "v2", size: 2)
+        #expect(plan(trees) == [.upload(f, base: "r-v1")])
+        trees.remote[f]?.revision = "r-v2"
+        trees.remote[f]?.checksum = "v2"
+        trees.synced[f] = trees.remote[f]
+        trees.local[f]?.content = .known(checksum: "v1", size: 2)
+        #expect(plan(trees) == [.upload(f, base: "r-v2")], "no conflict: the merge base is the last revision this device made")
+    }
+
+    @Test("conflicting contents are settled by the strategy", arguments: [ConflictStrategy.keepBoth, .lastWriterWins, .ask])
+    func conflicts(strategy: ConflictStrategy) throws {
+        let f = ItemID("f")
+        var trees = PlannerScenario.base([(f, .root, "f.txt", "v1")])
+        trees.local[f]?.content = .known(checksum: "here", size: 4)
+        trees.remote[f]?.revision = "r2"
+        trees.remote[f]?.checksum = "there"
+        let expected: PlannedOperation =
+            switch strategy {
+            case .keepBoth: .fork(f, name: "f (conflict from D 2026-11-23).txt")
+            case .lastWriterWins: .upload(f, base: "r2")
+            case .ask: .hold(f, .conflict)
+            }
+        #expect(plan(trees, strategy: strategy) == [expected])
+        trees.local[f]?.content = .known(checksum: "there", size: 5)
+        #expect(plan(trees, strategy: strategy) == [.record(f)], "the same bytes on both sides are no conflict")
+    }
+
+    @Test("a conflict copy's name never collides with an existing one, here or there")
+    func conflictNamesAreFree() throws {
+        let f = ItemID("f")
+        let copy = ItemID("c")
+        let other = ItemID("o")
+        var trees = PlannerScenario.base([(f, .root, "f.txt", "v1"), (copy, .root, "f (conflict from D 2026-11-23).txt", "x")])
+        trees.remote[other] = RemoteNode(parent: .root, name: "f (conflict from D 2026-11-23) (1).txt", isFolder: false, revision: "r", checksum: "y")
+        trees.local[f]?.content = .known(checksum: "here", size: 4)
+        trees.remote[f]?.revision = "r2"
+        trees.remote[f]?.checksum = "there"
+        #expect(plan(trees).contains(.fork(f, name: "f (conflict from D 2026-11-23) (2).txt")))
+    }
+
+    @Test("a new file here and a new file there under one name: linked when equal, else this side's moves aside")
+    func bothNew() throws {
+        let here = ItemID("h")
+        let there = ItemID("t")
+        var trees = Trees()
+        trees.local[here] = LocalNode(parent: .root, name: "a.txt", isFolder: false, content: .known(checksum: "same", size: 1))
+        trees.remote[there] = RemoteNode(parent: .root, name: "a.txt", isFolder: false, revision: "r", checksum: "same")
+        #expect(plan(trees) == [.link(here, to: there)])
+        trees.remote[there]?.checksum = "other"
+        #expect(plan(trees) == [.fork(here, name: "a (conflict from D 2026-11-23).txt")])
+        trees.local[here]?.creationInDoubt = true
+        #expect(plan(trees) == [.upload(here, base: nil)], "a creation whose answer was lost is retried first")
+    }
+
+    @Test("a folder deleted here is deleted there in one step, unless something in it changed there")
+    func folderDeletion() throws {
+        let folder = ItemID("d")
+        let a = ItemID("a")
+        let b = ItemID("b")
+        var trees = PlannerScenario.base([(folder, .root, "d", nil), (a, folder, "a.txt", "va"), (b, folder, "b.txt", "vb")])
+        trees.local[folder] = nil
+        trees.local[a] = nil
+        trees.local[b] = nil
+        #expect(plan(trees) == [.deleteRemote(folder)])
+        trees.remote[b]?.revision = "r-new"
+        trees.remote[b]?.checksum = "vb2"
+        #expect(Set(plan(trees)) == [.createLocalFolder(folder), .deleteRemote(a)], "the changed file comes back, in its folder")
+    }
+
+    func plan(_ trees: Trees, strategy: ConflictStrategy = .keepBoth, keeps: Bool = true) -> [PlannedOperation] {
+        Planner.plan(trees, policy: PlannerScenario.policy(strategy, keeps: keeps))
+    }
+}
+
+/// One generated case: a tree both sides agreed on, then changes on each side (some of them while the plans run),
+/// and the choices of which planned operations run in each round.
+struct PlannerScenario: CustomStringConvertible, Sendable {
+    enum Change: Sendable, CustomStringConvertible {
+        case edit(here: Bool, ItemID, content: String)
+        case writing(ItemID)
+        case settle(ItemID, content: String)
+        case create(here: Bool, ItemID, parent: ItemID, name: String, folder: Bool, content: String)
+        case delete(here: Bool, ItemID)
+        case move(here: Bool, ItemID, parent: ItemID, name: String)
+
+        var description: String {
+            switch self {
+            case .edit(let here, let id, let content): "edit\(here ? "Here" : "There")(\(id), \(content))"
+            case .writing(let id): "writing(\(id))"
+            case .settle(let id, let content): "settle(\(id), \(content))"
+            case .create(let here, let id, let parent, let name, let folder, let content):
+                "create\(here ? "Here" : "There")(\(id) in \(parent) \"\(name)\" \(folder ? "folder" : content))"
+            case .delete(let here, let id): "delete\(here ? "Here" : "There")(\(id))"
+            case .move(let here, let id, let parent, let name): "move\(here ? "Here" : "There")(\(id) → \(parent)/\"\(name)\")"
+            }
+        }
+    }
+
+    var seed: UInt64
+    var strategy: ConflictStrategy
+    var keepsDeletedThere: Bool
+    /// (id, parent, name, content or nil for a folder), parents first.
+    var base: [(id: ItemID, parent: ItemID, name: String, content: String?)]
+    /// Changes before the first plan (round 0) and between later rounds.
+    var changes: [(round: Int, change: Change)]
+
+    var description: String {
+        let items = base.map { "\($0.id) in \($0.parent) \"\($0.name)\" \($0.content ?? "folder")" }.joined(separator: "; ")
+        let perturbations = changes.map { "@\($0.round) \($0.change)" }.joined(separator: "; ")
+        return "seed \(seed), \(strategy), keeps deleted there: \(keepsDeletedThere); base [\(items)]; changes [\(perturbations)]"
+    }
+
+    static let names = ["a", "b", "A", "a.txt", "b.txt", "A.txt", "a (1).txt", "c.md"]
+    static let date = Date(timeIntervalSince1970: 1_795_400_000)  // 2026-11-23
+
+    static func policy(_ strategy: ConflictStrategy, keeps: Bool) -> PlannerPolicy {
+        PlannerPolicy(conflictStrategy: strategy, keepsDeletedThere: keeps, deviceName: "D", date: date)
+    }
+
+    /// Trees on which both sides agree.
+    static func base(_ items: [(ItemID, ItemID, String, String?)]) -> Trees {
+        var trees = Trees()
+        for (id, parent, name, content) in items {
+            let node = RemoteNode(parent: parent, name: name, isFolder: content == nil, revision: content.map { "r-\($0)" }, checksum: content, size: 2)
+            trees.remote[id] = node
+            trees.synced[id] = node
+            trees.local[id] = LocalNode(
+                parent: parent, name: name, isFolder: content == nil, content: .known(checksum: content ?? "", size: content == nil ? 0 : 2))
+        }
+        return trees
+    }
+
+    static func random(seed: UInt64) -> PlannerScenario {
+        var random = SplitMix(seed: seed &* 0x9E37_79B9)
+        let strategy: ConflictStrategy = [.keepBoth, .keepBoth, .lastWriterWins, .ask][random.below(4)]
+        var base: [(id: ItemID, parent: ItemID, name: String, content: String?)] = []
+        var folders: [ItemID] = [.root]
+        var taken: Set<String> = []
+        var contentCounter = 0
+        func content(_ random: inout SplitMix) -> String {
+            contentCounter += 1
+            return random.below(4) == 0 ? "c\(random.below(max(contentCounter, 1)))" : "c\(contentCounter)"
+        }
+        for index in 0..<random.below(9) {
+            let parent = folders[random.below(folders.count)]
+            let name = names[random.below(names.count)]
+            guard taken.insert("\(parent)/\(name)").inserted else { continue }
+            let id = ItemID("i\(index)")
+            let isFolder = random.below(3) == 0
+            base.append((id, parent, name, isFolder ? nil : content(&random)))
+            if isFolder { folders.append(id) }
+        }
+        var scenario = PlannerScenario(seed: seed, strategy: strategy, keepsDeletedThere: random.below(4) != 0, base: base, changes: [])
+        // Changes are generated against a model of each side so most of them apply.
+        var trees = scenario.initialTrees()
+        var created = 0
+        for _ in 0..<random.below(10) {
+            let round = random.below(3) == 0 ? random.below(4) : 0
+            let here = random.below(2) == 0
+            let ids = (here ? Array(trees.local.keys) : Array(trees.remote.keys)).filter { $0 != .root }.sorted { $0.rawValue < $1.rawValue }
+            let folderIds = ids.filter { (here ? trees.local[$0]?.isFolder : trees.remote[$0]?.isFolder) == true } + [.root]
+            let change: Change
+            switch random.below(10) {
+            case 0, 1:
+                guard let id = ids.filter({ (here ? trees.local[$0]?.isFolder : trees.remote[$0]?.isFolder) == false }).randomPick(&random)
+                else { continue }
+                if here, random.below(4) == 0 { change = .writing(id) } else { change = .edit(here: here, id, content: content(&random)) }
+            case 2, 3:
+                created += 1
+                let folder = random.below(3) == 0
+                change = .create(
+                    here: here, ItemID("n\(created)"), parent: folderIds[random.below(folderIds.count)], name: names[random.below(names.count)],
+                    folder: folder, content: folder ? "" : content(&random))
+            case 4, 5:
+                guard let id = ids.randomPick(&random) else { continue }
+                change = .delete(here: here, id)
+            default:
+                guard let id = ids.randomPick(&random) else { continue }
+                let parent = folderIds[random.below(folderIds.count)]
+                let name = random.below(2) == 0 ? names[random.below(names.count)] : (here ? trees.local[id]?.name : trees.remote[id]?.name) ?? "x"
+                change = .move(here: here, id, parent: parent, name: name)
+            }
+            scenario.changes.append((round, change))
+            if round == 0 { _ = Self.apply(change, to: &trees) }
+        }
+        scenario.changes.sort { $0.round < $1.round }
+        return scenario
+    }
+
+    func initialTrees() -> Trees {
+        Self.base(base.map { ($0.id, $0.parent, $0.name, $0.content) })
+    }
+
+    /// Applies a change made by a user here or by another device there, if it makes sense now (a disk and a server
+    /// both keep names unique per folder and have no cycles). Returns whether it applied.
+    @discardableResult
+    static func apply(_ change: Change, to trees: inout Trees) -> Bool {
+        func freeHere(_ parent: ItemID, _ name: String, except: ItemID? = nil) -> Bool {
+            trees.local[parent]?.isFolder == true && !trees.local.contains { $0.key != except && $0.value.parent == parent && $0.value.name == name }
+        }
+        func freeThere(_ parent: ItemID, _ name: String, except: ItemID? = nil) -> Bool {
+            trees.remote[parent]?.isFolder == true && !trees.remote.contains { $0.key != except && $0.value.parent == parent && $0.value.name == name }
+        }
+        switch change {
+        case .edit(true, let id, let content):
+            guard let node = trees.local[id], !node.isFolder else { return false }
+            trees.local[id]?.content = .known(checksum: content, size: 2)
+        case .edit(false, let id, let content):
+            guard let node = trees.remote[id], !node.isFolder else { return false }
+            let revision = "\(node.revision ?? "r")>\(content)"  // unique: a revision never comes back
+            trees.remote[id]?.revision = revision
+            trees.remote[id]?.checksum = content
+        case .writing(let id):
+            guard let node = trees.local[id], !node.isFolder else { return false }
+            trees.local[id]?.content = .changing
+        case .settle(let id, let content):
+            guard let node = trees.local[id], case .changing = node.content else { return false }
+            trees.local[id]?.content = .known(checksum: content, size: 2)
+        case .create(true, let id, let parent, let name, let folder, let content):
+            guard trees.local[id] == nil, trees.remote[id] == nil, trees.synced[id] == nil, freeHere(parent, name) else { return false }
+            trees.local[id] = LocalNode(parent: parent, name: name, isFolder: folder, content: .known(checksum: folder ? "" : content, size: 2))
+        case .create(false, let id, let parent, let name, let folder, let content):
+            guard trees.local[id] == nil, trees.remote[id] == nil, trees.synced[id] == nil, freeThere(parent, name) else { return false }
+            trees.remote[id] = RemoteNode(parent: parent, name: name, isFolder: folder, revision: folder ? nil : "r-\(content)", checksum: folder ? nil : content)
+        case .delete(true, let id):
+            guard trees.local[id] != nil, id != .root else { return false }
+            for gone in subtree(id, of: trees.local.mapValues(\.parent)) { trees.local[gone] = nil }
+        case .delete(false, let id):
+            guard trees.remote[id] != nil, id != .root else { return false }
+            for gone in subtree(id, of: trees.remote.mapValues(\.parent)) { trees.remote[gone] = nil }
+        case .move(true, let id, let parent, let name):
+            guard trees.local[id] != nil, id != .root, freeHere(parent, name, except: id), !isAbove(id, parent, trees.local.mapValues(\.parent)) else {
+                return false
+            }
+            trees.local[id]?.parent = parent
+            trees.local[id]?.name = name
+        case .move(false, let id, let parent, let name):
+            guard trees.remote[id] != nil, id != .root, freeThere(parent, name, except: id), !isAbove(id, parent, trees.remote.mapValues(\.parent))
+            else { return false }
+            trees.remote[id]?.parent = parent
+            trees.remote[id]?.name = name
+        }
+        return true
+    }
+
+    static func subtree(_ id: ItemID, of parents: [ItemID: ItemID?]) -> [ItemID] {
+        var result = [id]
+        var index = 0
+        while index < result.count {
+            let current = result[index]
+            result += parents.filter { $0.value == current }.map(\.key).sorted { $0.rawValue < $1.rawValue }
+            index += 1
+        }
+        return result
+    }
+
+    /// Whether `id` is `node` or above it.
+    static func isAbove(_ id: ItemID, _ node: ItemID, _ parents: [ItemID: ItemID?]) -> Bool {
+        var current: ItemID? = node
+        var steps = 0
+        while let step = current, steps < 1000 {
+            if step == id { return true }
+            current = parents[step] ?? nil
+            steps += 1
+        }
+        return false
+    }
+
+    /// Runs the case; the reason it fails, or nil.
+    func run() -> String? {
+        var random = SplitMix(seed: seed &* 0xD1B5_4A32_D192_ED03 &+ 1)
+        var trees = initialTrees()
+        var world = World(trees: trees)
+        var pending = changes
+        var rounds = 0
+        var forks = 0
+        var log: [String] = []
+        let policy = Self.policy(strategy, keeps: keepsDeletedThere)
+        while true {
+            // The changes of this round (what users did meanwhile).
+            while let next = pending.first, next.round <= rounds {
+                pending.removeFirst()
+                world.change(next.change, log: &log)
+            }
+            if pending.isEmpty {
+                // The writers finish; the user answers what waits for them.
+                for (id, node) in world.trees.local where !node.isFolder && node.content == .changing {
+                    world.change(.settle(id, content: "s\(id)"), log: &log)
+                }
+            }
+            trees = world.trees
+            var plan = Planner.plan(trees, policy: policy)
+            if plan.isEmpty && pending.isEmpty {
+                let held = trees.local.filter { $0.value.hold != nil }.map(\.key).sorted { $0.rawValue < $1.rawValue }
+                guard !held.isEmpty else { break }
+                for id in held {
+                    log.append("user settles \(id) (\(trees.local[id]!.hold!))")
+                    world.resolve(id, forks: &forks)
+                }
+                rounds += 1
+                continue
+            }
+            rounds += 1
+            if rounds > 60 { return "no end after 60 rounds; last plan \(plan); log \(log.suffix(30))" }
+            // A random subset runs, in random order, each as if it succeeded.
+            plan.shuffle(using: &random)
+            let batch = plan.isEmpty ? [] : Array(plan.prefix(1 + random.below(plan.count)))
+            for operation in batch {
+                log.append("round \(rounds): \(operation)")
+                if let problem = world.apply(operation, forks: &forks) {
+                    return "\(operation) could not run as planned: \(problem); plan \(plan); log \(log.suffix(30))"
+                }
+            }
+        }
+        // The three trees agree.
+        let final = world.trees
+        let ids = Set(final.remote.keys).union(final.synced.keys).union(final.local.keys)
+        for id in ids {
+            let r = final.remote[id]
+            let s = final.synced[id]
+            let l = final.local[id]
+            guard let r, let s, let l else {
+                return "\(id) is not on all sides at the end: remote \(String(describing: r)), synced \(String(describing: s)), local \(String(describing: l)); log \(log.suffix(30))"
+            }
+            guard r.isAt(l), s.isAt(r), r.isFolder == l.isFolder, r.isFolder || (r.checksum == l.content.checksum && s.checksum == r.checksum) else {
+                return "\(id) differs at the end: remote \(r), synced \(s), local \(l); log \(log.suffix(30))"
+            }
+        }
+        // Nothing that existed only here is gone.
+        let present = Set(final.local.values.compactMap(\.content.checksum)).union(world.history)
+        let lost = world.localOnly.subtracting(present).subtracting(world.excused)
+        if !lost.isEmpty { return "contents only this side had are gone: \(lost.sorted()); log \(log.suffix(40))" }
+        return nil
+    }
+
+    /// A smaller case that still fails (changes, then items, removed one at a time while it does).
+    func shrunk() -> PlannerScenario {
+        var current = self
+        var improved = true
+        while improved {
+            improved = false
+            for index in current.changes.indices.reversed() {
+                var smaller = current
+                smaller.changes.remove(at: index)
+                if smaller.run() != nil {
+                    current = smaller
+                    improved = true
+                }
+            }
+            for index in current.base.indices.reversed() {
+                let id = current.base[index].id
+                guard !current.base.contains(where: { $0.parent == id }) else { continue }
+                var smaller = current
+                smaller.base.remove(at: index)
+                if smaller.run() != nil {
+                    current = smaller
+                    improved = true
+                }
+            }
+        }
+        return current
+    }
+
+    /// The two sides as the planner's operations change them when they succeed: an ideal provider and disk.
+    struct World {
+        var trees: Trees
+        /// Every content the remote side ever held (its revisions and trash keep them).
+        var history: Set<String> = []
+        /// Contents that existed on this side only (made here, not yet sent).
+        var localOnly: Set<String> = []
+        /// Local-only contents the user replaced or deleted before they were sent (their loss is the user's doing).
+        var excused: Set<String> = []
+        var revisions = 0
+
+        init(trees: Trees) {
+            self.trees = trees
+            history = Set(trees.remote.values.compactMap(\.checksum))
+        }
+
+        mutating func change(_ change: Change, log: inout [String]) {
+            let before = trees
+            guard PlannerScenario.apply(change, to: &trees) else { return }
+            log.append("change: \(change)")
+            switch change {
+            case .edit(true, let id, let content), .settle(let id, let content):
+                if let old = before.local[id]?.content.checksum, !history.contains(old) { excused.insert(old) }
+                if !history.contains(content) { localOnly.insert(content) }
+            case .writing(let id):
+                if let old = before.local[id]?.content.checksum, !history.contains(old) { excused.insert(old) }
+            case .create(true, _, _, _, let folder, let content):
+                if !folder, !history.contains(content) { localOnly.insert(content) }
+            case .delete(true, let id):
+                for gone in PlannerScenario.subtree(id, of: before.local.mapValues(\.parent)) {
+                    if let content = before.local[gone]?.content.checksum, !history.contains(content) { excused.insert(content) }
+                }
+            case .edit(false, _, let content), .create(false, _, _, _, false, let content):
+                history.insert(content)
+            default:
+                break
+            }
+        }
+
+        /// The user answers a held item: a conflict keeps both; an unsynced item is kept.
+        mutating func resolve(_ id: ItemID, forks: inout Int) {
+            guard let hold = trees.local[id]?.hold else { return }
+            trees.local[id]?.hold = nil
+            switch hold {
+            case .conflict:
+                if let name = trees.local[id]?.name { _ = apply(.fork(id, name: "resolved-\(forks)-\(name)"), forks: &forks) }
+            case .unsynced:
+                _ = apply(.forget(id), forks: &forks)
+            }
+        }
+
+        func isFreeHere(_ parent: ItemID?, _ name: String, except: ItemID) -> Bool {
+            guard let parent, trees.local[parent]?.isFolder == true else { return false }
+            return !trees.local.contains { $0.key != except && $0.value.parent == parent && $0.value.name == name }
+        }
+
+        func isFreeThere(_ parent: ItemID?, _ name: String, except: ItemID) -> Bool {
+            guard let parent, trees.remote[parent]?.isFolder == true else { return false }
+            return !trees.remote.contains { $0.key != except && $0.value.parent == parent && $0.value.name == name }
+        }
+
+        /// Applies a planned operation as its success would; a reason when it cannot run as planned (a planner bug:
+        /// the plan's operations must all be able to run, in any order).
+        mutating func apply(_ operation: PlannedOperation, forks: inout Int) -> String? {
+            switch operation {
+            case .createRemoteFolder(let id):
+                guard let l = trees.local[id], l.isFolder, trees.remote[id] == nil, isFreeThere(l.parent, l.name, except: id) else { return "name taken or no folder there" }
+                let node = RemoteNode(parent: l.parent, name: l.name, isFolder: true, revision: nil, checksum: nil)
+                trees.remote[id] = node
+                trees.synced[id] = node
+                trees.local[id]?.creationInDoubt = false
+            case .upload(let id, let base):
+                guard let l = trees.local[id], !l.isFolder, let content = l.content.checksum else { return "nothing settled to send" }
+                revisions += 1
+                history.insert(content)
+                if let base {
+                    guard let r = trees.remote[id], r.revision == base else { return "the remote head is not \(base)" }
+                    trees.remote[id]?.revision = "u\(revisions)"
+                    trees.remote[id]?.checksum = content
+                    trees.synced[id]?.revision = "u\(revisions)"
+                    trees.synced[id]?.checksum = content
+                    if trees.synced[id] == nil { trees.synced[id] = trees.remote[id] }
+                } else {
+                    guard trees.remote[id] == nil, isFreeThere(l.parent, l.name, except: id) else { return "name taken there or already there" }
+                    let node = RemoteNode(parent: l.parent, name: l.name, isFolder: false, revision: "u\(revisions)", checksum: content)
+                    trees.remote[id] = node
+                    trees.synced[id] = node
+                    trees.local[id]?.creationInDoubt = false
+                }
+            case .moveRemote(let id, let parent, let name):
+                guard trees.remote[id] != nil, isFreeThere(parent, name, except: id),
+                    !PlannerScenario.isAbove(id, parent, trees.remote.mapValues(\.parent))
+                else { return "cannot move there" }
+                trees.remote[id]?.parent = parent
+                trees.remote[id]?.name = name
+                trees.synced[id]?.parent = parent
+                trees.synced[id]?.name = name
+            case .deleteRemote(let id):
+                guard trees.remote[id] != nil else { return "not there" }
+                for gone in PlannerScenario.subtree(id, of: trees.remote.mapValues(\.parent)) {
+                    guard trees.local[gone] == nil else { return "\(gone), inside, is still here" }
+                    trees.remote[gone] = nil
+                    trees.synced[gone] = nil
+                }
+            case .createLocalFolder(let id):
+                guard let r = trees.remote[id], r.isFolder, trees.local[id] == nil, isFreeHere(r.parent, r.name, except: id) else { return "name taken here" }
+                trees.local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: true)
+                trees.synced[id] = r
+            case .download(let id):
+                guard let r = trees.remote[id], !r.isFolder, let checksum = r.checksum else { return "nothing there" }
+                if let l = trees.local[id] {
+                    guard let s = trees.synced[id], l.content.checksum == s.checksum, l.content != .changing else {
+                        return "the file here holds changes (\(l.content)) the download would replace"
+                    }
+                    trees.local[id]?.content = .known(checksum: checksum, size: r.size)
+                    trees.synced[id]?.revision = r.revision
+                    trees.synced[id]?.checksum = r.checksum
+                } else {
+                    guard isFreeHere(r.parent, r.name, except: id) else { return "name taken here" }
+                    trees.local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: false, content: .known(checksum: checksum, size: r.size))
+                    trees.synced[id] = r
+                }
+            case .moveLocal(let id, let parent, let name):
+                guard let l = trees.local[id], isFreeHere(parent, name, except: id), !PlannerScenario.isAbove(id, parent, trees.local.mapValues(\.parent))
+                else { return "cannot move here" }
+                if !l.isFolder {
+                    guard l.content != .changing else { return "moves a file being written" }
+                    // A move made there never carries away content only this side has (its own moves may).
+                    if let r = trees.remote[id], r.parent == parent, r.name == name {
+                        guard l.content.checksum == trees.synced[id]?.checksum else { return "moves away a file holding unsent changes" }
+                    }
+                }
+                trees.local[id]?.parent = parent
+                trees.local[id]?.name = name
+                trees.synced[id]?.parent = parent
+                trees.synced[id]?.name = name
+            case .deleteLocal(let id):
+                guard trees.local[id] != nil else { return "not here" }
+                for gone in PlannerScenario.subtree(id, of: trees.local.mapValues(\.parent)) {
+                    guard let l = trees.local[gone], let s = trees.synced[gone], trees.remote[gone] == nil else { return "\(gone), inside, is not deleted there" }
+                    guard l.isFolder || (l.content != .changing && l.content.checksum == s.checksum) else {
+                        return "deletes \(gone), which holds changes (\(l.content))"
+                    }
+                    trees.local[gone] = nil
+                    trees.synced[gone] = nil
+                }
+            case .record(let id):
+                let r = trees.remote[id]
+                let l = trees.local[id]
+                switch (r, l) {
+                case (nil, nil): trees.synced[id] = nil
+                case (.some(let r), .some(let l)):
+                    guard var s = trees.synced[id] else {
+                        trees.synced[id] = r
+                        return nil
+                    }
+                    if r.isFolder || l.content.checksum == r.checksum {
+                        s.revision = r.revision
+                        s.checksum = r.checksum
+                    }
+                    if r.isAt(l) {
+                        s.parent = r.parent
+                        s.name = r.name
+                    }
+                    trees.synced[id] = s
+                default: return "only one side has it"
+                }
+            case .link(let id, let other):
+                guard let l = trees.local[id], trees.remote[id] == nil, trees.synced[id] == nil, let r = trees.remote[other], trees.local[other] == nil,
+                    trees.synced[other] == nil
+                else { return "not a local-only and a remote-only item" }
+                guard r.isFolder == l.isFolder, r.isFolder || r.checksum == l.content.checksum else { return "links different things" }
+                trees.remote[other] = nil
+                trees.remote[id] = r
+                trees.synced[id] = r
+                for (child, node) in trees.remote where node.parent == other { trees.remote[child]?.parent = id }
+                for (child, node) in trees.synced where node.parent == other { trees.synced[child]?.parent = id }
+                trees.local[id]?.parent = r.parent
+                trees.local[id]?.name = r.name
+            case .forget(let id):
+                guard trees.local[id] != nil, trees.remote[id] == nil else { return "still there" }
+                trees.synced[id] = nil
+            case .fork(let id, let name):
+                guard let l = trees.local[id], isFreeHere(l.parent, name, except: id) else { return "conflict name taken" }
+                if !l.isFolder, l.content == .changing { return "renames a file being written" }
+                if trees.synced[id] == nil && trees.remote[id] == nil {
+                    trees.local[id]?.name = name
+                } else {
+                    forks += 1
+                    let copy = ItemID("fork\(forks)")
+                    var node = l
+                    node.name = name
+                    node.hold = nil
+                    node.creationInDoubt = false
+                    trees.local[copy] = node
+                    for (child, other) in trees.local where other.parent == id { trees.local[child]?.parent = copy }
+                    trees.local[id] = nil
+                    trees.synced[id] = nil
+                }
+            case .hold(let id, let hold):
+                guard trees.local[id] != nil else { return "not here" }
+                trees.local[id]?.hold = hold
+            case .release(let id):
+                trees.local[id]?.hold = nil
+            }
+            return nil
+        }
+    }
+}
+
+extension SplitMix: RandomNumberGenerator {}
+
+extension Array {
+    func randomPick(_ random: inout SplitMix) -> Element? { isEmpty ? nil : self[random.below(count)] }
+}
