@@ -110,6 +110,19 @@ let package = Package(
             swiftSettings: testSwiftSettings
         ),
         .testTarget(
+            name: "ProviderConformance",
+            dependencies: [
+                "NimbusAPI",
+                "NimbusSync",
+                "NimbusServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: testSwiftSettings
+        ),
+        .testTarget(
             name: "EndToEndTests",
             dependencies: ["NimbusAPI", "NimbusTestSupport", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: testSwiftSettings

@@ -85,6 +85,7 @@ struct ContentTests {
             let reused = try await alice.uploadReply("other.txt", Data("different".utf8), query: "&requestId=op-1")
             #expect(reused.status == 409)
             #expect(reused.errorCode == "request_id_reused")
+            #expect(try reused.decode(APIErrorBody.self).error.existingId == first.id, "it names the file that requestId made")
             let wrong = try await alice.uploadReply("bad.txt", Data("abc".utf8), query: "&checksum=\(checksum)")
             #expect(wrong.status == 422)
             #expect(wrong.errorCode == "checksum_mismatch")

@@ -91,16 +91,16 @@ enum Accounts {
     static func validate(username: String) throws(DriveError) {
         let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
         guard (1...64).contains(username.count), username.allSatisfy(allowed.contains), !username.hasPrefix(".") else {
-            throw .badRequest("A username is 1 to 64 characters of letters, digits, '.', '_' and '-', not starting with '.'.", code: "invalid_username")
+            throw .badRequest("A username is 1 to 64 characters of letters, digits, '.', '_' and '-', not starting with '.'.", code: .invalidUsername)
         }
     }
 
     static func validate(password: String) throws(DriveError) {
         guard password.count >= 8 else {
-            throw .badRequest("A password needs at least 8 characters.", code: "weak_password")
+            throw .badRequest("A password needs at least 8 characters.", code: .weakPassword)
         }
         guard password.utf8.count <= 72 else {
-            throw .badRequest("A password can be at most 72 bytes (bcrypt's limit).", code: "invalid_password")
+            throw .badRequest("A password can be at most 72 bytes (bcrypt's limit).", code: .invalidPassword)
         }
     }
 }

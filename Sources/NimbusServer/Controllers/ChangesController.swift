@@ -121,6 +121,6 @@ enum Cursor {
     }
 
     static var gone: DriveError {
-        .gone("This cursor is unknown or too old; list the folders again and start over from GET /v1/changes/start.", code: "cursor_expired")
+        .gone("This cursor is unknown or too old; list the folders again and start over from GET /v1/changes/start.", code: .cursorExpired)
     }
 }

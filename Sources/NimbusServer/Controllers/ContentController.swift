@@ -18,7 +18,7 @@ struct ContentController: Sendable {
         let me = try await drive.identity(request)
         let file = try await drive.file(try context.parameter("fileId"), for: me)
         guard !file.isFolder, let revisionId = file.headRevisionId else {
-            throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: "is_a_folder")
+            throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
         }
         let revision = try await drive.store.revision(userId: me.userId, fileId: file.id, revisionId: revisionId)
         return try await stream(revision, name: file.name, request: request, userId: me.userId)

@@ -90,7 +90,7 @@ struct FilesController: Sendable {
         do {
             return try FileName.validated(raw)
         } catch {
-            throw DriveError.badRequest(error.description, code: "invalid_name")
+            throw DriveError.badRequest(error.description, code: .invalidName)
         }
     }
 
@@ -115,7 +115,7 @@ struct FilesController: Sendable {
     static func validMimeType(_ raw: String) throws -> String {
         let value = raw.trimmingCharacters(in: .whitespaces)
         guard !value.isEmpty, value.count <= 255, value.contains("/"), !value.contains(where: { $0.isNewline }) else {
-            throw DriveError.badRequest("'mimeType' must look like 'type/subtype' (e.g. text/plain).", code: "invalid_mime_type")
+            throw DriveError.badRequest("'mimeType' must look like 'type/subtype' (e.g. text/plain).", code: .invalidMimeType)
         }
         return value
     }

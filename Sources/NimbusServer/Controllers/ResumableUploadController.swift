@@ -73,10 +73,10 @@ struct ResumableUploadController: Sendable {
         var upload = try await drive.store.upload(id: id, userId: me.userId)
         try SQLiteMetadataStore.checkActive(upload, now: drive.now)
         guard let range = ContentRange.parse(request.headers[.contentRange]) else {
-            throw DriveError.badRequest("Send 'Content-Range: bytes start-end/total' with each chunk.", code: "invalid_chunk")
+            throw DriveError.badRequest("Send 'Content-Range: bytes start-end/total' with each chunk.", code: .invalidChunk)
         }
         guard range.total == upload.size else {
-            throw DriveError.badRequest("Content-Range total \(range.total) is not the upload's size \(upload.size).", code: "invalid_chunk")
+            throw DriveError.badRequest("Content-Range total \(range.total) is not the upload's size \(upload.size).", code: .invalidChunk)
         }
         guard range.first < upload.size, range.first % upload.chunkSize == 0 else {
             throw DriveError.rangeNotSatisfiable(
@@ -88,10 +88,10 @@ struct ResumableUploadController: Sendable {
         guard range.last + 1 == expected.upperBound else {
             throw DriveError.badRequest(
                 "Chunk \(k) covers bytes \(expected.lowerBound)-\(expected.upperBound - 1), not \(range.first)-\(range.last).",
-                code: "invalid_chunk")
+                code: .invalidChunk)
         }
         if let length = request.headers[.contentLength].flatMap(Int64.init), length != expected.length {
-            throw DriveError.badRequest("Content-Length \(length) does not match the chunk's \(expected.length) bytes.", code: "invalid_chunk")
+            throw DriveError.badRequest("Content-Length \(length) does not match the chunk's \(expected.length) bytes.", code: .invalidChunk)
         }
         if k > upload.chunksProcessed {
             throw DriveError.rangeNotSatisfiable(
@@ -111,7 +111,7 @@ struct ResumableUploadController: Sendable {
             drive.blobs.discard(staged.content.blocks)
             throw DriveError.badRequest(
                 "Chunk \(k) must be \(expected.length) bytes; \(staged.content.size) arrived. Nothing was stored; send it again.",
-                code: "invalid_chunk")
+                code: .invalidChunk)
         }
         let (stored, wasStored) = try await drive.store.storeChunk(
             userId: me.userId, uploadId: id, chunk: k, blocks: staged.content.blocks, now: drive.now,

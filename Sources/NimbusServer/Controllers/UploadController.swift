@@ -90,7 +90,7 @@ struct UploadController: Sendable {
                     throw DriveError.tooLarge("Files can be at most \(max) bytes.")
                 }
                 if let expectedSize, stager.totalSize > expectedSize {
-                    throw DriveError.badRequest("The body is longer than Content-Range says.", code: "invalid_chunk")
+                    throw DriveError.badRequest("The body is longer than Content-Range says.", code: .invalidChunk)
                 }
             }
             let (blocks, checksum, running, size) = try await stager.finish()

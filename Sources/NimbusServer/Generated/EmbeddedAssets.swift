@@ -589,7 +589,7 @@ components:
           properties:
             code: { type: string, description: "Machine-readable, e.g. not_found, name_conflict, version_conflict, quota_exceeded" }
             message: { type: string }
-            existingId: { type: string, description: "409 name_conflict: the item holding the name" }
+            existingId: { type: string, description: "409 name_conflict: the item holding the name; 409 version_conflict: the file; 409 request_id_reused: the file that requestId made (with other content)" }
             file: { $ref: "#/components/schemas/File", description: "409 version_conflict / 412: the item's current state" }
     Credentials:
       type: object

@@ -13,7 +13,7 @@ extension SQLiteMetadataStore {
                     existing.parentId == upload.parentId, existing.checksum == upload.checksum
                 else {
                     throw DriveError.conflict(
-                        "This requestId already started an upload of a different file; use a new requestId.", code: "request_id_reused")
+                        "This requestId already started an upload of a different file; use a new requestId.", code: .requestIdReused)
                 }
                 return (existing, false)
             }
@@ -95,7 +95,7 @@ extension SQLiteMetadataStore {
             }
             try Self.checkActive(upload, now: now)
             guard upload.chunksProcessed == upload.totalChunks else {
-                throw DriveError.badRequest("The upload still misses chunks.", code: "upload_incomplete")
+                throw DriveError.badRequest("The upload still misses chunks.", code: .uploadIncomplete)
             }
             // A new file remembers its requestId, as simple and batch uploads' files do: a later simple upload under
             // the same id (after this session is long forgotten) returns this file instead of making a second.
@@ -153,7 +153,7 @@ extension SQLiteMetadataStore {
 
     static func checkActive(_ upload: UploadRecord, now: Date) throws {
         if upload.state == .expired || (upload.completedFileId == nil && upload.expiresAt <= now) {
-            throw DriveError.gone("This upload session expired; start a new upload.", code: "upload_expired")
+            throw DriveError.gone("This upload session expired; start a new upload.", code: .uploadExpired)
         }
     }
 

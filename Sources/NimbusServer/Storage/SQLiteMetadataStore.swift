@@ -51,7 +51,7 @@ final class SQLiteMetadataStore: MetadataStore {
     func createUser(username: String, passwordHash: String, quota: Int64?, now: Date) async throws -> UserRecord {
         try await write { db, effects in
             if try Row.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM users WHERE username = ?"), arguments: [username]) != nil {
-                throw DriveError.conflict("The username '\(username)' is taken.", code: "username_taken")
+                throw DriveError.conflict("The username '\(username)' is taken.", code: .usernameTaken)
             }
             let user = UserRecord(
                 id: "u" + randomToken(), username: username, passwordHash: passwordHash, quotaLimit: quota, usedBytes: 0,
@@ -193,7 +193,7 @@ final class SQLiteMetadataStore: MetadataStore {
     func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
         try await pool.read { db in
             let parent = try Self.file(db, id: parentId, userId: userId)
-            guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: "not_a_folder") }
+            guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: .notAFolder) }
             // Inside a trashed folder, list what went to the trash with it; elsewhere, only live items.
             let trashFilter = parent.isTrashed ? "trash_root IS NOT NULL" : "trash_root IS NULL"
             let total = try Int.fetchOne(
@@ -267,7 +267,7 @@ final class SQLiteMetadataStore: MetadataStore {
                 throw DriveError.preconditionFailed("The file changed since you read it (its ETag is now \"\(file.etag)\"); fetch it and retry.", current: file.api)
             }
             guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be renamed or moved.") }
-            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: "trashed") }
+            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: .trashed) }
             let newName = name ?? file.name
             var newParent = file.parentId!
             if let parentId, parentId != file.parentId {
@@ -277,7 +277,7 @@ final class SQLiteMetadataStore: MetadataStore {
                     var cursor: String? = parent.id
                     while let current = cursor {
                         if current == file.id {
-                            throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: "invalid_move")
+                            throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: .invalidMove)
                         }
                         cursor = try String.fetchOne(db.cachedStatement(sql: "SELECT parent_id FROM files WHERE id = ?"), arguments: [current])
                     }
@@ -420,7 +420,7 @@ final class SQLiteMetadataStore: MetadataStore {
                 db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
                 arguments: [earlier.id, checksum]) == true
         else {
-            throw DriveError.conflict("This requestId already uploaded different content; use a new requestId.", code: "request_id_reused")
+            throw DriveError.requestIdReused("This requestId already made a file with different content (id \(earlier.id)); use a new requestId.", existingId: earlier.id)
         }
         return earlier
     }
@@ -486,7 +486,7 @@ final class SQLiteMetadataStore: MetadataStore {
     func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord {
         try await write { db, effects in
             let file = try Self.file(db, id: fileId, userId: userId)
-            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: "trashed") }
+            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: .trashed) }
             guard
                 let row = try Row.fetchOne(
                     db.cachedStatement(sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?"), arguments: [revisionId, fileId, userId])
@@ -627,8 +627,8 @@ extension SQLiteMetadataStore {
 
     /// A file can take a new revision: not a folder, not trashed, and its head is what `If-Match` names.
     static func checkWritable(_ existing: FileRecord, ifMatch: String?) throws {
-        guard !existing.isFolder else { throw DriveError.badRequest("'\(existing.name)' is a folder; it has no content.", code: "is_a_folder") }
-        guard !existing.isTrashed else { throw DriveError.badRequest("'\(existing.name)' is in the trash; restore it first.", code: "trashed") }
+        guard !existing.isFolder else { throw DriveError.badRequest("'\(existing.name)' is a folder; it has no content.", code: .isAFolder) }
+        guard !existing.isTrashed else { throw DriveError.badRequest("'\(existing.name)' is in the trash; restore it first.", code: .trashed) }
         if let ifMatch, !ETag.matches(ifMatch, existing.etag) {
             throw DriveError.versionConflict(
                 "'\(existing.name)' has a newer version (\(existing.etag)) than the one this upload was based on; nothing was changed.",
@@ -648,8 +648,8 @@ extension SQLiteMetadataStore {
         guard let folder = try? file(db, id: id, userId: userId) else {
             throw DriveError.notFound("No such parent folder.")
         }
-        guard folder.isFolder else { throw DriveError.badRequest("'\(folder.name)' is a file, not a folder.", code: "not_a_folder") }
-        guard !folder.isTrashed else { throw DriveError.badRequest("The folder '\(folder.name)' is in the trash.", code: "trashed") }
+        guard folder.isFolder else { throw DriveError.badRequest("'\(folder.name)' is a file, not a folder.", code: .notAFolder) }
+        guard !folder.isTrashed else { throw DriveError.badRequest("The folder '\(folder.name)' is in the trash.", code: .trashed) }
         return folder
     }
 

@@ -6,14 +6,16 @@ import NimbusAPI
 
 /// Every failure the server reports, mapped to a status and a JSON body in one place (`response(from:context:)`).
 public enum DriveError: Error, Sendable {
-    case badRequest(String, code: String = "invalid_request")
+    case badRequest(String, code: APIErrorCode = .invalidRequest)
     case unauthorized(String = "Sign in first: send 'Authorization: Bearer <accessToken>'.")
     case forbidden(String)
     case notFound(String = "No such file or folder.")
     case nameConflict(name: String, existingId: String)
     case versionConflict(String, current: File?)
-    case conflict(String, code: String = "conflict")
-    case gone(String, code: String = "gone")
+    case conflict(String, code: APIErrorCode = .conflict)
+    /// A request id that already made a file (`existingId`) with other content.
+    case requestIdReused(String, existingId: String?)
+    case gone(String, code: APIErrorCode = .gone)
     case preconditionFailed(String, current: File? = nil)
     case tooLarge(String)
     case rangeNotSatisfiable(String, size: Int64)
@@ -29,7 +31,7 @@ public enum DriveError: Error, Sendable {
         case .unauthorized: .unauthorized
         case .forbidden: .forbidden
         case .notFound: .notFound
-        case .nameConflict, .versionConflict, .conflict: .conflict
+        case .nameConflict, .versionConflict, .conflict, .requestIdReused: .conflict
         case .gone: .gone
         case .preconditionFailed: .preconditionFailed
         case .tooLarge: .contentTooLarge
@@ -44,34 +46,35 @@ public enum DriveError: Error, Sendable {
 
     var body: APIErrorBody {
         switch self {
-        case .badRequest(let message, let code): APIErrorBody(code: code, message: message)
-        case .unauthorized(let message): APIErrorBody(code: "unauthorized", message: message)
-        case .forbidden(let message): APIErrorBody(code: "forbidden", message: message)
-        case .notFound(let message): APIErrorBody(code: "not_found", message: message)
+        case .badRequest(let message, let code): APIErrorBody(code, message: message)
+        case .unauthorized(let message): APIErrorBody(.unauthorized, message: message)
+        case .forbidden(let message): APIErrorBody(.forbidden, message: message)
+        case .notFound(let message): APIErrorBody(.notFound, message: message)
         case .nameConflict(let name, let existingId):
             APIErrorBody(
-                code: "name_conflict",
+                .nameConflict,
                 message: "'\(name)' already exists in this folder (id \(existingId)); pass onConflict=rename or onConflict=replace.",
                 existingId: existingId)
         case .versionConflict(let message, let current):
-            APIErrorBody(code: "version_conflict", message: message, existingId: current?.id, file: current)
-        case .conflict(let message, let code): APIErrorBody(code: code, message: message)
-        case .gone(let message, let code): APIErrorBody(code: code, message: message)
+            APIErrorBody(.versionConflict, message: message, existingId: current?.id, file: current)
+        case .conflict(let message, let code): APIErrorBody(code, message: message)
+        case .requestIdReused(let message, let existingId): APIErrorBody(.requestIdReused, message: message, existingId: existingId)
+        case .gone(let message, let code): APIErrorBody(code, message: message)
         case .preconditionFailed(let message, let current):
-            APIErrorBody(code: "precondition_failed", message: message, file: current)
-        case .tooLarge(let message): APIErrorBody(code: "too_large", message: message)
-        case .rangeNotSatisfiable(let message, _): APIErrorBody(code: "range_not_satisfiable", message: message)
+            APIErrorBody(.preconditionFailed, message: message, file: current)
+        case .tooLarge(let message): APIErrorBody(.tooLarge, message: message)
+        case .rangeNotSatisfiable(let message, _): APIErrorBody(.rangeNotSatisfiable, message: message)
         case .checksumMismatch(let expected, let actual):
             APIErrorBody(
-                code: "checksum_mismatch",
+                .checksumMismatch,
                 message: "The content's SHA-256 is \(actual), not the expected \(expected); nothing was stored, upload again.")
-        case .tooManyRequests(let message, _): APIErrorBody(code: "rate_limited", message: message)
+        case .tooManyRequests(let message, _): APIErrorBody(.rateLimited, message: message)
         case .quotaExceeded(let used, let limit, let needed):
             APIErrorBody(
-                code: "quota_exceeded",
+                .quotaExceeded,
                 message: "Not enough storage: \(needed) bytes needed, \(max(0, limit - used)) of \(limit) left. Free space by emptying the trash or deleting files.")
-        case .methodNotAllowed: APIErrorBody(code: "method_not_allowed", message: "This route does not accept that method.")
-        case .internalError(let message): APIErrorBody(code: "internal_error", message: message)
+        case .methodNotAllowed: APIErrorBody(.methodNotAllowed, message: "This route does not accept that method.")
+        case .internalError(let message): APIErrorBody(.internalError, message: message)
         }
     }
 }

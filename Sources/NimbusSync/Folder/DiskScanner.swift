@@ -71,7 +71,7 @@ struct DiskScanner {
 }
 
 /// `lstat(2)` (does not follow a final symbolic link).
-private func lstatInfo(_ path: String) -> stat? {
+func lstatInfo(_ path: String) -> stat? {
     var info = stat()
     return lstat(path, &info) == 0 ? info : nil
 }

@@ -1,0 +1,57 @@
+import Foundation
+
+/// The machine codes of the API's errors (`error.code` in every error body), shared by the server that sends
+/// them and the clients that act on them. A client meeting a code it does not know keeps the raw string
+/// (``APIErrorBody/Detail/code``) and goes by the HTTP status.
+public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
+    // 400
+    case invalidRequest = "invalid_request"
+    case invalidName = "invalid_name"
+    case invalidMimeType = "invalid_mime_type"
+    case invalidMove = "invalid_move"
+    case invalidChunk = "invalid_chunk"
+    case invalidUsername = "invalid_username"
+    case invalidPassword = "invalid_password"
+    case weakPassword = "weak_password"
+    case notAFolder = "not_a_folder"
+    case isAFolder = "is_a_folder"
+    case trashed
+    case uploadIncomplete = "upload_incomplete"
+    // 401 / 403 / 404 / 405
+    case unauthorized
+    case forbidden
+    case notFound = "not_found"
+    case methodNotAllowed = "method_not_allowed"
+    // 409
+    /// Another item holds the name (`existingId` names it).
+    case nameConflict = "name_conflict"
+    /// The item's head is not the revision the change was based on (`file` is the current one).
+    case versionConflict = "version_conflict"
+    /// The request id already made something else (`existingId` names the file it made, when it made one).
+    case requestIdReused = "request_id_reused"
+    case usernameTaken = "username_taken"
+    case conflict
+    // 410
+    case gone
+    case cursorExpired = "cursor_expired"
+    case uploadExpired = "upload_expired"
+    // 412 / 413 / 416 / 422 / 429 / 500 / 507
+    case preconditionFailed = "precondition_failed"
+    case tooLarge = "too_large"
+    case rangeNotSatisfiable = "range_not_satisfiable"
+    case checksumMismatch = "checksum_mismatch"
+    case rateLimited = "rate_limited"
+    case internalError = "internal_error"
+    case quotaExceeded = "quota_exceeded"
+}
+
+extension APIErrorBody.Detail {
+    /// The code as the shared enum, when it is one this build knows.
+    public var knownCode: APIErrorCode? { APIErrorCode(rawValue: code) }
+}
+
+extension APIErrorBody {
+    public init(_ code: APIErrorCode, message: String, existingId: String? = nil, file: File? = nil) {
+        self.init(code: code.rawValue, message: message, existingId: existingId, file: file)
+    }
+}

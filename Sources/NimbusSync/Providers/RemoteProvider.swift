@@ -1,0 +1,261 @@
+import Foundation
+import NimbusAPI
+
+/// One file or folder on a remote (a provider's view of it).
+public struct RemoteItem: Sendable, Equatable, Codable {
+    /// The provider's stable id for the item (a Nimbus file id; a path for stores that have no ids).
+    public var id: String
+    /// `nil` only for the remote's root folder.
+    public var parentId: String?
+    public var name: String
+    public var isFolder: Bool
+    public var size: Int64
+    /// The version of the content (a revision id, an ETag); changes whenever the content does. `nil` for folders.
+    public var revision: String?
+    /// SHA-256 of the content, lowercase hex, when the provider knows it (``ProviderCapabilities/checksums``).
+    public var checksum: String?
+    public var mimeType: String?
+    public var modifiedAt: Date
+
+    public init(
+        id: String, parentId: String?, name: String, isFolder: Bool, size: Int64 = 0, revision: String? = nil, checksum: String? = nil,
+        mimeType: String? = nil, modifiedAt: Date = Date(timeIntervalSince1970: 0)
+    ) {
+        self.id = id
+        self.parentId = parentId
+        self.name = name
+        self.isFolder = isFolder
+        self.size = size
+        self.revision = revision
+        self.checksum = checksum
+        self.mimeType = mimeType
+        self.modifiedAt = modifiedAt
+    }
+}
+
+/// What a provider can do beyond the basics (list, create, upload, download, move, delete). The engine stays
+/// correct without any of them; each makes it faster or safer.
+public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// ``RemoteProvider/changes(since:)`` tells what changed since a cursor. Without it the engine lists the tree
+    /// and compares it with what it knew.
+    public static let changeFeed = ProviderCapabilities(rawValue: 1 << 0)
+    /// A new version based on a revision fails with ``ProviderError/versionConflict(current:)`` if the head moved,
+    /// atomically. Without it the provider compares just before writing (a short window remains).
+    public static let conditionalWrite = ProviderCapabilities(rawValue: 1 << 1)
+    /// Creations carry a request id: a retry after a lost answer returns what the first attempt made. Without it
+    /// the engine looks for the content it sent before sending it again.
+    public static let idempotentCreate = ProviderCapabilities(rawValue: 1 << 2)
+    /// Big uploads resume after an interruption (even across restarts) instead of starting over.
+    public static let resumableUploads = ProviderCapabilities(rawValue: 1 << 3)
+    /// Older versions are kept and can be listed and restored (``RevisionsProvider``).
+    public static let revisions = ProviderCapabilities(rawValue: 1 << 4)
+    /// Deleted items go to a trash they can be restored from.
+    public static let trash = ProviderCapabilities(rawValue: 1 << 5)
+    /// ``QuotaProvider/quota()`` tells used and available space.
+    public static let quota = ProviderCapabilities(rawValue: 1 << 6)
+    /// Items carry their SHA-256 (``RemoteItem/checksum``).
+    public static let checksums = ProviderCapabilities(rawValue: 1 << 7)
+    /// Many small new files in one request (``BatchUploadProvider``).
+    public static let batchUpload = ProviderCapabilities(rawValue: 1 << 8)
+}
+
+/// How a provider call failed, by what it means for the caller (rclone's classification): what to do next
+/// follows from the case, never from an error message.
+public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The item's head is no longer the revision the change was based on; `current` is the item now, if known.
+    case versionConflict(current: RemoteItem?)
+    /// Another item holds the name in that folder (`existing` is its id, if known).
+    case nameTaken(existing: String?)
+    /// The item (or the folder it should go in) is not there (deleted, or never existed).
+    case notFound
+    /// A cursor or upload session expired: start over (a full listing, a new session).
+    case gone
+    /// Not enough space there.
+    case quotaExceeded(String)
+    /// Too big for the provider.
+    case tooLarge(String)
+    /// Slow down: try again after `seconds` (or a backoff when unknown).
+    case retryAfter(seconds: Int?)
+    /// The credentials were refused; nothing works until the user signs in again.
+    case unauthorized(String)
+    /// No usable answer (refused, reset, timed out): the request may or may not have taken effect.
+    case network(String)
+    /// The bytes sent did not match their checksum (the file changed while it was read): read it again.
+    case checksumMismatch
+    /// The request id already made something else (`existing`, if known).
+    case requestIdReused(existing: String?)
+    /// The request cannot succeed as it is (a bad name, a folder where a file is needed, a move into itself).
+    case invalid(code: String, message: String)
+    /// Any other refusal or failure there.
+    case server(status: Int, code: String, message: String)
+
+    /// Whether the same request can succeed later without anyone changing anything.
+    public var isRetryable: Bool {
+        switch self {
+        case .network, .retryAfter, .gone: true
+        case .server(let status, _, _): status >= 500 || status == 408
+        default: false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .versionConflict(let current): "The file changed there meanwhile\(current.map { " (now \($0.revision ?? "?"))" } ?? "")."
+        case .nameTaken: "Another item already has that name there."
+        case .notFound: "Not there (deleted, or never there)."
+        case .gone: "Expired there; starting over."
+        case .quotaExceeded(let message): message
+        case .tooLarge(let message): message
+        case .retryAfter(let seconds): "Busy there; retrying\(seconds.map { " in \($0) s" } ?? " later")."
+        case .unauthorized(let message): "Signed out by the server (\(message)); sign in again to resume syncing."
+        case .network(let message): "Could not be reached (\(message)); will retry."
+        case .checksumMismatch: "The file changed while it was being sent; it will be read again."
+        case .requestIdReused: "That request already made a different item."
+        case .invalid(let code, let message): "\(message) (\(code))"
+        case .server(let status, let code, let message): "\(message) (\(status) \(code))"
+        }
+    }
+}
+
+/// One entry of a change feed.
+public enum RemoteChange: Sendable, Equatable {
+    /// The item's state now (new, changed, moved).
+    case upsert(RemoteItem)
+    /// The item is gone (deleted, trashed or moved out of the remote).
+    case remove(id: String)
+}
+
+public struct ChangePage: Sendable, Equatable {
+    public var changes: [RemoteChange]
+    /// Where the next call starts.
+    public var cursor: String
+    /// More changes wait: call again now with `cursor`.
+    public var hasMore: Bool
+
+    public init(changes: [RemoteChange], cursor: String, hasMore: Bool) {
+        self.changes = changes
+        self.cursor = cursor
+        self.hasMore = hasMore
+    }
+}
+
+/// The bytes to send: a file, its size and SHA-256 (the provider refuses bytes that do not match it).
+public struct UploadSource: Sendable, Equatable {
+    public var url: URL
+    public var size: Int64
+    public var checksum: String
+
+    public init(url: URL, size: Int64, checksum: String) {
+        self.url = url
+        self.size = size
+        self.checksum = checksum
+    }
+}
+
+/// Where uploaded bytes go.
+public enum UploadTarget: Sendable, Equatable {
+    /// A new file; fails with ``ProviderError/nameTaken(existing:)`` if the name is taken (unless `replacing`).
+    case new(parentId: String, name: String, mimeType: String?)
+    /// A new version of a file, based on revision `base` (fails with ``ProviderError/versionConflict(current:)`` if
+    /// the head moved); `base` nil overwrites whatever the head is (the old head stays a revision where kept).
+    case version(of: String, base: String?)
+}
+
+/// Where a provider may keep small state across restarts (resumable upload sessions): a key-value store the
+/// engine backs with its database.
+public protocol ProviderStateStore: Sendable {
+    func value(for key: String) throws -> String?
+    func setValue(_ value: String?, for key: String) throws
+}
+
+/// A storage back-end the sync engine can sync with: the Nimbus server, a folder on a mounted disk, and later
+/// WebDAV or S3. The contract, for every implementation (``Tests/ProviderConformance`` checks it):
+///
+/// - Items have stable ids (``RemoteItem/id``) for as long as they exist; a folder's children have unique names.
+/// - Every call either succeeds or throws a ``ProviderError``; a thrown ``ProviderError/network(_:)`` means the
+///   outcome is unknown, and every call must be safe to repeat: creations with the same request id return what
+///   the first made (``ProviderCapabilities/idempotentCreate``) or fail with ``ProviderError/nameTaken(existing:)``
+///   (the caller then looks at what holds the name); moves and deletions of what is already done succeed or say
+///   ``ProviderError/notFound``.
+/// - Content is checked: an upload stores exactly the bytes whose SHA-256 is ``UploadSource/checksum`` or fails
+///   with ``ProviderError/checksumMismatch``; a download writes exactly the revision asked for.
+/// - Nothing half-written is ever visible under an item's name.
+public protocol RemoteProvider: Sendable {
+    var capabilities: ProviderCapabilities { get }
+
+    /// The remote's root folder (the folder the remote was set up with).
+    func root() async throws -> RemoteItem
+
+    /// One item as it is now; ``ProviderError/notFound`` if it is gone.
+    func item(_ id: String) async throws -> RemoteItem
+
+    /// A folder's children, all of them (paging is the provider's business).
+    func children(of folderId: String) async throws -> [RemoteItem]
+
+    /// A cursor for "now": ``changes(since:)`` from it reports what changes after this call.
+    /// Only with ``ProviderCapabilities/changeFeed``.
+    func startCursor() async throws -> String
+
+    /// What changed since `cursor`, a page at a time; ``ProviderError/gone`` when the cursor is too old (list
+    /// everything again). Only with ``ProviderCapabilities/changeFeed``.
+    func changes(since cursor: String) async throws -> ChangePage
+
+    /// Creates a folder; with the same `requestId` again, returns the folder the first call made.
+    func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem
+
+    /// Stores `source` as a new file or a new version (see ``UploadTarget``), reporting bytes sent to `progress`.
+    func upload(
+        _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> RemoteItem
+
+    /// Writes revision `revision` of file `id` (its head when nil) to `destination`, resuming after the bytes
+    /// already there (a partial earlier download of the same revision), reporting bytes written to `progress`.
+    func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws
+
+    /// Moves and/or renames an item; ``ProviderError/nameTaken(existing:)`` if the name is taken there,
+    /// ``ProviderError/invalid(code:message:)`` for a folder moved into itself.
+    func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem
+
+    /// Deletes an item (a folder with everything in it), to the trash where there is one.
+    func delete(_ id: String) async throws
+}
+
+/// Older versions of a file (``ProviderCapabilities/revisions``).
+public protocol RevisionsProvider: RemoteProvider {
+    func revisions(of id: String) async throws -> [FileRevision]
+    /// Makes revision `revision` the head again (a new head with its content; history keeps everything).
+    func restore(_ id: String, revision: String) async throws -> RemoteItem
+}
+
+/// Space used and available (``ProviderCapabilities/quota``).
+public protocol QuotaProvider: RemoteProvider {
+    func quota() async throws -> (used: Int64, limit: Int64?)
+}
+
+/// Many small new files in one request (``ProviderCapabilities/batchUpload``).
+public protocol BatchUploadProvider: RemoteProvider {
+    /// The largest file, number of files and total bytes one batch takes.
+    var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { get }
+    /// Sends each `(source, parentId, name, mimeType, requestId)` as a new file; each succeeds or fails alone,
+    /// in order. A thrown error means none of the answers arrived (the requests may have taken effect).
+    func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>]
+}
+
+public struct BatchFile: Sendable {
+    public var source: UploadSource
+    public var parentId: String
+    public var name: String
+    public var mimeType: String?
+    public var requestId: String
+
+    public init(source: UploadSource, parentId: String, name: String, mimeType: String?, requestId: String) {
+        self.source = source
+        self.parentId = parentId
+        self.name = name
+        self.mimeType = mimeType
+        self.requestId = requestId
+    }
+}

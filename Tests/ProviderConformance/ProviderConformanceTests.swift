@@ -1,0 +1,255 @@
+import Crypto
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOConcurrencyHelpers
+import NimbusAPI
+import NimbusServer
+import NimbusSync
+import Testing
+
+/// The ``RemoteProvider`` contract, checked the same way against every provider: the Nimbus server (booted
+/// in-process on an ephemeral port, through the real HTTP client) and a local folder (a temporary directory).
+/// A new provider joins by adding a case to ``ProviderKind``.
+@Suite("Provider conformance")
+struct ProviderConformanceTests {
+    @Test("the root is an empty folder; an unknown id is notFound", arguments: ProviderKind.allCases)
+    func emptyRoot(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            #expect(root.isFolder)
+            #expect(try await provider.children(of: root.id).isEmpty)
+            await #expect(throws: ProviderError.notFound) { try await provider.item(kind.missingId) }
+        }
+    }
+
+    @Test("folders: created once per request id; a second folder under a taken name is refused", arguments: ProviderKind.allCases)
+    func folders(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let docs = try await provider.createFolder(named: "Docs", in: root.id, requestId: "req-1")
+            #expect(docs.isFolder && docs.name == "Docs" && docs.parentId == root.id)
+            let again = try await provider.createFolder(named: "Docs", in: root.id, requestId: "req-1")
+            #expect(again.id == docs.id, "a retried creation returns what the first made")
+            let inner = try await provider.createFolder(named: "Inner", in: docs.id, requestId: "req-2")
+            #expect(try await provider.children(of: docs.id).map(\.id) == [inner.id])
+            #expect(try await provider.children(of: root.id).map(\.name) == ["Docs"])
+            let file = try await provider.upload(try source("x", kind), to: .new(parentId: root.id, name: "taken", mimeType: nil), requestId: "req-3") { _ in }
+            await #expect(throws: ProviderError.nameTaken(existing: file.id)) {
+                try await provider.createFolder(named: "taken", in: root.id, requestId: "req-4")
+            }
+            await #expect(throws: ProviderError.self) { try await provider.createFolder(named: "a/b", in: root.id, requestId: "req-5") }
+        }
+    }
+
+    @Test("uploads store exactly the bytes sent, small and multi-chunk; downloads return them and resume", arguments: ProviderKind.allCases)
+    func uploadAndDownload(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            for (name, size) in [("empty.bin", 0), ("small.txt", 1_000), ("big.bin", 5 * 1024 * 1024 + 123)] {
+                let bytes = randomBytes(size)
+                let sent = try source(bytes, kind)
+                let progress = NIOLockedValueBox<Int64>(0)
+                let item = try await provider.upload(sent, to: .new(parentId: root.id, name: name, mimeType: nil), requestId: "up-\(name)") { done in
+                    progress.withLockedValue { $0 = max($0, done) }
+                }
+                #expect(item.name == name && !item.isFolder && item.size == Int64(size) && item.parentId == root.id)
+                #expect(item.revision != nil)
+                if provider.capabilities.contains(.checksums) { #expect(item.checksum == sent.checksum) }
+                #expect(progress.withLockedValue { $0 } == Int64(size))
+                let back = kind.scratch.appending(path: "down-\(name)")
+                try await provider.download(item.id, revision: item.revision, to: back) { _ in }
+                #expect(try Data(contentsOf: back) == bytes)
+                if size > 1000 {
+                    // A partial earlier download of the same revision is continued, not repeated.
+                    let partial = kind.scratch.appending(path: "partial-\(name)")
+                    try bytes.prefix(size / 3).write(to: partial)
+                    try await provider.download(item.id, revision: item.revision, to: partial) { _ in }
+                    #expect(try Data(contentsOf: partial) == bytes)
+                }
+            }
+        }
+    }
+
+    @Test("an upload whose bytes do not match their checksum is refused and stores nothing", arguments: ProviderKind.allCases)
+    func checksumMismatch(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            var wrong = try source("actual bytes", kind)
+            wrong.checksum = String(repeating: "0", count: 64)
+            await #expect(throws: ProviderError.checksumMismatch) {
+                try await provider.upload(wrong, to: .new(parentId: root.id, name: "bad.txt", mimeType: nil), requestId: "bad") { _ in }
+            }
+            #expect(try await provider.children(of: root.id).isEmpty)
+        }
+    }
+
+    @Test("a new file under a taken name is refused naming the holder; a retried creation returns the first file", arguments: ProviderKind.allCases)
+    func newFileRetriesAndClashes(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let sent = try source("first", kind)
+            let first = try await provider.upload(sent, to: .new(parentId: root.id, name: "a.txt", mimeType: nil), requestId: "op-1") { _ in }
+            let retry = try await provider.upload(sent, to: .new(parentId: root.id, name: "a.txt", mimeType: nil), requestId: "op-1") { _ in }
+            #expect(retry.id == first.id && retry.revision == first.revision, "the same request again is the same file")
+            await #expect(throws: ProviderError.nameTaken(existing: first.id)) {
+                try await provider.upload(try source("other", kind), to: .new(parentId: root.id, name: "a.txt", mimeType: nil), requestId: "op-2") { _ in }
+            }
+            #expect(try await provider.children(of: root.id).count == 1)
+        }
+    }
+
+    @Test("a new version based on the head succeeds; one based on an older revision is a versionConflict with the head", arguments: ProviderKind.allCases)
+    func versions(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let v1 = try await provider.upload(try source("one", kind), to: .new(parentId: root.id, name: "f.txt", mimeType: nil), requestId: "v1") { _ in }
+            let v2 = try await provider.upload(try source("two!", kind), to: .version(of: v1.id, base: v1.revision), requestId: "v2") { _ in }
+            #expect(v2.id == v1.id && v2.revision != v1.revision && v2.size == 4)
+            do {
+                _ = try await provider.upload(try source("three", kind), to: .version(of: v1.id, base: v1.revision), requestId: "v3") { _ in }
+                Issue.record("a stale base must be refused")
+            } catch ProviderError.versionConflict(let current) {
+                #expect(current?.revision == v2.revision, "the conflict names the head")
+            }
+            let back = kind.scratch.appending(path: "f.txt")
+            try await provider.download(v1.id, revision: nil, to: back) { _ in }
+            #expect(try String(contentsOf: back, encoding: .utf8) == "two!")
+            await #expect(throws: ProviderError.notFound) {
+                try await provider.upload(try source("x", kind), to: .version(of: kind.missingId, base: nil), requestId: "v4") { _ in }
+            }
+        }
+    }
+
+    @Test("moves and renames; into itself is invalid; onto a taken name is nameTaken; a missing item is notFound", arguments: ProviderKind.allCases)
+    func moves(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let folder = try await provider.createFolder(named: "F", in: root.id, requestId: "f")
+            let sub = try await provider.createFolder(named: "Sub", in: folder.id, requestId: "s")
+            let file = try await provider.upload(try source("x", kind), to: .new(parentId: root.id, name: "x.txt", mimeType: nil), requestId: "x") { _ in }
+            let moved = try await provider.move(file.id, to: folder.id, name: "y.txt")
+            #expect(moved.parentId == folder.id && moved.name == "y.txt")
+            #expect(try await provider.children(of: folder.id).map(\.name).sorted() == ["Sub", "y.txt"])
+            #expect(try await provider.children(of: root.id).map(\.name) == ["F"])
+            let currentSub = try await provider.children(of: folder.id).first { $0.name == "Sub" }
+            await #expect(throws: ProviderError.self) { try await provider.move(folder.id, to: currentSub?.id ?? sub.id, name: "F") }
+            _ = try await provider.upload(try source("z", kind), to: .new(parentId: root.id, name: "z.txt", mimeType: nil), requestId: "z") { _ in }
+            await #expect(throws: ProviderError.self) { try await provider.move(moved.id, to: root.id, name: "z.txt") }
+            await #expect(throws: ProviderError.notFound) { try await provider.move(kind.missingId, to: root.id, name: "q") }
+        }
+    }
+
+    @Test("deleting takes a folder with everything in it; deleting again changes nothing", arguments: ProviderKind.allCases)
+    func deletion(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let folder = try await provider.createFolder(named: "F", in: root.id, requestId: "f")
+            let file = try await provider.upload(try source("x", kind), to: .new(parentId: folder.id, name: "x.txt", mimeType: nil), requestId: "x") { _ in }
+            try await provider.delete(folder.id)
+            #expect(try await provider.children(of: root.id).isEmpty)
+            await #expect(throws: ProviderError.notFound) { try await provider.item(folder.id) }
+            await #expect(throws: ProviderError.notFound) { try await provider.item(file.id) }
+            // Deleting what is gone is done: it succeeds again or says notFound, never anything else.
+            do { try await provider.delete(folder.id) } catch let error as ProviderError { #expect(error == .notFound) }
+        }
+    }
+
+    @Test("a change feed reports what changed after its cursor", arguments: ProviderKind.allCases.filter(\.hasChangeFeed))
+    func changeFeed(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let cursor = try await provider.startCursor()
+            let made = try await provider.createFolder(named: "New", in: root.id, requestId: "n")
+            let file = try await provider.upload(try source("x", kind), to: .new(parentId: made.id, name: "x.txt", mimeType: nil), requestId: "x") { _ in }
+            try await provider.delete(file.id)
+            var changes: [RemoteChange] = []
+            var next = cursor
+            while true {
+                let page = try await provider.changes(since: next)
+                changes += page.changes
+                next = page.cursor
+                if !page.hasMore { break }
+            }
+            #expect(changes.contains(.upsert(made)))
+            #expect(changes.contains(.remove(id: file.id)))
+            #expect(try await provider.changes(since: next).changes.isEmpty)
+        }
+    }
+
+    func source(_ text: String, _ kind: ProviderKind) throws -> UploadSource { try source(Data(text.utf8), kind) }
+
+    func source(_ bytes: Data, _ kind: ProviderKind) throws -> UploadSource {
+        let url = kind.scratch.appending(path: "src-\(UUID().uuidString)")
+        try bytes.write(to: url)
+        return UploadSource(url: url, size: Int64(bytes.count), checksum: SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+    }
+}
+
+/// The providers under test, each made fresh (and empty) for every test.
+enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case nimbus
+    case localFolder
+
+    var testDescription: String { rawValue }
+    var hasChangeFeed: Bool { self == .nimbus }
+    var missingId: String { self == .nimbus ? "fnosuchfile000000" : "no/such/item" }
+
+    /// A scratch folder of the running test (for sources and downloads), outside the remote.
+    var scratch: URL { Self.scratchFolder ?? FileManager.default.temporaryDirectory }
+    @TaskLocal static var scratchFolder: URL?
+
+    func with(_ body: @Sendable (any RemoteProvider) async throws -> Void) async throws {
+        let scratch = FileManager.default.temporaryDirectory.appending(path: "nimbus-conformance-scratch-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        try await Self.$scratchFolder.withValue(scratch) { try await run(body) }
+    }
+
+    func run(_ body: @Sendable (any RemoteProvider) async throws -> Void) async throws {
+        let root = FileManager.default.temporaryDirectory.appending(path: "nimbus-conformance-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        switch self {
+        case .localFolder:
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            try await body(LocalFolderProvider(root: root, state: MemoryStateStore()))
+        case .nimbus:
+            var configuration = ServerConfiguration(dataDirectory: root)
+            configuration.port = 0
+            configuration.allowRegistration = true
+            configuration.bcryptCost = 4
+            configuration.chunkSize = 1024 * 1024
+            configuration.logLevel = .critical
+            let (app, _) = try await buildApplication(configuration: configuration)
+            try await app.test(.live) { client in
+                let server = URL(string: "http://127.0.0.1:\(client.port!)")!
+                let transport = AsyncHTTPClientTransport(baseURL: server)
+                let (head, _) = try await transport.send(
+                    TransportRequest(
+                        method: "POST", path: "/v1/auth/register", headers: ["Content-Type": "application/json"],
+                        body: try JSONEncoder.nimbus.encode(NimbusAPI.Credentials(username: "conformance", password: "correct horse"))))
+                #expect(head.status == 201)
+                let api = ServerClient(transport: transport, tokenStore: MemoryTokens())
+                _ = try await api.logIn(server: server, username: "conformance", password: "correct horse", deviceName: "conformance")
+                try await body(NimbusProvider(client: api, state: MemoryStateStore(), simpleUploadLimit: 64 * 1024))
+            }
+        }
+    }
+}
+
+final class MemoryStateStore: ProviderStateStore, @unchecked Sendable {
+    private let values = NIOLockedValueBox([String: String]())
+    func value(for key: String) throws -> String? { values.withLockedValue { $0[key] } }
+    func setValue(_ value: String?, for key: String) throws { values.withLockedValue { $0[key] = value } }
+}
+
+final class MemoryTokens: TokenStore, @unchecked Sendable {
+    private let value = NIOLockedValueBox<Account?>(nil)
+    func load() throws -> Account? { value.withLockedValue { $0 } }
+    func save(_ credentials: Account?) throws { value.withLockedValue { $0 = credentials } }
+}
+
+func randomBytes(_ count: Int) -> Data {
+    var generator = SystemRandomNumberGenerator()
+    return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
+}
