@@ -260,13 +260,13 @@ struct Simulation {
     func statuses() async throws -> [String] {
         var result: [String] = []
         for device in devices {
-            let runnable = try await device.engine.nextRunnable()
+            let plan = try await device.engine.currentPlan()
             let now = device.clock.now()
-            result.append("runnable: \(runnable?.kind as Any) now \(now) trace \(await device.engine.recentActivity.suffix(8))")
+            result.append("plan: \(plan) now \(now) trace \(await device.engine.recentActivity.suffix(8))")
             let status = try await device.engine.status()
             let attention = try await device.engine.itemsNeedingAttention().map { "\($0.name): \($0.state)" }
             let queue = try await device.engine.operations().map(\.description)
-            result.append("\(status.phase) pending \(status.pending) \(attention) queue: \(queue)")
+            result.append("\(status.phase) pending \(status.pending) \(attention) queue: \(queue) rows: \(try await device.engine.unsyncedRows())")
         }
         return result
     }

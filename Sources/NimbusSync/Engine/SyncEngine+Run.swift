@@ -2,29 +2,14 @@ import Foundation
 import GRDB
 import NimbusAPI
 
-/// Keeping in sync: the control loop, woken by local changes, the server's events and retry timers.
+/// Keeping in sync: the control loop, woken by local changes, the remote's events and retry timers.
 extension SyncEngine {
-    /// One full round: pull, run every operation that can run now, pull again to confirm what was applied.
-    /// Operations waiting for a retry later stay queued.
-    public func syncOnce() async throws {
-        do {
-            try await pull()
-            try await refreshRequestedFolders()
-            try enforceMetadataLimit()
-            if try await runOperations() { try await pull() }
-        } catch SyncError.unauthorized(let detail) {
-            phase = .needsSignIn
-            notifyChanged()
-            throw SyncError.unauthorized(detail)
-        }
-    }
-
-    /// Runs until cancelled: a round after every local change, every change on the server (server-sent
-    /// events, or long-polls where those fail) and every retry that falls due; at least every `interval`.
-    /// Errors never end it: the network being away just means waiting for it (``EngineStatus/Phase/offline``).
+    /// Runs until cancelled: a round after every local change, every change there (the provider's events, or
+    /// long-polls where those fail) and every retry that falls due; at least every `interval`. Errors never end
+    /// it: the network being away just means waiting for it (``EngineStatus/Phase/offline``).
     public func run(interval: Duration = .seconds(60)) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await self.listenForServerChanges() }
+            group.addTask { await self.listenForRemoteChanges() }
             group.addTask { try await self.controlLoop(interval: interval) }
             try await group.next()
             group.cancelAll()
@@ -33,7 +18,7 @@ extension SyncEngine {
 
     func controlLoop(interval: Duration) async throws {
         while !Task.isCancelled {
-            if client != nil, phase != .signedOut, phase != .needsSignIn {
+            if provider != nil, phase != .signedOut, phase != .needsSignIn {
                 do {
                     if case .awaitingDeletionConfirmation = phase {} else { phase = .syncing }
                     try await syncOnce()
@@ -53,7 +38,7 @@ extension SyncEngine {
             }
             var wait = interval
             if case .offline = phase { wait = .seconds(5) }
-            if let due = try? nextDueDate() {
+            if let due = try? nextDue() {
                 let seconds = max(0.05, due.timeIntervalSince(now))
                 wait = min(wait, .milliseconds(Int64(seconds * 1000)))
             }
@@ -61,27 +46,26 @@ extension SyncEngine {
         }
     }
 
-    /// Calls `onChange` whenever the server announces a change for this account, until cancelled (for a
-    /// caller that runs its own loop, like a synced folder).
+    /// Calls `onChange` whenever the remote announces a change, until cancelled (for a caller that runs its own
+    /// loop, like a synced folder).
     public func watchServer(onChange: @escaping @Sendable () -> Void) async {
-        await listenForServerChanges(onChange: onChange)
+        await listenForRemoteChanges(onChange: onChange)
     }
 
-    /// Wakes the control loop on every change the server announces. Prefers the event stream; when it
-    /// fails, long-polls the change feed until the stream works again.
-    func listenForServerChanges(onChange: (@Sendable () -> Void)? = nil) async {
+    /// Wakes the control loop on every change the remote announces. Prefers its event stream; when that fails,
+    /// long-polls the change feed until the stream works again. A remote that announces nothing is polled by the
+    /// loop's interval.
+    func listenForRemoteChanges(onChange: (@Sendable () -> Void)? = nil) async {
         var failures = 0
         while !Task.isCancelled {
-            guard let client, phase != .needsSignIn else {
+            guard let provider = provider as? any ChangeSignaling, phase != .needsSignIn else {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }
             let signal = self.signal
             let fire: @Sendable () -> Void = { signal.fire(); onChange?() }
             do {
-                _ = try await client.authorizedStream(TransportRequest(method: "GET", path: "/v1/events")) { data in
-                    if String(decoding: data, as: UTF8.self).contains("event: change") { fire() }
-                }
+                try await provider.watch(onChange: fire)
                 failures = 0
             } catch is CancellationError {
                 return
@@ -89,11 +73,7 @@ extension SyncEngine {
                 failures += 1
                 // Fall back to one long-poll: it also wakes us as soon as something changes.
                 let cursor = (try? await database.pool.read { db in try db.meta("cursor") }) ?? nil
-                if let cursor,
-                    let (head, data) = try? await client.authorized(
-                        TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&timeout=30&limit=1")),
-                    head.status == 200, let page = try? JSONDecoder.nimbus.decode(ChangeList.self, from: data), !page.changes.isEmpty
-                {
+                if let cursor, (try? await provider.waitForChanges(after: cursor, seconds: 30)) == true {
                     fire()
                 } else {
                     let delay = Backoff.delay(attempt: min(failures, 6), base: .seconds(1), cap: .seconds(30), retryAfter: nil, random: &random)

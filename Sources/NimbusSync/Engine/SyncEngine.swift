@@ -3,13 +3,15 @@ import GRDB
 import GRDBSQLite
 import NimbusAPI
 
-/// The local-first sync engine: one control actor over a local database.
+/// The local-first sync engine: one control actor over a local database that holds three trees — remote,
+/// synced (the merge base) and local — and a pure planner (``Planner``) that decides, from them alone, what to
+/// do. The engine observes (the provider's changes, the folder on disk), plans, carries the plan out through a
+/// ``RemoteProvider`` and the local side, records each outcome in the trees, and plans again.
 ///
-/// Every user action (``createFolder(named:in:)``, ``upload(from:named:in:mimeType:copy:)``, ``rename(_:to:)``…)
-/// commits locally and returns at once; it becomes a persisted operation that the executor sends later,
-/// in order and with retries. The view the app shows (``items(in:)``) is the cached server state with the
-/// pending operations applied. ``run()`` keeps the engine in sync (pulls woken by the server's events, then
-/// executes the queue); ``syncOnce()`` does one full round; ``step()`` one unit of work (for simulations).
+/// As the app's data layer (``LocalSide/appStore``): every user action (``createFolder(named:in:)``,
+/// ``upload(from:named:in:mimeType:copy:checksum:)``, ``rename(_:to:)``…) changes the local tree and returns at
+/// once; the view the app shows (``items(in:)``) is the local tree. As a synced folder (``FolderSync``), the local
+/// tree is the folder on disk. ``run()`` keeps the engine in sync; ``syncOnce()`` does one full round.
 public actor SyncEngine {
     public nonisolated let configuration: SyncConfiguration
     let database: LocalDatabase
@@ -18,19 +20,39 @@ public actor SyncEngine {
     let tokenStore: any TokenStore
     /// Created once per library and kept across sign-out and account switches.
     public nonisolated let libraryId: String
+    let stateStore: DatabaseStateStore
+    /// The signed-in Nimbus account (the app library's remote).
     var client: ServerClient?
+    var provider: (any RemoteProvider)?
+    /// The folder on disk, for a synced folder.
+    let disk: DiskFolder?
     var phase: EngineStatus.Phase
-    var progress: [String: ItemState] = [:]
-    /// The last things the executor did, newest last (diagnostics).
+    /// Transfers in progress (written by providers' progress callbacks, off the actor).
+    let progressBox = LockedBox([String: ItemState]())
+    var progress: [String: ItemState] { progressBox.withLock { $0 } }
+    /// The last things the engine did, newest last (diagnostics).
     private(set) var recentActivity: [String] = []
-    let traceBuffer = LockedBox([String]())
-    /// The operations running now, by id (see ``runOperations()``).
-    var running: [String: RunningOperation] = [:]
-    /// Ids of the operations being executed right now (their payloads must not change underneath).
-    var inFlight: Set<String> { Set(running.keys) }
+    /// Items a step is running for now.
+    var running: Set<String> = []
     var random: SeededRandom
     let observers = LockedBox([UUID: Observer]())
     let signal = Signal()
+    /// Deletions here (from deletions there) allowed past the mass-deletion guard, once.
+    var massDeletionConfirmed = false
+    /// What the last scan of a synced folder found.
+    var lastScan = DiskFolder.Scan()
+    /// A step found the disk changed since the last scan: scan again before the next plan.
+    var needsScan = false
+    /// Deletions held by the mass-deletion guards: here (from deletions there) and there (from deletions here).
+    var heldDeletions = 0
+    var heldLocalDeletions = 0
+    /// A synced folder may delete many items there at once (the user confirmed).
+    var confirmsLocalDeletions = false
+    /// The steps carried out since the last ``takeRoundReport()`` (with the path of what was deleted or forked,
+    /// taken before it went).
+    var done: [(step: PlannedOperation, path: String?)] = []
+    /// Errors of those steps, by item.
+    var stepErrors: [String: String] = [:]
 
     struct Observer {
         var folder: String?
@@ -48,8 +70,14 @@ public actor SyncEngine {
             try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
         database = try LocalDatabase(path: directory.appending(path: "sync.sqlite").path)
+        stateStore = DatabaseStateStore(pool: database.pool)
         tokenStore = configuration.tokenStore ?? FileTokenStore(url: directory.appending(path: "account.json"))
         random = SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max))
+        if case .folder(let root, let fileSystem, let settleTime) = configuration.local {
+            disk = DiskFolder(root: root.standardizedFileURL, fileSystem: fileSystem, settleTime: settleTime)
+        } else {
+            disk = nil
+        }
         let now = configuration.clock.now()
         libraryId = try database.pool.write { db in
             if let id = try db.meta("libraryId") { return id }
@@ -62,8 +90,13 @@ public actor SyncEngine {
             try root.save(db)
             return id
         }
-        if let account = try tokenStore.load() {
-            client = ServerClient(transport: Self.transport(for: account.server, configuration), tokenStore: tokenStore)
+        if let makeProvider = configuration.provider {
+            provider = makeProvider(stateStore)
+            phase = .idle
+        } else if let account = try tokenStore.load() {
+            let client = ServerClient(transport: Self.transport(for: account.server, configuration), tokenStore: tokenStore)
+            self.client = client
+            provider = Self.nimbusProvider(client, stateStore, configuration)
             phase = .idle
         } else {
             phase = .signedOut
@@ -74,7 +107,22 @@ public actor SyncEngine {
         configuration.transportFactory?(server) ?? AsyncHTTPClientTransport(baseURL: server)
     }
 
+    static func nimbusProvider(_ client: ServerClient, _ state: any ProviderStateStore, _ configuration: SyncConfiguration) -> NimbusProvider {
+        NimbusProvider(
+            client: client, state: state, simpleUploadLimit: configuration.simpleUploadLimit,
+            batchLimits: (configuration.batchFileLimit, configuration.maxBatchFiles, configuration.maxBatchBytes))
+    }
+
     nonisolated var now: Date { configuration.clock.now() }
+
+    /// `NIMBUS_TRACE=1` prints every step and its outcome on stderr.
+    static let tracing = ProcessInfo.processInfo.environment["NIMBUS_TRACE"] != nil
+
+    /// The planner's policy for this engine: a synced folder keeps and sends again what was deleted there but
+    /// changed here; the app library holds it for the user (`unsynced`).
+    var policy: PlannerPolicy {
+        PlannerPolicy(conflictStrategy: configuration.conflictStrategy, keepsDeletedThere: disk != nil, deviceName: configuration.deviceName, date: now)
+    }
 
     // MARK: Account
 
@@ -96,10 +144,11 @@ public actor SyncEngine {
             try await database.pool.write { db in try db.setMeta("account", key) }
         }
         self.client = client
+        provider = Self.nimbusProvider(client, stateStore, configuration)
         phase = .idle
         try? await database.pool.write { db in
-            // Operations that stopped on a 401 may go again.
-            try db.execute(sql: "UPDATE operations SET next_attempt_at = 0 WHERE state = 'pending'")
+            // Steps that stopped on a 401 may go again.
+            try db.execute(sql: "UPDATE failures SET next_attempt_at = 0 WHERE failed = 0")
         }
         notifyChanged()
     }
@@ -108,11 +157,18 @@ public actor SyncEngine {
     public func signOut() async {
         await client?.logOut()
         client = nil
+        provider = nil
         phase = .signedOut
         notifyChanged()
     }
 
-    func requireClient() throws -> ServerClient {
+    func requireProvider() throws -> any RemoteProvider {
+        guard let provider else { throw SyncError.notSignedIn }
+        return provider
+    }
+
+    /// The signed-in server, for calls outside the engine's model (trash, account details).
+    public func server() throws -> ServerClient {
         guard let client else { throw SyncError.notSignedIn }
         return client
     }
@@ -123,7 +179,7 @@ public actor SyncEngine {
     /// the least recently listed first); if its children were evicted, the next sync round fetches them again
     /// (``isListingComplete(_:)`` tells, ``refreshFolder(_:)`` does it now).
     public func listing(in folder: ItemID = .root) throws -> [SyncItem] {
-        let operations = try operationStates()
+        let failures = try failureStates()
         let now = self.now.millis
         let touch = try database.pool.read { db in
             try Row.fetchOne(db, sql: "SELECT last_access, children_evicted FROM items WHERE luid = ?", arguments: [folder.rawValue])
@@ -135,18 +191,18 @@ public actor SyncEngine {
                     sql: "UPDATE items SET last_access = ?, refresh_requested = children_evicted WHERE luid = ?", arguments: [now, folder.rawValue])
             }
         }
-        return try database.pool.read { db in try self.children(db, of: folder.rawValue, operations: operations) }
+        return try database.pool.read { db in try self.children(db, of: folder.rawValue, failures: failures) }
     }
 
     /// A folder's children in the view, folders first, then by name. Reads only the columns a ``SyncItem``
     /// shows, by index, with a cached statement: this is the hot path of big folders (100,000 children).
     nonisolated func children(
-        _ db: Database, of folder: String, operations: [String: ItemState], offset: Int = 0, limit: Int? = nil
+        _ db: Database, of folder: String, failures: [String: ItemState], offset: Int = 0, limit: Int? = nil
     ) throws -> [SyncItem] {
         let statement = try db.cachedStatement(
             sql: """
                 SELECT luid, file_id, l_name, l_mime, is_folder, l_size, l_checksum, r_revision, l_modified, flag, pinned,
-                    content_path IS NOT NULL AND content_checksum IS l_checksum
+                    content_path IS NOT NULL AND content_checksum IS l_checksum, \(ItemRow.pendingExpression)
                 FROM items WHERE l_parent = ? AND l_present = 1 AND luid != 'root' ORDER BY is_folder DESC, l_name LIMIT ? OFFSET ?
                 """)
         let parent = ItemID(folder)
@@ -164,7 +220,7 @@ public actor SyncEngine {
         while try rows.next() != nil {
             let luid = text(0) ?? ""
             let isFolder = integer(4) != 0
-            let state = Self.state(luid: luid, flag: text(9), operations: operations)
+            let state = Self.state(luid: luid, hold: text(9), pending: integer(12) != 0, failures: failures)
             items.append(
                 SyncItem(
                     id: ItemID(luid), fileId: text(1), parentId: parent, name: text(2) ?? "",
@@ -178,9 +234,9 @@ public actor SyncEngine {
     /// A window of a folder's listing (same order as ``listing(in:)``): what a list on screen shows first.
     /// The first screenful of a 100,000-item folder comes in about a millisecond; scroll with `offset`.
     public func listing(in folder: ItemID, offset: Int, limit: Int) throws -> [SyncItem] {
-        let operations = try operationStates()
+        let failures = try failureStates()
         return try database.pool.read { db in
-            try self.children(db, of: folder.rawValue, operations: operations, offset: offset, limit: max(0, limit))
+            try self.children(db, of: folder.rawValue, failures: failures, offset: offset, limit: max(0, limit))
         }
     }
 
@@ -195,26 +251,10 @@ public actor SyncEngine {
 
     /// One item of the view; `nil` if it is not (or no longer) there.
     public func item(_ id: ItemID) throws -> SyncItem? {
-        let operations = try operationStates(luid: id.rawValue)
+        let failures = try failureStates()
         return try database.pool.read { db in
             guard let row = try ItemRow.fetch(db, luid: id.rawValue), row.lPresent else { return nil }
-            return self.makeItem(row, operations: operations)
-        }
-    }
-
-    /// The server's revision and checksum of each of `ids` that the server has (for a caller that keeps its own
-    /// index of what was synced, such as a folder sync after sending a tree), in one read.
-    public func serverRevisions(of ids: [ItemID]) throws -> [ItemID: (revision: String, checksum: String?)] {
-        try database.pool.read { db in
-            var found: [ItemID: (revision: String, checksum: String?)] = [:]
-            for start in stride(from: 0, to: ids.count, by: 500) {
-                let slice = ids[start..<min(start + 500, ids.count)].map(\.rawValue)
-                let rows = try Row.fetchAll(
-                    db, sql: "SELECT luid, r_revision, r_checksum FROM items WHERE r_revision IS NOT NULL AND luid IN (\(databaseQuestionMarks(count: slice.count)))",
-                    arguments: StatementArguments(slice))
-                for row in rows { found[ItemID(row[0])] = (row[1], row[2]) }
-            }
-            return found
+            return self.makeItem(row, failures: failures)
         }
     }
 
@@ -238,18 +278,23 @@ public actor SyncEngine {
 
     /// The path of an item in the view (`/Work/report.pdf`).
     public func path(of id: ItemID) throws -> String? {
-        try database.pool.read { db in
-            var names: [String] = []
-            var current: String? = id.rawValue
-            var guardCount = 0
-            while let luid = current, luid != ItemID.root.rawValue, guardCount < 10_000 {
-                guard let row = try ItemRow.fetch(db, luid: luid), row.lPresent, let name = row.lName else { return nil }
-                names.append(name)
-                current = row.lParent
-                guardCount += 1
-            }
-            return "/" + names.reversed().joined(separator: "/")
+        try database.pool.read { db in try self.localPath(db, id.rawValue).map { "/" + $0 } }
+    }
+
+    /// The path of an item in the local tree, relative to the root (`Work/report.pdf`; the root is "").
+    nonisolated func localPath(_ db: Database, _ luid: String) throws -> String? {
+        var names: [String] = []
+        var current: String? = luid
+        var guardCount = 0
+        while let id = current, id != ItemID.root.rawValue, guardCount < 10_000 {
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT l_parent, l_name, l_present FROM items WHERE luid = ?"), arguments: [id]),
+                row[2] as Bool, let name = row[1] as String?
+            else { return nil }
+            names.append(name)
+            current = row[0]
+            guardCount += 1
         }
+        return names.reversed().joined(separator: "/")
     }
 
     /// A live view of a folder: the current listing at once, then a new one after every change.
@@ -272,32 +317,39 @@ public actor SyncEngine {
         return stream
     }
 
-    /// Counts for a status line.
+    /// Counts for a status line. `pending` counts items with something to send or to bring here.
     public func status() throws -> EngineStatus {
         try database.pool.read { db in
             func count(_ sql: String) throws -> Int { try Int.fetchOne(db, sql: sql) ?? 0 }
             return EngineStatus(
                 phase: phase,
-                pending: try count("SELECT COUNT(*) FROM operations WHERE state = 'pending'"),
+                pending: try count(
+                    """
+                    SELECT COUNT(*) FROM items WHERE luid != 'root' AND flag IS NULL AND (\(ItemRow.pendingExpression)
+                    OR (r_present = 1 AND s_present = 1 AND (r_parent IS NOT s_parent OR r_name IS NOT s_name OR r_revision IS NOT s_revision))
+                    OR (r_present = 1 AND s_present = 0 AND \(disk == nil))
+                    OR (r_present = 0 AND s_present = 1))
+                    AND luid NOT IN (SELECT luid FROM failures WHERE failed = 1)
+                    """),
                 uploading: progress.values.filter { if case .uploading = $0 { true } else { false } }.count,
                 downloading: progress.values.filter { if case .downloading = $0 { true } else { false } }.count,
                 conflicts: try count("SELECT COUNT(*) FROM items WHERE flag = 'conflict'"),
                 unsynced: try count("SELECT COUNT(*) FROM items WHERE flag = 'unsynced'"),
-                failed: try count("SELECT COUNT(*) FROM operations WHERE state = 'failed'"))
+                failed: try count("SELECT COUNT(*) FROM failures WHERE failed = 1"))
         }
     }
 
-    /// Items that need the user: conflicts, unsynced items and failed operations.
+    /// Items that need the user: conflicts, unsynced items and items whose steps failed for good.
     public func itemsNeedingAttention() throws -> [SyncItem] {
-        let operations = try operationStates()
+        let failures = try failureStates()
         return try database.pool.read { db in
             try Row.fetchAll(
                 db,
                 sql: """
                     SELECT \(ItemRow.columns) FROM items WHERE flag IS NOT NULL
-                    OR luid IN (SELECT luid FROM operations WHERE state = 'failed') ORDER BY l_name
+                    OR luid IN (SELECT luid FROM failures WHERE failed = 1) ORDER BY l_name
                     """
-            ).map { self.makeItem(ItemRow(row: $0), operations: operations) }
+            ).map { self.makeItem(ItemRow(row: $0), failures: failures) }
         }
     }
 
@@ -313,41 +365,31 @@ public actor SyncEngine {
 
     // MARK: Building view items
 
-    /// Per item, the most telling operation state: failed > uploading/downloading > pending.
-    func operationStates(luid: String? = nil) throws -> [String: ItemState] {
-        let rows = try database.pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: "SELECT luid, state, last_error, kind FROM operations WHERE state IN ('pending', 'failed')"
-                    + (luid == nil ? "" : " AND luid = ?"),
-                arguments: luid.map { [$0] } ?? [])
-        }
+    /// Items whose steps failed for good, and those being transferred now.
+    func failureStates() throws -> [String: ItemState] {
         var result: [String: ItemState] = [:]
-        for row in rows {
-            let luid: String = row["luid"]
-            if row["state"] as String == "failed" {
-                result[luid] = .failed(.server(status: 0, code: "failed", message: row["last_error"] ?? "failed", retryAfter: nil))
-            } else if result[luid] == nil {
-                result[luid] = .pending
-            }
+        for row in try database.pool.read({ db in try Row.fetchAll(db, sql: "SELECT luid, last_error FROM failures WHERE failed = 1") }) {
+            result[row[0]] = .failed(.server(status: 0, code: "failed", message: row[1] ?? "failed", retryAfter: nil))
         }
-        for (luid, state) in progress where result[luid] == .pending || result[luid] == nil {
-            result[luid] = state
-        }
+        for (luid, state) in progress where result[luid] == nil { result[luid] = state }
         return result
     }
 
-    /// What an item shows: waiting for the user (its flag) before whatever its operations say.
-    nonisolated static func state(luid: String, flag: String?, operations: [String: ItemState]) -> ItemState {
-        switch flag {
-        case "conflict": .conflict
-        case "unsynced": .unsynced
-        default: operations.isEmpty ? .synced : operations[luid] ?? .synced
+    /// What an item shows: waiting for the user (its hold) before failed or in transfer, before pending.
+    nonisolated static func state(luid: String, hold: String?, pending: Bool, failures: [String: ItemState]) -> ItemState {
+        switch hold {
+        case "conflict": return .conflict
+        case "unsynced": return .unsynced
+        default:
+            if let state = failures[luid] { return state }
+            return pending ? .pending : .synced
         }
     }
 
-    nonisolated func makeItem(_ row: ItemRow, operations: [String: ItemState]) -> SyncItem {
-        let state = Self.state(luid: row.luid, flag: row.flag, operations: operations)
+    nonisolated func makeItem(_ row: ItemRow, failures: [String: ItemState]) -> SyncItem {
+        let pending = row.lPresent != row.sPresent || row.lParent != row.sParent || row.lName != row.sName
+            || (!row.isFolder && row.lChecksum != row.sChecksum) || row.lChanging
+        let state = Self.state(luid: row.luid, hold: row.hold?.rawValue, pending: pending, failures: failures)
         return SyncItem(
             id: ItemID(row.luid), fileId: row.fileId, parentId: row.lParent.map(ItemID.init), name: row.lName ?? "",
             mimeType: row.lMime ?? (row.isFolder ? folderMimeType : "application/octet-stream"), isFolder: row.isFolder,
@@ -362,58 +404,46 @@ public actor SyncEngine {
         wake()
         let current = observers.withLock { $0 }
         guard !current.isEmpty else { return }
-        let operations = (try? operationStates()) ?? [:]
+        let failures = (try? failureStates()) ?? [:]
         let status = try? status()
         for observer in current.values {
             if let folder = observer.folder, let continuation = observer.continuation {
-                let listing = try? database.pool.read { db in try self.children(db, of: folder, operations: operations) }
+                let listing = try? database.pool.read { db in try self.children(db, of: folder, failures: failures) }
                 if let listing { continuation.yield(listing) }
             }
             if let status, let continuation = observer.status { continuation.yield(status) }
         }
-        wake()
     }
 
     func wake() {
         signal.fire()
     }
 
-    /// For use inside database transactions (off the actor).
-    nonisolated func traceSync(_ line: String) {
-        traceBuffer.withLock { $0.append(line) }
-    }
-
     func trace(_ line: String) {
-        recentActivity.append(contentsOf: traceBuffer.withLock { lines in defer { lines = [] }; return lines })
+        if Self.tracing { FileHandle.standardError.write(Data("[\(configuration.deviceName)] \(line)\n".utf8)) }
         recentActivity.append(line)
-        if recentActivity.count > 50 { recentActivity.removeFirst(recentActivity.count - 50) }
+        if recentActivity.count > 80 { recentActivity.removeFirst(recentActivity.count - 80) }
     }
 }
 
-/// A queued operation, for status displays and diagnostics.
-public struct OperationSummary: Sendable, Equatable, CustomStringConvertible {
-    public var id: String
-    public var item: ItemID
-    public var kind: String
-    public var state: String
-    public var attempts: Int
-    public var nextAttemptAt: Date
-    public var lastError: String?
-    public var dependsOn: [String]
+/// The provider's small state (resumable sessions), in the engine's database.
+final class DatabaseStateStore: ProviderStateStore, @unchecked Sendable {
+    let pool: DatabasePool
 
-    public var description: String {
-        "\(kind) \(item) [\(state), \(attempts) attempts\(dependsOn.isEmpty ? "" : ", after \(dependsOn)")\(lastError.map { ": \($0)" } ?? "")]"
+    init(pool: DatabasePool) { self.pool = pool }
+
+    func value(for key: String) throws -> String? {
+        try pool.read { db in try String.fetchOne(db, sql: "SELECT value FROM provider_state WHERE key = ?", arguments: [key]) }
     }
-}
 
-extension SyncEngine {
-    /// Everything in the queue, oldest first.
-    public func operations() throws -> [OperationSummary] {
-        try database.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM operations ORDER BY seq").map(OperationRow.init(row:)).map {
-                OperationSummary(
-                    id: $0.id, item: ItemID($0.luid), kind: $0.kind.rawValue, state: $0.state.rawValue, attempts: $0.attempts,
-                    nextAttemptAt: Date(millis: $0.nextAttemptAt), lastError: $0.lastError, dependsOn: $0.dependsOn)
+    func setValue(_ value: String?, for key: String) throws {
+        try pool.write { db in
+            if let value {
+                try db.execute(
+                    sql: "INSERT INTO provider_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    arguments: [key, value])
+            } else {
+                try db.execute(sql: "DELETE FROM provider_state WHERE key = ?", arguments: [key])
             }
         }
     }

@@ -1,14 +1,18 @@
 import Foundation
 import GRDB
 
-/// The engine's SQLite database (GRDB, WAL): the three trees of every item, the operation queue, upload
-/// sessions and a little key-value state.
+/// The engine's SQLite database (GRDB, WAL): the three trees of every item, retry schedules, the provider's
+/// small state (resumable sessions) and a little key-value state.
 ///
 /// Each item row carries three versions of itself (Nucleus' three trees, as columns):
 /// - `r_*` — **remote**: the server's state as the change feed last told it (a cache);
 /// - `s_*` — **synced**: the last state both sides agreed on (the merge base that tells "deleted here"
 ///   from "created there");
-/// - `l_*` — **local**: what the user sees — the server's state with the pending operations applied.
+/// - `l_*` — **local**: what is here — the app's view (its actions change it at once) or, for a synced folder,
+///   the folder on disk as last scanned (with inode and modification time, and `l_state = 'changing'` for a file
+///   still being written).
+///
+/// Nothing else says what is pending: the planner (``Planner``) compares the three trees.
 ///
 /// Migrations are history: never edit one that shipped; add the next.
 struct LocalDatabase: Sendable {
@@ -145,7 +149,105 @@ struct LocalDatabase: Sendable {
                     );
                     """)
         }
+        migrator.registerMigration("6-planner") { db in
+            // The re-founded engine: no operation queue — the planner derives what to do from the three trees, so
+            // everything pending is in the item rows. The queue's content moves into them here.
+            try db.execute(
+                sql: """
+                    ALTER TABLE items ADD COLUMN l_state TEXT;
+                    ALTER TABLE items ADD COLUMN l_inode INTEGER;
+                    ALTER TABLE items ADD COLUMN l_mtime INTEGER;
+                    ALTER TABLE items ADD COLUMN create_request TEXT;
+                    ALTER TABLE items ADD COLUMN create_sent INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE items ADD COLUMN upload_request TEXT;
+                    ALTER TABLE items ADD COLUMN content_owned INTEGER NOT NULL DEFAULT 1;
+                    ALTER TABLE items ADD COLUMN source_revision TEXT;
+                    CREATE TABLE failures (
+                        luid TEXT PRIMARY KEY,
+                        kind TEXT NOT NULL,
+                        attempts INTEGER NOT NULL,
+                        next_attempt_at INTEGER NOT NULL,
+                        last_error TEXT,
+                        failed INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE TABLE provider_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                    """)
+            try LegacyQueue.migrate(db)
+            try db.execute(
+                sql: """
+                    DROP TABLE operation_dependencies;
+                    DROP TABLE operations;
+                    DROP TABLE upload_sessions;
+                    DROP TABLE remote_deletions;
+                    DROP INDEX items_local_children;
+                    CREATE INDEX items_local_children ON items(
+                        l_parent, is_folder DESC, l_name, luid, file_id, l_mime, l_size, l_checksum, r_revision, l_modified, flag, pinned,
+                        content_path, content_checksum, l_present, s_present, s_parent, s_name, s_checksum, l_state) WHERE l_present = 1;
+                    CREATE INDEX items_file_id ON items(file_id);
+                    """)
+        }
         return migrator
+    }
+}
+
+/// The operation queue of libraries made before the planner, folded into their item rows (migration 6).
+enum LegacyQueue {
+    struct Payload: Decodable {
+        var sourcePath: String?
+        var ownsSource: Bool?
+        var checksum: String?
+        var size: Int64?
+        var revisionId: String?
+        var requestId: String?
+    }
+
+    static func migrate(_ db: Database) throws {
+        for fileId in try String.fetchAll(db, sql: "SELECT file_id FROM remote_deletions") {
+            try db.execute(sql: "UPDATE items SET r_present = 0 WHERE file_id = ?", arguments: [fileId])
+        }
+        let sessions = Dictionary(
+            try Row.fetchAll(db, sql: "SELECT operation_id, response FROM upload_sessions").map { ($0[0] as String, $0[1] as String) },
+            uniquingKeysWith: { first, _ in first })
+        for row in try Row.fetchAll(db, sql: "SELECT id, luid, kind, payload, state, attempts, last_error FROM operations ORDER BY seq") {
+            let id: String = row[0]
+            let luid: String = row[1]
+            let kind: String = row[2]
+            let state: String = row[4]
+            let attempts: Int = row[5]
+            let payload = try? JSONDecoder().decode(Payload.self, from: Data((row[3] as String).utf8))
+            guard state != "applied" else { continue }
+            switch kind {
+            case "createFolder":
+                try db.execute(
+                    sql: "UPDATE items SET create_request = ?, create_sent = ? WHERE luid = ? AND file_id IS NULL", arguments: [id, attempts > 0, luid])
+            case "upload":
+                let requestId = payload?.requestId ?? id
+                if let source = payload?.sourcePath, FileManager.default.fileExists(atPath: source) {
+                    try db.execute(
+                        sql: "UPDATE items SET content_path = ?, content_checksum = ?, content_owned = ?, l_checksum = COALESCE(?, l_checksum) WHERE luid = ?",
+                        arguments: [source, payload?.checksum, payload?.ownsSource ?? false, payload?.checksum, luid])
+                }
+                try db.execute(
+                    sql: "UPDATE items SET create_request = ?, create_sent = ? WHERE luid = ? AND file_id IS NULL", arguments: [requestId, attempts > 0, luid])
+                if let checksum = payload?.checksum {
+                    try db.execute(sql: "UPDATE items SET upload_request = ? WHERE luid = ? AND file_id IS NOT NULL", arguments: ["\(checksum) \(requestId)", luid])
+                }
+                if let session = sessions[id] {
+                    try db.execute(
+                        sql: "INSERT INTO provider_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                        arguments: ["nimbus.upload.\(requestId)", session])
+                }
+            case "restore":
+                try db.execute(sql: "UPDATE items SET source_revision = ? WHERE luid = ?", arguments: [payload?.revisionId, luid])
+            default:
+                break
+            }
+            if state == "failed" {
+                try db.execute(
+                    sql: "INSERT INTO failures (luid, kind, attempts, next_attempt_at, last_error, failed) VALUES (?, ?, ?, 0, ?, 1) ON CONFLICT DO NOTHING",
+                    arguments: [luid, kind, attempts, row[6] as String?])
+            }
+        }
     }
 }
 

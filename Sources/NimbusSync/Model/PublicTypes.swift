@@ -140,11 +140,11 @@ public struct SyncConfiguration: Sendable {
     public var clock: any SyncClock = SystemSyncClock()
     /// Seed for backoff jitter; a fixed seed makes a run repeatable.
     public var randomSeed: UInt64?
-    /// How many operations run at once. Transfers (uploads, downloads) of different items overlap; changes to
-    /// names and folders (create, rename, move, delete, restore) run alone, in order. 1 runs everything in turn.
+    /// How many steps run at once. Every step of one plan can run beside every other (what must wait for another
+    /// comes in a later plan); 1 runs everything in turn.
     public var maxConcurrentOperations: Int = 4
-    /// New files up to this size go in one request (a simple upload with the operation's id as `requestId`,
-    /// so a retry never makes a second file); bigger ones, and new versions, use resumable sessions.
+    /// New files up to this size go in one request (a simple upload with the item's request id, so a retry never
+    /// makes a second file); bigger ones use resumable sessions.
     public var simpleUploadLimit: Int64 = 4 * 1024 * 1024
     /// New files up to `batchFileLimit` bytes that are ready together go up in one request
     /// (`uploadType=batch`), at most `maxBatchFiles` files and `maxBatchBytes` bytes per request: a tree of small
@@ -153,10 +153,26 @@ public struct SyncConfiguration: Sendable {
     public var batchFileLimit: Int64 = 256 * 1024
     public var maxBatchBytes: Int64 = 8 * 1024 * 1024
 
+    /// What this side is: the app's own store (the default: the library's view, changed by its actions), or a
+    /// folder on disk that is scanned (folder sync).
+    public var local: LocalSide = .appStore
+    /// The remote, when it is not the Nimbus account the engine signs into (a folder pair with another provider):
+    /// made once, with the store where it keeps its small state (resumable sessions) in the engine's database.
+    public var provider: (@Sendable (any ProviderStateStore) -> any RemoteProvider)?
+
     public init(directory: URL, deviceName: String) {
         self.directory = directory
         self.deviceName = deviceName
     }
+}
+
+/// The local side of an engine.
+public enum LocalSide: Sendable {
+    /// The app's store: items change through the engine's actions; content is kept in the engine's folder.
+    case appStore
+    /// A folder on disk, scanned; `settleTime` is how long a file must be quiet before its content is taken
+    /// (until then it is being written, and nothing from the other side touches it).
+    case folder(URL, fileSystem: any FileSystem, settleTime: TimeInterval)
 }
 
 /// The engine's notion of now, injectable for deterministic tests.

@@ -7,7 +7,7 @@ import NimbusAPI
 /// Small files go in one request (`uploadType=media`), small new files that are sent together in batches
 /// (``uploadBatch(_:)``), bigger ones through resumable sessions kept in the ``ProviderStateStore`` under the
 /// request id, so an upload interrupted by a crash goes on from the last stored chunk.
-public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUploadProvider {
+public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUploadProvider, ChangeSignaling {
     public let client: ServerClient
     let state: any ProviderStateStore
     /// Folder path of the remote's root (`/` is the account's root).
@@ -80,6 +80,17 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
                 if change.type == .upsert, let file = change.file, !file.trashed { return .upsert(Self.item(file)) }
                 return .remove(id: change.fileId)
             }, cursor: page.cursor, hasMore: page.hasMore)
+    }
+
+    /// The server's event stream (`/v1/events`): `onChange` on every commit of this account.
+    public func watch(onChange: @escaping @Sendable () -> Void) async throws {
+        do {
+            _ = try await client.authorizedStream(TransportRequest(method: "GET", path: "/v1/events")) { data in
+                if String(decoding: data, as: UTF8.self).contains("event: change") { onChange() }
+            }
+        } catch let error as SyncError {
+            throw Self.providerError(error)
+        }
     }
 
     /// Waits until something changes after `cursor` (a long-poll of up to `seconds`), for a caller without events.
@@ -322,7 +333,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     static func item(_ file: File) -> RemoteItem {
         RemoteItem(
             id: file.id, parentId: file.parentId, name: file.name, isFolder: file.isFolder, size: file.size, revision: file.revisionId,
-            checksum: file.checksum, mimeType: file.mimeType, modifiedAt: file.modifiedAt)
+            checksum: file.checksum, mimeType: file.mimeType, modifiedAt: file.modifiedAt, isDeleted: file.trashed)
     }
 
     static func read(_ source: UploadSource) throws -> Data {

@@ -16,11 +16,15 @@ public struct RemoteItem: Sendable, Equatable, Codable {
     public var checksum: String?
     public var mimeType: String?
     public var modifiedAt: Date
+    /// Deleted there since (in the trash): what a retried creation returns when the item it made was deleted
+    /// meanwhile. Listings and change feeds never report such items (they report them gone).
+    public var isDeleted = false
 
     public init(
         id: String, parentId: String?, name: String, isFolder: Bool, size: Int64 = 0, revision: String? = nil, checksum: String? = nil,
-        mimeType: String? = nil, modifiedAt: Date = Date(timeIntervalSince1970: 0)
+        mimeType: String? = nil, modifiedAt: Date = Date(timeIntervalSince1970: 0), isDeleted: Bool = false
     ) {
+        self.isDeleted = isDeleted
         self.id = id
         self.parentId = parentId
         self.name = name
@@ -221,6 +225,15 @@ public protocol RemoteProvider: Sendable {
 
     /// Deletes an item (a folder with everything in it), to the trash where there is one.
     func delete(_ id: String) async throws
+}
+
+/// A provider that tells when something changes there (so the engine pulls at once instead of polling).
+public protocol ChangeSignaling: RemoteProvider {
+    /// Calls `onChange` whenever something may have changed there, until cancelled; throws when the connection
+    /// fails (the caller falls back to ``waitForChanges(after:seconds:)`` and tries again later).
+    func watch(onChange: @escaping @Sendable () -> Void) async throws
+    /// Returns once something changed after `cursor` (true) or after `seconds` (false): a long-poll.
+    func waitForChanges(after cursor: String, seconds: Int) async throws -> Bool
 }
 
 /// Older versions of a file (``ProviderCapabilities/revisions``).

@@ -10,8 +10,33 @@ struct Home {
         var username: String?
         var deviceName: String
         var conflict: ConflictStrategy = .keepBoth
-        /// Remembered folder pairs: local path → remote path.
+        /// Remembered folder pairs: local path → remote (`/path` on the signed-in server, or `NAME:/path`).
         var pairs: [String: String] = [:]
+        /// Remotes added with `nimbus remote add`, by name.
+        var remotes: [String: RemoteConfig] = [:]
+
+        init(server: URL? = nil, username: String? = nil, deviceName: String) {
+            self.server = server
+            self.username = username
+            self.deviceName = deviceName
+        }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            server = try container.decodeIfPresent(URL.self, forKey: .server)
+            username = try container.decodeIfPresent(String.self, forKey: .username)
+            deviceName = try container.decode(String.self, forKey: .deviceName)
+            conflict = try container.decodeIfPresent(ConflictStrategy.self, forKey: .conflict) ?? .keepBoth
+            pairs = try container.decodeIfPresent([String: String].self, forKey: .pairs) ?? [:]
+            remotes = try container.decodeIfPresent([String: RemoteConfig].self, forKey: .remotes) ?? [:]
+        }
+    }
+
+    /// A remote other than the signed-in server.
+    struct RemoteConfig: Codable, Equatable {
+        /// `local`: a folder on a mounted disk or NAS.
+        var type: String
+        var path: String?
     }
 
     let url: URL
@@ -61,6 +86,41 @@ struct Home {
             return try SyncEngine(configuration: configuration)
         } catch {
             throw CLIError("Cannot open \(libraryURL.path): \(error)")
+        }
+    }
+
+    /// Where a folder pair keeps its engine (its three trees): one folder per local folder and remote.
+    func pairDirectory(local: String, remote: String) -> URL {
+        let key = String((local + "\n" + remote).utf8.reduce(UInt64(14_695_981_039_346_656_037)) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }, radix: 16)
+        return url.appending(path: "pairs/\(key)")
+    }
+
+    /// The engine of a folder pair: the folder `local` (on disk) with `remote` (`/path` on the signed-in server,
+    /// or `NAME:/path` of a remote added with `nimbus remote add`).
+    func pairEngine(local: URL, remote: String, strategy: ConflictStrategy, transfers: Int? = nil) throws -> FolderSync {
+        try ensure()
+        let config = try loadConfig()
+        let target = try RemoteSpec(remote, config: config)
+        var configuration = SyncConfiguration(directory: pairDirectory(local: local.path, remote: target.description), deviceName: config.deviceName)
+        configuration.conflictStrategy = strategy
+        configuration.backoffCap = .seconds(30)
+        if let transfers { configuration.maxConcurrentOperations = transfers }
+        switch target {
+        case .nimbus(let path):
+            let tokens = FileTokenStore(url: libraryURL.appending(path: "account.json"))
+            guard let account = try tokens.load() else { throw CLIError("Not logged in. Run: nimbus login URL --username NAME") }
+            configuration.tokenStore = tokens
+            configuration.provider = { state in
+                NimbusProvider(
+                    client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
+            }
+        case .local(_, let folder, _):
+            configuration.provider = { state in LocalFolderProvider(root: folder, state: state) }
+        }
+        do {
+            return try FolderSync(root: local, configuration: configuration, settleTime: 0.5)
+        } catch {
+            throw CLIError("Cannot open the sync state of \(local.path): \(error)")
         }
     }
 
@@ -114,5 +174,38 @@ enum RemotePath {
             }
         }
         return current
+    }
+}
+
+/// Where a folder pair's other side is: a folder of the signed-in server, or of a remote added with
+/// `nimbus remote add` (`NAME:/path`).
+enum RemoteSpec: CustomStringConvertible {
+    case nimbus(path: String)
+    case local(name: String, folder: URL, path: String)
+
+    init(_ text: String, config: Home.Config) throws {
+        if let colon = text.firstIndex(of: ":"), !text.hasPrefix("/") {
+            let name = String(text[..<colon])
+            let path = RemotePath.normalized(String(text[text.index(after: colon)...]))
+            guard let remote = config.remotes[name] else {
+                throw CLIError("No remote named '\(name)'; see 'nimbus remote list' (add one with 'nimbus remote add \(name) local PATH').")
+            }
+            switch remote.type {
+            case "local":
+                let base = URL(fileURLWithPath: remote.path ?? "/")
+                self = .local(name: name, folder: path == "/" ? base : base.appending(path: String(path.dropFirst())), path: path)
+            default:
+                throw CLIError("The remote '\(name)' has an unknown type '\(remote.type)'.")
+            }
+        } else {
+            self = .nimbus(path: RemotePath.normalized(text))
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .nimbus(let path): path
+        case .local(let name, _, let path): "\(name):\(path)"
+        }
     }
 }

@@ -119,17 +119,46 @@ enum Keep: String, ExpressibleByArgument, CaseIterable {
 
 struct Conflicts: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List conflicts, or resolve one.", subcommands: [ListConflicts.self, ResolveConflict.self], defaultSubcommand: ListConflicts.self)
+        abstract: "List conflicts (of the library and of every synced folder), or resolve one.",
+        subcommands: [ListConflicts.self, ResolveConflict.self], defaultSubcommand: ListConflicts.self)
+
+    /// One place items live in: the library (remote paths), or a synced folder (paths on disk).
+    struct Scope {
+        var engine: SyncEngine
+        /// The synced folder, for a pair.
+        var folder: URL?
+        var pair: FolderSync?
+
+        /// How the user names an item of this scope: its remote path, or its path on disk.
+        func display(_ path: String) -> String {
+            guard let folder else { return path }
+            return folder.path + path
+        }
+    }
+
+    /// The library and every remembered folder pair.
+    static func scopes(_ home: Home) async throws -> [Scope] {
+        var scopes: [Scope] = []
+        let config = try home.loadConfig()
+        if FileManager.default.fileExists(atPath: home.libraryURL.path) { scopes.append(Scope(engine: try home.engine())) }
+        for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) {
+            guard FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path) else { continue }
+            let pair = try home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict)
+            scopes.append(Scope(engine: pair.engine, folder: URL(fileURLWithPath: local), pair: pair))
+        }
+        return scopes
+    }
 
     struct ListConflicts: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "list", abstract: "List items changed here and there.")
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let engine = try Home.current.engine()
             var rows: [ItemJSON] = []
-            for item in try await engine.itemsNeedingAttention() where item.state == .conflict || item.state == .unsynced {
-                rows.append(ItemJSON(item, path: try await engine.path(of: item.id) ?? item.name))
+            for scope in try await Conflicts.scopes(Home.current) {
+                for item in try await scope.engine.itemsNeedingAttention() where item.state == .conflict || item.state == .unsynced {
+                    rows.append(ItemJSON(item, path: scope.display(try await scope.engine.path(of: item.id) ?? item.name)))
+                }
             }
             if output.json { return try Output.json(rows) }
             if rows.isEmpty { Output.line("No conflicts.", options: output) }
@@ -139,26 +168,45 @@ struct Conflicts: AsyncParsableCommand {
 
     struct ResolveConflict: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "resolve", abstract: "Keep this device's version, the server's, or both.")
-        @Argument(help: "The remote path in conflict.")
+        @Argument(help: "The item in conflict: its path in a synced folder, or its remote path.")
         var path: String
         @Option(help: "local, remote or both.")
         var keep: Keep
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let engine = try await Home.current.signedInEngine()
-            let item = try await RemotePath.item(path, in: engine)
+            let home = Home.current
+            let scopes = try await Conflicts.scopes(home)
+            let absolute = URL(fileURLWithPath: path).standardizedFileURL.path
+            // A path in a synced folder names the item there; otherwise it is a remote path of the library.
+            var found: (scope: Conflicts.Scope, item: SyncItem)?
+            for scope in scopes {
+                if let folder = scope.folder, absolute == folder.path || absolute.hasPrefix(folder.path + "/") {
+                    let relative = String(absolute.dropFirst(folder.path.count))
+                    if let item = try await scope.engine.item(atPath: relative.isEmpty ? "/" : relative) { found = (scope, item) }
+                    break
+                }
+            }
+            if found == nil, path.hasPrefix("/"), let library = scopes.first(where: { $0.folder == nil }) {
+                if let item = try await library.engine.item(atPath: RemotePath.normalized(path)) { found = (library, item) }
+            }
+            guard let (scope, item) = found else { throw CLIError("\(path): no such file or folder.") }
             switch item.state {
             case .conflict:
                 let resolution: ConflictResolution = keep == .local ? .keepLocal : keep == .remote ? .keepRemote : .keepBoth
-                try await engine.resolveConflict(item.id, keeping: resolution)
+                do { try await scope.engine.resolveConflict(item.id, keeping: resolution) } catch let error as SyncError { throw CLIError(error.description) }
             case .unsynced:
-                if keep == .remote { try await engine.confirmDeletion(item.id) } else { try await engine.keepLocalCopy(item.id) }
+                if keep == .remote { try await scope.engine.confirmDeletion(item.id) } else { try await scope.engine.keepLocalCopy(item.id) }
             default:
-                throw CLIError("\(RemotePath.normalized(path)) is not in conflict.")
+                throw CLIError("\(path) is not in conflict.")
             }
-            try await drain(engine)
-            Output.line("Resolved \(RemotePath.normalized(path)) (kept \(keep.rawValue)).", options: output)
+            if let pair = scope.pair {
+                let report = try await pair.syncOnce()
+                for error in report.errors { Output.error("error: \(error)") }
+            } else {
+                try await drain(scope.engine)
+            }
+            Output.line("Resolved \(path) (kept \(keep.rawValue)).", options: output)
         }
     }
 }

@@ -59,20 +59,14 @@ struct SyncCommand: AsyncParsableCommand {
             throw CLIError("\(localDirectory) is a file, not a folder.")
         }
         var config = try home.loadConfig()
-        let remote = RemotePath.normalized(remoteDirectory ?? config.pairs[root.path] ?? "/")
-        let engine = try await home.signedInEngine(strategy: conflict.strategy, transfers: transfers)
-        await refresh(engine)
-        let remoteRoot = try await RemotePath.makeFolders(remote, in: engine)
-        config.pairs[root.path] = remote
+        let spec = try RemoteSpec(remoteDirectory ?? config.pairs[root.path] ?? "/", config: config)
+        try await makeRemoteFolder(spec, home: home)
+        config.pairs[root.path] = spec.description
         try home.save(config)
-        let key = String(root.path.utf8.reduce(UInt64(14_695_981_039_346_656_037)) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }, radix: 16)
-        try FileManager.default.createDirectory(at: home.url.appending(path: "folders"), withIntermediateDirectories: true)
-        let folder = try FolderSync(
-            engine: engine, root: root, remoteRoot: remoteRoot, indexURL: home.url.appending(path: "folders/\(key).sqlite"),
-            strategy: conflict.strategy, deviceName: config.deviceName, settleTime: 0.5)
+        let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
         await folder.setConfirmDeletions(confirmDeletions)
         if watch {
-            Output.line("Watching \(root.path) ⇄ \(remote) (Ctrl-C to stop)", options: output)
+            Output.line("Watching \(root.path) ⇄ \(spec) (Ctrl-C to stop)", options: output)
             try await folder.watch { report in
                 self.print(report)
             }
@@ -89,6 +83,29 @@ struct SyncCommand: AsyncParsableCommand {
             print(report)
             if output.json { try Output.json(SyncSummary(report)) }
             if !report.errors.isEmpty { throw ExitCode(1) }
+        }
+    }
+
+    /// The remote folder of the pair, made if it is missing (a local remote's own folder must exist: it may be an
+    /// unmounted disk).
+    func makeRemoteFolder(_ spec: RemoteSpec, home: Home) async throws {
+        switch spec {
+        case .nimbus(let path):
+            let engine = try await home.signedInEngine()
+            do {
+                _ = try await RemotePath.makeFolders(path, in: engine)
+                try await engine.drain(timeout: .seconds(120))
+            } catch let error as SyncError {
+                throw CLIError(error.description)
+            }
+        case .local(let name, let folder, let path):
+            let config = try home.loadConfig()
+            let base = URL(fileURLWithPath: config.remotes[name]?.path ?? "/")
+            var isFolder: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: base.path, isDirectory: &isFolder), isFolder.boolValue else {
+                throw CLIError("The remote '\(name)' is \(base.path), which is not there (is the disk mounted?).")
+            }
+            if path != "/" { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) }
         }
     }
 

@@ -1,0 +1,405 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// The control loop's core: load the three trees, ask the planner, carry out what can run now, record the
+/// outcomes, and plan again — until the plan is empty or all that remains waits (for a retry, the user, a file
+/// that is still being written).
+extension SyncEngine {
+    /// One full round: observe the remote and (a synced folder) the disk, then plan and carry out until nothing
+    /// is left that can run now. Steps waiting for a retry later stay pending.
+    public func syncOnce() async throws {
+        let provider = try requireProvider()
+        do {
+            do {
+                try await refreshRemote(provider)
+            } catch let error as ProviderError {
+                throw SyncError(error)
+            }
+            if disk == nil {
+                try await refreshRequestedFolders()
+                try enforceMetadataLimit()
+            }
+            try await observeLocal()
+            try await runPlans(provider)
+            try await hydratePinned(provider)
+            if case .offline = phase { phase = .idle }
+        } catch SyncError.unauthorized(let detail) {
+            phase = .needsSignIn
+            notifyChanged()
+            throw SyncError.unauthorized(detail)
+        }
+        notifyChanged()
+    }
+
+    /// Scans the synced folder into the local tree.
+    func observeLocal() async throws {
+        guard let disk else { return }
+        lastScan = try disk.scan(database) { ItemID.make().rawValue }
+    }
+
+    /// Plans and carries out until nothing more can run now (only the steps `including` accepts).
+    func runPlans(_ provider: any RemoteProvider, including: (PlannedOperation) -> Bool = { _ in true }) async throws {
+        var previous: [PlannedOperation] = []
+        for _ in 0..<500 {
+            guard mayRun else { return }
+            let plan = try await currentPlan()
+            let runnable = try await admitted(plan).filter(including)
+            if Self.tracing { trace("plan: \(plan) → running \(runnable.count)") }
+            if runnable.isEmpty { return }
+            if runnable == previous { return }  // nothing came of the last round (every step failed): later
+            previous = runnable
+            let progressed = try await execute(runnable, provider)
+            if needsScan { try await observeLocal() }
+            notifyChanged()
+            if !progressed { return }
+        }
+    }
+
+    /// Sends (and brings here) what the trees say is pending now, without asking the remote for news first.
+    public func push() async throws {
+        try await runPlans(try requireProvider())
+        notifyChanged()
+    }
+
+    /// Whether the phase lets steps run (not signed out, not waiting for a sign-in).
+    var mayRun: Bool {
+        switch phase {
+        case .idle, .syncing, .offline, .awaitingDeletionConfirmation: true
+        default: false
+        }
+    }
+
+    /// The plan for the trees as they are now.
+    func currentPlan() async throws -> [PlannedOperation] {
+        let trees = try await loadTrees()
+        return Planner.plan(trees, policy: policy)
+    }
+
+    /// The three trees from the database: the remote tree as far as it hangs under the remote's root, the local
+    /// tree under the local root; ignored paths of a synced folder left out of all three.
+    func loadTrees() async throws -> Trees {
+        let rows = try await database.pool.read { db in try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items").map(ItemRow.init(row:)) }
+        var byLuid: [String: ItemRow] = [:]
+        for row in rows { byLuid[row.luid] = row }
+        let root = ItemID.root.rawValue
+        // Reachability from the root, per tree (with each item's path, for the ignore rules).
+        func reachable(_ parentOf: (ItemRow) -> String?, _ nameOf: (ItemRow) -> String?, present: (ItemRow) -> Bool) -> [String: String] {
+            var paths: [String: String] = [root: ""]
+            func path(_ luid: String, _ depth: Int) -> String? {
+                if let known = paths[luid] { return known }
+                guard depth < 1000, let row = byLuid[luid], present(row), let parent = parentOf(row), let name = nameOf(row),
+                    let above = path(parent, depth + 1)
+                else { return nil }
+                let value = above.isEmpty ? name : above + "/" + name
+                paths[luid] = value
+                return value
+            }
+            for row in rows where present(row) { _ = path(row.luid, 0) }
+            return paths
+        }
+        let remotePaths = reachable({ $0.rParent }, { $0.rName }, present: { $0.rPresent })
+        let localPaths = reachable({ $0.lParent }, { $0.lName }, present: { $0.lPresent })
+        let ignore = disk?.ignoreRules
+        var trees = Trees()
+        for row in rows where row.luid != root {
+            let id = ItemID(row.luid)
+            if let ignore {
+                if let path = localPaths[row.luid], DiskFolder.isIgnored(path, isFolder: row.isFolder, by: ignore) { continue }
+                if let path = remotePaths[row.luid], DiskFolder.isIgnored(path, isFolder: row.isFolder, by: ignore) { continue }
+            }
+            if remotePaths[row.luid] != nil, let node = row.remoteNode { trees.remote[id] = node }
+            if let node = row.syncedNode { trees.synced[id] = node }
+            if localPaths[row.luid] != nil, let node = row.localNode { trees.local[id] = node }
+        }
+        return trees
+    }
+
+    /// The steps of a plan that may run now: not for an item waiting for a retry (or failed for good), and not
+    /// deletions past the mass-deletion guard.
+    func admitted(_ plan: [PlannedOperation]) async throws -> [PlannedOperation] {
+        let now = self.now.millis
+        var failures = try await database.pool.read { db in try FailureRow.all(db) }
+        // A retry schedule for a step the plan no longer asks for is over (the step is done, or moot).
+        let planned = Set(plan.map(\.item.rawValue))
+        let stale = failures.values.filter { !$0.failed && !planned.contains($0.luid) }.map(\.luid)
+        if !stale.isEmpty {
+            try await database.pool.write { db in
+                for luid in stale { try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [luid]) }
+            }
+            for luid in stale { failures[luid] = nil }
+        }
+        var steps = plan.filter { step in
+            guard let failure = failures[step.item.rawValue] else { return true }
+            return !failure.failed && failure.nextAttemptAt <= now
+        }
+        // Deletions here that come from deletions there: many at once wait for confirmation.
+        let deletions = steps.filter { if case .deleteLocal = $0 { true } else { false } }
+        if !deletions.isEmpty, !massDeletionConfirmed, !(disk != nil && confirmsLocalDeletions) {
+            let (count, total) = try await database.pool.read { db -> (Int, Int) in
+                var count = 0
+                for step in deletions { count += try self.localSubtree(db, step.item.rawValue).count }
+                let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE l_present = 1 AND luid != 'root'") ?? 0
+                return (count, total)
+            }
+            if isMassDeletion(count, of: total) {
+                steps.removeAll { if case .deleteLocal = $0 { true } else { false } }
+                phase = .awaitingDeletionConfirmation(count: count)
+                heldDeletions = count
+            }
+        } else if deletions.isEmpty {
+            if case .awaitingDeletionConfirmation = phase { phase = .idle }
+            massDeletionConfirmed = false
+            heldDeletions = 0
+        }
+        // Deletions there that come from deletions here (a synced folder: an unmounted disk, an `rm -rf` slip).
+        if disk != nil, !confirmsLocalDeletions {
+            let remote = steps.filter { if case .deleteRemote = $0 { true } else { false } }
+            if !remote.isEmpty {
+                let (count, total) = try await database.pool.read { db -> (Int, Int) in
+                    var count = 0
+                    for step in remote {
+                        count += try Int.fetchOne(
+                            db,
+                            sql: """
+                                WITH RECURSIVE tree(luid) AS (SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.r_parent = t.luid
+                                WHERE i.r_present = 1) SELECT COUNT(*) FROM tree
+                                """, arguments: [step.item.rawValue]) ?? 1
+                    }
+                    let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE s_present = 1 AND luid != 'root'") ?? 0
+                    return (count, total)
+                }
+                if isMassDeletion(count, of: total) {
+                    steps.removeAll { if case .deleteRemote = $0 { true } else { false } }
+                    heldLocalDeletions = count
+                }
+            }
+        }
+        return steps.filter { !running.contains($0.item.rawValue) }
+    }
+
+    func isMassDeletion(_ count: Int, of total: Int) -> Bool {
+        count > configuration.massDeletionAbsolute
+            || (count >= configuration.massDeletionMinimum && Double(count) > Double(max(total, 1)) * configuration.massDeletionFraction)
+    }
+
+    /// When the earliest step waiting for a retry falls due; nil when nothing waits for one (or nothing is left).
+    func nextDue() throws -> Date? {
+        try database.pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT MIN(next_attempt_at) FROM failures WHERE failed = 0").map(Date.init(millis:))
+        }
+    }
+
+    // MARK: Carrying a plan out
+
+    /// Runs the steps, up to ``SyncConfiguration/maxConcurrentOperations`` at once (small new files to a provider
+    /// that takes batches go several per request); `true` if any step changed the trees.
+    func execute(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
+        let width = max(1, configuration.maxConcurrentOperations)
+        var units = try await units(steps, provider)
+        let items = Set(steps.map(\.item.rawValue))
+        running.formUnion(items)
+        defer { running.subtract(items) }
+        var progressed = false
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            var inFlight = 0
+            while !units.isEmpty || inFlight > 0 {
+                while inFlight < width, !units.isEmpty, mayRun {
+                    let unit = units.removeFirst()
+                    inFlight += 1
+                    group.addTask {
+                        if unit.count > 1 { return try await self.performBatch(unit, provider) }
+                        return try await self.perform(unit[0], provider)
+                    }
+                }
+                guard inFlight > 0 else { break }
+                if try await group.next() == true { progressed = true }
+                inFlight -= 1
+                if !mayRun { units.removeAll() }
+            }
+        }
+        return progressed
+    }
+
+    /// The steps grouped as they run: small new files together (batches), every other step alone. Local steps
+    /// that only touch the database come first (they are quick and unblock the next plan).
+    func units(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> [[PlannedOperation]] {
+        guard let batching = provider as? any BatchUploadProvider, batching.batchLimits.files > 1 else { return steps.map { [$0] } }
+        let limits = batching.batchLimits
+        let sizes = try await database.pool.read { db -> [String: Int64] in
+            var sizes: [String: Int64] = [:]
+            for case .upload(let id, nil) in steps {
+                if let row = try ItemRow.fetch(db, luid: id.rawValue), row.sourceRevision == nil, let size = row.lSize, size <= limits.fileSize {
+                    sizes[id.rawValue] = size
+                }
+            }
+            return sizes
+        }
+        var units: [[PlannedOperation]] = []
+        var batch: [PlannedOperation] = []
+        var bytes: Int64 = 0
+        for step in steps {
+            guard case .upload(let id, nil) = step, let size = sizes[id.rawValue] else {
+                units.append([step])
+                continue
+            }
+            if batch.count >= limits.files || bytes + size > limits.bytes {
+                units.append(batch)
+                batch = []
+                bytes = 0
+            }
+            batch.append(step)
+            bytes += size
+        }
+        if !batch.isEmpty { units.append(batch) }
+        return units
+    }
+
+    // MARK: Failures
+
+    /// A failure: retried later with backoff if it can succeed by itself, else the item's step is failed for good
+    /// (visible until ``retry(_:)``). A 401 pauses everything until the user signs in again.
+    func failed(_ step: PlannedOperation, _ error: SyncError) async throws {
+        try await failed([step], error)
+    }
+
+    /// Steps that failed together (one request) are retried together, on one schedule.
+    func failed(_ steps: [PlannedOperation], _ error: SyncError) async throws {
+        guard let first = steps.first else { return }
+        trace("\(steps.count == 1 ? "\(first)" : "\(steps.count) steps") → \(error)")
+        if case .unauthorized = error {
+            phase = .needsSignIn
+            return
+        }
+        if case .network = error { phase = .offline }
+        let previous = try await database.pool.read { db in try FailureRow.all(db) }
+        let attempts = steps.map { (previous[$0.item.rawValue]?.attempts ?? 0) + 1 }.max() ?? 1
+        var retryAfter: Int?
+        if case .server(_, _, _, let after) = error { retryAfter = after }
+        let delay = Backoff.delay(
+            attempt: attempts - 1, base: configuration.backoffBase, cap: configuration.backoffCap, retryAfter: retryAfter, random: &random)
+        let next = now.addingTimeInterval(delay).millis
+        let failures = steps.map { step in
+            FailureRow(
+                luid: step.item.rawValue, kind: step.kindName, attempts: (previous[step.item.rawValue]?.attempts ?? 0) + 1, nextAttemptAt: next,
+                lastError: error.description, failed: !error.isRetryable || attempts >= configuration.maxAttempts)
+        }
+        for step in steps { stepErrors[step.item.rawValue] = error.description }
+        try await database.pool.write { db in for failure in failures { try failure.save(db) } }
+    }
+
+    func succeeded(_ luid: String) async throws {
+        try await database.pool.write { db in try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [luid]) }
+    }
+}
+
+extension SyncEngine {
+    /// The rows that are not in sync, one line each (diagnostics for tests and traces).
+    func unsyncedRows() throws -> [String] {
+        try database.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE luid != 'root'").map(ItemRow.init(row:)).filter { !$0.isSynced }.map {
+                "\($0.luid) \($0.isFolder ? "dir" : "file") fid=\($0.fileId ?? "-") r=\($0.rPresent ? "\($0.rParent ?? "-")/\($0.rName ?? "-")@\(($0.rRevision ?? "-").prefix(6))" : "∅") "
+                    + "s=\($0.sPresent ? "\($0.sParent ?? "-")/\($0.sName ?? "-")@\(($0.sRevision ?? "-").prefix(6))" : "∅") "
+                    + "l=\($0.lPresent ? "\($0.lParent ?? "-")/\($0.lName ?? "-")#\(($0.lChecksum ?? "-").prefix(6))" : "∅") hold=\($0.hold?.rawValue ?? "-") content=\($0.contentPath != nil)"
+            }
+        }
+    }
+}
+
+extension SyncEngine {
+    /// What the steps carried out since the last call did, and the errors met (a synced folder's report).
+    func takeRoundReport() -> (done: [(step: PlannedOperation, path: String?)], errors: [String: String]) {
+        defer {
+            done = []
+            stepErrors = [:]
+        }
+        return (done, stepErrors)
+    }
+
+    /// Lets a synced folder delete many items at once, there (``confirmsLocalDeletions``) and here.
+    public func setConfirmDeletions(_ value: Bool) {
+        confirmsLocalDeletions = value
+        if value { massDeletionConfirmed = true }
+    }
+}
+
+extension PlannedOperation {
+    /// What the step is called in status displays.
+    var kindName: String {
+        switch self {
+        case .createRemoteFolder, .createLocalFolder: "createFolder"
+        case .upload: "upload"
+        case .download: "download"
+        case .moveRemote, .moveLocal: "move"
+        case .deleteRemote, .deleteLocal: "delete"
+        case .record, .link, .forget, .release: "record"
+        case .fork: "conflict"
+        case .hold: "hold"
+        }
+    }
+}
+
+/// A queued step, for status displays and diagnostics.
+public struct OperationSummary: Sendable, Equatable, CustomStringConvertible {
+    public var id: String
+    public var item: ItemID
+    public var kind: String
+    public var state: String
+    public var attempts: Int
+    public var nextAttemptAt: Date
+    public var lastError: String?
+    public var dependsOn: [String]
+
+    public var description: String {
+        "\(kind) \(item) [\(state), \(attempts) attempts\(lastError.map { ": \($0)" } ?? "")]"
+    }
+}
+
+extension SyncEngine {
+    /// What is left to do, item by item: the current plan's steps (with their retry state), and the items that
+    /// failed for good or wait for the user.
+    public func operations() async throws -> [OperationSummary] {
+        let plan = try await currentPlan()
+        let failures = try await database.pool.read { db in try FailureRow.all(db) }
+        var result: [OperationSummary] = []
+        var listed: Set<String> = []
+        for step in plan where step.isRemote || step.isTransfer {
+            let failure = failures[step.item.rawValue]
+            listed.insert(step.item.rawValue)
+            result.append(
+                OperationSummary(
+                    id: step.item.rawValue, item: step.item, kind: step.kindName, state: failure?.failed == true ? "failed" : "pending",
+                    attempts: failure?.attempts ?? 0, nextAttemptAt: Date(millis: failure?.nextAttemptAt ?? 0), lastError: failure?.lastError, dependsOn: []))
+        }
+        for (luid, failure) in failures where !listed.contains(luid) && failure.failed {
+            result.append(
+                OperationSummary(
+                    id: luid, item: ItemID(luid), kind: failure.kind, state: "failed", attempts: failure.attempts,
+                    nextAttemptAt: Date(millis: failure.nextAttemptAt), lastError: failure.lastError, dependsOn: []))
+        }
+        let held = try await database.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT luid, flag FROM items WHERE flag IS NOT NULL").map { ($0[0] as String, $0[1] as String) }
+        }
+        for (luid, hold) in held where !listed.contains(luid) {
+            result.append(
+                OperationSummary(
+                    id: luid, item: ItemID(luid), kind: hold == "conflict" ? "conflict" : "unsynced", state: "parked", attempts: 0,
+                    nextAttemptAt: Date(millis: 0), lastError: nil, dependsOn: []))
+        }
+        return result
+    }
+
+    /// Runs one step of the current plan, if one can run (for simulations that interleave devices step by step);
+    /// `false` when there was nothing to run.
+    @discardableResult
+    public func runNextOperation() async throws -> Bool {
+        let provider = try requireProvider()
+        guard mayRun, let step = try await admitted(try await currentPlan()).first else { return false }
+        running.insert(step.item.rawValue)
+        defer { running.remove(step.item.rawValue) }
+        _ = try await perform(step, provider)
+        if needsScan { try await observeLocal() }
+        notifyChanged()
+        return true
+    }
+}

@@ -1,0 +1,305 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// The remote tree: kept up to date from the provider's change feed (from the saved cursor) or, for a provider
+/// without one (or an expired cursor), from a full listing compared with what was known.
+extension SyncEngine {
+    /// Brings in what changed there: the remote tree is brought up to date and the steps the planner asks for
+    /// here are carried out (the view shows the changes); nothing is sent.
+    public func pull() async throws {
+        let provider = try requireProvider()
+        do {
+            try await refreshRemote(provider)
+        } catch let error as ProviderError {
+            throw SyncError(error)
+        }
+        try await observeLocal()
+        try await runPlans(provider, including: { !$0.isRemote })
+        notifyChanged()
+    }
+
+    func refreshRemote(_ provider: any RemoteProvider) async throws {
+        try await mapRoot(provider)
+        guard provider.capabilities.contains(.changeFeed) else { return try await relist(provider) }
+        guard let cursor = try await database.pool.read({ db in try db.meta("cursor") }) else { return try await relist(provider) }
+        var next = cursor
+        do {
+            while true {
+                let page = try await provider.changes(since: next)
+                next = page.cursor
+                let changes = page.changes
+                let cursor = next
+                try await database.pool.write { db in
+                    for change in changes { try self.applyChange(db, change) }
+                    try db.setMeta("cursor", cursor)
+                }
+                if !page.hasMore { break }
+            }
+        } catch ProviderError.gone {
+            try await relist(provider)
+        }
+    }
+
+    /// Makes sure the root LUID is the remote's root folder.
+    func mapRoot(_ provider: any RemoteProvider) async throws {
+        let mapped = try await database.pool.read { db in try ItemRow.fetch(db, luid: ItemID.root.rawValue)?.fileId }
+        guard mapped == nil else { return }
+        let root = try await provider.root()
+        try await database.pool.write { db in
+            if let stale = try ItemRow.fetch(db, fileId: root.id), stale.luid != ItemID.root.rawValue {
+                try self.merge(db, from: stale.luid, into: ItemID.root.rawValue)
+            }
+            guard let stored = try ItemRow.fetch(db, luid: ItemID.root.rawValue) else { return }
+            var row = stored
+            row.setRemote(root, parentLuid: nil)
+            row.rParent = nil
+            row.rName = ""
+            row.syncRemote()
+            row.lPresent = true
+            row.lName = ""
+            try row.update(db, from: stored)
+        }
+    }
+
+    /// Lists the whole remote tree from its root and takes it as the remote tree; what was known and is not
+    /// listed is gone there. With a change feed, the cursor is taken first, so what changes meanwhile comes next.
+    func relist(_ provider: any RemoteProvider) async throws {
+        let cursor = provider.capabilities.contains(.changeFeed) ? try await provider.startCursor() : nil
+        let root = try await provider.root()
+        var listed: [RemoteItem] = []
+        var folders = [root.id]
+        while let folder = folders.popLast() {
+            for item in try await provider.children(of: folder) {
+                listed.append(item)
+                if item.isFolder { folders.append(item.id) }
+            }
+        }
+        let seen = Set(listed.map(\.id)).union([root.id])
+        let items = listed
+        try await database.pool.write { db in
+            // Parents come before children in `listed`, so each parent's LUID exists when a child needs it.
+            for item in items { try self.applyChange(db, .upsert(item)) }
+            let known = try String.fetchAll(db, sql: "SELECT file_id FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND luid != 'root'")
+            for fileId in known where !seen.contains(fileId) {
+                // (With a change feed the whole account is known; only what was under this remote's root and is
+                // not listed any more is gone.)
+                if cursor != nil, !(try self.isUnderRoot(db, fileId: fileId)) { continue }
+                try self.applyChange(db, .remove(id: fileId))
+            }
+            if let cursor { try db.setMeta("cursor", cursor) }
+        }
+    }
+
+    /// Whether the remote item is under the root (its remote parents lead there).
+    nonisolated func isUnderRoot(_ db: Database, fileId: String) throws -> Bool {
+        var current = try ItemRow.luid(db, fileId: fileId)
+        var steps = 0
+        while let luid = current, steps < 10_000 {
+            if luid == ItemID.root.rawValue { return true }
+            current = try String.fetchOne(db.cachedStatement(sql: "SELECT r_parent FROM items WHERE luid = ?"), arguments: [luid])
+            steps += 1
+        }
+        return false
+    }
+
+    /// Takes one remote change into the remote tree (nothing else).
+    nonisolated func applyChange(_ db: Database, _ change: RemoteChange) throws {
+        switch change {
+        case .remove(let fileId):
+            guard let stored = try ItemRow.fetch(db, fileId: fileId), stored.luid != ItemID.root.rawValue, stored.rPresent else { return }
+            var row = stored
+            row.rPresent = false
+            try row.update(db, from: stored)
+        case .upsert(let item):
+            let rootId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = 'root'"))
+            if item.id == rootId { return }
+            let parent = try parentLuid(db, item.parentId)
+            let stored = try ItemRow.fetch(db, fileId: item.id)
+            var row = stored ?? ItemRow.empty(ItemID.make().rawValue, isFolder: item.isFolder)
+            row.setRemote(item, parentLuid: parent)
+            if let stored { try row.update(db, from: stored) } else { try row.save(db) }
+        }
+    }
+
+    /// The LUID of a remote folder, with a placeholder row for a folder not seen yet (filled when it comes).
+    nonisolated func parentLuid(_ db: Database, _ parentId: String?) throws -> String? {
+        guard let parentId else { return nil }
+        if let luid = try ItemRow.luid(db, fileId: parentId) { return luid }
+        var placeholder = ItemRow.empty(ItemID.make().rawValue, isFolder: true)
+        placeholder.fileId = parentId
+        try placeholder.save(db)
+        return placeholder.luid
+    }
+
+    /// Folds row `from` into `into`: its remote identity and state, and the references to it.
+    nonisolated func merge(_ db: Database, from: String, into: String) throws {
+        guard let source = try ItemRow.fetch(db, luid: from), let stored = try ItemRow.fetch(db, luid: into) else { return }
+        try db.execute(sql: "UPDATE items SET r_parent = ? WHERE r_parent = ?", arguments: [into, from])
+        try db.execute(sql: "UPDATE items SET s_parent = ? WHERE s_parent = ?", arguments: [into, from])
+        try db.execute(sql: "UPDATE items SET l_parent = ? WHERE l_parent = ?", arguments: [into, from])
+        try ItemRow.delete(db, luid: from)
+        var row = stored
+        row.fileId = source.fileId
+        row.rPresent = source.rPresent
+        row.rParent = source.rParent
+        row.rName = source.rName
+        row.rMime = source.rMime
+        row.rSize = source.rSize
+        row.rChecksum = source.rChecksum
+        row.rRevision = source.rRevision
+        row.rModified = source.rModified
+        try row.update(db, from: stored)
+    }
+
+    /// Replaces the saved cursor (tests use this to force a full listing; `nil` lists everything next time).
+    public func forgetCursor(replacingWith cursor: String? = nil) async throws {
+        try await database.pool.write { db in try db.setMeta("cursor", cursor) }
+    }
+
+    /// Signing into a different account: keep what is here, forget the old account's references (the new account
+    /// gets what it lacks; what it already has under the same name with the same content is linked, not sent).
+    func switchAccount(to key: String) async throws {
+        try await database.pool.write { db in
+            try db.setMeta("account", key)
+            try db.setMeta("cursor", nil)
+            try db.execute(sql: "DELETE FROM provider_state")
+            try db.execute(sql: "DELETE FROM failures")
+            try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
+            try db.execute(
+                sql: """
+                    UPDATE items SET file_id = NULL, r_present = 0, r_parent = NULL, r_name = NULL, r_revision = NULL, r_checksum = NULL,
+                    s_present = 0, s_parent = NULL, s_name = NULL, s_checksum = NULL, s_revision = NULL, flag = NULL, create_sent = 0,
+                    upload_request = NULL, source_revision = NULL, create_request = lower(hex(randomblob(16)))
+                    WHERE luid != 'root'
+                    """)
+            // Files whose content is not here cannot be sent: they go (the old account keeps them).
+            try db.execute(sql: "DELETE FROM items WHERE is_folder = 0 AND content_path IS NULL AND luid != 'root'")
+            try db.execute(
+                sql: "UPDATE items SET file_id = NULL, r_present = 0, s_present = 0, s_name = NULL, s_parent = NULL WHERE luid = 'root'")
+        }
+    }
+}
+
+extension SyncEngine {
+    /// Applies one page of a change feed as a pull would (for benchmarks and tools that feed the engine without
+    /// a server).
+    @_spi(Benchmarks)
+    public func applyFeedPage(_ changes: [Change], cursor: String) async throws {
+        try await database.pool.write { db in
+            for change in changes {
+                if change.type == .upsert, let file = change.file, !file.trashed {
+                    try self.applyChange(db, .upsert(NimbusProvider.item(file)))
+                } else {
+                    try self.applyChange(db, .remove(id: change.fileId))
+                }
+            }
+            try db.setMeta("cursor", cursor)
+        }
+    }
+
+    /// Whether the engine has a step ready (for benchmarks: the executor is ready once it has one).
+    @_spi(Benchmarks)
+    public func nextOperationReady() async throws -> Bool {
+        try await !currentPlan().isEmpty
+    }
+}
+
+/// The metadata cache's size cap: least recently listed folders give up their children's rows first.
+extension SyncEngine {
+    /// Bytes the database uses (pages in use, not counting free ones).
+    public func metadataSize() throws -> Int64 {
+        try database.pool.read { db in
+            let pages = try Int64.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+            let free = try Int64.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
+            let size = try Int64.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
+            return (pages - free) * size
+        }
+    }
+
+    /// Evicts cached metadata until the database fits `metadataCacheLimit` (with 10% headroom). Only rows that
+    /// can be fetched again go: synced files with nothing pending, no content here, not pinned, not waiting for
+    /// the user. Their folder is marked so that listing it fetches them again. Returns how many rows went.
+    @discardableResult
+    public func enforceMetadataLimit() throws -> Int {
+        let limit = configuration.metadataCacheLimit
+        guard disk == nil, try metadataSize() > limit else { return 0 }
+        // Cached revision lists go first: they are always fetched again on demand.
+        try database.pool.write { db in try db.execute(sql: "DELETE FROM revisions") }
+        var evicted = 0
+        while try metadataSize() > limit * 9 / 10 {
+            let removed = try database.pool.write { db -> Int in
+                let folders = try String.fetchAll(
+                    db,
+                    sql: """
+                        SELECT f.luid FROM items f WHERE f.is_folder = 1 AND f.children_evicted = 0
+                        AND EXISTS (SELECT 1 FROM items c WHERE c.r_parent = f.luid AND c.is_folder = 0)
+                        ORDER BY f.last_access LIMIT 20
+                        """)
+                var count = 0
+                for folder in folders {
+                    try db.execute(
+                        sql: """
+                            DELETE FROM items WHERE r_parent = ? AND is_folder = 0 AND pinned = 0 AND flag IS NULL AND content_path IS NULL
+                            AND file_id IS NOT NULL AND luid NOT IN (SELECT luid FROM failures) AND r_present = 1 AND s_present = 1 AND l_present = 1
+                            AND l_parent IS r_parent AND l_name IS r_name AND s_parent IS r_parent AND s_name IS r_name
+                            AND l_checksum IS r_checksum AND s_revision IS r_revision AND l_state IS NULL
+                            """,
+                        arguments: [folder])
+                    count += db.changesCount
+                    try db.execute(sql: "UPDATE items SET children_evicted = 1 WHERE luid = ?", arguments: [folder])
+                }
+                return count
+            }
+            evicted += removed
+            if removed == 0 {
+                let remaining = try database.pool.read { db in
+                    try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE is_folder = 1 AND children_evicted = 0") ?? 0
+                }
+                if remaining == 0 { break }
+            }
+        }
+        if evicted > 0 { trace("evicted \(evicted) cached items to fit \(limit) bytes") }
+        return evicted
+    }
+
+    /// Whether a folder's listing is complete here (its children were not evicted from the cache).
+    public func isListingComplete(_ folder: ItemID) throws -> Bool {
+        try database.pool.read { db in
+            try Bool.fetchOne(db, sql: "SELECT children_evicted = 0 FROM items WHERE luid = ?", arguments: [folder.rawValue]) ?? true
+        }
+    }
+
+    /// Fetches a folder's children from the remote again (after eviction) and takes them into the cache.
+    public func refreshFolder(_ folder: ItemID) async throws {
+        let provider = try requireProvider()
+        guard let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: folder.rawValue)?.fileId }) else { return }
+        let listed: [RemoteItem]
+        do { listed = try await provider.children(of: fileId) } catch let error as ProviderError { throw SyncError(error) }
+        let now = self.now
+        try await database.pool.write { db in
+            for item in listed where try ItemRow.fetch(db, fileId: item.id) == nil {
+                try self.applyChange(db, .upsert(item))
+            }
+            try db.execute(
+                sql: "UPDATE items SET children_evicted = 0, refresh_requested = 0, last_access = ? WHERE luid = ?",
+                arguments: [now.millis, folder.rawValue])
+        }
+        // What came back is as it was: synced (the planner brings it into the view).
+        try await syncOnceIfSignedIn()
+        notifyChanged()
+    }
+
+    func syncOnceIfSignedIn() async throws {
+        guard provider != nil else { return }
+        try await runPlans(try requireProvider(), including: { !$0.isRemote })
+    }
+
+    /// Refreshes the evicted folders someone listed since (run by each sync round).
+    func refreshRequestedFolders() async throws {
+        let folders = try await database.pool.read { db in
+            try String.fetchAll(db, sql: "SELECT luid FROM items WHERE refresh_requested = 1 AND children_evicted = 1")
+        }
+        for folder in folders { try await refreshFolder(ItemID(folder)) }
+    }
+}

@@ -1,0 +1,809 @@
+import Crypto
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// Carrying out the planner's steps: through the provider (there) or on the local side (the app's store, or the
+/// folder on disk), each outcome recorded in the trees. A step decides nothing: an outcome that is not success
+/// (the head moved there, a name taken, the file changed here meanwhile) is recorded as the new state of a tree,
+/// and the next plan decides what it means.
+extension SyncEngine {
+    /// The disk changed since the plan was made from it: nothing was done; the folder is scanned again.
+    struct LocalChanged: Error {}
+
+    /// Carries out one step; `true` if the trees changed (it succeeded, or its outcome told something new).
+    func perform(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws -> Bool {
+        do {
+            var path: String?
+            switch step {
+            case .deleteLocal, .deleteRemote, .fork, .moveLocal, .moveRemote:
+                path = try await database.pool.read { db in try self.localPath(db, step.item.rawValue) ?? self.remotePath(db, step.item.rawValue) }
+            default:
+                break
+            }
+            try await carryOut(step, provider)
+            try await succeeded(step.item.rawValue)
+            done.append((step, path))
+            stepErrors[step.item.rawValue] = nil
+            trace("\(step) ✓")
+            return true
+        } catch let error as ProviderError {
+            do {
+                return try await outcome(error, of: step, provider)
+            } catch let followUp as ProviderError {
+                // Looking into what the refusal meant failed too (offline again): tried again later.
+                try await failed(step, SyncError(followUp))
+                return false
+            }
+        } catch is LocalChanged {
+            trace("\(step): changed here meanwhile")
+            needsScan = true
+            return true
+        } catch let error as SyncError {
+            try await failed(step, error)
+            return false
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            try await failed(step, .localFile("\(error)"))
+            return false
+        }
+    }
+
+    func carryOut(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws {
+        guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: step.item.rawValue) }) else { return }
+        switch step {
+        case .createRemoteFolder:
+            let parent = try await remoteId(of: row.lParent)
+            let request = try await sendingCreation(row)
+            let folder = try await provider.createFolder(named: row.lName ?? "Folder", in: parent, requestId: request)
+            try await recordCreated(row.luid, folder, parent: row.lParent)
+        case .upload(_, let base):
+            try await upload(row, base: base, provider)
+        case .moveRemote(_, let parent, let name):
+            guard let fileId = row.fileId else { return }
+            let moved = try await provider.move(fileId, to: try await remoteId(of: parent.rawValue), name: name)
+            try await database.pool.write { db in
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+                var updated = stored
+                updated.setRemote(moved, parentLuid: parent.rawValue)
+                updated.sParent = parent.rawValue
+                updated.sName = name
+                try updated.update(db, from: stored)
+            }
+        case .deleteRemote:
+            if let fileId = row.fileId {
+                do { try await provider.delete(fileId) } catch ProviderError.notFound {}
+            }
+            try await database.pool.write { db in
+                for luid in try self.remoteSubtree(db, row.luid) {
+                    guard let stored = try ItemRow.fetch(db, luid: luid) else { continue }
+                    var gone = stored
+                    gone.rPresent = false
+                    gone.sPresent = false
+                    if gone.lPresent { try gone.update(db, from: stored) } else { try ItemRow.delete(db, luid: luid) }
+                }
+            }
+        case .createLocalFolder:
+            try await createLocalFolder(row)
+        case .download:
+            try await download(row, provider)
+        case .moveLocal(_, let parent, let name):
+            try await moveLocal(row, to: parent.rawValue, name: name)
+        case .deleteLocal:
+            try await deleteLocal(row)
+        case .record:
+            try await database.pool.write { db in
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+                var updated = stored
+                switch (stored.rPresent, stored.lPresent) {
+                case (false, false):
+                    try ItemRow.delete(db, luid: stored.luid)
+                    return
+                case (true, true):
+                    if !stored.sPresent {
+                        updated.syncRemote()
+                    } else {
+                        if stored.isFolder || stored.lChecksum == stored.rChecksum { updated.syncRemoteContent() }
+                        if stored.lParent == stored.rParent && stored.lName == stored.rName {
+                            updated.sParent = stored.rParent
+                            updated.sName = stored.rName
+                        }
+                    }
+                default:
+                    return
+                }
+                try updated.update(db, from: stored)
+            }
+        case .link(_, let other):
+            try await database.pool.write { db in
+                guard let remote = try ItemRow.fetch(db, luid: other.rawValue) else { return }
+                try self.merge(db, from: remote.luid, into: row.luid)
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+                var updated = stored
+                updated.syncRemote()
+                updated.createRequest = nil
+                updated.createSent = false
+                try updated.update(db, from: stored)
+            }
+        case .forget:
+            try await database.pool.write { db in
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+                var updated = stored
+                updated.forgetRemote()
+                try updated.update(db, from: stored)
+            }
+        case .fork(_, let name):
+            try await fork(row, name: name)
+        case .hold(_, let hold):
+            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET flag = ? WHERE luid = ?", arguments: [hold.rawValue, row.luid]) }
+        case .release:
+            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET flag = NULL WHERE luid = ?", arguments: [row.luid]) }
+        }
+    }
+
+    /// What a provider's refusal tells, recorded in the trees (`true`: plan again now), or a failure to retry.
+    func outcome(_ error: ProviderError, of step: PlannedOperation, _ provider: any RemoteProvider) async throws -> Bool {
+        trace("\(step) → \(error)")
+        let luid = step.item.rawValue
+        switch error {
+        case .versionConflict(let current):
+            // The head moved there: that is the remote state now (the next plan sees both changes).
+            let fileId = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid)?.fileId }
+            if let current {
+                try await database.pool.write { db in try self.applyChange(db, .upsert(current)) }
+            } else if let fileId {
+                try await refetch(fileId, provider)
+            }
+            return true
+        case .nameTaken(let existing):
+            // Someone else's item holds the name: not this item's creation (that would have come back as itself).
+            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET create_sent = 0 WHERE luid = ?", arguments: [luid]) }
+            if let existing {
+                try await refetch(existing, provider)
+            } else if let parent = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid)?.lParent }) {
+                let parentId = try await remoteId(of: parent)
+                let children = try await provider.children(of: parentId)
+                try await database.pool.write { db in for child in children { try self.applyChange(db, .upsert(child)) } }
+            }
+            return true
+        case .requestIdReused(let existing):
+            // This item's creation landed earlier, with the content it had then: that file is this item (based on
+            // what was sent then; what changed since goes as a new version).
+            guard let existing else { return false }
+            let item: RemoteItem
+            do {
+                item = try await provider.item(existing)
+            } catch ProviderError.notFound {
+                // What it made then was deleted there since: this item is new again, under a new request.
+                try await database.pool.write { db in
+                    try db.execute(sql: "UPDATE items SET create_request = ?, create_sent = 0 WHERE luid = ?", arguments: [Self.newRequestId(), luid])
+                }
+                return true
+            }
+            try await database.pool.write { db in
+                if let other = try ItemRow.fetch(db, fileId: existing), other.luid != luid {
+                    try self.merge(db, from: other.luid, into: luid)
+                }
+                guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                var updated = stored
+                updated.setRemote(item, parentLuid: try self.parentLuid(db, item.parentId))
+                updated.syncRemote()
+                updated.createRequest = nil
+                updated.createSent = false
+                try updated.update(db, from: stored)
+            }
+            return true
+        case .notFound:
+            // The item (or the folder it goes in) is gone there.
+            let row = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid) }
+            if let fileId = row?.fileId {
+                try await refetch(fileId, provider)
+            }
+            if case .upload(_, nil) = step, let parent = row?.lParent, let parentRow = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent) }),
+                let parentId = parentRow.fileId
+            {
+                try await refetch(parentId, provider)
+            } else if case .createRemoteFolder = step, let parent = row?.lParent,
+                let parentId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent)?.fileId })
+            {
+                try await refetch(parentId, provider)
+            }
+            return true
+        case .checksumMismatch:
+            // The bytes changed since they were hashed.
+            if disk != nil {
+                needsScan = true
+            } else if let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid) }), let path = row.contentPath {
+                guard let (checksum, size) = try? FileHasher.sha256(of: URL(fileURLWithPath: path)) else {
+                    try await failed(step, .localFile("The file to upload is gone (\(path))."))
+                    return false
+                }
+                try await database.pool.write { db in
+                    guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                    var updated = stored
+                    updated.lChecksum = checksum
+                    updated.lSize = size
+                    updated.contentChecksum = checksum
+                    try updated.update(db, from: stored)
+                }
+            }
+            return true
+        case .gone:
+            return true  // an expired session: the next attempt starts a new one
+        case .unauthorized(let message):
+            phase = .needsSignIn
+            throw SyncError.unauthorized(message)
+        default:
+            try await failed(step, SyncError(error))
+            return false
+        }
+    }
+
+    /// The path of an item in the remote tree, relative to the root.
+    nonisolated func remotePath(_ db: Database, _ luid: String) throws -> String? {
+        var names: [String] = []
+        var current: String? = luid
+        var guardCount = 0
+        while let id = current, id != ItemID.root.rawValue, guardCount < 10_000 {
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?"), arguments: [id]),
+                row[2] as Bool, let name = row[1] as String?
+            else { return nil }
+            names.append(name)
+            current = row[0]
+            guardCount += 1
+        }
+        return names.reversed().joined(separator: "/")
+    }
+
+    /// Takes an item's current state there into the remote tree (gone, if it is).
+    func refetch(_ fileId: String, _ provider: any RemoteProvider) async throws {
+        let change: RemoteChange
+        do { change = .upsert(try await provider.item(fileId)) } catch ProviderError.notFound { change = .remove(id: fileId) }
+        try await database.pool.write { db in try self.applyChange(db, change) }
+    }
+
+    /// The provider's id of the item with LUID `luid` (a folder something goes into).
+    func remoteId(of luid: String?) async throws -> String {
+        guard let luid, let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid)?.fileId }) else {
+            throw SyncError.invalid("A folder this change needs is not there yet.")
+        }
+        return fileId
+    }
+
+    /// The request id that creates the item, marked as sent before it is (after a crash the item is in doubt,
+    /// and the same id asks again).
+    func sendingCreation(_ row: ItemRow) async throws -> String {
+        let request = row.createRequest ?? Self.newRequestId()
+        if !row.createSent || row.createRequest == nil {
+            try await database.pool.write { db in
+                try db.execute(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?", arguments: [request, row.luid])
+            }
+        }
+        return request
+    }
+
+    /// Records that the item's creation made `item` there (created in `parent`): both trees agree.
+    func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil) async throws {
+        try await database.pool.write { db in
+            if let other = try ItemRow.fetch(db, fileId: item.id), other.luid != luid {
+                try self.merge(db, from: other.luid, into: luid)  // the feed brought it first
+            }
+            guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+            var updated = stored
+            updated.setRemote(item, parentLuid: parent)
+            if updated.rChecksum == nil { updated.rChecksum = checksum }
+            updated.syncRemote()
+            updated.createRequest = nil
+            updated.createSent = false
+            // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
+            if item.isDeleted { updated.rPresent = false }
+            try self.keepSentContent(&updated)
+            try updated.update(db, from: stored)
+        }
+    }
+
+    /// After an upload, the engine's private copy of the bytes becomes the cached content.
+    nonisolated func keepSentContent(_ row: inout ItemRow) throws {
+        guard disk == nil, row.contentOwned, let path = row.contentPath, path.hasPrefix(stagingDirectory.path), let fileId = row.fileId,
+            row.contentChecksum == row.rChecksum
+        else { return }
+        let destination = contentDirectory.appending(path: fileId).path
+        try? FileManager.default.removeItem(atPath: destination)
+        if (try? FileManager.default.moveItem(atPath: path, toPath: destination)) != nil { row.contentPath = destination }
+    }
+
+    // MARK: Uploads
+
+    /// The bytes the local tree says the item holds, to send: checked unchanged against the scan (a synced
+    /// folder), or the engine's copy (the app).
+    func contentSource(_ row: ItemRow) throws -> UploadSource {
+        guard let checksum = row.lChecksum, let size = row.lSize else { throw LocalChanged() }
+        if let disk {
+            guard let relative = try database.pool.read({ db in try self.localPath(db, row.luid) }), disk.isStill(row, at: relative) else {
+                throw LocalChanged()
+            }
+            return UploadSource(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size, checksum: checksum)
+        }
+        guard let path = row.contentPath, row.contentChecksum == checksum || !row.contentOwned else {
+            throw SyncError.localFile("The content of '\(row.lName ?? "")' is not on this device any more.")
+        }
+        guard FileManager.default.fileExists(atPath: path) else { throw SyncError.localFile("The file to upload is gone (\(path)).") }
+        return UploadSource(url: URL(fileURLWithPath: path), size: size, checksum: checksum)
+    }
+
+    func upload(_ row: ItemRow, base: String?, _ provider: any RemoteProvider) async throws {
+        let luid = row.luid
+        let progress = self.progressBox
+        let report: @Sendable (Int64) -> Void = { sent in
+            progress.withLock { $0[luid] = .uploading(progress: Double(sent) / Double(max(row.lSize ?? 1, 1))) }
+        }
+        defer { progressBox.withLock { _ = $0.removeValue(forKey: luid) } }
+        if let revision = row.sourceRevision, let fileId = row.fileId {
+            // A restore: the content is that revision's, already there.
+            guard let revisions = provider as? any RevisionsProvider else { throw SyncError.invalid("This remote keeps no revisions.") }
+            let restored = try await revisions.restore(fileId, revision: revision)
+            try await database.pool.write { db in
+                guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                var updated = stored
+                updated.setRemote(restored, parentLuid: stored.rParent)
+                updated.syncRemoteContent()
+                updated.lChecksum = restored.checksum
+                updated.lSize = restored.size
+                updated.sourceRevision = nil
+                try updated.update(db, from: stored)
+            }
+            return
+        }
+        let source = try contentSource(row)
+        report(0)
+        if row.fileId == nil {
+            let parent = try await remoteId(of: row.lParent)
+            let request = try await sendingCreation(row)
+            let made = try await provider.upload(
+                source, to: .new(parentId: parent, name: row.lName ?? "file", mimeType: row.lMime), requestId: request, progress: report)
+            try await recordCreated(luid, made, parent: row.lParent, checksum: source.checksum)
+            return
+        }
+        guard let fileId = row.fileId else { return }
+        let request = try await versionRequest(row, checksum: source.checksum)
+        let made = try await provider.upload(source, to: .version(of: fileId, base: base), requestId: request, progress: report)
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+            var updated = stored
+            updated.setRemote(made, parentLuid: stored.rParent)
+            if updated.rChecksum == nil { updated.rChecksum = source.checksum }
+            // The merge base takes what was sent (the place stays: a move goes as its own step).
+            updated.sRevision = updated.rRevision
+            updated.sChecksum = source.checksum
+            updated.uploadRequest = nil
+            try self.keepSentContent(&updated)
+            try updated.update(db, from: stored)
+        }
+    }
+
+    /// The request id of a new version with this content (the same while the content is the same: a resumable
+    /// session is found again by it).
+    func versionRequest(_ row: ItemRow, checksum: String) async throws -> String {
+        if let stored = row.uploadRequest, stored.hasPrefix(checksum + " ") { return String(stored.dropFirst(checksum.count + 1)) }
+        let request = Self.newRequestId()
+        try await database.pool.write { db in
+            try db.execute(sql: "UPDATE items SET upload_request = ? WHERE luid = ?", arguments: ["\(checksum) \(request)", row.luid])
+        }
+        return request
+    }
+
+    /// Small new files in one request; what comes back refused is handled as it would be alone.
+    func performBatch(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
+        guard let batching = provider as? any BatchUploadProvider else { return false }
+        var files: [BatchFile] = []
+        var sent: [(step: PlannedOperation, row: ItemRow, checksum: String)] = []
+        var progressed = false
+        for step in steps {
+            guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: step.item.rawValue) }), row.fileId == nil else { continue }
+            do {
+                let source = try contentSource(row)
+                let parent = try await remoteId(of: row.lParent)
+                let request = try await sendingCreation(row)
+                files.append(BatchFile(source: source, parentId: parent, name: row.lName ?? "file", mimeType: row.lMime, requestId: request))
+                sent.append((step, row, source.checksum))
+                progressBox.withLock { $0[row.luid] = .uploading(progress: 0) }
+            } catch {
+                if try await perform(step, provider) { progressed = true }  // alone: it reports what went wrong
+            }
+        }
+        defer { progressBox.withLock { for entry in sent { $0.removeValue(forKey: entry.row.luid) } } }
+        guard !files.isEmpty else { return progressed }
+        let results: [Result<RemoteItem, ProviderError>]
+        do {
+            results = try await batching.uploadBatch(files)
+        } catch let error as ProviderError {
+            if case .invalid = error {
+                // A batch the provider will not take: each goes alone.
+                for entry in sent where try await perform(entry.step, provider) { progressed = true }
+                return progressed
+            }
+            if error.isRetryable {
+                // One request: its files are retried together, on one schedule.
+                try await failed(sent.map(\.step), SyncError(error))
+                return progressed
+            }
+            for entry in sent { _ = try await outcome(error, of: entry.step, provider) }
+            return progressed
+        }
+        let delivered = sent
+        try await database.pool.write { db in
+            for (entry, result) in zip(delivered, results) {
+                guard case .success(let item) = result else { continue }
+                if let other = try ItemRow.fetch(db, fileId: item.id), other.luid != entry.row.luid {
+                    try self.merge(db, from: other.luid, into: entry.row.luid)
+                }
+                guard let stored = try ItemRow.fetch(db, luid: entry.row.luid) else { continue }
+                var updated = stored
+                updated.setRemote(item, parentLuid: entry.row.lParent)
+                if updated.rChecksum == nil { updated.rChecksum = entry.checksum }
+                updated.syncRemote()
+                updated.createRequest = nil
+                updated.createSent = false
+                if item.isDeleted { updated.rPresent = false }
+                try self.keepSentContent(&updated)
+                try updated.update(db, from: stored)
+                try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [stored.luid])
+            }
+        }
+        for (entry, result) in zip(sent, results) {
+            switch result {
+            case .success:
+                progressed = true
+                done.append((entry.step, nil))
+            case .failure(let error): if try await outcome(error, of: entry.step, provider) { progressed = true }
+            }
+        }
+        trace("batch of \(sent.count)")
+        return progressed
+    }
+
+    // MARK: Here
+
+    func createLocalFolder(_ row: ItemRow) async throws {
+        if let disk {
+            guard let parent = row.rParent, let above = try await database.pool.read({ db in try self.localPath(db, parent) }), let name = row.rName else {
+                throw LocalChanged()
+            }
+            let relative = above.isEmpty ? name : above + "/" + name
+            if try !disk.fileSystem.makeFolder(disk.absolute(relative)) {
+                guard disk.fileSystem.stat(disk.absolute(relative))?.kind == .folder else { throw LocalChanged() }
+            }
+            let stat = disk.fileSystem.stat(disk.absolute(relative))
+            try await database.pool.write { db in
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+                var updated = stored
+                updated.adoptRemote()
+                updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
+                updated.syncRemote()
+                try updated.update(db, from: stored)
+            }
+            return
+        }
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            var updated = stored
+            updated.adoptRemote()
+            updated.syncRemote()
+            try updated.update(db, from: stored)
+        }
+    }
+
+    /// Brings the remote content here: for a synced folder, downloaded into the engine's store, checked, then put
+    /// in place of the file — which must still be exactly as the plan saw it — or into its empty place (never over
+    /// a file that appeared there meanwhile). For the app, the view takes the remote state and content is fetched
+    /// when the file is kept offline.
+    func download(_ row: ItemRow, _ provider: any RemoteProvider) async throws {
+        guard let disk else {
+            let pinned = try await database.pool.write { db -> Bool in
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return false }
+                var updated = stored
+                if stored.lPresent {
+                    updated.lChecksum = stored.rChecksum
+                    updated.lSize = stored.rSize
+                    updated.lMime = stored.rMime
+                    updated.lModified = stored.rModified
+                    updated.syncRemoteContent()
+                } else {
+                    updated.adoptRemote()
+                    updated.syncRemote()
+                }
+                if let path = stored.contentPath, stored.contentChecksum != updated.lChecksum, stored.contentOwned {
+                    try? FileManager.default.removeItem(atPath: path)
+                    updated.contentPath = nil
+                    updated.contentChecksum = nil
+                }
+                try updated.update(db, from: stored)
+                return stored.pinned
+            }
+            if pinned, let fresh = try await database.pool.read({ db in try ItemRow.fetch(db, luid: row.luid) }) { try await fetchContent(fresh) }
+            return
+        }
+        guard let fileId = row.fileId, let revision = row.rRevision else { return }
+        // Where it goes: in place of the local file, or (new here) where the remote has it.
+        let relative: String
+        if row.lPresent {
+            guard let path = try await database.pool.read({ db in try self.localPath(db, row.luid) }) else { throw LocalChanged() }
+            relative = path
+        } else {
+            guard let parent = row.rParent, let above = try await database.pool.read({ db in try self.localPath(db, parent) }), let name = row.rName else {
+                throw LocalChanged()
+            }
+            relative = above.isEmpty ? name : above + "/" + name
+        }
+        let partial = try await fetch(fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider)
+        let target = disk.absolute(relative)
+        let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
+        try disk.fileSystem.importFile(partial.url, to: temporary)
+        let placed: Bool
+        if row.lPresent {
+            // The last check: the file is still what the plan saw (nothing unsent is replaced).
+            placed = disk.isStill(row, at: relative) && (try? disk.fileSystem.rename(temporary, to: target)) != nil
+        } else {
+            placed = try disk.fileSystem.renameNoReplace(temporary, to: target)
+        }
+        guard placed else {
+            try? disk.fileSystem.removeFile(temporary)
+            throw LocalChanged()
+        }
+        let stat = disk.fileSystem.stat(target)
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            var updated = stored
+            if !stored.lPresent {
+                updated.adoptRemote()
+                updated.syncRemote()
+            } else {
+                updated.lMime = stored.rMime
+                updated.syncRemoteContent()
+            }
+            updated.lChecksum = partial.checksum
+            updated.lSize = stat?.size ?? stored.rSize
+            updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
+            updated.lMtime = stat?.mtime
+            updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? stored.rModified
+            updated.lChanging = false
+            if updated.sChecksum == nil { updated.sChecksum = partial.checksum }
+            try updated.update(db, from: stored)
+        }
+    }
+
+    /// Downloads a revision into the engine's store (resuming a partial earlier download of it), checked against
+    /// its checksum when the provider gives one; free space is checked first.
+    func fetch(
+        fileId: String, revision: String, size: Int64, checksum: String?, luid: String, _ provider: any RemoteProvider
+    ) async throws -> (url: URL, checksum: String) {
+        let key = FileHasher.hex(SHA256.hash(data: Data("\(fileId)\n\(revision)".utf8))).prefix(32)
+        let partial = stagingDirectory.appending(path: "download-\(key).partial")
+        let have = FileHasher.regularFileSize(partial.path) ?? 0
+        if let available = Self.freeSpace(at: stagingDirectory), available < size - have {
+            throw SyncError.insufficientSpace(needed: size - have, available: available)
+        }
+        let progress = progressBox
+        defer { progressBox.withLock { _ = $0.removeValue(forKey: luid) } }
+        try await provider.download(fileId, revision: revision, to: partial) { written in
+            progress.withLock { $0[luid] = .downloading(progress: min(1, Double(written) / Double(max(size, 1)))) }
+        }
+        let (actual, actualSize) = try FileHasher.sha256(of: partial)
+        if let checksum, actual != checksum || actualSize != size {
+            try? FileManager.default.removeItem(at: partial)
+            throw SyncError.checksumMismatch(expected: checksum, actual: actual)
+        }
+        return (partial, actual)
+    }
+
+    /// Puts the item's current content in the engine's store (the app library: pinned files, `download(_:)`).
+    func fetchContent(_ row: ItemRow) async throws {
+        guard disk == nil, !row.isFolder, let checksum = row.lChecksum else { return }
+        if row.contentPath != nil && row.contentChecksum == checksum { return }
+        guard let fileId = row.fileId, let revision = row.rRevision, row.rChecksum == checksum else { return }
+        let provider = try requireProvider()
+        let fetched: (url: URL, checksum: String)
+        do {
+            fetched = try await fetch(fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider)
+        } catch let error as ProviderError {
+            throw SyncError(error)
+        }
+        let destination = contentDirectory.appending(path: fileId)
+        try? FileManager.default.removeItem(at: destination)
+        try FileManager.default.moveItem(at: fetched.url, to: destination)
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            var updated = stored
+            updated.contentPath = destination.path
+            updated.contentChecksum = fetched.checksum
+            updated.contentOwned = true
+            try updated.update(db, from: stored)
+        }
+        notifyChanged()
+    }
+
+    /// Pinned files whose content is not here are downloaded (the app library).
+    func hydratePinned(_ provider: any RemoteProvider) async throws {
+        guard disk == nil else { return }
+        let rows = try await database.pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT \(ItemRow.columns) FROM items WHERE pinned = 1 AND l_present = 1 AND is_folder = 0 AND file_id IS NOT NULL
+                    AND (content_path IS NULL OR content_checksum IS NOT l_checksum) AND l_checksum IS r_checksum
+                    """
+            ).map(ItemRow.init(row:))
+        }
+        let now = self.now.millis
+        let failures = try await database.pool.read { db in try FailureRow.all(db) }
+        for row in rows {
+            if let failure = failures[row.luid], failure.failed || failure.nextAttemptAt > now { continue }
+            do {
+                try await fetchContent(row)
+                try await succeeded(row.luid)
+            } catch let error as SyncError {
+                try await failed(.download(ItemID(row.luid)), error)
+            }
+        }
+    }
+
+    func moveLocal(_ row: ItemRow, to parent: String, name: String) async throws {
+        if let disk {
+            let (from, above) = try await database.pool.read { db in (try self.localPath(db, row.luid), try self.localPath(db, parent)) }
+            guard let from, let above else { throw LocalChanged() }
+            let to = above.isEmpty ? name : above + "/" + name
+            guard disk.isStill(row, at: from), try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
+        }
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            var updated = stored
+            updated.lParent = parent
+            updated.lName = name
+            updated.sParent = parent
+            updated.sName = name
+            try updated.update(db, from: stored)
+        }
+    }
+
+    /// Deletes the item here (a folder with everything in it), each file checked just before it goes; a file
+    /// that changed since the plan stays (and stops the rest of the folder's deletion).
+    func deleteLocal(_ row: ItemRow) async throws {
+        let subtree = try await database.pool.read { db -> [(ItemRow, String?)] in
+            try self.localSubtree(db, row.luid).reversed().compactMap { luid in
+                guard let item = try ItemRow.fetch(db, luid: luid) else { return nil }
+                return (item, try self.localPath(db, luid))
+            }
+        }
+        var deleted: [ItemRow] = []
+        var stopped = false
+        for (item, relative) in subtree {
+            if let disk {
+                guard let relative else { continue }
+                let path = disk.absolute(relative)
+                if item.isFolder {
+                    if disk.fileSystem.stat(path) != nil {
+                        guard (try? disk.fileSystem.removeFolder(path)) != nil, disk.fileSystem.stat(path) == nil else {
+                            stopped = true
+                            break
+                        }
+                    }
+                } else if disk.fileSystem.stat(path) != nil {
+                    guard disk.isStill(item, at: relative) else {
+                        stopped = true
+                        break
+                    }
+                    try disk.fileSystem.removeFile(path)
+                }
+            } else if item.contentOwned, let path = item.contentPath {
+                try? FileManager.default.removeItem(atPath: path)
+            }
+            deleted.append(item)
+        }
+        let gone = deleted
+        try await database.pool.write { db in
+            for item in gone {
+                guard let stored = try ItemRow.fetch(db, luid: item.luid) else { continue }
+                if !stored.rPresent {
+                    try ItemRow.delete(db, luid: stored.luid)
+                } else {
+                    var updated = stored
+                    updated.lPresent = false
+                    updated.sPresent = false
+                    updated.contentPath = nil
+                    updated.contentChecksum = nil
+                    try updated.update(db, from: stored)
+                }
+            }
+        }
+        if stopped { throw LocalChanged() }
+    }
+
+    /// This side's version becomes a new item beside it under `name`; the item takes the remote version next.
+    func fork(_ row: ItemRow, name: String) async throws {
+        if let disk {
+            guard let from = try await database.pool.read({ db in try self.localPath(db, row.luid) }) else { throw LocalChanged() }
+            let to = (from.contains("/") ? String(from[..<from.lastIndex(of: "/")!]) + "/" : "") + name
+            guard !row.lChanging, try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
+        }
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            if !stored.sPresent && !stored.rPresent {
+                // Only here: it just takes the other name.
+                var renamed = stored
+                renamed.lName = name
+                try renamed.update(db, from: stored)
+                return
+            }
+            var copy = ItemRow.empty(ItemID.make().rawValue, isFolder: stored.isFolder)
+            copy.lPresent = true
+            copy.lParent = stored.lParent
+            copy.lName = name
+            copy.lMime = stored.lMime
+            copy.lSize = stored.lSize
+            copy.lChecksum = stored.lChecksum
+            copy.lModified = stored.lModified
+            copy.lInode = stored.lInode
+            copy.lMtime = stored.lMtime
+            copy.contentPath = stored.contentPath
+            copy.contentChecksum = stored.contentChecksum
+            copy.contentOwned = stored.contentOwned
+            copy.createRequest = Self.newRequestId()
+            copy.lastAccess = stored.lastAccess
+            try copy.save(db)
+            try db.execute(sql: "UPDATE items SET l_parent = ? WHERE l_parent = ? AND l_present = 1", arguments: [copy.luid, stored.luid])
+            var original = stored
+            original.lPresent = false
+            original.lChanging = false
+            original.sPresent = false
+            original.hold = nil
+            original.contentPath = nil
+            original.contentChecksum = nil
+            original.uploadRequest = nil
+            original.sourceRevision = nil
+            try original.update(db, from: stored)
+        }
+    }
+
+    /// The user settles a held conflict by keeping both: this side's version becomes the conflict copy.
+    func settleFork(_ row: ItemRow) async throws {
+        let name = try await database.pool.read { db -> String in
+            let base = FileName.conflictCopy(row.lName ?? "file", device: self.configuration.deviceName, date: self.now)
+            return try self.freeName(db, base, in: row.lParent ?? ItemID.root.rawValue)
+        }
+        try await fork(row, name: name)
+    }
+
+    /// `name`, or `name (1)`, `name (2)`… — the first that nothing in folder `parent` holds, here or there.
+    nonisolated func freeName(_ db: Database, _ name: String, in parent: String) throws -> String {
+        var candidate = name
+        var attempt = 1
+        while try String.fetchOne(
+            db.cachedStatement(sql: "SELECT luid FROM items WHERE ((l_parent = ? AND l_present = 1) OR (r_parent = ? AND r_present = 1)) AND (l_name = ? OR r_name = ?)"),
+            arguments: [parent, parent, candidate, candidate]) != nil, attempt < 10_000
+        {
+            candidate = FileName.numbered(name, attempt)
+            attempt += 1
+        }
+        return candidate
+    }
+
+    /// An item and everything under it in the remote tree.
+    nonisolated func remoteSubtree(_ db: Database, _ luid: String) throws -> [String] {
+        try String.fetchAll(
+            db,
+            sql: """
+                WITH RECURSIVE tree(luid) AS (
+                    SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.r_parent = t.luid WHERE i.r_present = 1
+                ) SELECT luid FROM tree
+                """,
+            arguments: [luid])
+    }
+
+    static func freeSpace(at url: URL) -> Int64? {
+        guard let attributes = try? FileManager.default.attributesOfFileSystem(forPath: url.path),
+            let free = attributes[.systemFreeSize] as? NSNumber
+        else { return nil }
+        return free.int64Value
+    }
+}

@@ -1,0 +1,206 @@
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// A folder on disk as the local side of an engine (folder sync): scanning it fills the local tree, and the
+/// planner's local operations are carried out on it — each destructive step checking the file once more,
+/// immediately before it acts, against what the plan was made from.
+struct DiskFolder: Sendable {
+    let root: URL
+    let fileSystem: any FileSystem
+    /// A file modified this recently is still being written: its content is not known yet.
+    let settleTime: TimeInterval
+
+    var rootPath: String { root.path }
+
+    func absolute(_ relative: String) -> String { relative.isEmpty ? rootPath : rootPath + "/" + relative }
+
+    var ignoreRules: IgnoreRules {
+        let text = fileSystem.read(absolute(".nimbusignore")).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        return IgnoreRules(patterns: text.components(separatedBy: .newlines))
+    }
+
+    /// What a scan found besides the tree.
+    struct Scan: Sendable {
+        /// Symbolic links (never followed) and special files, skipped.
+        var skipped: [String] = []
+        /// Files still being written; and when the first of them will have been quiet for the settle time.
+        var changing: [String] = []
+        var nextSettle: Date?
+        /// Files whose content was read this scan.
+        var hashed = 0
+    }
+
+    /// Scans the folder into the local tree (the `l_*` columns): each entry is matched to the item at its path,
+    /// or, if none, to an item whose path is gone and that had the same inode (a move); the rest are new items;
+    /// items not found are deleted here. A file whose inode, size and modification time are unchanged is not
+    /// read; a changed one is hashed once it has settled, and marked as changing until then.
+    func scan(_ database: LocalDatabase, makeId: () -> String) throws -> Scan {
+        var result = Scan()
+        guard let rootStat = fileSystem.stat(rootPath), rootStat.kind == .folder else {
+            throw SyncError.localFile("Cannot read the folder \(rootPath): it is not there (is the disk mounted?).")
+        }
+        let ignore = ignoreRules
+        // The disk, parents before children.
+        var entries: [(path: String, stat: FileStat)] = []
+        var stack = [""]
+        while let relative = stack.popLast() {
+            let names: [String]
+            do { names = try fileSystem.contents(ofFolder: absolute(relative)).sorted() } catch {
+                if relative.isEmpty { throw SyncError.localFile("Cannot read the folder \(rootPath): \(error.localizedDescription)") }
+                continue
+            }
+            var folders: [String] = []
+            for name in names {
+                let path = relative.isEmpty ? name : relative + "/" + name
+                guard let stat = fileSystem.stat(absolute(path)) else { continue }
+                switch stat.kind {
+                case .link:
+                    result.skipped.append("\(path) (symbolic link, not followed)")
+                    continue
+                case .other:
+                    continue
+                case .file, .folder:
+                    break
+                }
+                if ignore.ignores(path, isDirectory: stat.kind == .folder) { continue }
+                entries.append((path, stat))
+                if stat.kind == .folder { folders.append(path) }
+            }
+            stack += folders.reversed()
+        }
+        entries.sort { depth($0.path) == depth($1.path) ? $0.path < $1.path : depth($0.path) < depth($1.path) }
+
+        let now = fileSystem.now()
+        try database.pool.write { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE l_present = 1").map(ItemRow.init(row:))
+            var byLuid: [String: ItemRow] = [:]
+            for row in rows { byLuid[row.luid] = row }
+            // Each known item's path as the local tree has it.
+            var pathOf: [String: String] = [ItemID.root.rawValue: ""]
+            func path(_ luid: String, _ depth: Int = 0) -> String? {
+                if let known = pathOf[luid] { return known }
+                guard depth < 1000, let row = byLuid[luid], let parent = row.lParent, let name = row.lName, let above = path(parent, depth + 1) else {
+                    return nil
+                }
+                let value = above.isEmpty ? name : above + "/" + name
+                pathOf[luid] = value
+                return value
+            }
+            var atPath: [String: String] = [:]
+            for row in rows where row.luid != ItemID.root.rawValue {
+                if let value = path(row.luid) { atPath[value] = row.luid }
+            }
+            // 1. Same path, same kind.
+            var assigned: [String: String] = [:]  // path → luid
+            var claimed: Set<String> = [ItemID.root.rawValue]
+            for entry in entries {
+                if let luid = atPath[entry.path], let row = byLuid[luid], row.isFolder == (entry.stat.kind == .folder) {
+                    assigned[entry.path] = luid
+                    claimed.insert(luid)
+                }
+            }
+            // 2. Moves: an unclaimed item with the entry's inode whose own path is gone.
+            var byInode: [Int64: [String]] = [:]
+            for row in rows where !claimed.contains(row.luid) {
+                if let inode = row.lInode { byInode[inode, default: []].append(row.luid) }
+            }
+            for entry in entries where assigned[entry.path] == nil {
+                let inode = Int64(bitPattern: entry.stat.inode)
+                guard let candidates = byInode[inode],
+                    let luid = candidates.first(where: { luid in
+                        guard !claimed.contains(luid), let row = byLuid[luid] else { return false }
+                        return row.isFolder == (entry.stat.kind == .folder)
+                    })
+                else { continue }
+                assigned[entry.path] = luid
+                claimed.insert(luid)
+            }
+            // 3. The rest are new.
+            for entry in entries where assigned[entry.path] == nil {
+                assigned[entry.path] = makeId()
+            }
+            // Write what changed.
+            for entry in entries {
+                guard let luid = assigned[entry.path] else { continue }
+                let parentPath = entry.path.lastIndex(of: "/").map { String(entry.path[..<$0]) } ?? ""
+                guard let parent = parentPath.isEmpty ? ItemID.root.rawValue : assigned[parentPath] else { continue }
+                let name = String(entry.path.split(separator: "/").last ?? "")
+                let isFolder = entry.stat.kind == .folder
+                let stored = byLuid[luid]
+                var row = stored ?? ItemRow.empty(luid, isFolder: isFolder)
+                row.lPresent = true
+                row.lParent = parent
+                row.lName = name
+                if isFolder {
+                    row.lInode = Int64(bitPattern: entry.stat.inode)
+                    row.lMime = folderMimeTypeValue
+                } else if stored == nil || row.lChanging || !entry.stat.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime) {
+                    row.lInode = Int64(bitPattern: entry.stat.inode)
+                    row.lMtime = entry.stat.mtime
+                    row.lSize = entry.stat.size
+                    row.lModified = entry.stat.mtime / 1_000_000
+                    let quietFor = now.timeIntervalSince1970 - Double(entry.stat.mtime) / 1e9
+                    if quietFor < settleTime {
+                        row.lChanging = true
+                        result.changing.append(entry.path)
+                        let settles = Date(timeIntervalSince1970: Double(entry.stat.mtime) / 1e9 + settleTime)
+                        result.nextSettle = min(result.nextSettle ?? settles, settles)
+                    } else if let (checksum, size) = try? fileSystem.hash(absolute(entry.path)),
+                        let after = fileSystem.stat(absolute(entry.path)), after == entry.stat
+                    {
+                        row.lChecksum = checksum
+                        row.lSize = size
+                        row.lChanging = false
+                        result.hashed += 1
+                    } else {
+                        // Changed (or went) while it was read: looked at again next time.
+                        row.lChanging = true
+                        result.changing.append(entry.path)
+                        result.nextSettle = min(result.nextSettle ?? now, now.addingTimeInterval(settleTime))
+                    }
+                    if row.lMime == nil { row.lMime = MimeType.guess(forName: name) }
+                }
+                if let stored { try row.update(db, from: stored) } else { try row.save(db) }
+            }
+            // Not found: deleted here.
+            let found = Set(assigned.values)
+            for row in rows where row.luid != ItemID.root.rawValue && !found.contains(row.luid) {
+                // (An ignored path is left out of the scan, not deleted: an item that became ignored keeps its row.)
+                if let value = pathOf[row.luid], Self.isIgnored(value, isFolder: row.isFolder, by: ignore) { continue }
+                var gone = row
+                gone.lPresent = false
+                gone.lChanging = false
+                if !gone.sPresent && !gone.rPresent {
+                    try ItemRow.delete(db, luid: row.luid)  // never synced: nothing to remember
+                } else {
+                    try gone.update(db, from: row)
+                }
+            }
+        }
+        return result
+    }
+
+    /// Whether a path or a folder above it is ignored.
+    static func isIgnored(_ path: String, isFolder: Bool, by ignore: IgnoreRules) -> Bool {
+        if ignore.ignores(path, isDirectory: isFolder) { return true }
+        var current = path
+        while let slash = current.lastIndex(of: "/") {
+            current = String(current[..<slash])
+            if ignore.ignores(current, isDirectory: true) { return true }
+        }
+        return false
+    }
+
+    func depth(_ path: String) -> Int { path.reduce(0) { $0 + ($1 == "/" ? 1 : 0) } }
+
+    /// Whether the entry at `path` is still the file or folder the local tree recorded (same kind, inode, and for a
+    /// file size and modification time): checked immediately before anything replaces, moves or deletes it.
+    func isStill(_ row: ItemRow, at path: String) -> Bool {
+        guard let stat = fileSystem.stat(absolute(path)), (stat.kind == .folder) == row.isFolder, stat.kind == .file || stat.kind == .folder
+        else { return false }
+        return !row.lChanging && stat.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime)
+    }
+}
+
+let folderMimeTypeValue = "application/vnd.nimbus.folder"

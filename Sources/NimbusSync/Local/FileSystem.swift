@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+/// One entry as `lstat(2)` sees it.
+public struct FileStat: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case file
+        case folder
+        case link
+        /// A device, socket, pipe…: never synced.
+        case other
+    }
+
+    public var kind: Kind
+    public var inode: UInt64
+    public var size: Int64
+    /// Modification time, nanoseconds since 1970.
+    public var mtime: Int64
+
+    public init(kind: Kind, inode: UInt64, size: Int64, mtime: Int64) {
+        self.kind = kind
+        self.inode = inode
+        self.size = size
+        self.mtime = mtime
+    }
+
+    /// Same file, same bytes as far as a stat can tell.
+    func matches(inode: Int64?, size: Int64?, mtime: Int64?) -> Bool {
+        Int64(bitPattern: self.inode) == inode && (kind == .folder || (self.size == size && self.mtime == mtime))
+    }
+}
+
+/// The disk a synced folder lives on, as the engine uses it. ``POSIXFileSystem`` is the real one; the
+/// deterministic simulation uses an in-memory one that lets "users" write at any moment, including between the
+/// moment the engine looks at a file and the moment it acts on it. Paths are absolute.
+public protocol FileSystem: Sendable {
+    /// `lstat`: nil when nothing is there. Links are reported, never followed.
+    func stat(_ path: String) -> FileStat?
+    /// The names in a folder.
+    func contents(ofFolder path: String) throws -> [String]
+    /// SHA-256 and size of a file's content.
+    func hash(_ path: String) throws -> (checksum: String, size: Int64)
+    /// A small file's content (`.nimbusignore`); nil when there is none.
+    func read(_ path: String) -> Data?
+    /// Creates a folder; false if something is already there.
+    func makeFolder(_ path: String) throws -> Bool
+    /// Removes a file (not a folder).
+    func removeFile(_ path: String) throws
+    /// Removes an empty folder; fails if it is not empty.
+    func removeFolder(_ path: String) throws
+    /// Renames `from` to `to` only if nothing is at `to`; false if something is.
+    func renameNoReplace(_ from: String, to: String) throws -> Bool
+    /// Renames `from` to `to`, replacing a file there.
+    func rename(_ from: String, to: String) throws
+    /// Moves a file from the real disk (a finished download in the engine's store) to `path` (which must be free).
+    func importFile(_ source: URL, to path: String) throws
+    /// A real file with the content at `path` for a provider to read: the file itself on a real disk.
+    func exportFile(_ path: String) throws -> URL
+    /// The clock file times are compared with (a file modified moments ago is still being written).
+    func now() -> Date
+}
+
+/// The real disk.
+public struct POSIXFileSystem: FileSystem {
+    public init() {}
+
+    public func stat(_ path: String) -> FileStat? {
+        guard let info = lstatInfo(path) else { return nil }
+        let kind: FileStat.Kind =
+            switch info.st_mode & S_IFMT {
+            case S_IFREG: .file
+            case S_IFDIR: .folder
+            case S_IFLNK: .link
+            default: .other
+            }
+        #if os(Linux)
+            let mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        #else
+            let mtime = Int64(info.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(info.st_mtimespec.tv_nsec)
+        #endif
+        return FileStat(kind: kind, inode: UInt64(info.st_ino), size: Int64(info.st_size), mtime: mtime)
+    }
+
+    public func contents(ofFolder path: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: path)
+    }
+
+    public func hash(_ path: String) throws -> (checksum: String, size: Int64) {
+        try FileHasher.sha256(of: URL(fileURLWithPath: path))
+    }
+
+    public func read(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
+
+    public func makeFolder(_ path: String) throws -> Bool {
+        if mkdir(path, 0o755) == 0 { return true }
+        if errno == EEXIST { return false }
+        throw SyncError.localFile("Could not create the folder \(path) (\(String(cString: strerror(errno)))).")
+    }
+
+    public func removeFile(_ path: String) throws {
+        guard unlink(path) == 0 || errno == ENOENT else { throw SyncError.localFile("Could not delete \(path) (\(String(cString: strerror(errno)))).") }
+    }
+
+    public func removeFolder(_ path: String) throws {
+        guard rmdir(path) == 0 || errno == ENOENT else { throw SyncError.localFile("Could not delete the folder \(path) (\(String(cString: strerror(errno)))).") }
+    }
+
+    public func renameNoReplace(_ from: String, to: String) throws -> Bool {
+        try DiskOperations.renameNoReplace(from, to: to)
+    }
+
+    public func rename(_ from: String, to: String) throws {
+        guard Foundation.rename(from, to) == 0 else { throw SyncError.localFile("Could not move \(from) to \(to) (\(String(cString: strerror(errno)))).") }
+    }
+
+    public func importFile(_ source: URL, to path: String) throws {
+        if Foundation.rename(source.path, path) == 0 { return }
+        // Another file system: copy, then drop the engine's copy.
+        try FileManager.default.copyItem(atPath: source.path, toPath: path)
+        try? FileManager.default.removeItem(at: source)
+    }
+
+    public func exportFile(_ path: String) throws -> URL { URL(fileURLWithPath: path) }
+
+    public func now() -> Date { Date() }
+}
