@@ -540,18 +540,24 @@ extension SyncEngine {
         let target = disk.absolute(relative)
         let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
         try disk.fileSystem.importFile(partial.url, to: temporary)
-        let placed: Bool
+        // The last check: the file it replaces is still what the plan saw (nothing unsent is replaced), and nothing
+        // that appeared at the path meanwhile is.
+        var aside: String?
         if row.lPresent {
-            // The last check: the file is still what the plan saw (nothing unsent is replaced).
-            placed = disk.isStill(row, at: relative) && (try? disk.fileSystem.rename(temporary, to: target)) != nil
-        } else {
-            placed = try disk.fileSystem.renameNoReplace(temporary, to: target)
+            aside = try disk.takeAside(row, at: relative)
+            if aside == nil {
+                try? disk.fileSystem.removeFile(temporary)
+                throw LocalChanged()
+            }
         }
+        // The file as placed: its stat, taken before it is visible (a save right after must show as a change).
+        let stat = disk.fileSystem.stat(temporary)
+        let placed = try disk.fileSystem.renameNoReplace(temporary, to: target)
+        if let aside { try? disk.fileSystem.removeFile(aside) }  // the replaced version: synced, on the remote
         guard placed else {
             try? disk.fileSystem.removeFile(temporary)
             throw LocalChanged()
         }
-        let stat = disk.fileSystem.stat(target)
         try await database.pool.write { db in
             guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
             var updated = stored
@@ -689,11 +695,11 @@ extension SyncEngine {
                         }
                     }
                 } else if disk.fileSystem.stat(path) != nil {
-                    guard disk.isStill(item, at: relative) else {
+                    guard let aside = try disk.takeAside(item, at: relative) else {
                         stopped = true
                         break
                     }
-                    try disk.fileSystem.removeFile(path)
+                    try disk.fileSystem.removeFile(aside)
                 }
             } else if item.contentOwned, let path = item.contentPath {
                 try? FileManager.default.removeItem(atPath: path)

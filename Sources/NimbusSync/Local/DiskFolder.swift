@@ -50,8 +50,9 @@ struct DiskFolder: Sendable {
                 if relative.isEmpty { throw SyncError.localFile("Cannot read the folder \(rootPath): \(error.localizedDescription)") }
                 continue
             }
+            if names.contains(where: { $0.hasPrefix(Self.partialPrefix) }) { cleanUp(in: relative, names: names, now: fileSystem.now()) }
             var folders: [String] = []
-            for name in names {
+            for name in names where !name.hasPrefix(Self.asidePrefix) {
                 let path = relative.isEmpty ? name : relative + "/" + name
                 guard let stat = fileSystem.stat(absolute(path)) else { continue }
                 switch stat.kind {
@@ -193,6 +194,58 @@ struct DiskFolder: Sendable {
     }
 
     func depth(_ path: String) -> Int { path.reduce(0) { $0 + ($1 == "/" ? 1 : 0) } }
+
+    /// Takes the file at `relative` out of the way — renamed aside, atomically — when it is still exactly what the
+    /// local tree recorded, and returns where it went (the caller replaces or deletes it: it holds nothing that is
+    /// not synced). Checking after the rename closes the window between a check and the step: a save that lands
+    /// before the rename is seen (the file goes back to its place, nil is returned), one that lands after it makes
+    /// a new file at the path, which the caller's no-replace rename then leaves alone.
+    func takeAside(_ row: ItemRow, at relative: String) throws -> String? {
+        guard isStill(row, at: relative) else { return nil }
+        let path = absolute(relative)
+        let aside =
+            (path as NSString).deletingLastPathComponent + "/" + Self.asidePrefix + UUID.random().uuidString.lowercased().prefix(8) + "-"
+            + (relative as NSString).lastPathComponent
+        guard (try? fileSystem.rename(path, to: aside)) != nil else { return nil }
+        if let stat = fileSystem.stat(aside), stat.kind == .file, stat.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime) { return aside }
+        // Changed just now: it goes back (or, if its place was taken meanwhile, beside it under a free name).
+        if try !fileSystem.renameNoReplace(aside, to: path) {
+            var attempt = 1
+            while try !fileSystem.renameNoReplace(aside, to: absolute(Self.sibling(relative, FileName.numbered((relative as NSString).lastPathComponent, attempt)))),
+                attempt < 1000
+            {
+                attempt += 1
+            }
+        }
+        return nil
+    }
+
+    static let partialPrefix = ".nimbus-partial-"
+    static let asidePrefix = ".nimbus-partial-aside-"
+
+    /// What a step that did not finish (the process died in between) left behind: a file taken aside goes back
+    /// to its place, or, when its place holds the file that replaced it, away (it was synced: the remote has it);
+    /// a download not yet put in place goes once it has been untouched for five minutes.
+    func cleanUp(in folder: String, names: [String], now: Date) {
+        for name in names where name.hasPrefix(Self.partialPrefix) && !name.hasPrefix(Self.asidePrefix) {
+            let path = absolute(folder.isEmpty ? name : folder + "/" + name)
+            if let stat = fileSystem.stat(path), stat.kind == .file, now.timeIntervalSince1970 - Double(stat.mtime) / 1e9 > 300 {
+                try? fileSystem.removeFile(path)
+            }
+        }
+        for name in names where name.hasPrefix(Self.asidePrefix) {
+            let original = String(name.dropFirst(Self.asidePrefix.count + 9))
+            let aside = absolute(folder.isEmpty ? name : folder + "/" + name)
+            let target = absolute(folder.isEmpty ? original : folder + "/" + original)
+            if original.isEmpty || (try? fileSystem.renameNoReplace(aside, to: target)) != true { try? fileSystem.removeFile(aside) }
+        }
+    }
+
+    /// `name` in the folder of `relative`.
+    static func sibling(_ relative: String, _ name: String) -> String {
+        guard let slash = relative.lastIndex(of: "/") else { return name }
+        return String(relative[..<slash]) + "/" + name
+    }
 
     /// Whether the entry at `path` is still the file or folder the local tree recorded (same kind, inode, and for a
     /// file size and modification time): checked immediately before anything replaces, moves or deletes it.
