@@ -1,0 +1,117 @@
+import Crypto
+import Foundation
+import NimbusAPI
+import NimbusTestSupport
+import Testing
+
+/// Folder sync through the provider seam (a folder on a mounted disk as the remote) and conflicts left for the
+/// user (`--conflict ask`), with the real binary.
+@Suite("End to end: remotes and conflicts", .serialized)
+struct RemotesAndConflictsTests {
+    func text(_ url: URL) throws -> String { try String(contentsOf: url, encoding: .utf8) }
+
+    @Test("--conflict ask: the conflict is listed, and resolving it settles the disk and the server", arguments: ["local", "remote", "both"])
+    func askThenResolve(keep: String) throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        try write("base", to: folderA.appending(path: "plan.md"))
+        #expect(try a.run(["sync", folderA.path, "/P", "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "/P", "--once"]).status == 0)
+        try write("from A", to: folderA.appending(path: "plan.md"))
+        try write("from B", to: folderB.appending(path: "plan.md"))
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        let asked = try b.run(["sync", folderB.path, "--once", "--conflict", "ask"])
+        #expect(asked.status == 0, "\(asked.stdout)\(asked.stderr)")
+        #expect(asked.stdout.contains("plan.md: changed here and there; resolve with 'nimbus conflicts resolve'"), "\(asked.stdout)")
+        #expect(try text(folderB.appending(path: "plan.md")) == "from B", "nothing is replaced while the conflict waits")
+        // Another round keeps waiting (and changes nothing).
+        #expect(try b.run(["sync", folderB.path, "--once", "--conflict", "ask"]).status == 0)
+        #expect(try text(folderB.appending(path: "plan.md")) == "from B")
+
+        let listed = try b.run(["conflicts"])
+        #expect(listed.status == 0)
+        #expect(listed.stdout.contains(folderB.appending(path: "plan.md").path), "\(listed.stdout)")
+        let resolved = try b.run(["conflicts", "resolve", folderB.appending(path: "plan.md").path, "--keep", keep])
+        #expect(resolved.status == 0, "\(resolved.stdout)\(resolved.stderr)")
+        #expect(try b.run(["conflicts"]).stdout.contains("No conflicts"))
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+
+        let names = try FileManager.default.contentsOfDirectory(atPath: folderB.path).filter { !$0.hasPrefix(".") }.sorted()
+        let versions = try b.run(["versions", "/P/plan.md", "--json"])
+        let history = try JSONDecoder.nimbus.decode([FileRevision].self, from: Data(versions.stdout.utf8))
+        let all = Set(history.map(\.checksum))
+        switch keep {
+        case "local":
+            #expect(names == ["plan.md"])
+            #expect(try text(folderB.appending(path: "plan.md")) == "from B")
+            #expect(try text(folderA.appending(path: "plan.md")) == "from B", "the other device gets it")
+            #expect(all.contains(sha256("from A")), "the other version stays a revision")
+        case "remote":
+            #expect(names == ["plan.md"])
+            #expect(try text(folderB.appending(path: "plan.md")) == "from A")
+            #expect(all.contains(sha256("from B")), "this device's version stays a revision")
+        default:
+            #expect(names.count == 2, "\(names)")
+            let contents = Set(try names.map { try text(folderB.appending(path: $0)) })
+            #expect(contents == ["from A", "from B"])
+            #expect(tree(folderA) == tree(folderB))
+        }
+    }
+
+    @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
+    func localFolderRemote() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let nas = try bench.folder("nas")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        #expect(try a.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        #expect(try b.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let listed = try a.run(["remote", "list"])
+        #expect(listed.stdout.contains("nas  local  \(nas.path)"), "\(listed.stdout)")
+        let missing = try a.run(["remote", "add", "gone", "local", bench.root.appending(path: "unmounted").path])
+        #expect(missing.status != 0 && missing.stderr.contains("is not a folder"), "\(missing.stderr)")
+        let unknown = try a.run(["sync", folderA.path, "nope:/x", "--once"])
+        #expect(unknown.status != 0 && unknown.stderr.contains("No remote named 'nope'"), "\(unknown.stderr)")
+
+        try write("alpha", to: folderA.appending(path: "alpha.txt"))
+        try write("inner", to: folderA.appending(path: "docs/inner.md"))
+        let up = try a.run(["sync", folderA.path, "nas:/Shared", "--once"])
+        #expect(up.status == 0, "\(up.stdout)\(up.stderr)")
+        #expect(try text(nas.appending(path: "Shared/alpha.txt")) == "alpha", "the files are in the remote folder")
+        #expect(try text(nas.appending(path: "Shared/docs/inner.md")) == "inner")
+        #expect(try b.run(["sync", folderB.path, "nas:/Shared", "--once"]).status == 0)
+        #expect(tree(folderB) == tree(folderA))
+
+        // Edits, a move and a deletion travel through it; an edit made directly in the remote folder too.
+        try write("alpha v2", to: folderB.appending(path: "alpha.txt"))
+        try FileManager.default.moveItem(at: folderB.appending(path: "docs/inner.md"), to: folderB.appending(path: "inner.md"))
+        try write("from the NAS", to: nas.appending(path: "Shared/nas.txt"))
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try text(folderA.appending(path: "alpha.txt")) == "alpha v2")
+        #expect(try text(folderA.appending(path: "nas.txt")) == "from the NAS")
+        #expect(tree(folderA)["inner.md"] != nil && tree(folderA)["docs/inner.md"] == nil)
+        try FileManager.default.removeItem(at: folderA.appending(path: "alpha.txt"))
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(tree(folderB)["alpha.txt"] == nil)
+        #expect(tree(folderA) == tree(folderB))
+        #expect(!FileManager.default.fileExists(atPath: nas.appending(path: "Shared/alpha.txt").path))
+        let trash = try FileManager.default.subpathsOfDirectory(atPath: nas.appending(path: "Shared/.nimbus-trash").path)
+        #expect(trash.contains { $0.hasSuffix("alpha.txt") }, "what is deleted there goes to the folder's trash: \(trash)")
+
+        #expect(try a.run(["remote", "remove", "nas"]).status == 0)
+        #expect(try a.run(["remote", "list"]).stdout.contains("No remotes"))
+        #expect(FileManager.default.fileExists(atPath: nas.appending(path: "Shared/nas.txt").path), "removing a remote deletes nothing")
+    }
+}
+
+func sha256(_ text: String) -> String {
+    SHA256.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined()
+}
