@@ -85,9 +85,53 @@ public enum ISO8601 {
     }
 
     public static func date(from text: String) -> Date? {
+        if let date = fastDate(text) { return date }
         if let date = try? Date(text, strategy: .iso8601.year().month().day().dateSeparator(.dash).time(includingFractionalSeconds: true).timeSeparator(.colon).timeZone(separator: .omitted)) {
             return date
         }
         return try? Date(text, strategy: .iso8601)
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, the form the API writes, by hand (Foundation's parse strategy was a fifth of
+    /// the cost of reading a change feed: every item has two timestamps); nil for anything else.
+    static func fastDate(_ text: String) -> Date? {
+        var utf8 = text.utf8
+        return utf8.withContiguousStorageIfAvailable { bytes -> Date? in
+            guard bytes.count >= 20, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: "T"),
+                bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"), bytes[bytes.count - 1] == UInt8(ascii: "Z")
+            else { return nil }
+            func number(_ start: Int, _ length: Int) -> Int64? {
+                var value: Int64 = 0
+                for index in start..<(start + length) {
+                    let digit = Int64(bytes[index]) - 48
+                    guard digit >= 0 && digit <= 9 else { return nil }
+                    value = value * 10 + digit
+                }
+                return value
+            }
+            guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2), let hour = number(11, 2), let minute = number(14, 2),
+                let second = number(17, 2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+            else { return nil }
+            var millis: Int64 = 0
+            if bytes.count > 20 {
+                guard bytes[19] == UInt8(ascii: "."), bytes.count - 21 >= 1, bytes.count - 21 <= 9, let fraction = number(20, bytes.count - 21) else {
+                    return nil
+                }
+                var scaled = fraction
+                var digits = bytes.count - 21
+                while digits < 3 { scaled *= 10; digits += 1 }
+                while digits > 3 { scaled /= 10; digits -= 1 }
+                millis = scaled
+            }
+            // Days from civil (Howard Hinnant), the inverse of `string(from:)`.
+            let y = month <= 2 ? year - 1 : year
+            let era = (y >= 0 ? y : y - 399) / 400
+            let yearOfEra = y - era * 400
+            let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+            let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+            let days = era * 146_097 + dayOfEra - 719_468
+            let total = ((days * 24 + hour) * 60 + minute) * 60 + second
+            return Date(timeIntervalSince1970: TimeInterval(total) + TimeInterval(millis) / 1000)
+        } ?? nil
     }
 }

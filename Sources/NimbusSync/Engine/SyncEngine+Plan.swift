@@ -20,7 +20,9 @@ extension SyncEngine {
                 try await refreshRequestedFolders()
                 try enforceMetadataLimit()
             }
+            if Self.tracing { trace("remote tree up to date") }
             try await observeLocal()
+            if Self.tracing { trace("scanned: \(lastScan.hashed) files read") }
             try await runPlans(provider)
             try await hydratePinned(provider)
             if case .offline = phase { phase = .idle }
@@ -79,16 +81,17 @@ extension SyncEngine {
     /// The three trees from the database: the remote tree as far as it hangs under the remote's root, the local
     /// tree under the local root; ignored paths of a synced folder left out of all three.
     func loadTrees() async throws -> Trees {
-        let rows = try await database.pool.read { db in try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items").map(ItemRow.init(row:)) }
-        var byLuid: [String: ItemRow] = [:]
-        for row in rows { byLuid[row.luid] = row }
+        let rows = try await database.pool.read { db in try ItemRow.fetchAll(db) }
+        var index: [String: Int] = [:]
+        index.reserveCapacity(rows.count)
+        for (position, row) in rows.enumerated() { index[row.luid] = position }
         let root = ItemID.root.rawValue
         // Reachability from the root, per tree (with each item's path, for the ignore rules).
         func reachable(_ parentOf: (ItemRow) -> String?, _ nameOf: (ItemRow) -> String?, present: (ItemRow) -> Bool) -> [String: String] {
             var paths: [String: String] = [root: ""]
             func path(_ luid: String, _ depth: Int) -> String? {
                 if let known = paths[luid] { return known }
-                guard depth < 1000, let row = byLuid[luid], present(row), let parent = parentOf(row), let name = nameOf(row),
+                guard depth < 1000, let position = index[luid], present(rows[position]), let parent = parentOf(rows[position]), let name = nameOf(rows[position]),
                     let above = path(parent, depth + 1)
                 else { return nil }
                 let value = above.isEmpty ? name : above + "/" + name
@@ -101,12 +104,21 @@ extension SyncEngine {
         let remotePaths = reachable({ $0.rParent }, { $0.rName }, present: { $0.rPresent })
         let localPaths = reachable({ $0.lParent }, { $0.lName }, present: { $0.lPresent })
         let ignore = disk?.ignoreRules
+        var ignoredFolders: [String: Bool] = [:]
+        /// Whether a path, or a folder above it, is ignored (each folder asked once).
+        func isIgnored(_ path: String, isFolder: Bool, by ignore: IgnoreRules) -> Bool {
+            if isFolder, let known = ignoredFolders[path] { return known }
+            var ignored = ignore.ignores(path, isDirectory: isFolder)
+            if !ignored, let slash = path.lastIndex(of: "/") { ignored = isIgnored(String(path[..<slash]), isFolder: true, by: ignore) }
+            if isFolder { ignoredFolders[path] = ignored }
+            return ignored
+        }
         var trees = Trees()
         for row in rows where row.luid != root {
             let id = ItemID(row.luid)
             if let ignore {
-                if let path = localPaths[row.luid], DiskFolder.isIgnored(path, isFolder: row.isFolder, by: ignore) { continue }
-                if let path = remotePaths[row.luid], DiskFolder.isIgnored(path, isFolder: row.isFolder, by: ignore) { continue }
+                if let path = localPaths[row.luid], isIgnored(path, isFolder: row.isFolder, by: ignore) { continue }
+                if let path = remotePaths[row.luid], path != localPaths[row.luid], isIgnored(path, isFolder: row.isFolder, by: ignore) { continue }
             }
             if remotePaths[row.luid] != nil, let node = row.remoteNode { trees.remote[id] = node }
             if let node = row.syncedNode { trees.synced[id] = node }
@@ -196,11 +208,14 @@ extension SyncEngine {
     /// that takes batches go several per request); `true` if any step changed the trees.
     func execute(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
         let width = max(1, configuration.maxConcurrentOperations)
+        // Steps that only change the database go first, together, in one transaction.
+        let quick = steps.filter(isDatabaseOnly)
+        var progressed = try await performDatabaseSteps(quick)
+        let steps = steps.filter { !isDatabaseOnly($0) }
         var units = try await units(steps, provider)
         let items = Set(steps.map(\.item.rawValue))
         running.formUnion(items)
         defer { running.subtract(items) }
-        var progressed = false
         try await withThrowingTaskGroup(of: Bool.self) { group in
             var inFlight = 0
             while !units.isEmpty || inFlight > 0 {
@@ -228,10 +243,9 @@ extension SyncEngine {
         let limits = batching.batchLimits
         let sizes = try await database.pool.read { db -> [String: Int64] in
             var sizes: [String: Int64] = [:]
+            let statement = try db.cachedStatement(sql: "SELECT l_size FROM items WHERE luid = ? AND source_revision IS NULL AND file_id IS NULL")
             for case .upload(let id, nil) in steps {
-                if let row = try ItemRow.fetch(db, luid: id.rawValue), row.sourceRevision == nil, let size = row.lSize, size <= limits.fileSize {
-                    sizes[id.rawValue] = size
-                }
+                if let size = try Int64.fetchOne(statement, arguments: [id.rawValue]), size <= limits.fileSize { sizes[id.rawValue] = size }
             }
             return sizes
         }

@@ -16,6 +16,7 @@ extension SyncEngine {
         }
         try await observeLocal()
         try await runPlans(provider, including: { !$0.isRemote })
+        try await hydratePinned(provider)
         notifyChanged()
     }
 
@@ -23,18 +24,21 @@ extension SyncEngine {
         try await mapRoot(provider)
         guard provider.capabilities.contains(.changeFeed) else { return try await relist(provider) }
         guard let cursor = try await database.pool.read({ db in try db.meta("cursor") }) else { return try await relist(provider) }
-        var next = cursor
         do {
+            var page = try await provider.changes(since: cursor)
             while true {
-                let page = try await provider.changes(since: next)
-                next = page.cursor
+                // The next page is fetched (and decoded) while this one is applied.
                 let changes = page.changes
-                let cursor = next
+                let next = page.cursor
+                let more = page.hasMore
+                async let following = more ? provider.changes(since: next) : nil
                 try await database.pool.write { db in
-                    for change in changes { try self.applyChange(db, change) }
-                    try db.setMeta("cursor", cursor)
+                    var parents: [String: String] = [:]
+                    for change in changes { try self.applyChange(db, change, parents: &parents) }
+                    try db.setMeta("cursor", next)
                 }
-                if !page.hasMore { break }
+                guard let more = try await following else { break }
+                page = more
             }
         } catch ProviderError.gone {
             try await relist(provider)
@@ -105,6 +109,13 @@ extension SyncEngine {
 
     /// Takes one remote change into the remote tree (nothing else).
     nonisolated func applyChange(_ db: Database, _ change: RemoteChange) throws {
+        var parents: [String: String] = [:]
+        try applyChange(db, change, parents: &parents)
+    }
+
+    /// ``applyChange(_:_:)`` with the LUIDs of parent folders met so far (a page of a feed has a few folders for
+    /// many files).
+    nonisolated func applyChange(_ db: Database, _ change: RemoteChange, parents: inout [String: String]) throws {
         switch change {
         case .remove(let fileId):
             guard let stored = try ItemRow.fetch(db, fileId: fileId), stored.luid != ItemID.root.rawValue, stored.rPresent else { return }
@@ -114,7 +125,25 @@ extension SyncEngine {
         case .upsert(let item):
             let rootId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = 'root'"))
             if item.id == rootId { return }
-            let parent = try parentLuid(db, item.parentId)
+            let parent: String?
+            if let parentId = item.parentId, let known = parents[parentId] {
+                parent = known
+            } else {
+                parent = try parentLuid(db, item.parentId)
+                if let parentId = item.parentId, let parent { parents[parentId] = parent }
+            }
+            // Most of a feed after this device's own uploads is what the remote tree already holds: checked on a few
+            // columns, without decoding the row.
+            if let known = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT r_present, r_parent, r_name, r_revision, r_checksum, r_size, r_mime, r_modified, is_folder FROM items WHERE file_id = ?"),
+                arguments: [item.id]),
+                known[0] as Bool, known[1] as String? == parent, known[2] as String? == item.name, known[3] as String? == item.revision,
+                known[4] as String? == item.checksum, known[5] as Int64? == item.size, known[6] as String? == item.mimeType,
+                known[7] as Int64? == item.modifiedAt.millis, known[8] as Bool == item.isFolder
+            {
+                return
+            }
             let stored = try ItemRow.fetch(db, fileId: item.id)
             var row = stored ?? ItemRow.empty(ItemID.make().rawValue, isFolder: item.isFolder)
             row.setRemote(item, parentLuid: parent)
@@ -196,6 +225,9 @@ extension SyncEngine {
             }
             try db.setMeta("cursor", cursor)
         }
+        let plan = try await currentPlan().filter { !$0.isRemote && isDatabaseOnly($0) }
+        _ = try await performDatabaseSteps(plan)
+        _ = takeRoundReport()
     }
 
     /// Whether the engine has a step ready (for benchmarks: the executor is ready once it has one).

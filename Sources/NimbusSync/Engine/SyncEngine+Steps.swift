@@ -51,6 +51,11 @@ extension SyncEngine {
     }
 
     func carryOut(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws {
+        if isDatabaseOnly(step) {
+            let discard = try await database.pool.write { db in try self.recordLocally(db, step) }
+            for path in discard { try? FileManager.default.removeItem(atPath: path) }
+            return
+        }
         guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: step.item.rawValue) }) else { return }
         switch step {
         case .createRemoteFolder:
@@ -92,47 +97,8 @@ extension SyncEngine {
             try await moveLocal(row, to: parent.rawValue, name: name)
         case .deleteLocal:
             try await deleteLocal(row)
-        case .record:
-            try await database.pool.write { db in
-                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
-                var updated = stored
-                switch (stored.rPresent, stored.lPresent) {
-                case (false, false):
-                    try ItemRow.delete(db, luid: stored.luid)
-                    return
-                case (true, true):
-                    if !stored.sPresent {
-                        updated.syncRemote()
-                    } else {
-                        if stored.isFolder || stored.lChecksum == stored.rChecksum { updated.syncRemoteContent() }
-                        if stored.lParent == stored.rParent && stored.lName == stored.rName {
-                            updated.sParent = stored.rParent
-                            updated.sName = stored.rName
-                        }
-                    }
-                default:
-                    return
-                }
-                try updated.update(db, from: stored)
-            }
-        case .link(_, let other):
-            try await database.pool.write { db in
-                guard let remote = try ItemRow.fetch(db, luid: other.rawValue) else { return }
-                try self.merge(db, from: remote.luid, into: row.luid)
-                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
-                var updated = stored
-                updated.syncRemote()
-                updated.createRequest = nil
-                updated.createSent = false
-                try updated.update(db, from: stored)
-            }
-        case .forget:
-            try await database.pool.write { db in
-                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
-                var updated = stored
-                updated.forgetRemote()
-                try updated.update(db, from: stored)
-            }
+        case .record, .link, .forget, .hold, .release:
+            break  // database only (above)
         case .fork(_, let name):
             try await fork(row, name: name)
         case .hold(_, let hold):
@@ -140,6 +106,121 @@ extension SyncEngine {
         case .release:
             try await database.pool.write { db in try db.execute(sql: "UPDATE items SET flag = NULL WHERE luid = ?", arguments: [row.luid]) }
         }
+    }
+
+    /// Steps that only change the database: the merge base, links, holds — and, for the app's store, every step here
+    /// (its local tree is the view; the content of a pinned file is fetched after the round).
+    nonisolated func isDatabaseOnly(_ step: PlannedOperation) -> Bool {
+        switch step {
+        case .record, .link, .forget, .hold, .release: true
+        case .createLocalFolder, .download, .moveLocal, .deleteLocal: disk == nil
+        default: false
+        }
+    }
+
+    /// The effect of a database-only step, inside `db`'s transaction; returns content files to delete afterwards.
+    nonisolated func recordLocally(_ db: Database, _ step: PlannedOperation) throws -> [String] {
+        guard let stored = try ItemRow.fetch(db, luid: step.item.rawValue) else { return [] }
+        var updated = stored
+        var discard: [String] = []
+        switch step {
+        case .record:
+            switch (stored.rPresent, stored.lPresent) {
+            case (false, false):
+                try ItemRow.delete(db, luid: stored.luid)
+                return []
+            case (true, true):
+                if !stored.sPresent {
+                    updated.syncRemote()
+                } else {
+                    if stored.isFolder || stored.lChecksum == stored.rChecksum { updated.syncRemoteContent() }
+                    if stored.lParent == stored.rParent && stored.lName == stored.rName {
+                        updated.sParent = stored.rParent
+                        updated.sName = stored.rName
+                    }
+                }
+            default:
+                return []
+            }
+        case .link(_, let other):
+            guard try ItemRow.fetch(db, luid: other.rawValue) != nil else { return [] }
+            try merge(db, from: other.rawValue, into: stored.luid)
+            guard let merged = try ItemRow.fetch(db, luid: stored.luid) else { return [] }
+            updated = merged
+            updated.syncRemote()
+            updated.createRequest = nil
+            updated.createSent = false
+            try updated.update(db, from: merged)
+            return []
+        case .forget:
+            updated.forgetRemote()
+        case .hold(_, let hold):
+            updated.hold = hold
+        case .release:
+            updated.hold = nil
+        case .createLocalFolder:
+            updated.adoptRemote()
+            updated.syncRemote()
+        case .download:
+            // The view takes the remote state; a copy of older content is dropped (the content of a pinned file is
+            // fetched after the round).
+            if stored.lPresent {
+                updated.lChecksum = stored.rChecksum
+                updated.lSize = stored.rSize
+                updated.lMime = stored.rMime
+                updated.lModified = stored.rModified
+                updated.syncRemoteContent()
+            } else {
+                updated.adoptRemote()
+                updated.syncRemote()
+            }
+            if let path = stored.contentPath, stored.contentChecksum != updated.lChecksum, stored.contentOwned {
+                discard.append(path)
+                updated.contentPath = nil
+                updated.contentChecksum = nil
+            }
+        case .moveLocal(_, let parent, let name):
+            updated.lParent = parent.rawValue
+            updated.lName = name
+            updated.sParent = parent.rawValue
+            updated.sName = name
+        case .deleteLocal:
+            for luid in try localSubtree(db, stored.luid) {
+                guard let item = try ItemRow.fetch(db, luid: luid) else { continue }
+                if item.contentOwned, let path = item.contentPath { discard.append(path) }
+                if !item.rPresent {
+                    try ItemRow.delete(db, luid: luid)
+                } else {
+                    var gone = item
+                    gone.lPresent = false
+                    gone.sPresent = false
+                    gone.contentPath = nil
+                    gone.contentChecksum = nil
+                    try gone.update(db, from: item)
+                }
+            }
+            return discard
+        default:
+            return []
+        }
+        try updated.update(db, from: stored)
+        return discard
+    }
+
+    /// Database-only steps, many in one transaction (a pull that brings 10,000 changes into the app's view is one
+    /// write, not 10,000).
+    func performDatabaseSteps(_ steps: [PlannedOperation]) async throws -> Bool {
+        guard !steps.isEmpty else { return false }
+        let discard = try await database.pool.write { db -> [String] in
+            var discard: [String] = []
+            for step in steps { discard += try self.recordLocally(db, step) }
+            try db.execute(sql: "DELETE FROM failures WHERE luid IN (\(databaseQuestionMarks(count: steps.count)))", arguments: StatementArguments(steps.map(\.item.rawValue)))
+            return discard
+        }
+        for path in discard { try? FileManager.default.removeItem(atPath: path) }
+        for step in steps { done.append((step, nil)) }
+        if Self.tracing { trace("\(steps.count) steps recorded") }
+        return true
     }
 
     /// What a provider's refusal tells, recorded in the trees (`true`: plan again now), or a failure to retry.
@@ -317,12 +398,16 @@ extension SyncEngine {
 
     /// The bytes the local tree says the item holds, to send: checked unchanged against the scan (a synced
     /// folder), or the engine's copy (the app).
-    func contentSource(_ row: ItemRow) throws -> UploadSource {
+    func contentSource(_ row: ItemRow, folderPaths: [String: String] = [:]) throws -> UploadSource {
         guard let checksum = row.lChecksum, let size = row.lSize else { throw LocalChanged() }
         if let disk {
-            guard let relative = try database.pool.read({ db in try self.localPath(db, row.luid) }), disk.isStill(row, at: relative) else {
-                throw LocalChanged()
+            var relative: String?
+            if let parent = row.lParent, let above = folderPaths[parent], let name = row.lName {
+                relative = above.isEmpty ? name : above + "/" + name
+            } else {
+                relative = try database.pool.read { db in try self.localPath(db, row.luid) }
             }
+            guard let relative, disk.isStill(row, at: relative) else { throw LocalChanged() }
             return UploadSource(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size, checksum: checksum)
         }
         guard let path = row.contentPath, row.contentChecksum == checksum || !row.contentOwned else {
@@ -397,19 +482,43 @@ extension SyncEngine {
     func performBatch(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
         guard let batching = provider as? any BatchUploadProvider else { return false }
         var files: [BatchFile] = []
-        var sent: [(step: PlannedOperation, row: ItemRow, checksum: String)] = []
+        var sent: [(step: PlannedOperation, row: ItemRow, checksum: String, request: String)] = []
         var progressed = false
+        // One read for the rows and their folders' ids, one write to mark the creations as sent: a batch of 100
+        // small files cost 300 transactions (100 of them durable writes) when each file was looked up alone.
+        let luids = steps.map(\.item.rawValue)
+        let (rows, folders, folderPaths) = try await database.pool.read { db -> ([ItemRow], [String: String], [String: String]) in
+            let rows = try ItemRow.fetchAll(db, where: "luid IN (\(databaseQuestionMarks(count: luids.count)))", arguments: StatementArguments(luids))
+            var folders: [String: String] = [:]
+            var paths: [String: String] = [:]
+            for parent in Set(rows.compactMap(\.lParent)) {
+                if let fileId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = ?"), arguments: [parent]) {
+                    folders[parent] = fileId
+                }
+                if self.disk != nil, let path = try self.localPath(db, parent) { paths[parent] = path }
+            }
+            return (rows, folders, paths)
+        }
+        let byLuid = Dictionary(rows.map { ($0.luid, $0) }, uniquingKeysWith: { first, _ in first })
+        var requests: [(luid: String, request: String)] = []
         for step in steps {
-            guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: step.item.rawValue) }), row.fileId == nil else { continue }
+            guard let row = byLuid[step.item.rawValue], row.fileId == nil else { continue }
             do {
-                let source = try contentSource(row)
-                let parent = try await remoteId(of: row.lParent)
-                let request = try await sendingCreation(row)
+                guard let parent = row.lParent.flatMap({ folders[$0] }) else { throw SyncError.invalid("A folder this change needs is not there yet.") }
+                let source = try contentSource(row, folderPaths: folderPaths)
+                let request = row.createRequest ?? Self.newRequestId()
+                requests.append((row.luid, request))
                 files.append(BatchFile(source: source, parentId: parent, name: row.lName ?? "file", mimeType: row.lMime, requestId: request))
-                sent.append((step, row, source.checksum))
+                sent.append((step, row, source.checksum, request))
                 progressBox.withLock { $0[row.luid] = .uploading(progress: 0) }
             } catch {
                 if try await perform(step, provider) { progressed = true }  // alone: it reports what went wrong
+            }
+        }
+        let marked = requests
+        try await database.pool.write { db in
+            for (luid, request) in marked {
+                try db.cachedStatement(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?").execute(arguments: [request, luid])
             }
         }
         defer { progressBox.withLock { for entry in sent { $0.removeValue(forKey: entry.row.luid) } } }
@@ -435,10 +544,16 @@ extension SyncEngine {
         try await database.pool.write { db in
             for (entry, result) in zip(delivered, results) {
                 guard case .success(let item) = result else { continue }
-                if let other = try ItemRow.fetch(db, fileId: item.id), other.luid != entry.row.luid {
-                    try self.merge(db, from: other.luid, into: entry.row.luid)
+                var stored = entry.row
+                if let other = try ItemRow.luid(db, fileId: item.id), other != entry.row.luid {
+                    try self.merge(db, from: other, into: entry.row.luid)  // the feed brought it first
+                    guard let merged = try ItemRow.fetch(db, luid: entry.row.luid) else { continue }
+                    stored = merged
                 }
-                guard let stored = try ItemRow.fetch(db, luid: entry.row.luid) else { continue }
+                // (The row as read before the request: only the columns this changes are written, so a change the
+                // user made meanwhile stays.)
+                stored.createSent = true
+                stored.createRequest = entry.request
                 var updated = stored
                 updated.setRemote(item, parentLuid: entry.row.lParent)
                 if updated.rChecksum == nil { updated.rChecksum = entry.checksum }
@@ -448,7 +563,7 @@ extension SyncEngine {
                 if item.isDeleted { updated.rPresent = false }
                 try self.keepSentContent(&updated)
                 try updated.update(db, from: stored)
-                try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [stored.luid])
+                try db.cachedStatement(sql: "DELETE FROM failures WHERE luid = ?").execute(arguments: [stored.luid])
             }
         }
         for (entry, result) in zip(sent, results) {
@@ -483,14 +598,6 @@ extension SyncEngine {
                 updated.syncRemote()
                 try updated.update(db, from: stored)
             }
-            return
-        }
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
-            var updated = stored
-            updated.adoptRemote()
-            updated.syncRemote()
-            try updated.update(db, from: stored)
         }
     }
 
@@ -499,31 +606,7 @@ extension SyncEngine {
     /// a file that appeared there meanwhile). For the app, the view takes the remote state and content is fetched
     /// when the file is kept offline.
     func download(_ row: ItemRow, _ provider: any RemoteProvider) async throws {
-        guard let disk else {
-            let pinned = try await database.pool.write { db -> Bool in
-                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return false }
-                var updated = stored
-                if stored.lPresent {
-                    updated.lChecksum = stored.rChecksum
-                    updated.lSize = stored.rSize
-                    updated.lMime = stored.rMime
-                    updated.lModified = stored.rModified
-                    updated.syncRemoteContent()
-                } else {
-                    updated.adoptRemote()
-                    updated.syncRemote()
-                }
-                if let path = stored.contentPath, stored.contentChecksum != updated.lChecksum, stored.contentOwned {
-                    try? FileManager.default.removeItem(atPath: path)
-                    updated.contentPath = nil
-                    updated.contentChecksum = nil
-                }
-                try updated.update(db, from: stored)
-                return stored.pinned
-            }
-            if pinned, let fresh = try await database.pool.read({ db in try ItemRow.fetch(db, luid: row.luid) }) { try await fetchContent(fresh) }
-            return
-        }
+        guard let disk else { return }  // the app's store: database only (recordLocally)
         guard let fileId = row.fileId, let revision = row.rRevision else { return }
         // Where it goes: in place of the local file, or (new here) where the remote has it.
         let relative: String

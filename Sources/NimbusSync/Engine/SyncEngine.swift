@@ -420,7 +420,10 @@ public actor SyncEngine {
     }
 
     func trace(_ line: String) {
-        if Self.tracing { FileHandle.standardError.write(Data("[\(configuration.deviceName)] \(line)\n".utf8)) }
+        if Self.tracing {
+            let stamp = String(format: "%.3f", Date().timeIntervalSince1970.truncatingRemainder(dividingBy: 1000))
+            FileHandle.standardError.write(Data("\(stamp) [\(configuration.deviceName)] \(line.prefix(300))\n".utf8))
+        }
         recentActivity.append(line)
         if recentActivity.count > 80 { recentActivity.removeFirst(recentActivity.count - 80) }
     }

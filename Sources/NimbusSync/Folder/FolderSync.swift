@@ -80,7 +80,7 @@ public actor FolderSync {
             }
         }
         let (done, errors, scan, held, heldThere) = await engine.roundSummary()
-        let paths = try await engine.paths()
+        let paths = done.isEmpty && errors.isEmpty ? [:] : try await engine.paths()
         func path(_ id: ItemID) -> String { paths[id.rawValue] ?? id.rawValue }
         for (step, before) in done {
             switch step {
@@ -133,14 +133,28 @@ extension SyncEngine {
         return (done, errors, lastScan, heldDeletions, heldLocalDeletions)
     }
 
-    /// Every item's path in the local tree (or, not here, in the remote tree), relative to the root.
+    /// Every item's path in the local tree (or, not here, in the remote tree), relative to the root: one read.
     func paths() throws -> [String: String] {
-        try database.pool.read { db in
-            var result: [String: String] = [:]
-            for luid in try String.fetchAll(db, sql: "SELECT luid FROM items WHERE luid != 'root'") {
-                if let path = try self.localPath(db, luid) ?? self.remotePath(db, luid) { result[luid] = path }
-            }
-            return result
+        let rows = try database.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT luid, l_present, l_parent, l_name, r_present, r_parent, r_name FROM items")
+                .map { (luid: $0[0] as String, local: ($0[1] as Bool) ? ($0[2] as String?, $0[3] as String?) : (nil, nil),
+                        remote: ($0[4] as Bool) ? ($0[5] as String?, $0[6] as String?) : (nil, nil)) }
         }
+        var local: [String: (String?, String?)] = [:]
+        var remote: [String: (String?, String?)] = [:]
+        for row in rows {
+            local[row.luid] = row.local
+            remote[row.luid] = row.remote
+        }
+        var known: [String: String] = [ItemID.root.rawValue: ""]
+        func path(_ luid: String, _ tree: [String: (String?, String?)], _ depth: Int) -> String? {
+            if luid == ItemID.root.rawValue { return "" }
+            guard depth < 1000, let (parent, name) = tree[luid], let parent, let name, let above = path(parent, tree, depth + 1) else { return nil }
+            return above.isEmpty ? name : above + "/" + name
+        }
+        for row in rows where row.luid != ItemID.root.rawValue {
+            if let value = path(row.luid, local, 0) ?? path(row.luid, remote, 0) { known[row.luid] = value }
+        }
+        return known
     }
 }

@@ -37,23 +37,24 @@ public struct IgnoreRules: Sendable {
 
     /// Whether `relativePath` (slash-separated, no leading slash) is ignored. The last matching rule wins.
     public func ignores(_ relativePath: String, isDirectory: Bool) -> Bool {
-        let name = relativePath.split(separator: "/").last.map(String.init) ?? relativePath
+        let name = relativePath.lastIndex(of: "/").map { relativePath[relativePath.index(after: $0)...] } ?? relativePath[...]
         var ignored = false
-        for rule in rules {
-            if rule.directoryOnly && !isDirectory { continue }
-            let subject = rule.anchored ? relativePath : name
+        for index in rules.indices {
+            if rules[index].directoryOnly && !isDirectory { continue }
+            let subject = rules[index].anchored ? relativePath[...] : name
             let matches: Bool
-            if let (prefix, suffix) = rule.literal {
+            if let (prefix, suffix) = rules[index].literal {
                 if let suffix {
-                    matches = subject.count >= prefix.count + suffix.count && subject.hasPrefix(prefix) && subject.hasSuffix(suffix)
-                        && (rule.anchored ? !subject.dropFirst(prefix.count).dropLast(suffix.count).contains("/") : true)
+                    matches = subject.utf8.count >= prefix.utf8.count + suffix.utf8.count && subject.hasPrefix(prefix) && subject.hasSuffix(suffix)
+                        && (rules[index].anchored ? !subject.dropFirst(prefix.count).dropLast(suffix.count).contains("/") : true)
                 } else {
                     matches = subject == prefix
                 }
             } else {
-                matches = rule.regex.firstMatch(in: subject, range: NSRange(subject.startIndex..., in: subject)) != nil
+                let text = String(subject)
+                matches = rules[index].regex.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) != nil
             }
-            if matches { ignored = !rule.negated }
+            if matches { ignored = !rules[index].negated }
         }
         return ignored
     }

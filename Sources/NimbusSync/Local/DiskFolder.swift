@@ -70,11 +70,11 @@ struct DiskFolder: Sendable {
             }
             stack += folders.reversed()
         }
-        entries.sort { depth($0.path) == depth($1.path) ? $0.path < $1.path : depth($0.path) < depth($1.path) }
+        // (The walk lists a folder before what is in it: parents come first.)
 
         let now = fileSystem.now()
         try database.pool.write { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE l_present = 1").map(ItemRow.init(row:))
+            let rows = try ItemRow.fetchAll(db, where: "l_present = 1")
             var byLuid: [String: ItemRow] = [:]
             for row in rows { byLuid[row.luid] = row }
             // Each known item's path as the local tree has it.

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import NimbusAPI
 
 /// One item with its three trees (see ``LocalDatabase``) and what this side keeps about it.
@@ -137,6 +138,33 @@ struct ItemRow: Sendable, Equatable {
             hold?.rawValue, lastAccess, lChanging ? "changing" : nil, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
             sourceRevision,
         ]
+    }
+
+    /// Every row a query selecting ``columns`` returns, decoded straight from SQLite (GRDB's generic decoding of
+    /// 36 columns was most of the cost of loading 10,000 rows for a plan).
+    static func fetchAll(_ db: Database, where condition: String = "1", arguments: StatementArguments = []) throws -> [ItemRow] {
+        let statement = try db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE \(condition)")
+        let sqlite = statement.sqliteStatement
+        func text(_ column: Int32) -> String? {
+            guard let bytes = sqlite3_column_text(sqlite, column) else { return nil }
+            return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(sqlite, column))), as: UTF8.self)
+        }
+        func integer(_ column: Int32) -> Int64? { sqlite3_column_type(sqlite, column) == SQLITE_NULL ? nil : sqlite3_column_int64(sqlite, column) }
+        func flag(_ column: Int32) -> Bool { sqlite3_column_int64(sqlite, column) != 0 }
+        var result: [ItemRow] = []
+        let rows = try Row.fetchCursor(statement, arguments: arguments)
+        while try rows.next() != nil {
+            result.append(
+                ItemRow(
+                    luid: text(0) ?? "", fileId: text(1), isFolder: flag(2), rPresent: flag(3), rParent: text(4), rName: text(5), rMime: text(6),
+                    rSize: integer(7), rChecksum: text(8), rRevision: text(9), rModified: integer(10), sPresent: flag(11), sParent: text(12),
+                    sName: text(13), sChecksum: text(14), sRevision: text(15), lPresent: flag(16), lParent: text(17), lName: text(18),
+                    lMime: text(19), lSize: integer(20), lChecksum: text(21), lModified: integer(22), contentPath: text(23),
+                    contentChecksum: text(24), pinned: flag(25), hold: text(26).flatMap(Hold.init(rawValue:)), lastAccess: integer(27) ?? 0,
+                    lChanging: text(28) == "changing", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
+                    uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35)))
+        }
+        return result
     }
 
     static func fetch(_ db: Database, luid: String) throws -> ItemRow? {

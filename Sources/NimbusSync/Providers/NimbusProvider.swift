@@ -44,6 +44,31 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         return Self.item(current)
     }
 
+    /// Makes the folders of `path` (from the account's root) that are missing, like `mkdir -p`.
+    public static func makeFolder(_ path: String, with client: ServerClient) async throws {
+        let provider = NimbusProvider(client: client, state: NoState())
+        var current: File = try await provider.call("GET", "/v1/files/root")
+        for part in path.split(separator: "/").map(String.init) where part != "." {
+            if let next = try await provider.files(in: current.id).first(where: { $0.name == part }) {
+                guard next.isFolder else {
+                    throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+                }
+                current = next
+                continue
+            }
+            let body = CreateFileRequest(name: part, mimeType: folderMimeType, parentId: current.id, requestId: UUID.random().uuidString.lowercased())
+            let (head, data) = try await provider.send(
+                TransportRequest(method: "POST", path: "/v1/files", body: try JSONEncoder.nimbus.encode(body)), json: true)
+            try Self.check(head, data)
+            current = try Self.decode(File.self, data)
+        }
+    }
+
+    struct NoState: ProviderStateStore {
+        func value(for key: String) throws -> String? { nil }
+        func setValue(_ value: String?, for key: String) throws {}
+    }
+
     public func item(_ id: String) async throws -> RemoteItem {
         let file: File = try await call("GET", "/v1/files/\(id)")
         if file.trashed { throw ProviderError.notFound }

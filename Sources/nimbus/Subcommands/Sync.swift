@@ -91,12 +91,14 @@ struct SyncCommand: AsyncParsableCommand {
     func makeRemoteFolder(_ spec: RemoteSpec, home: Home) async throws {
         switch spec {
         case .nimbus(let path):
-            let engine = try await home.signedInEngine()
+            // Straight through the provider: the library's own view need not catch up with the whole account.
+            let tokens = FileTokenStore(url: home.libraryURL.appending(path: "account.json"))
+            guard let account = try tokens.load() else { throw CLIError("Not logged in. Run: nimbus login URL --username NAME") }
+            let client = ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens)
             do {
-                _ = try await RemotePath.makeFolders(path, in: engine)
-                try await engine.drain(timeout: .seconds(120))
-            } catch let error as SyncError {
-                throw CLIError(error.description)
+                try await NimbusProvider.makeFolder(path, with: client)
+            } catch let error as ProviderError {
+                throw CLIError("Could not make the folder \(path) there: \(error.description)")
             }
         case .local(let name, let folder, let path):
             let config = try home.loadConfig()
