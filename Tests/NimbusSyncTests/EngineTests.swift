@@ -111,6 +111,30 @@ struct EngineTests {
         }
     }
 
+    @Test("an item deleted here while its creation's answer was lost does not come back: it is deleted there too")
+    func deletedWhileInDoubt() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("doubt")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "doubt", password: "correct horse")
+            let file = try await a.upload(from: try world.file("gone.txt", Data("short-lived".utf8)))
+            let folder = try await a.createFolder(named: "Gone")
+            // Both creations reach the server; both answers are lost.
+            device.faults.fail(.dropResponse) { $0.path.contains("uploadType=media") }
+            device.faults.fail(.dropResponse) { $0.method == "POST" && $0.path == "/v1/files" }
+            try? await a.push()
+            try await a.delete(file)
+            try await a.delete(folder)
+            try await device.settle()
+            let api = try await world.api("doubt")
+            #expect(try await api.tree().isEmpty, "nothing deleted here lives on there")
+            #expect(try await a.tree().isEmpty)
+            let trash: FileList = try await api.call("GET", "/v1/trash?limit=100")
+            #expect(Set(trash.files.map(\.name)) == ["gone.txt", "Gone"], "what landed is in the trash")
+        }
+    }
+
     @Test("small files go in one request; a lost answer duplicates no file and makes no conflict of a new version")
     func simpleUploadsLostAnswers() async throws {
         try await SyncWorld.run { world in

@@ -212,7 +212,10 @@ extension SyncEngine {
                 var row = stored
                 row.lPresent = false
                 row.hold = nil
-                if row.contentOwned, let path = row.contentPath, path.hasPrefix(self.stagingDirectory.path), !self.running.contains(luid) {
+                // (A creation in doubt keeps its bytes: it is settled by asking again, see `settleDoubts`.)
+                if row.contentOwned, let path = row.contentPath, path.hasPrefix(self.stagingDirectory.path), !self.running.contains(luid),
+                    !(row.createSent && row.fileId == nil)
+                {
                     discard.append(path)
                     row.contentPath = nil
                     row.contentChecksum = nil

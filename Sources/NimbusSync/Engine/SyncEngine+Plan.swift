@@ -23,6 +23,7 @@ extension SyncEngine {
             if Self.tracing { trace("remote tree up to date") }
             try await observeLocal()
             if Self.tracing { trace("scanned: \(lastScan.hashed) files read") }
+            try await settleDoubts(provider)
             try await runPlans(provider)
             try await hydratePinned(provider)
             if case .offline = phase { phase = .idle }
@@ -40,8 +41,46 @@ extension SyncEngine {
         lastScan = try disk.scan(database) { ItemID.make().rawValue }
     }
 
+    /// Items deleted here while their creation was in doubt (sent, no answer recorded): the creation is asked for
+    /// again with the same request id, so whatever it made there is known — and then deleted there like any item
+    /// deleted here. (Without this, a file the user deleted moments after adding it could come back.)
+    func settleDoubts(_ provider: any RemoteProvider) async throws {
+        let rows = try await database.pool.read { db in try ItemRow.fetchAll(db, where: "create_sent = 1 AND file_id IS NULL AND l_present = 0") }
+        for row in rows where !running.contains(row.luid) {
+            guard let request = row.createRequest, let name = row.lName,
+                let parent = try await database.pool.read({ db in try row.lParent.flatMap { try ItemRow.fetch(db, luid: $0) }?.fileId })
+            else {
+                try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+                continue
+            }
+            do {
+                let made: RemoteItem
+                if row.isFolder {
+                    made = try await provider.createFolder(named: name, in: parent, requestId: request)
+                } else if let path = row.contentPath, let checksum = row.contentChecksum, let size = FileHasher.regularFileSize(path) {
+                    made = try await provider.upload(
+                        UploadSource(url: URL(fileURLWithPath: path), size: size, checksum: checksum), to: .new(parentId: parent, name: name, mimeType: row.lMime),
+                        requestId: request) { _ in }
+                } else {
+                    try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+                    continue
+                }
+                try await recordCreated(row.luid, made, parent: row.lParent)
+            } catch ProviderError.requestIdReused(let existing?) {
+                try await recordCreated(row.luid, try await provider.item(existing), parent: row.lParent)
+            } catch let error as ProviderError where !error.isRetryable {
+                // It was not made (the name belongs to another item, the folder is gone): nothing to undo.
+                try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+            } catch is ProviderError {
+                continue  // offline: asked again next round
+            }
+            if let path = row.contentPath, row.contentOwned, path.hasPrefix(stagingDirectory.path) { try? FileManager.default.removeItem(atPath: path) }
+        }
+    }
+
     /// Plans and carries out until nothing more can run now (only the steps `including` accepts).
     func runPlans(_ provider: any RemoteProvider, including: (PlannedOperation) -> Bool = { _ in true }) async throws {
+        do { try await mapRoot(provider) } catch let error as ProviderError { throw SyncError(error) }
         var previous: [PlannedOperation] = []
         for _ in 0..<500 {
             guard mayRun else { return }

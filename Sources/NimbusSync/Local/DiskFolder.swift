@@ -172,8 +172,8 @@ struct DiskFolder: Sendable {
                 var gone = row
                 gone.lPresent = false
                 gone.lChanging = false
-                if !gone.sPresent && !gone.rPresent {
-                    try ItemRow.delete(db, luid: row.luid)  // never synced: nothing to remember
+                if !gone.sPresent && !gone.rPresent && !(gone.createSent && gone.fileId == nil) {
+                    try ItemRow.delete(db, luid: row.luid)  // never synced: nothing to remember (unless its creation is in doubt)
                 } else {
                     try gone.update(db, from: row)
                 }
