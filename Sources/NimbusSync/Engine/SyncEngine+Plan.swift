@@ -24,7 +24,14 @@ extension SyncEngine {
             try await observeLocal()
             if Self.tracing { trace("scanned: \(lastScan.hashed) files read") }
             try await settleDoubts(provider)
+            let before = sent
             try await runPlans(provider)
+            if sent > before {
+                // What this round sent comes back in the change feed: taken in now, while it is fresh, so the next
+                // round (often a no-op) has nothing to read.
+                do { try await refreshRemote(provider) } catch let error as ProviderError { throw SyncError(error) }
+                try await runPlans(provider)
+            }
             try await hydratePinned(provider)
             if case .offline = phase { phase = .idle }
         } catch SyncError.unauthorized(let detail) {
@@ -67,7 +74,12 @@ extension SyncEngine {
                 }
                 try await recordCreated(row.luid, made, parent: row.lParent)
             } catch ProviderError.requestIdReused(let existing?) {
-                try await recordCreated(row.luid, try await provider.item(existing), parent: row.lParent)
+                // It was made, and has changed or gone since. Gone (deleted there too): nothing left to do.
+                do {
+                    try await recordCreated(row.luid, try await provider.item(existing), parent: row.lParent)
+                } catch ProviderError.notFound {
+                    try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+                } catch is ProviderError { continue }
             } catch let error as ProviderError where !error.isRetryable {
                 // It was not made (the name belongs to another item, the folder is gone): nothing to undo.
                 try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }

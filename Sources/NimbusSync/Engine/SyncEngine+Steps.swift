@@ -23,7 +23,7 @@ extension SyncEngine {
             }
             try await carryOut(step, provider)
             try await succeeded(step.item.rawValue)
-            done.append((step, path))
+            noteDone(step, path: path)
             stepErrors[step.item.rawValue] = nil
             trace("\(step) ✓")
             return true
@@ -218,7 +218,7 @@ extension SyncEngine {
             return discard
         }
         for path in discard { try? FileManager.default.removeItem(atPath: path) }
-        for step in steps { done.append((step, nil)) }
+        for step in steps { noteDone(step) }
         if Self.tracing { trace("\(steps.count) steps recorded") }
         return true
     }
@@ -570,7 +570,7 @@ extension SyncEngine {
             switch result {
             case .success:
                 progressed = true
-                done.append((entry.step, nil))
+                noteDone(entry.step)
             case .failure(let error): if try await outcome(error, of: entry.step, provider) { progressed = true }
             }
         }

@@ -49,8 +49,10 @@ public actor SyncEngine {
     /// A synced folder may delete many items there at once (the user confirmed).
     var confirmsLocalDeletions = false
     /// The steps carried out since the last ``takeRoundReport()`` (with the path of what was deleted or forked,
-    /// taken before it went).
+    /// taken before it went); kept for a synced folder's report only.
     var done: [(step: PlannedOperation, path: String?)] = []
+    /// How many steps there have succeeded (a round that sent something takes in its own changes afterwards).
+    var sent = 0
     /// Errors of those steps, by item.
     var stepErrors: [String: String] = [:]
 
@@ -417,6 +419,12 @@ public actor SyncEngine {
 
     func wake() {
         signal.fire()
+    }
+
+    /// Notes a step that succeeded.
+    func noteDone(_ step: PlannedOperation, path: String? = nil) {
+        if step.isRemote { sent += 1 }
+        if disk != nil { done.append((step, path)) }
     }
 
     func trace(_ line: String) {

@@ -193,8 +193,6 @@ struct DiskFolder: Sendable {
         return false
     }
 
-    func depth(_ path: String) -> Int { path.reduce(0) { $0 + ($1 == "/" ? 1 : 0) } }
-
     /// Takes the file at `relative` out of the way — renamed aside, atomically — when it is still exactly what the
     /// local tree recorded, and returns where it went (the caller replaces or deletes it: it holds nothing that is
     /// not synced). Checking after the rename closes the window between a check and the step: a save that lands

@@ -16,7 +16,7 @@ enum DiskOperations {
     #if os(Linux)
         /// glibc's renameat2 (2.28+), looked up at run time: Swift does not import it.
         typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
-        nonisolated(unsafe) static let renameat2: Renameat2? = dlsym(nil, "renameat2").map { unsafeBitCast($0, to: Renameat2.self) }
+        static let renameat2: Renameat2? = dlsym(nil, "renameat2").map { unsafeBitCast($0, to: Renameat2.self) }
     #endif
 
     /// Renames `from` to `to` only if nothing is at `to` (never replacing a file that appeared there meanwhile);

@@ -109,7 +109,16 @@ struct Status: AsyncParsableCommand {
         for item in attention {
             print("  ! \(try await engine.path(of: item.id) ?? item.name): \(ItemJSON.describe(item.state))")
         }
-        for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) { print("  sync \(local) ⇄ \(remote)") }
+        for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) {
+            var line = "  sync \(local) ⇄ \(remote)"
+            if FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path),
+                let pair = try? home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict),
+                let counts = try? await pair.engine.status()
+            {
+                line += ": \(counts.pending) pending, \(counts.conflicts) conflicts, \(counts.failed) failed"
+            }
+            print(line)
+        }
     }
 }
 
@@ -128,6 +137,8 @@ struct Conflicts: AsyncParsableCommand {
         /// The synced folder, for a pair.
         var folder: URL?
         var pair: FolderSync?
+        /// The pair's folder on the signed-in server (`/Shared`), when that is its remote.
+        var remotePath: String?
 
         /// How the user names an item of this scope: its remote path, or its path on disk.
         func display(_ path: String) -> String {
@@ -144,7 +155,9 @@ struct Conflicts: AsyncParsableCommand {
         for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) {
             guard FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path) else { continue }
             let pair = try home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict)
-            scopes.append(Scope(engine: pair.engine, folder: URL(fileURLWithPath: local), pair: pair))
+            var remotePath: String?
+            if case .nimbus(let path) = try RemoteSpec(remote, config: config) { remotePath = path }
+            scopes.append(Scope(engine: pair.engine, folder: URL(fileURLWithPath: local), pair: pair, remotePath: remotePath))
         }
         return scopes
     }
@@ -187,8 +200,22 @@ struct Conflicts: AsyncParsableCommand {
                     break
                 }
             }
-            if found == nil, path.hasPrefix("/"), let library = scopes.first(where: { $0.folder == nil }) {
-                if let item = try await library.engine.item(atPath: RemotePath.normalized(path)) { found = (library, item) }
+            if found == nil, path.hasPrefix("/") {
+                // A remote path: a synced folder's item that waits for the user there, else the library's.
+                let remote = RemotePath.normalized(path)
+                for scope in scopes where scope.pair != nil {
+                    guard let prefix = scope.remotePath, remote == prefix || remote.hasPrefix(prefix == "/" ? "/" : prefix + "/") else { continue }
+                    let relative = prefix == "/" ? remote : String(remote.dropFirst(prefix.count))
+                    if let item = try await scope.engine.item(atPath: relative.isEmpty ? "/" : relative), item.state == .conflict || item.state == .unsynced {
+                        found = (scope, item)
+                        break
+                    }
+                }
+                if found == nil, let library = scopes.first(where: { $0.folder == nil }),
+                    let item = try await library.engine.item(atPath: remote)
+                {
+                    found = (library, item)
+                }
             }
             guard let (scope, item) = found else { throw CLIError("\(path): no such file or folder.") }
             switch item.state {
