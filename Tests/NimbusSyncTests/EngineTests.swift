@@ -135,6 +135,80 @@ struct EngineTests {
         }
     }
 
+    @Test("a folder deleted while its creation was in doubt, brought back by the feed and used: what was put in it is kept; unused, it goes", arguments: [true, false])
+    func deletedInDoubtThenUsed(used: Bool) async throws {
+        try await SyncWorld.run { world in
+            try await world.register("reused")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "reused", password: "correct horse")
+            let box = try await a.createFolder(named: "Box")
+            device.faults.fail(.dropResponse) { $0.method == "POST" && $0.path == "/v1/files" }
+            try? await a.push()
+            try await a.delete(box)
+            // The feed brings the folder back (not yet known as this device's own) before the doubt is settled.
+            try await a.pull()
+            let back = try #require(try await a.listing().first { $0.name == "Box" }, "the folder is back")
+            if used { _ = try await a.upload(from: try world.file("kept.txt", Data("put here later".utf8)), in: back.id) }
+            try await device.settle()
+            let api = try await world.api("reused")
+            let expected = used ? ["/Box": "folder", "/Box/kept.txt": sha256(Data("put here later".utf8))] : [:]
+            #expect(try await api.tree() == expected)
+            #expect(try await a.tree() == expected)
+            #expect(try await a.status().pending == 0)
+        }
+    }
+
+    @Test("a file moved into a new folder while its creation was in doubt ends up there")
+    func movedWhileInDoubt() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("movedoubt")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "movedoubt", password: "correct horse")
+            let file = try await a.upload(from: try world.file("moving.txt", Data("on the move".utf8)))
+            device.faults.fail(.dropResponse) { $0.path.contains("uploadType=media") }
+            try? await a.push()
+            let folder = try await a.createFolder(named: "Later")
+            try await a.move(file, to: folder)
+            try await device.settle()
+            let expected = ["/Later": "folder", "/Later/moving.txt": sha256(Data("on the move".utf8))]
+            #expect(try await world.api("movedoubt").tree() == expected)
+            #expect(try await a.tree() == expected)
+            #expect(try await a.status().pending == 0)
+        }
+    }
+
+    @Test("a creation in doubt, edited since, that another device deleted (to the trash, or for good) before this one deleted it settles quietly", arguments: [false, true])
+    func deletedWhileInDoubtAndThere(permanently: Bool) async throws {
+        try await SyncWorld.run { world in
+            try await world.register("doubt2")
+            let device = try world.device("A")
+            let a = device.engine
+            try await a.signIn(server: world.server, username: "doubt2", password: "correct horse")
+            let file = try await a.upload(from: try world.file("brief.txt", Data("brief".utf8)))
+            device.faults.fail(.dropResponse) { $0.path.contains("uploadType=media") }
+            try? await a.push()
+            // Edited here meanwhile: asking again with the same request id and the new bytes is told the id made
+            // something else — which another device finds and deletes before this one hears back.
+            try await a.update(file, from: try world.file("brief.txt", Data("brief, edited".utf8)))
+            let api = try await world.api("doubt2")
+            let listed: FileList = try await api.call("GET", "/v1/files?parentId=root&limit=100")
+            let made = try #require(listed.files.first { $0.name == "brief.txt" })
+            try await api.callWithoutResult("DELETE", "/v1/files/\(made.id)" + (permanently ? "?permanent=true" : ""))
+            try await a.delete(file)
+            try await device.settle()
+            #expect(try await a.status().pending == 0)
+            #expect(try await a.itemsNeedingAttention().isEmpty)
+            #expect(try await api.tree().isEmpty)
+            #expect(try await a.tree().isEmpty)
+            let trash: FileList = try await api.call("GET", "/v1/trash?limit=100")
+            // Purged for good, the server may have forgotten the request id too: the retry then makes the file
+            // again, and it is deleted like the first — into the trash, once.
+            #expect(permanently ? trash.files.count <= 1 && trash.files.allSatisfy { $0.name == "brief.txt" } : trash.files.map(\.name) == ["brief.txt"])
+        }
+    }
+
     @Test("small files go in one request; a lost answer duplicates no file and makes no conflict of a new version")
     func simpleUploadsLostAnswers() async throws {
         try await SyncWorld.run { world in

@@ -159,8 +159,14 @@ struct Simulation {
         case 80..<87:
             guard let item = try await randomItem(engine, folders: true) else { return }
             let subtree = try await subtreeIds(engine, item.id)
+            // What the user deletes is what the items hold now — a conflict copy holds versions committed under
+            // the item it was forked from.
+            let held = Set(try await subtreeChecksums(engine, item))
             if (try? await engine.delete(item.id)) != nil {
                 excuse(device: index, items: subtree, onlyIfPending: false)
+                for version in versions.indices where versions[version].device == index && held.contains(versions[version].checksum) {
+                    versions[version].excused = true
+                }
                 log.append("D\(index) delete \(item.name)")
             }
         case 87..<93:
@@ -209,6 +215,18 @@ struct Simulation {
         }
         guard !items.isEmpty else { return nil }
         return items[random.below(items.count)]
+    }
+
+    func subtreeChecksums(_ engine: SyncEngine, _ item: SyncItem) async throws -> [String] {
+        var result = item.checksum.map { [$0] } ?? []
+        var stack = item.isFolder ? [item.id] : []
+        while let current = stack.popLast() {
+            for child in (try? await engine.listing(in: current)) ?? [] {
+                if let checksum = child.checksum { result.append(checksum) }
+                if child.isFolder { stack.append(child.id) }
+            }
+        }
+        return result
     }
 
     func subtreeIds(_ engine: SyncEngine, _ id: ItemID) async throws -> [ItemID] {

@@ -60,33 +60,46 @@ extension SyncEngine {
                 try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
                 continue
             }
+            var made: RemoteItem?
             do {
-                let made: RemoteItem
                 if row.isFolder {
                     made = try await provider.createFolder(named: name, in: parent, requestId: request)
                 } else if let path = row.contentPath, let checksum = row.contentChecksum, let size = FileHasher.regularFileSize(path) {
                     made = try await provider.upload(
                         UploadSource(url: URL(fileURLWithPath: path), size: size, checksum: checksum), to: .new(parentId: parent, name: name, mimeType: row.lMime),
                         requestId: request) { _ in }
-                } else {
-                    try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
-                    continue
                 }
-                try await recordCreated(row.luid, made, parent: row.lParent)
             } catch ProviderError.requestIdReused(let existing?) {
-                // It was made, and has changed or gone since. Gone (deleted there too): nothing left to do.
-                do {
-                    try await recordCreated(row.luid, try await provider.item(existing), parent: row.lParent)
-                } catch ProviderError.notFound {
-                    try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
-                } catch is ProviderError { continue }
+                // It was made, and has changed since (or gone: deleted there too, nothing left to do).
+                do { made = try await provider.item(existing) } catch ProviderError.notFound {} catch is ProviderError { continue }
             } catch let error as ProviderError where !error.isRetryable {
                 // It was not made (the name belongs to another item, the folder is gone): nothing to undo.
-                try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
             } catch is ProviderError {
                 continue  // offline: asked again next round
             }
+            if let made, try await !inUseElsewhere(made.id, than: row.luid) {
+                try await recordCreated(row.luid, made, parent: row.lParent)
+            } else {
+                try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+            }
             if let path = row.contentPath, row.contentOwned, path.hasPrefix(stagingDirectory.path) { try? FileManager.default.removeItem(atPath: path) }
+        }
+    }
+
+    /// Whether the item that a creation in doubt made is already here as another row — the change feed brought
+    /// it back before the doubt was settled — and the user has worked in it since (added, moved, renamed or
+    /// edited something in it): then what they did since wins over the earlier deletion, which is dropped.
+    func inUseElsewhere(_ fileId: String, than luid: String) async throws -> Bool {
+        try await database.pool.read { db in
+            guard let other = try ItemRow.fetch(db, fileId: fileId), other.luid != luid, other.lPresent else { return false }
+            return try Bool.fetchOne(
+                db,
+                sql: """
+                    WITH RECURSIVE tree(luid) AS (
+                        SELECT ? UNION ALL SELECT items.luid FROM items JOIN tree ON items.l_parent = tree.luid WHERE items.l_present = 1)
+                    SELECT EXISTS(SELECT 1 FROM items JOIN tree ON items.luid = tree.luid WHERE \(ItemRow.pendingExpression))
+                    """,
+                arguments: [other.luid]) ?? false
         }
     }
 

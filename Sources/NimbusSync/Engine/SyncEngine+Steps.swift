@@ -372,7 +372,7 @@ extension SyncEngine {
             }
             guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
             var updated = stored
-            updated.setRemote(item, parentLuid: parent)
+            updated.setRemote(item, parentLuid: try self.createdParent(db, item, requested: parent))
             if updated.rChecksum == nil { updated.rChecksum = checksum }
             updated.syncRemote()
             updated.createRequest = nil
@@ -382,6 +382,15 @@ extension SyncEngine {
             try self.keepSentContent(&updated)
             try updated.update(db, from: stored)
         }
+    }
+
+    /// Where a creation's answer says the item is: where it was asked for — unless the request id brought back
+    /// what an earlier attempt made, which may have been moved there since (or was asked for elsewhere before a
+    /// move here): then the item's parent there, so the local move is still seen and sent.
+    nonisolated func createdParent(_ db: Database, _ item: RemoteItem, requested: String?) throws -> String? {
+        guard let parentId = item.parentId else { return requested }
+        if let requested, try ItemRow.fetch(db, luid: requested)?.fileId == parentId { return requested }
+        return try parentLuid(db, parentId)
     }
 
     /// After an upload, the engine's private copy of the bytes becomes the cached content.
@@ -555,7 +564,7 @@ extension SyncEngine {
                 stored.createSent = true
                 stored.createRequest = entry.request
                 var updated = stored
-                updated.setRemote(item, parentLuid: entry.row.lParent)
+                updated.setRemote(item, parentLuid: try self.createdParent(db, item, requested: entry.row.lParent))
                 if updated.rChecksum == nil { updated.rChecksum = entry.checksum }
                 updated.syncRemote()
                 updated.createRequest = nil
