@@ -101,10 +101,6 @@ extension SyncEngine {
             break  // database only (above)
         case .fork(_, let name):
             try await fork(row, name: name)
-        case .hold(_, let hold):
-            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET flag = ? WHERE luid = ?", arguments: [hold.rawValue, row.luid]) }
-        case .release:
-            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET flag = NULL WHERE luid = ?", arguments: [row.luid]) }
         }
     }
 
