@@ -127,9 +127,10 @@ struct FolderSimulation {
         return randomBytes(size, seed: random.next())
     }
 
-    /// Files and folders on a device's disk, relative paths.
+    /// Files and folders on a device's disk, relative paths (not the engine's own temporary files, which a dead
+    /// process may have left: no user opens a `.nimbus-partial-*`).
     func entries(_ device: FolderDevice) -> (files: [String], folders: [String]) {
-        (device.disk.files(under: device.root).keys.sorted(), device.disk.folders(under: device.root).sorted())
+        (device.disk.files(under: device.root).keys.filter { !$0.contains(".nimbus-partial") }.sorted(), device.disk.folders(under: device.root).sorted())
     }
 
     mutating func step() async throws {
