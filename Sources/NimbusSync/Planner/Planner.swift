@@ -252,7 +252,7 @@ struct Planner {
         if parent == id || isRemoteAncestor(id, of: parent) {
             // Moved there in a way that makes this move a cycle (a folder into what became its own subfolder):
             // the remote places stand.
-            return r.isAt(l) ? nil : followThere(id, r, l)
+            return r.isAt(l) ? nil : followThere(id, r, l, yielding: true)
         }
         let target = Place(parent: parent, name: l.name)
         switch chain(id, to: target, remote: true) {
@@ -270,7 +270,9 @@ struct Planner {
     }
 
     /// The item moved there: move it here too (its content here is as synced, or it would not be asked).
-    mutating func followThere(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
+    /// `yielding`: its own move here was given up (it would make a cycle there), so it must leave its place here
+    /// even when a synced item now holds its name there here — it takes another name (and then takes it there).
+    mutating func followThere(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode, yielding: Bool = false) -> PlannedOperation? {
         guard let parent = r.parent, let folder = trees.local[parent], folder.isFolder else { return nil }
         if parent == id || isLocalAncestor(id, of: parent) { return nil }  // the other item's undo goes first
         let target = Place(parent: parent, name: r.name)
@@ -278,6 +280,10 @@ struct Planner {
         case .free: return .moveLocal(id, parent: parent, name: r.name)
         case .wait: return nil
         case .stays(let occupant):
+            if yielding, trees.synced[occupant] != nil {
+                if !l.isFolder, case .changing = l.content { return nil }
+                return .moveLocal(id, parent: parent, name: takenName(for: r.name, in: parent))
+            }
             guard let other = trees.local[occupant], trees.synced[occupant] == nil, trees.remote[occupant] == nil else { return nil }
             if other.creationInDoubt || other.hold != nil { return nil }
             if !other.isFolder, case .changing = other.content { return nil }
