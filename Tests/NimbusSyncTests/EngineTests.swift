@@ -135,6 +135,19 @@ struct EngineTests {
         }
     }
 
+    @Test("devices that make the same remote folder path at once all get the one folder (as two `nimbus sync` started together do)")
+    func makeFolderRace() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("race")
+            let api = try await world.api("race")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 { group.addTask { try await NimbusProvider.makeFolder("/Shared/deep", with: api) } }
+                try await group.waitForAll()
+            }
+            #expect(try await api.tree() == ["/Shared": "folder", "/Shared/deep": "folder"])
+        }
+    }
+
     @Test("a folder deleted while its creation was in doubt, brought back by the feed and used: what was put in it is kept; unused, it goes", arguments: [true, false])
     func deletedInDoubtThenUsed(used: Bool) async throws {
         try await SyncWorld.run { world in

@@ -49,18 +49,27 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         let provider = NimbusProvider(client: client, state: NoState())
         var current: File = try await provider.call("GET", "/v1/files/root")
         for part in path.split(separator: "/").map(String.init) where part != "." {
-            if let next = try await provider.files(in: current.id).first(where: { $0.name == part }) {
-                guard next.isFolder else {
-                    throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+            // Twice at most: another device may make the same folder between the look and the creation (two
+            // `nimbus sync` started together): then it is that one.
+            for attempt in 0..<2 {
+                if let next = try await provider.files(in: current.id).first(where: { $0.name == part }) {
+                    guard next.isFolder else {
+                        throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+                    }
+                    current = next
+                    break
                 }
-                current = next
-                continue
+                let body = CreateFileRequest(name: part, mimeType: folderMimeType, parentId: current.id, requestId: UUID.random().uuidString.lowercased())
+                let (head, data) = try await provider.send(
+                    TransportRequest(method: "POST", path: "/v1/files", body: try JSONEncoder.nimbus.encode(body)), json: true)
+                do {
+                    try Self.check(head, data)
+                } catch ProviderError.nameTaken where attempt == 0 {
+                    continue
+                }
+                current = try Self.decode(File.self, data)
+                break
             }
-            let body = CreateFileRequest(name: part, mimeType: folderMimeType, parentId: current.id, requestId: UUID.random().uuidString.lowercased())
-            let (head, data) = try await provider.send(
-                TransportRequest(method: "POST", path: "/v1/files", body: try JSONEncoder.nimbus.encode(body)), json: true)
-            try Self.check(head, data)
-            current = try Self.decode(File.self, data)
         }
     }
 
