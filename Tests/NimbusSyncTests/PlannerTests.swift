@@ -35,7 +35,9 @@ struct PlannerTests {
     /// Cases that long runs (`NIMBUS_PLANNER_CASES=1000000`) found, replayed on every run.
     /// 418529: a folder moved here into one that was moved there into it (a cycle), while another item took its
     /// old name here — it gives up its move and takes another name here, instead of waiting forever.
-    @Test("cases found by long runs stay fixed", arguments: [418_529] as [UInt64])
+    /// 507729: the same cycle, but the folder's place there is in a folder deleted here — the move made there
+    /// yields instead.
+    @Test("cases found by long runs stay fixed", arguments: [418_529, 507_729] as [UInt64])
     func foundByLongRuns(seed: UInt64) throws {
         let failure = PlannerScenario.random(seed: seed).run()
         #expect(failure == nil, "\(failure ?? "")")

@@ -274,7 +274,11 @@ struct Planner {
     /// even when a synced item now holds its name there here — it takes another name (and then takes it there).
     mutating func followThere(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode, yielding: Bool = false) -> PlannedOperation? {
         guard let parent = r.parent, let folder = trees.local[parent], folder.isFolder else { return nil }
-        if parent == id || isLocalAncestor(id, of: parent) { return nil }  // the other item's undo goes first
+        if parent == id || isLocalAncestor(id, of: parent) {
+            // The other item's undo goes first — unless it cannot be undone here (its place there is in a folder
+            // deleted here): then this move yields, and is undone there instead.
+            return undoBlocked(from: parent, to: id) ? yieldThere(id, l) : nil
+        }
         let target = Place(parent: parent, name: r.name)
         switch chain(id, to: target, remote: false) {
         case .free: return .moveLocal(id, parent: parent, name: r.name)
@@ -518,6 +522,34 @@ struct Planner {
         let covered = (localChildren[folder] ?? []).allSatisfy { deletesHere($0) }
         localCovered[folder] = covered
         return covered
+    }
+
+    /// Whether, on the path here from `start` up to `id`, an item moved here cannot go back to its place there
+    /// (that folder is not here any more), so the cycle it makes with `id`'s move there cannot be undone on its side.
+    func undoBlocked(from start: ItemID, to id: ItemID) -> Bool {
+        var current: ItemID? = start
+        var steps = 0
+        while let item = current, item != id, steps < 10_000 {
+            if let here = trees.local[item], let there = trees.remote[item], let place = there.parent, here.parent != place,
+                trees.local[place]?.isFolder != true
+            {
+                return true
+            }
+            current = trees.local[item]?.parent
+            steps += 1
+        }
+        return false
+    }
+
+    /// A move made there that would put the item inside what it holds here, when that cannot be undone here:
+    /// the item goes back there to where it is here.
+    mutating func yieldThere(_ id: ItemID, _ l: LocalNode) -> PlannedOperation? {
+        guard let parent = l.parent, trees.remote[parent]?.isFolder == true, parent != id, !isRemoteAncestor(id, of: parent) else { return nil }
+        switch chain(id, to: Place(parent: parent, name: l.name), remote: true) {
+        case .free: return .moveRemote(id, parent: parent, name: l.name)
+        case .stays: return .moveRemote(id, parent: parent, name: takenName(for: l.name, in: parent))
+        case .wait, .cycle: return nil
+        }
     }
 
     // MARK: Places
