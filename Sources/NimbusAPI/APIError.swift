@@ -95,7 +95,7 @@ public enum ISO8601 {
     /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, the form the API writes, by hand (Foundation's parse strategy was a fifth of
     /// the cost of reading a change feed: every item has two timestamps); nil for anything else.
     static func fastDate(_ text: String) -> Date? {
-        var utf8 = text.utf8
+        let utf8 = text.utf8
         return utf8.withContiguousStorageIfAvailable { bytes -> Date? in
             guard bytes.count >= 20, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: "T"),
                 bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"), bytes[bytes.count - 1] == UInt8(ascii: "Z")
