@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "NimbusAPI", targets: ["NimbusAPI"]),
         .library(name: "NimbusServer", targets: ["NimbusServer"]),
         .library(name: "NimbusSync", targets: ["NimbusSync"]),
+        .library(name: "NimbusS3", targets: ["NimbusS3"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -60,6 +61,22 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "NimbusS3",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "NimbusS3Tests",
+            dependencies: ["NimbusS3", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: testSwiftSettings
         ),
         .target(
             name: "NimbusSync",

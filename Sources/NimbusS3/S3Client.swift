@@ -1,0 +1,221 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+
+/// What an S3-compatible store answered when it did not do what was asked.
+public struct S3Error: Error, Sendable, CustomStringConvertible {
+    /// The HTTP status (0: the store could not be reached).
+    public var status: Int
+    /// S3's error code (`NoSuchKey`, `PreconditionFailed`, `SlowDown`, …), when the body named one.
+    public var code: String?
+    public var message: String
+    /// Seconds the store asked to wait (`Retry-After`), if it did.
+    public var retryAfter: Int?
+
+    /// Worth trying again later: unreachable, throttled (`SlowDown`, 503) or a server-side failure.
+    public var isRetryable: Bool { status == 0 || status >= 500 || code == "SlowDown" || status == 429 }
+
+    public var description: String {
+        status == 0 ? "The S3 store could not be reached: \(message)" : "S3 answered \(status) \(code ?? ""): \(message)"
+    }
+}
+
+/// One object of a listing, or what HEAD says of one.
+public struct S3Object: Sendable, Equatable {
+    public var key: String
+    public var size: Int64
+    /// The ETag without its quotes.
+    public var etag: String
+}
+
+/// A small S3 client: path-style requests (`ENDPOINT/BUCKET/KEY`, which every S3-compatible store accepts),
+/// signed with SigV4 over async-http-client. Objects, listings (ListObjectsV2) and multipart uploads; bodies are
+/// sent as given (callers keep them to a block, a few MiB) and hashed for the signature.
+public struct S3Client: Sendable {
+    public let endpoint: URL
+    public let bucket: String
+    public let signer: SigV4Signer
+    let http: HTTPClient
+    let timeout: TimeAmount
+
+    public init(endpoint: URL, bucket: String, signer: SigV4Signer, http: HTTPClient = .shared, timeout: TimeAmount = .seconds(60)) {
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self.signer = signer
+        self.http = http
+        self.timeout = timeout
+    }
+
+    // MARK: Buckets
+
+    /// Makes the bucket; one that this account already owns is fine.
+    public func createBucket() async throws {
+        do {
+            _ = try await send("PUT", key: nil)
+        } catch let error as S3Error where error.code == "BucketAlreadyOwnedByYou" || error.code == "BucketAlreadyExists" {
+        }
+    }
+
+    // MARK: Objects
+
+    /// Stores an object. `ifNoneMatch`: only if no object has that key (412 `PreconditionFailed` otherwise, where
+    /// the store supports conditional writes). Returns the new ETag.
+    @discardableResult
+    public func put(_ key: String, body: ByteBuffer, ifNoneMatch: Bool = false, ifMatch: String? = nil) async throws -> String {
+        var headers: [(String, String)] = [("content-length", "\(body.readableBytes)")]
+        if ifNoneMatch { headers.append(("if-none-match", "*")) }
+        if let ifMatch { headers.append(("if-match", "\"\(ifMatch)\"")) }
+        let (head, _) = try await send("PUT", key: key, headers: headers, body: body)
+        return Self.etag(head.headers)
+    }
+
+    /// The object's bytes (`range`: a part of them, offsets within the object).
+    public func get(_ key: String, range: Range<Int64>? = nil) async throws -> ByteBuffer {
+        var headers: [(String, String)] = []
+        if let range { headers.append(("range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")) }
+        return try await send("GET", key: key, headers: headers).body
+    }
+
+    /// The object's size and ETag, or `nil` if there is none under `key`.
+    public func head(_ key: String) async throws -> S3Object? {
+        do {
+            let (head, _) = try await send("HEAD", key: key)
+            let size = head.headers.first(name: "content-length").flatMap(Int64.init) ?? 0
+            return S3Object(key: key, size: size, etag: Self.etag(head.headers))
+        } catch let error as S3Error where error.status == 404 {
+            return nil
+        }
+    }
+
+    /// Deletes the object (an absent one is not an error, as in S3).
+    public func delete(_ key: String) async throws {
+        do { _ = try await send("DELETE", key: key) } catch let error as S3Error where error.status == 404 {}
+    }
+
+    /// One page of the keys under `prefix` (ListObjectsV2), and the token of the next page if there is one.
+    public func list(prefix: String = "", continuation: String? = nil, maxKeys: Int = 1000) async throws -> (objects: [S3Object], next: String?) {
+        var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", "\(maxKeys)")]
+        if let continuation { query.append(("continuation-token", continuation)) }
+        let (_, body) = try await send("GET", key: nil, query: query)
+        guard let root = XMLElement.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The listing could not be read.") }
+        let objects = root.all("Contents").map {
+            S3Object(key: $0.value("Key") ?? "", size: Int64($0.value("Size") ?? "") ?? 0, etag: Self.unquoted($0.value("ETag") ?? ""))
+        }
+        let truncated = root.value("IsTruncated") == "true"
+        return (objects, truncated ? root.value("NextContinuationToken") : nil)
+    }
+
+    /// Every key under `prefix`, page after page.
+    public func listAll(prefix: String = "") async throws -> [S3Object] {
+        var result: [S3Object] = []
+        var token: String?
+        repeat {
+            let page = try await list(prefix: prefix, continuation: token)
+            result += page.objects
+            token = page.next
+        } while token != nil
+        return result
+    }
+
+    // MARK: Multipart uploads
+
+    /// Starts a multipart upload; returns its id.
+    public func createMultipartUpload(_ key: String) async throws -> String {
+        let (_, body) = try await send("POST", key: key, query: [("uploads", "")])
+        guard let id = XMLElement.parse(Data(buffer: body))?.value("UploadId"), !id.isEmpty else {
+            throw S3Error(status: 200, code: nil, message: "The store gave no upload id.")
+        }
+        return id
+    }
+
+    /// Sends part `number` (1-based; every part but the last at least 5 MiB on AWS); returns its ETag.
+    public func uploadPart(_ key: String, uploadId: String, number: Int, body: ByteBuffer) async throws -> String {
+        let (head, _) = try await send(
+            "PUT", key: key, query: [("partNumber", "\(number)"), ("uploadId", uploadId)], headers: [("content-length", "\(body.readableBytes)")],
+            body: body)
+        return Self.etag(head.headers)
+    }
+
+    /// The parts the store holds for an upload (to resume after a restart), by number.
+    public func listParts(_ key: String, uploadId: String) async throws -> [(number: Int, etag: String, size: Int64)] {
+        var parts: [(number: Int, etag: String, size: Int64)] = []
+        var marker: String?
+        repeat {
+            var query = [("uploadId", uploadId)]
+            if let marker { query.append(("part-number-marker", marker)) }
+            let (_, body) = try await send("GET", key: key, query: query)
+            guard let root = XMLElement.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The part list could not be read.") }
+            for part in root.all("Part") {
+                guard let number = part.value("PartNumber").flatMap(Int.init) else { continue }
+                parts.append((number, Self.unquoted(part.value("ETag") ?? ""), Int64(part.value("Size") ?? "") ?? 0))
+            }
+            marker = root.value("IsTruncated") == "true" ? root.value("NextPartNumberMarker") : nil
+        } while marker != nil
+        return parts.sorted { $0.number < $1.number }
+    }
+
+    /// Joins the parts into the object; returns its ETag.
+    @discardableResult
+    public func completeMultipartUpload(_ key: String, uploadId: String, parts: [(number: Int, etag: String)]) async throws -> String {
+        let xml = "<CompleteMultipartUpload>"
+            + parts.map { "<Part><PartNumber>\($0.number)</PartNumber><ETag>\"\($0.etag)\"</ETag></Part>" }.joined()
+            + "</CompleteMultipartUpload>"
+        let body = ByteBuffer(string: xml)
+        let (_, answer) = try await send(
+            "POST", key: key, query: [("uploadId", uploadId)], headers: [("content-length", "\(body.readableBytes)")], body: body)
+        // S3 may answer 200 with an error inside (the join failed after it started answering).
+        let root = XMLElement.parse(Data(buffer: answer))
+        if let root, root.name == "Error" {
+            throw S3Error(status: 200, code: root.value("Code"), message: root.value("Message") ?? "The parts could not be joined.")
+        }
+        return Self.unquoted(root?.value("ETag") ?? "")
+    }
+
+    /// Drops an unfinished multipart upload and its parts.
+    public func abortMultipartUpload(_ key: String, uploadId: String) async throws {
+        do { _ = try await send("DELETE", key: key, query: [("uploadId", uploadId)]) } catch let error as S3Error where error.status == 404 {}
+    }
+
+    // MARK: Requests
+
+    /// Sends one signed request; a status outside 2xx throws ``S3Error`` with the store's code and message.
+    func send(
+        _ method: String, key: String?, query: [(String, String)] = [], headers: [(String, String)] = [], body: ByteBuffer? = nil
+    ) async throws -> (head: HTTPClientResponse, body: ByteBuffer) {
+        let basePath = endpoint.path.hasSuffix("/") ? String(endpoint.path.dropLast()) : endpoint.path
+        let path = basePath + "/" + SigV4Signer.encode(bucket) + (key.map { "/" + SigV4Signer.encode($0, slash: false) } ?? "")
+        var host = endpoint.host ?? "localhost"
+        if let port = endpoint.port { host += ":\(port)" }
+        let payloadHash = body.map { SigV4Signer.hex(SHA256.hash(data: $0.readableBytesView)) } ?? SigV4Signer.emptyPayloadHash
+        let signedHeaders = [("host", host)] + headers.filter { $0.0 != "content-length" }
+        let auth = signer.sign(method: method, path: path, query: query, headers: signedHeaders, payloadHash: payloadHash, date: Date())
+        let queryString = query.map { $0.1.isEmpty && $0.0 == "uploads" ? "uploads" : "\(SigV4Signer.encode($0.0))=\(SigV4Signer.encode($0.1))" }
+            .joined(separator: "&")
+        var request = HTTPClientRequest(url: "\(endpoint.scheme ?? "http")://\(host)\(path)\(queryString.isEmpty ? "" : "?" + queryString)")
+        request.method = HTTPMethod(rawValue: method)
+        for (name, value) in headers where name != "content-length" { request.headers.add(name: name, value: value) }
+        for (name, value) in auth { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(body) }
+        let response: HTTPClientResponse
+        let data: ByteBuffer
+        do {
+            response = try await http.execute(request, timeout: timeout)
+            data = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: 1 << 30)
+        } catch {
+            throw S3Error(status: 0, code: nil, message: "\(error)")
+        }
+        guard (200..<300).contains(Int(response.status.code)) else {
+            let root = data.readableBytes > 0 ? XMLElement.parse(Data(buffer: data)) : nil
+            throw S3Error(
+                status: Int(response.status.code), code: root?.value("Code"), message: root?.value("Message") ?? response.status.reasonPhrase,
+                retryAfter: response.headers.first(name: "retry-after").flatMap(Int.init))
+        }
+        return (response, data)
+    }
+
+    static func etag(_ headers: HTTPHeaders) -> String { unquoted(headers.first(name: "etag") ?? "") }
+    static func unquoted(_ value: String) -> String { value.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
+}
