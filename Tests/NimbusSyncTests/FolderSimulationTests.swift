@@ -20,33 +20,10 @@ struct FolderSimulationTests {
     @Test("users editing folders on three devices, mid-round edits, faults and crashes: converge, nothing written is lost, no duplicates")
     func simulate() async throws {
         try await SyncWorld.run { world in
-            let seeds = SimulationTests.seeds
-            let failures = LockedSeeds()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                var next = 0
-                for _ in 0..<min(3, seeds.count) {
-                    let seed = seeds[next]
-                    next += 1
-                    group.addTask { try await Self.run(seed: seed, world: world, failures: failures) }
-                }
-                while try await group.next() != nil, next < seeds.count {
-                    let seed = seeds[next]
-                    next += 1
-                    group.addTask { try await Self.run(seed: seed, world: world, failures: failures) }
-                }
+            try await SimulationTests.runSeeds { seed in
+                var simulation = FolderSimulation(seed: seed, world: world)
+                try await simulation.run()
             }
-            let failed = failures.all
-            #expect(failed.isEmpty, "failing seeds (replay with NIMBUS_SIM_SEED=<seed>): \(failed)")
-        }
-    }
-
-    static func run(seed: UInt64, world: SyncWorld, failures: LockedSeeds) async throws {
-        do {
-            var simulation = FolderSimulation(seed: seed, world: world)
-            try await simulation.run()
-        } catch let failure as SimulationFailure {
-            failures.add(seed)
-            Issue.record("seed \(seed): \(failure.message)")
         }
     }
 }

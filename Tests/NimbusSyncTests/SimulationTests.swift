@@ -25,34 +25,41 @@ struct SimulationTests {
     @Test("random operations, network faults and crashes on three devices converge without losing or duplicating anything")
     func simulate() async throws {
         try await SyncWorld.run { world in
-            let seeds = Self.seeds
-            let failures = LockedSeeds()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                var next = 0
-                for _ in 0..<min(3, seeds.count) {
-                    let seed = seeds[next]
-                    next += 1
-                    group.addTask { try await Self.run(seed: seed, world: world, failures: failures) }
-                }
-                while try await group.next() != nil, next < seeds.count {
-                    let seed = seeds[next]
-                    next += 1
-                    group.addTask { try await Self.run(seed: seed, world: world, failures: failures) }
-                }
+            try await Self.runSeeds { seed in
+                var simulation = Simulation(seed: seed, world: world)
+                try await simulation.run()
             }
-            let failed = failures.all
-            #expect(failed.isEmpty, "failing seeds (replay with NIMBUS_SIM_SEED=<seed>): \(failed)")
         }
     }
 
-    static func run(seed: UInt64, world: SyncWorld, failures: LockedSeeds) async throws {
-        do {
-            var simulation = Simulation(seed: seed, world: world)
-            try await simulation.run()
-        } catch let failure as SimulationFailure {
-            failures.add(seed)
-            Issue.record("seed \(seed): \(failure.message)")
+    /// Runs `simulate` for every seed, three at a time; a seed that throws ``SimulationFailure`` is recorded with
+    /// its message, and the test fails naming every failing seed. (Both simulations run this way.)
+    static func runSeeds(_ simulate: @escaping @Sendable (UInt64) async throws -> Void) async throws {
+        let seeds = Self.seeds
+        let failures = LockedSeeds()
+        @Sendable func one(_ seed: UInt64) async throws {
+            do {
+                try await simulate(seed)
+            } catch let failure as SimulationFailure {
+                failures.add(seed)
+                Issue.record("seed \(seed): \(failure.message)")
+            }
         }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var next = 0
+            for _ in 0..<min(3, seeds.count) {
+                let seed = seeds[next]
+                next += 1
+                group.addTask { try await one(seed) }
+            }
+            while try await group.next() != nil, next < seeds.count {
+                let seed = seeds[next]
+                next += 1
+                group.addTask { try await one(seed) }
+            }
+        }
+        let failed = failures.all
+        #expect(failed.isEmpty, "failing seeds (replay with NIMBUS_SIM_SEED=<seed>): \(failed)")
     }
 }
 

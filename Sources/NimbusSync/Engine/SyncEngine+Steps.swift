@@ -319,18 +319,7 @@ extension SyncEngine {
 
     /// The path of an item in the remote tree, relative to the root.
     nonisolated func remotePath(_ db: Database, _ luid: String) throws -> String? {
-        var names: [String] = []
-        var current: String? = luid
-        var guardCount = 0
-        while let id = current, id != ItemID.root.rawValue, guardCount < 10_000 {
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?"), arguments: [id]),
-                row[2] as Bool, let name = row[1] as String?
-            else { return nil }
-            names.append(name)
-            current = row[0]
-            guardCount += 1
-        }
-        return names.reversed().joined(separator: "/")
+        try treePath(db, luid, sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?")
     }
 
     /// Takes an item's current state there into the remote tree (gone, if it is).

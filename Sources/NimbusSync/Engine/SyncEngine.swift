@@ -285,13 +285,19 @@ public actor SyncEngine {
 
     /// The path of an item in the local tree, relative to the root (`Work/report.pdf`; the root is "").
     nonisolated func localPath(_ db: Database, _ luid: String) throws -> String? {
+        try treePath(db, luid, sql: "SELECT l_parent, l_name, l_present FROM items WHERE luid = ?")
+    }
+
+    /// An item's path in one tree, walking up with `sql` (parent, name, present of a row): nil if it or a folder
+    /// above it is not in that tree.
+    nonisolated func treePath(_ db: Database, _ luid: String, sql: String) throws -> String? {
         var names: [String] = []
         var current: String? = luid
         var guardCount = 0
         while let id = current, id != ItemID.root.rawValue, guardCount < 10_000 {
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT l_parent, l_name, l_present FROM items WHERE luid = ?"), arguments: [id]),
-                row[2] as Bool, let name = row[1] as String?
-            else { return nil }
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: sql), arguments: [id]), row[2] as Bool, let name = row[1] as String? else {
+                return nil
+            }
             names.append(name)
             current = row[0]
             guardCount += 1
