@@ -19,7 +19,7 @@ public enum Admin {
         try Accounts.validate(password: password)
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
         let blobs = try LocalBlobStore(root: dataDirectory)
-        let store = try SQLiteMetadataStore(
+        let store = try SQLMetadataStore(
             path: dataDirectory.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: LocalChangeNotifier(),
             revisionRetention: RevisionRetention())
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: bcryptCost) }

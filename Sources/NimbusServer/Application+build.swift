@@ -29,7 +29,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     let blobs = try LocalBlobStore(root: data)
     try blobs.clearStaging()
     let notifier = LocalChangeNotifier()
-    let store = try SQLiteMetadataStore(
+    let store = try SQLMetadataStore(
         path: data.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: notifier,
         revisionRetention: configuration.revisionRetention)
     let secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))

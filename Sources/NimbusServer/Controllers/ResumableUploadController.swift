@@ -54,7 +54,7 @@ struct ResumableUploadController: Sendable {
     @Sendable func status(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
         let upload = try await drive.store.upload(id: try context.parameter("uploadId"), userId: me.userId)
-        try SQLiteMetadataStore.checkActive(upload, now: drive.now)
+        try SQLMetadataStore.checkActive(upload, now: drive.now)
         let file = try await upload.completedFileId.asyncMap { try await drive.store.file(id: $0, userId: me.userId) }
         return try JSONResponse.make(upload.api(file: file))
     }
@@ -71,7 +71,7 @@ struct ResumableUploadController: Sendable {
         let me = try await drive.identity(request)
         let id = try context.parameter("uploadId")
         var upload = try await drive.store.upload(id: id, userId: me.userId)
-        try SQLiteMetadataStore.checkActive(upload, now: drive.now)
+        try SQLMetadataStore.checkActive(upload, now: drive.now)
         guard let range = ContentRange.parse(request.headers[.contentRange]) else {
             throw DriveError.badRequest("Send 'Content-Range: bytes start-end/total' with each chunk.", code: .invalidChunk)
         }

@@ -1,39 +1,39 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
-/// ``MetadataStore`` on SQLite through GRDB: WAL, `synchronous=FULL`, one serialized writer.
+/// ``MetadataStore`` on a ``SQLDatabase``: every domain verb — name clashes, quota, revision retention, trash,
+/// login lockout, block accounting — written once, over SQL that SQLite and PostgreSQL both accept. A second
+/// back-end is only a ``SQLDatabase`` (a connection and its schema).
 ///
-/// Block placement and removal (``BlobStore/place(_:user:)``, ``BlobStore/remove(_:user:)``) run inside the
-/// write transactions here, which is what makes deduplicated blocks safe to garbage-collect.
-final class SQLiteMetadataStore: MetadataStore {
-    let pool: DatabasePool
+/// Writers of one user's rows are serialized (``SQLTransaction/lockUser(_:)``; SQLite has one writer), so a
+/// check and the change it guards never interleave with another request of the same user.
+final class SQLMetadataStore: MetadataStore {
+    let database: any SQLDatabase
     let blobs: any BlobStore
     let notifier: any ChangeNotifier
     let revisionRetention: RevisionRetention
 
-    init(path: String, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention) throws {
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(30)
-        configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-            // Savepoint journals (a batch commits each file in its own savepoint) in memory: on disk they were
-            // ~50 small writes to a temporary file per file committed. They only serve rolling a savepoint
-            // back; durability is the WAL's.
-            try db.execute(sql: "PRAGMA temp_store = MEMORY")
-        }
-        pool = try DatabasePool(path: path, configuration: configuration)
-        try Schema.migrator.migrate(pool)
+    init(database: any SQLDatabase, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention) {
+        self.database = database
         self.blobs = blobs
         self.notifier = notifier
         self.revisionRetention = revisionRetention
     }
 
+    /// The embedded store: a SQLite file.
+    convenience init(path: String, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention) throws {
+        self.init(database: try SQLiteDatabase(path: path), blobs: blobs, notifier: notifier, revisionRetention: revisionRetention)
+    }
+
     /// Runs one write transaction, then wakes the change-feed listeners of every user it changed.
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database, inout Effects) throws -> T) async throws -> T {
-        let (value, effects) = try await pool.write { db in
+    /// `user` (when given) is locked first: every write that touches one user's tree names it.
+    @discardableResult
+    func write<T: Sendable>(user: String? = nil, _ body: @escaping @Sendable (any SQLTransaction, inout Effects) throws -> T) async throws -> T {
+        let (value, effects) = try await database.write { db in
+            if let user { try db.lockUser(user) }
             var effects = Effects()
             let value = try body(db, &effects)
+            for (user, seq) in effects.changed { try db.announce(userId: user, seq: seq) }
             return (value, effects)
         }
         for (user, seq) in effects.changed {
@@ -50,82 +50,78 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func createUser(username: String, passwordHash: String, quota: Int64?, now: Date) async throws -> UserRecord {
         try await write { db, effects in
-            if try Row.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM users WHERE username = ?"), arguments: [username]) != nil {
+            if try db.fetchOne("SELECT 1 FROM users WHERE username = ?", [username]) != nil {
                 throw DriveError.conflict("The username '\(username)' is taken.", code: .usernameTaken)
             }
             let user = UserRecord(
                 id: "u" + randomToken(), username: username, passwordHash: passwordHash, quotaLimit: quota, usedBytes: 0,
                 rootId: "f" + randomToken(), createdAt: now)
-            try db.cachedStatement(sql: "INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)").execute(
-                arguments: [user.id, username, passwordHash, quota, user.rootId, now.millis])
-            try db.cachedStatement(sql: """
+            try db.execute("INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)", [user.id, username, passwordHash, quota, user.rootId, now.millis])
+            try db.execute("""
                     INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at)
                     VALUES (?, ?, NULL, 'My Drive', ?, 1, ?, ?)
-                    """).execute(
-                arguments: [user.rootId, user.id, folderMimeType, now.millis, now.millis])
+                    """, [user.rootId, user.id, folderMimeType, now.millis, now.millis])
             try Self.recordChange(db, &effects, userId: user.id, fileId: user.rootId, kind: .upsert, now: now)
             return user
         }
     }
 
     func user(id: String) async throws -> UserRecord? {
-        try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM users WHERE id = ?"), arguments: [id]).map(Self.user)
+        try await database.read { db in
+            try db.fetchOne("SELECT * FROM users WHERE id = ?", [id]).map(Self.user)
         }
     }
 
     func user(username: String) async throws -> UserRecord? {
-        try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM users WHERE username = ?"), arguments: [username]).map(Self.user)
+        try await database.read { db in
+            try db.fetchOne("SELECT * FROM users WHERE username = ?", [username]).map(Self.user)
         }
     }
 
     func setQuota(userId: String, quota: Int64?) async throws {
-        try await write { db, _ in
-            try db.cachedStatement(sql: "UPDATE users SET quota_limit = ? WHERE id = ?").execute(arguments: [quota, userId])
+        try await write(user: userId) { db, _ in
+            try db.execute("UPDATE users SET quota_limit = ? WHERE id = ?", [quota, userId])
         }
     }
 
     func setPassword(userId: String, passwordHash: String) async throws {
-        try await write { db, _ in
-            try db.cachedStatement(sql: "UPDATE users SET password_hash = ? WHERE id = ?").execute(arguments: [passwordHash, userId])
-            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL").execute(arguments: [Date().millis, userId])
+        try await write(user: userId) { db, _ in
+            try db.execute("UPDATE users SET password_hash = ? WHERE id = ?", [passwordHash, userId])
+            try db.execute("UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", [Date().millis, userId])
         }
     }
 
     func createDevice(userId: String, name: String, refreshHash: String, now: Date) async throws -> DeviceRecord {
-        try await write { db, _ in
+        try await write(user: userId) { db, _ in
             let device = DeviceRecord(id: "d" + randomToken(), userId: userId, name: name, refreshHash: refreshHash, lastUsedAt: now, revokedAt: nil)
-            try db.cachedStatement(sql: "INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)").execute(
-                arguments: [device.id, userId, name, refreshHash, now.millis, now.millis])
+            try db.execute("INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)", [device.id, userId, name, refreshHash, now.millis, now.millis])
             return device
         }
     }
 
     func device(id: String) async throws -> DeviceRecord? {
-        try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM devices WHERE id = ?"), arguments: [id]).map(Self.device)
+        try await database.read { db in
+            try db.fetchOne("SELECT * FROM devices WHERE id = ?", [id]).map(Self.device)
         }
     }
 
     func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord {
         let rotated = try await write { db, _ -> DeviceRecord? in
-            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM devices WHERE refresh_hash = ?"), arguments: [presentedHash]) {
-                var device = Self.device(row)
+            if let row = try db.fetchOne("SELECT * FROM devices WHERE refresh_hash = ?", [presentedHash]) {
+                var device = try Self.device(row)
                 guard device.revokedAt == nil else { throw DriveError.unauthorized("This device was signed out; log in again.") }
                 guard now.timeIntervalSince(device.lastUsedAt) <= maxIdle else {
                     throw DriveError.unauthorized("The refresh token expired; log in again.")
                 }
-                try db.cachedStatement(sql: "UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?").execute(
-                    arguments: [newHash, now.millis, device.id])
+                try db.execute("UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?", [newHash, now.millis, device.id])
                 device.refreshHash = newHash
                 device.lastUsedAt = now
                 return device
             }
-            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id FROM devices WHERE previous_refresh_hash = ?"), arguments: [presentedHash]) {
+            if let row = try db.fetchOne("SELECT id FROM devices WHERE previous_refresh_hash = ?", [presentedHash]) {
                 // A token that was already exchanged is being replayed: someone else has it. Sign the device out.
-                let id: String = row["id"]
-                try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute(arguments: [now.millis, id])
+                let id: String = try row.get("id")
+                try db.execute("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
                 return nil as DeviceRecord?
             }
             throw DriveError.unauthorized("Unknown refresh token; log in again.")
@@ -139,14 +135,14 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func revokeDevice(id: String, now: Date) async throws {
         try await write { db, _ in
-            try db.cachedStatement(sql: "UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").execute(arguments: [now.millis, id])
+            try db.execute("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
         }
     }
 
     func loginLockout(key: String, now: Date) async throws -> Int? {
-        try await pool.read { db in
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT locked_until FROM login_failures WHERE key = ?"), arguments: [key]),
-                let until = row["locked_until"] as Int64?
+        try await database.read { db in
+            guard let row = try db.fetchOne("SELECT locked_until FROM login_failures WHERE key = ?", [key]),
+                let until = try row.get("locked_until", as: Int64?.self)
             else { return nil }
             let remaining = until - now.millis
             return remaining > 0 ? Int((remaining + 999) / 1000) : nil
@@ -156,12 +152,12 @@ final class SQLiteMetadataStore: MetadataStore {
     func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws {
         try await write { db, _ in
             let window: Int64 = 15 * 60 * 1000
-            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT failures, window_start FROM login_failures WHERE key = ?"), arguments: [key])
+            let row = try db.fetchOne("SELECT failures, window_start FROM login_failures WHERE key = ?", [key])
             var failures = 1
             var windowStart = now.millis
-            if let row, now.millis - (row["window_start"] as Int64) < window {
-                failures = (row["failures"] as Int) + 1
-                windowStart = row["window_start"]
+            if let row, now.millis - (try row.get("window_start", as: Int64.self)) < window {
+                failures = (try row.get("failures", as: Int.self)) + 1
+                windowStart = try row.get("window_start")
             }
             // Each failure past the allowance doubles the lock (capped at an hour).
             var lockedUntil: Int64?
@@ -169,56 +165,46 @@ final class SQLiteMetadataStore: MetadataStore {
                 let factor = Double(1 << min(failures - allowed, 6))
                 lockedUntil = now.millis + Int64(min(lockout * factor, 3600) * 1000)
             }
-            try db.cachedStatement(sql: """
+            try db.execute("""
                     INSERT INTO login_failures (key, failures, window_start, locked_until) VALUES (?, ?, ?, ?)
                     ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start,
                     locked_until = excluded.locked_until
-                    """).execute(
-                arguments: [key, failures, windowStart, lockedUntil])
+                    """, [key, failures, windowStart, lockedUntil])
         }
     }
 
     func clearLoginFailures(key: String) async throws {
         try await write { db, _ in
-            try db.cachedStatement(sql: "DELETE FROM login_failures WHERE key = ?").execute(arguments: [key])
+            try db.execute("DELETE FROM login_failures WHERE key = ?", [key])
         }
     }
 
     // MARK: Files and folders
 
     func file(id: String, userId: String) async throws -> FileRecord {
-        try await pool.read { db in try Self.file(db, id: id, userId: userId) }
+        try await database.read { db in try Self.file(db, id: id, userId: userId) }
     }
 
     func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
-        try await pool.read { db in
+        try await database.read { db in
             let parent = try Self.file(db, id: parentId, userId: userId)
             guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: .notAFolder) }
             // Inside a trashed folder, list what went to the trash with it; elsewhere, only live items.
             let trashFilter = parent.isTrashed ? "trash_root IS NOT NULL" : "trash_root IS NULL"
-            let total = try Int.fetchOne(
-                db, sql: "SELECT COUNT(*) FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)",
-                arguments: [parentId, userId]) ?? 0
-            let rows = try Row.fetchAll(
-                db,
-                sql: """
+            let total = try db.value("SELECT COUNT(*) FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)", [parentId, userId], as: Int.self) ?? 0
+            let rows = try db.fetchAll("""
                     SELECT * FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)
                     ORDER BY is_folder DESC, name ASC LIMIT ? OFFSET ?
-                    """,
-                arguments: [parentId, userId, paging.limit, paging.offset])
-            return (rows.map(Self.file), total)
+                    """, [parentId, userId, paging.limit, paging.offset])
+            return (try rows.map(Self.file), total)
         }
     }
 
     func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
-        try await pool.read { db in
-            let total = try Int.fetchOne(
-                db.cachedStatement(sql: "SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root = id"), arguments: [userId]) ?? 0
-            let rows = try Row.fetchAll(
-                db,
-                sql: "SELECT * FROM files WHERE user_id = ? AND trash_root = id ORDER BY trashed_at DESC, name ASC LIMIT ? OFFSET ?",
-                arguments: [userId, paging.limit, paging.offset])
-            return (rows.map(Self.file), total)
+        try await database.read { db in
+            let total = try db.value("SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root = id", [userId], as: Int.self) ?? 0
+            let rows = try db.fetchAll("SELECT * FROM files WHERE user_id = ? AND trash_root = id ORDER BY trashed_at DESC, name ASC LIMIT ? OFFSET ?", [userId, paging.limit, paging.offset])
+            return (try rows.map(Self.file), total)
         }
     }
 
@@ -226,7 +212,7 @@ final class SQLiteMetadataStore: MetadataStore {
         userId: String, parentId: String, name: String, mimeType: String, policy: ConflictPolicy, requestId: String?,
         now: Date
     ) async throws -> (file: FileRecord, created: Bool) {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             if let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
                 return (earlier, false)
             }
@@ -261,7 +247,7 @@ final class SQLiteMetadataStore: MetadataStore {
     }
 
     func update(userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date) async throws -> FileRecord {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             let file = try Self.file(db, id: fileId, userId: userId)
             if let ifMatch, !ETag.matches(ifMatch, file.etag) {
                 throw DriveError.preconditionFailed("The file changed since you read it (its ETag is now \"\(file.etag)\"); fetch it and retry.", current: file.api)
@@ -279,7 +265,7 @@ final class SQLiteMetadataStore: MetadataStore {
                         if current == file.id {
                             throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: .invalidMove)
                         }
-                        cursor = try String.fetchOne(db.cachedStatement(sql: "SELECT parent_id FROM files WHERE id = ?"), arguments: [current])
+                        cursor = try db.value("SELECT parent_id FROM files WHERE id = ?", [current], as: String.self)
                     }
                 }
                 newParent = parent.id
@@ -288,8 +274,7 @@ final class SQLiteMetadataStore: MetadataStore {
             if let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId), existing.id != file.id {
                 throw DriveError.nameConflict(name: newName, existingId: existing.id)
             }
-            try db.cachedStatement(sql: "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?").execute(
-                arguments: [newName, newParent, now.millis, file.id])
+            try db.execute("UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?", [newName, newParent, now.millis, file.id])
             try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             try Self.touchFolder(db, file.parentId!, now: now)
             if newParent != file.parentId { try Self.touchFolder(db, newParent, now: now) }
@@ -298,16 +283,15 @@ final class SQLiteMetadataStore: MetadataStore {
     }
 
     func trash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             let file = try Self.file(db, id: fileId, userId: userId)
             guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be deleted.") }
             guard !file.isTrashed else { return file }
             let ids = try Self.subtree(db, rootId: file.id).filter { id in
-                try Bool.fetchOne(db.cachedStatement(sql: "SELECT trash_root IS NULL FROM files WHERE id = ?"), arguments: [id]) ?? false
+                try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == nil
             }
             for id in ids {
-                try db.cachedStatement(sql: "UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?").execute(
-                    arguments: [file.id, now.millis, id])
+                try db.execute("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             try Self.touchFolder(db, file.parentId!, now: now)
@@ -316,26 +300,26 @@ final class SQLiteMetadataStore: MetadataStore {
     }
 
     func untrash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             let file = try Self.file(db, id: fileId, userId: userId)
             guard let trashRoot = file.trashRoot, let oldParent = file.parentId else { return file }
             // Back where it was if that folder is live; otherwise into the root folder.
             var parentId = oldParent
             let parent = try? Self.file(db, id: oldParent, userId: userId)
             if parent == nil || parent!.isTrashed {
-                parentId = try String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [userId]) ?? oldParent
+                parentId = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? oldParent
             }
             var name = file.name
             if try Self.liveChild(db, parentId: parentId, name: name, userId: userId) != nil {
                 name = try Self.freeName(db, parentId: parentId, name: name, userId: userId)
             }
             let ids = try Self.subtree(db, rootId: file.id).filter { id in
-                try String.fetchOne(db.cachedStatement(sql: "SELECT trash_root FROM files WHERE id = ?"), arguments: [id]) == trashRoot
+                try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == trashRoot
             }
             // Name and place first, while the row is still trashed and outside the live-name index.
-            try db.cachedStatement(sql: "UPDATE files SET name = ?, parent_id = ? WHERE id = ?").execute(arguments: [name, parentId, file.id])
+            try db.execute("UPDATE files SET name = ?, parent_id = ? WHERE id = ?", [name, parentId, file.id])
             for id in ids {
-                try db.cachedStatement(sql: "UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?").execute(arguments: [id])
+                try db.execute("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             try Self.touchFolder(db, parentId, now: now)
@@ -344,7 +328,7 @@ final class SQLiteMetadataStore: MetadataStore {
     }
 
     func deletePermanently(userId: String, fileId: String, now: Date) async throws {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             let file = try Self.file(db, id: fileId, userId: userId)
             guard let parentId = file.parentId else { throw DriveError.badRequest("The root folder cannot be deleted.") }
             try self.purge(db, &effects, userId: userId, rootId: file.id, now: now)
@@ -356,7 +340,7 @@ final class SQLiteMetadataStore: MetadataStore {
 
     func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord {
         do {
-            let (file, created) = try await write { db, effects in
+            let (file, created) = try await write(user: userId) { db, effects in
                 try self.commit(db, &effects, userId: userId, target: target, content: content, now: now)
             }
             if !created { blobs.discard(content.blocks) }
@@ -370,17 +354,16 @@ final class SQLiteMetadataStore: MetadataStore {
     func commitBatch(userId: String, entries: [BatchEntry], now: Date) async throws -> [Result<(file: FileRecord, created: Bool), DriveError>] {
         let outcomes: [Result<(file: FileRecord, created: Bool), DriveError>]
         do {
-            outcomes = try await write { db, effects in
+            outcomes = try await write(user: userId) { db, effects in
                 var outcomes: [Result<(file: FileRecord, created: Bool), DriveError>] = []
                 outcomes.reserveCapacity(entries.count)
                 for entry in entries {
                     var committed: (file: FileRecord, created: Bool)?
                     var entryEffects = effects
                     do {
-                        try db.inSavepoint {
-                            committed = try self.commit(
+                        committed = try db.savepoint {
+                            try self.commit(
                                 db, &entryEffects, userId: userId, target: entry.target, content: entry.content, now: now, batched: true)
-                            return .commit
                         }
                     } catch let error as DriveError {
                         outcomes.append(.failure(error))
@@ -406,19 +389,17 @@ final class SQLiteMetadataStore: MetadataStore {
     }
 
     /// The file a creation with `requestId` made before (a retry), if any.
-    static func fileMade(_ db: Database, by requestId: String?, userId: String) throws -> FileRecord? {
+    static func fileMade(_ db: any SQLTransaction, by requestId: String?, userId: String) throws -> FileRecord? {
         guard let requestId else { return nil }
-        return try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM files WHERE user_id = ? AND request_id = ?"), arguments: [userId, requestId]).map(Self.file)
+        return try db.fetchOne("SELECT * FROM files WHERE user_id = ? AND request_id = ?", [userId, requestId]).map(Self.file)
     }
 
     /// The file an upload under `requestId` already made with these bytes (a retry), or `nil` if none did; a
     /// file it made with other bytes means the id was reused: 409 `request_id_reused`.
-    static func retried(_ db: Database, _ requestId: String?, userId: String, checksum: String) throws -> FileRecord? {
+    static func retried(_ db: any SQLTransaction, _ requestId: String?, userId: String, checksum: String) throws -> FileRecord? {
         guard let earlier = try fileMade(db, by: requestId, userId: userId) else { return nil }
         guard
-            try Bool.fetchOne(
-                db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ?)"),
-                arguments: [earlier.id, checksum]) == true
+            try db.fetchOne("SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ? LIMIT 1", [earlier.id, checksum]) != nil
         else {
             throw DriveError.requestIdReused("This requestId already made a file with different content (id \(earlier.id)); use a new requestId.", existingId: earlier.id)
         }
@@ -429,7 +410,7 @@ final class SQLiteMetadataStore: MetadataStore {
     /// (`created == false`), else the target is resolved, quota checked, blocks placed and a head revision added.
     /// In a batch, blocks are placed without syncing their directory; the batch syncs it once before committing.
     func commit(
-        _ db: Database, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date,
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date,
         batched: Bool = false
     ) throws -> (file: FileRecord, created: Bool) {
         if case .new(_, _, _, let requestId) = target, let earlier = try Self.retried(db, requestId, userId: userId, checksum: content.checksum) {
@@ -450,51 +431,43 @@ final class SQLiteMetadataStore: MetadataStore {
     }
 
     func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int) {
-        try await pool.read { db in
+        try await database.read { db in
             _ = try Self.file(db, id: fileId, userId: userId)
-            let total = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM revisions WHERE file_id = ?"), arguments: [fileId]) ?? 0
-            let rows = try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT * FROM revisions WHERE file_id = ? ORDER BY ordinal DESC LIMIT ? OFFSET ?"),
-                arguments: [fileId, paging.limit, paging.offset])
-            return (rows.map(Self.revision), total)
+            let total = try db.value("SELECT COUNT(*) FROM revisions WHERE file_id = ?", [fileId], as: Int.self) ?? 0
+            let rows = try db.fetchAll("SELECT * FROM revisions WHERE file_id = ? ORDER BY ordinal DESC LIMIT ? OFFSET ?", [fileId, paging.limit, paging.offset])
+            return (try rows.map(Self.revision), total)
         }
     }
 
     func revision(userId: String, fileId: String, revisionId: String) async throws -> RevisionRecord {
-        try await pool.read { db in
+        try await database.read { db in
             guard
-                let row = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?"), arguments: [revisionId, fileId, userId])
+                let row = try db.fetchOne("SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?", [revisionId, fileId, userId])
             else { throw DriveError.notFound("No such revision.") }
-            return Self.revision(row)
+            return try Self.revision(row)
         }
     }
 
     func blocks(ofRevision revisionId: String) async throws -> [BlockRef] {
-        try await pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
+        try await database.read { db in
+            try db.fetchAll("""
                     SELECT r.hash, r.size, b.data FROM revision_blocks r LEFT JOIN blocks b ON b.user_id = r.user_id AND b.hash = r.hash
                     WHERE r.revision_id = ? ORDER BY r.idx
-                    """,
-                arguments: [revisionId]
-            ).map { BlockRef(hash: $0["hash"], size: $0["size"], inline: ($0["data"] as Data?).map { [UInt8]($0) }) }
+                    """, [revisionId]
+            ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size"), inline: try $0.get("data", as: [UInt8]?.self)) }
         }
     }
 
     func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             let file = try Self.file(db, id: fileId, userId: userId)
             guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: .trashed) }
             guard
-                let row = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?"), arguments: [revisionId, fileId, userId])
+                let row = try db.fetchOne("SELECT * FROM revisions WHERE id = ? AND file_id = ? AND user_id = ?", [revisionId, fileId, userId])
             else { throw DriveError.notFound("No such revision.") }
-            let revision = Self.revision(row)
-            let blocks = try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx"), arguments: [revisionId]
-            ).map { BlockRef(hash: $0["hash"], size: $0["size"]) }
+            let revision = try Self.revision(row)
+            let blocks = try db.fetchAll("SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx", [revisionId]
+            ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size")) }
             return try self.commitRevision(
                 db, &effects, file: file, blocks: blocks, checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType, now: now)
         }
@@ -503,31 +476,28 @@ final class SQLiteMetadataStore: MetadataStore {
     // MARK: Change feed
 
     func latestSeq(userId: String) async throws -> Int64 {
-        try await pool.read { db in
-            try Int64.fetchOne(db.cachedStatement(sql: "SELECT last_seq FROM users WHERE id = ?"), arguments: [userId]) ?? 0
+        try await database.read { db in
+            try db.value("SELECT last_seq FROM users WHERE id = ?", [userId], as: Int64.self) ?? 0
         }
     }
 
     func changes(userId: String, after seq: Int64, limit: Int) async throws -> (changes: [ChangeRecord], hasMore: Bool)? {
-        try await pool.read { db in
-            guard let user = try Row.fetchOne(db.cachedStatement(sql: "SELECT last_seq, changes_floor FROM users WHERE id = ?"), arguments: [userId]) else {
+        try await database.read { db in
+            guard let user = try db.fetchOne("SELECT last_seq, changes_floor FROM users WHERE id = ?", [userId]) else {
                 return nil
             }
-            let last: Int64 = user["last_seq"]
-            let floor: Int64 = user["changes_floor"]
+            let last: Int64 = try user.get("last_seq")
+            let floor: Int64 = try user.get("changes_floor")
             guard seq >= floor, seq <= last else { return nil }
-            let rows = try Row.fetchAll(
-                db,
-                sql: """
+            let rows = try db.fetchAll("""
                     SELECT c.seq AS c_seq, c.kind AS c_kind, c.file_id AS c_file_id, f.*
                     FROM changes c LEFT JOIN files f ON f.id = c.file_id AND c.kind = 'upsert'
                     WHERE c.user_id = ? AND c.seq > ? ORDER BY c.seq LIMIT ?
-                    """,
-                arguments: [userId, seq, limit + 1])
-            let changes = rows.prefix(limit).map { row in
-                let kind = Change.Kind(rawValue: row["c_kind"]) ?? .upsert
-                let file: FileRecord? = (row["id"] as String?) == nil ? nil : Self.file(row)
-                return ChangeRecord(seq: row["c_seq"], kind: file == nil ? .delete : kind, fileId: row["c_file_id"], file: file)
+                    """, [userId, seq, limit + 1])
+            let changes = try rows.prefix(limit).map { row in
+                let kind = Change.Kind(rawValue: try row.get("c_kind")) ?? .upsert
+                let file: FileRecord? = try row.get("id", as: String?.self) == nil ? nil : try Self.file(row)
+                return ChangeRecord(seq: try row.get("c_seq"), kind: file == nil ? .delete : kind, fileId: try row.get("c_file_id"), file: file)
             }
             return (Array(changes), rows.count > limit)
         }
@@ -536,32 +506,40 @@ final class SQLiteMetadataStore: MetadataStore {
     // MARK: Maintenance
 
     func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int {
-        try await write { db, effects in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT id, user_id FROM files WHERE trash_root = id AND trashed_at < ? LIMIT 500"), arguments: [before.millis])
-            var purged = 0
-            for row in rows {
-                purged += try self.purge(db, &effects, userId: row["user_id"], rootId: row["id"], now: now)
-            }
-            return purged
+        let candidates = try await database.read { db in
+            try db.fetchAll("SELECT id, user_id FROM files WHERE trash_root = id AND trashed_at < ? LIMIT 500", [before.millis])
+                .map { (id: try $0.get("id", as: String.self), userId: try $0.get("user_id", as: String.self)) }
         }
+        var purged = 0
+        // One transaction per item, under its user's lock; the item is checked again there (it may have been
+        // restored or purged since it was listed).
+        for candidate in candidates {
+            purged += try await write(user: candidate.userId) { db, effects in
+                guard let row = try db.fetchOne("SELECT parent_id FROM files WHERE id = ? AND trash_root = id AND trashed_at < ?", [candidate.id, before.millis])
+                else { return 0 }
+                let count = try self.purge(db, &effects, userId: candidate.userId, rootId: candidate.id, now: now)
+                if let parentId = try row.get("parent_id", as: String?.self) { try Self.touchFolder(db, parentId, now: now) }
+                return count
+            }
+        }
+        return purged
     }
 
     func compactChanges(before: Date) async throws -> Int {
-        try await write { db, _ in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT user_id, MAX(seq) AS top FROM changes WHERE kind = 'delete' AND at < ? GROUP BY user_id"),
-                arguments: [before.millis])
-            var removed = 0
-            for row in rows {
-                let userId: String = row["user_id"]
-                let top: Int64 = row["top"]
-                try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?").execute(arguments: [userId, top])
-                removed += db.changesCount
-                try db.cachedStatement(sql: "UPDATE users SET changes_floor = MAX(changes_floor, ?) WHERE id = ?").execute(arguments: [top, userId])
-            }
-            return removed
+        let users = try await database.read { db in
+            try db.values("SELECT DISTINCT user_id FROM changes WHERE kind = 'delete' AND at < ?", [before.millis], as: String.self)
         }
+        var removed = 0
+        for userId in users {
+            removed += try await write(user: userId) { db, _ in
+                guard let top = try db.value("SELECT MAX(seq) FROM changes WHERE user_id = ? AND kind = 'delete' AND at < ?", [userId, before.millis], as: Int64.self)
+                else { return 0 }
+                let count = try db.execute("DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?", [userId, top])
+                try db.execute("UPDATE users SET changes_floor = ? WHERE id = ? AND changes_floor < ?", [top, userId, top])
+                return count
+            }
+        }
+        return removed
     }
 }
 
@@ -569,27 +547,29 @@ final class SQLiteMetadataStore: MetadataStore {
 
 let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-extension SQLiteMetadataStore {
+extension SQLMetadataStore {
     /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
-    static func recordChange(_ db: Database, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
-        try db.cachedStatement(sql: "DELETE FROM changes WHERE user_id = ? AND file_id = ?").execute(arguments: [userId, fileId])
-        try db.cachedStatement(sql: "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?)").execute(
-            arguments: [userId, fileId, kind.rawValue, now.millis])
-        let seq = db.lastInsertedRowID
-        try db.cachedStatement(sql: "UPDATE users SET last_seq = ? WHERE id = ?").execute(arguments: [seq, userId])
+    static func recordChange(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
+        try db.execute("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
+        guard
+            let seq = try db.value(
+                "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?) RETURNING seq", [userId, fileId, kind.rawValue, now.millis],
+                as: Int64.self)
+        else { throw DriveError.internalError("The change feed gave no sequence number.") }
+        try db.execute("UPDATE users SET last_seq = ? WHERE id = ?", [seq, userId])
         effects.changed[userId] = seq
     }
 
     /// The file a content commit lands in: the existing one (checked against `If-Match`: 409 if its head
     /// moved) or a new row in the parent folder, with a name clash settled by the policy.
-    static func resolveTarget(_ db: Database, userId: String, target: ContentTarget, mimeType: String, now: Date) throws -> FileRecord {
+    static func resolveTarget(_ db: any SQLTransaction, userId: String, target: ContentTarget, mimeType: String, now: Date) throws -> FileRecord {
         switch target {
         case .existing(let fileId, let ifMatch):
             let existing = try file(db, id: fileId, userId: userId)
             try checkWritable(existing, ifMatch: ifMatch)
             return existing
         case .new(let parentId, let name, let policy, let requestId):
-            let folderId = try parentId ?? String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [userId]) ?? ""
+            let folderId = try parentId ?? db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? ""
             let parent = try liveFolder(db, id: folderId, userId: userId)
             let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
             if let clash, policy == .replace, !clash.isFolder {
@@ -611,14 +591,13 @@ extension SQLiteMetadataStore {
     /// Inserts a new live item and returns it as reading the row back would give (the schema's defaults for the
     /// rest: no content yet, version 1).
     static func insertFile(
-        _ db: Database, userId: String, parentId: String, name: String, mimeType: String, isFolder: Bool, requestId: String?, now: Date
+        _ db: any SQLTransaction, userId: String, parentId: String, name: String, mimeType: String, isFolder: Bool, requestId: String?, now: Date
     ) throws -> FileRecord {
         let id = "f" + randomToken()
-        try db.cachedStatement(sql: """
+        try db.execute("""
                 INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """).execute(
-            arguments: [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId])
+                """, [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId])
         return FileRecord(
             id: id, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: isFolder, size: 0, checksum: nil,
             headRevisionId: nil, version: 1, trashRoot: nil, trashedAt: nil, createdAt: Date(millis: now.millis),
@@ -636,15 +615,15 @@ extension SQLiteMetadataStore {
         }
     }
 
-    static func file(_ db: Database, id: String, userId: String) throws -> FileRecord {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM files WHERE id = ? AND user_id = ?"), arguments: [id, userId]) else {
+    static func file(_ db: any SQLTransaction, id: String, userId: String) throws -> FileRecord {
+        guard let row = try db.fetchOne("SELECT * FROM files WHERE id = ? AND user_id = ?", [id, userId]) else {
             throw DriveError.notFound()
         }
-        return file(row)
+        return try file(row)
     }
 
     /// A folder that can receive items: exists, is this user's, is a folder, is not trashed.
-    static func liveFolder(_ db: Database, id: String, userId: String) throws -> FileRecord {
+    static func liveFolder(_ db: any SQLTransaction, id: String, userId: String) throws -> FileRecord {
         guard let folder = try? file(db, id: id, userId: userId) else {
             throw DriveError.notFound("No such parent folder.")
         }
@@ -653,15 +632,13 @@ extension SQLiteMetadataStore {
         return folder
     }
 
-    static func liveChild(_ db: Database, parentId: String, name: String, userId: String) throws -> FileRecord? {
-        try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL"),
-            arguments: [userId, parentId, name]
+    static func liveChild(_ db: any SQLTransaction, parentId: String, name: String, userId: String) throws -> FileRecord? {
+        try db.fetchOne("SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL", [userId, parentId, name]
         ).map(file)
     }
 
     /// The first of `name (1).ext`, `name (2).ext`, ... that is free in the folder.
-    static func freeName(_ db: Database, parentId: String, name: String, userId: String) throws -> String {
+    static func freeName(_ db: any SQLTransaction, parentId: String, name: String, userId: String) throws -> String {
         var n = 1
         while true {
             let candidate = FileName.numbered(name, n)
@@ -671,33 +648,30 @@ extension SQLiteMetadataStore {
     }
 
     /// The ids of a folder and everything under it (trashed or not), root first.
-    static func subtree(_ db: Database, rootId: String) throws -> [String] {
-        try String.fetchAll(
-            db,
-            sql: """
+    static func subtree(_ db: any SQLTransaction, rootId: String) throws -> [String] {
+        try db.values("""
                 WITH RECURSIVE tree(id) AS (
                     SELECT id FROM files WHERE id = ?
                     UNION ALL SELECT f.id FROM files f JOIN tree t ON f.parent_id = t.id
                 ) SELECT id FROM tree
-                """,
-            arguments: [rootId])
+                """, [rootId], as: String.self)
     }
 
     /// A folder's metadata version moves when its listing changes (its `ETag`).
-    static func touchFolder(_ db: Database, _ id: String, now: Date) throws {
-        try db.cachedStatement(sql: "UPDATE files SET version = version + 1 WHERE id = ?").execute(arguments: [id])
+    static func touchFolder(_ db: any SQLTransaction, _ id: String, now: Date) throws {
+        try db.execute("UPDATE files SET version = version + 1 WHERE id = ?", [id])
     }
 
     /// 507 if placing these blocks would take the user over quota.
-    func checkQuota(_ db: Database, userId: String, blocks: [BlockRef]) throws {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?"), arguments: [userId]),
-            let limit = row["quota_limit"] as Int64?
+    func checkQuota(_ db: any SQLTransaction, userId: String, blocks: [BlockRef]) throws {
+        guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]),
+            let limit = try row.get("quota_limit", as: Int64?.self)
         else { return }
-        let used: Int64 = row["used_bytes"]
+        let used: Int64 = try row.get("used_bytes")
         var needed: Int64 = 0
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.hash).inserted {
-            if try Row.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, block.hash]) == nil {
+            if try db.fetchOne("SELECT 1 FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.hash]) == nil {
                 needed += block.size
             }
         }
@@ -707,75 +681,68 @@ extension SQLiteMetadataStore {
     }
 
     /// Records newly stored blocks and charges them to the user.
-    static func account(_ db: Database, userId: String, added: [BlockRef], now: Date) throws {
+    static func account(_ db: any SQLTransaction, userId: String, added: [BlockRef], now: Date) throws {
         for block in added {
-            try db.cachedStatement(sql: "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING").execute(
-                arguments: [userId, block.hash, block.size, now.millis])
-            if db.changesCount == 1 {
-                try db.cachedStatement(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?").execute(arguments: [block.size, userId])
+            let inserted = try db.execute(
+                "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING",
+                [userId, block.hash, block.size, now.millis])
+            if inserted == 1 {
+                try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [block.size, userId])
             }
         }
     }
 
     /// Keeps a small block's bytes in the `blocks` row (charged to the user when new). A block the blob store
     /// already holds stays there; a row whose file is missing gets the bytes (the store decides presence).
-    func storeInline(_ db: Database, userId: String, ref: BlockRef, data: [UInt8], now: Date) throws {
-        if let hasData = try Bool.fetchOne(
-            db.cachedStatement(sql: "SELECT data IS NOT NULL FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, ref.hash])
+    func storeInline(_ db: any SQLTransaction, userId: String, ref: BlockRef, data: [UInt8], now: Date) throws {
+        if let hasData = try db.value("SELECT CASE WHEN data IS NULL THEN 0 ELSE 1 END FROM blocks WHERE user_id = ? AND hash = ?", [userId, ref.hash], as: Bool.self)
         {
             if hasData || blobs.contains(ref.hash, user: userId) { return }
-            try db.cachedStatement(sql: "UPDATE blocks SET data = ? WHERE user_id = ? AND hash = ?").execute(arguments: [Data(data), userId, ref.hash])
+            try db.execute("UPDATE blocks SET data = ? WHERE user_id = ? AND hash = ?", [data, userId, ref.hash])
             return
         }
-        try db.cachedStatement(sql: "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)")
-            .execute(arguments: [userId, ref.hash, ref.size, now.millis, Data(data)])
-        try db.cachedStatement(sql: "UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?").execute(arguments: [ref.size, userId])
+        try db.execute("INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)", [userId, ref.hash, ref.size, now.millis, data])
+        try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [ref.size, userId])
     }
 
     /// Deletes the blocks among `hashes` that no revision or upload references any more, files and rows.
-    func collectGarbage(_ db: Database, userId: String, hashes: Set<String>) throws {
+    func collectGarbage(_ db: any SQLTransaction, userId: String, hashes: Set<String>) throws {
         var unreferenced: [String] = []
         for hash in hashes {
-            let used = try Row.fetchOne(
-                db,
-                sql: """
+            let used = try db.fetchOne("""
                     SELECT 1 FROM revision_blocks WHERE user_id = ? AND hash = ?
                     UNION ALL SELECT 1 FROM upload_blocks WHERE user_id = ? AND hash = ? LIMIT 1
-                    """,
-                arguments: [userId, hash, userId, hash])
+                    """, [userId, hash, userId, hash])
             if used == nil { unreferenced.append(hash) }
         }
         guard !unreferenced.isEmpty else { return }
         try blobs.remove(unreferenced, user: userId)
         for hash in unreferenced {
-            if let size = try Int64.fetchOne(db.cachedStatement(sql: "SELECT size FROM blocks WHERE user_id = ? AND hash = ?"), arguments: [userId, hash]) {
-                try db.cachedStatement(sql: "DELETE FROM blocks WHERE user_id = ? AND hash = ?").execute(arguments: [userId, hash])
-                try db.cachedStatement(sql: "UPDATE users SET used_bytes = MAX(0, used_bytes - ?) WHERE id = ?").execute(arguments: [size, userId])
+            if let size = try db.value("SELECT size FROM blocks WHERE user_id = ? AND hash = ?", [userId, hash], as: Int64.self) {
+                try db.execute("DELETE FROM blocks WHERE user_id = ? AND hash = ?", [userId, hash])
+                try db.execute("UPDATE users SET used_bytes = CASE WHEN used_bytes > ? THEN used_bytes - ? ELSE 0 END WHERE id = ?", [size, size, userId])
             }
         }
     }
 
     /// Adds a head revision made of `blocks` (already placed) and prunes revisions past retention.
     func commitRevision(
-        _ db: Database, _ effects: inout Effects, file: FileRecord, blocks: [BlockRef], checksum: String, size: Int64, mimeType: String,
+        _ db: any SQLTransaction, _ effects: inout Effects, file: FileRecord, blocks: [BlockRef], checksum: String, size: Int64, mimeType: String,
         now: Date
     ) throws -> FileRecord {
         let revisionId = "r" + randomToken()
-        let ordinal = (try Int64.fetchOne(db.cachedStatement(sql: "SELECT MAX(ordinal) FROM revisions WHERE file_id = ?"), arguments: [file.id]) ?? 0) + 1
-        try db.cachedStatement(sql: """
+        let ordinal = (try db.value("SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", [file.id], as: Int64.self) ?? 0) + 1
+        try db.execute("""
                 INSERT INTO revisions (id, file_id, user_id, mime_type, size, checksum, created_at, ordinal)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """).execute(
-            arguments: [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
+                """, [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
         for (index, block) in blocks.enumerated() {
-            try db.cachedStatement(sql: "INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)").execute(
-                arguments: [revisionId, index, file.userId, block.hash, block.size])
+            try db.execute("INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)", [revisionId, index, file.userId, block.hash, block.size])
         }
-        try db.cachedStatement(sql: """
+        try db.execute("""
                 UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
                 WHERE id = ?
-                """).execute(
-            arguments: [revisionId, size, checksum, mimeType, now.millis, file.id])
+                """, [revisionId, size, checksum, mimeType, now.millis, file.id])
         try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
         // Revisions are only ever removed, and ordinals only grow: a file whose newest ordinal is within
         // `keepLast` has nothing to prune.
@@ -791,34 +758,34 @@ extension SQLiteMetadataStore {
         return updated
     }
 
-    func pruneRevisions(_ db: Database, fileId: String, userId: String, now: Date) throws {
-        let all = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, created_at FROM revisions WHERE file_id = ? ORDER BY ordinal DESC"), arguments: [fileId])
-            .map { (id: $0["id"] as String, date: Date(millis: $0["created_at"])) }
+    func pruneRevisions(_ db: any SQLTransaction, fileId: String, userId: String, now: Date) throws {
+        let all = try db.fetchAll("SELECT id, created_at FROM revisions WHERE file_id = ? ORDER BY ordinal DESC", [fileId])
+            .map { (id: try $0.get("id", as: String.self), date: Date(millis: try $0.get("created_at"))) }
         guard all.count > revisionRetention.keepLast else { return }
         let doomed = revisionRetention.prunable(all, now: now, date: \.date).map(\.id)
         guard !doomed.isEmpty else { return }
         var hashes: Set<String> = []
         for id in doomed {
-            hashes.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?"), arguments: [id]))
-            try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute(arguments: [id])
-            try db.cachedStatement(sql: "DELETE FROM revisions WHERE id = ?").execute(arguments: [id])
+            hashes.formUnion(try db.values("SELECT hash FROM revision_blocks WHERE revision_id = ?", [id], as: String.self))
+            try db.execute("DELETE FROM revision_blocks WHERE revision_id = ?", [id])
+            try db.execute("DELETE FROM revisions WHERE id = ?", [id])
         }
         try collectGarbage(db, userId: userId, hashes: hashes)
     }
 
     /// Deletes a subtree for good: rows, revisions, unreferenced blocks; a `delete` change per item.
     @discardableResult
-    func purge(_ db: Database, _ effects: inout Effects, userId: String, rootId: String, now: Date) throws -> Int {
+    func purge(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, rootId: String, now: Date) throws -> Int {
         let ids = try Self.subtree(db, rootId: rootId)
         var hashes: Set<String> = []
         for id in ids {
-            let revisionIds = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM revisions WHERE file_id = ?"), arguments: [id])
+            let revisionIds = try db.values("SELECT id FROM revisions WHERE file_id = ?", [id], as: String.self)
             for revisionId in revisionIds {
-                hashes.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revision_blocks WHERE revision_id = ?"), arguments: [revisionId]))
-                try db.cachedStatement(sql: "DELETE FROM revision_blocks WHERE revision_id = ?").execute(arguments: [revisionId])
+                hashes.formUnion(try db.values("SELECT hash FROM revision_blocks WHERE revision_id = ?", [revisionId], as: String.self))
+                try db.execute("DELETE FROM revision_blocks WHERE revision_id = ?", [revisionId])
             }
-            try db.cachedStatement(sql: "DELETE FROM revisions WHERE file_id = ?").execute(arguments: [id])
-            try db.cachedStatement(sql: "DELETE FROM files WHERE id = ?").execute(arguments: [id])
+            try db.execute("DELETE FROM revisions WHERE file_id = ?", [id])
+            try db.execute("DELETE FROM files WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }
         try collectGarbage(db, userId: userId, hashes: hashes)
@@ -827,30 +794,30 @@ extension SQLiteMetadataStore {
 
     // MARK: Row mapping
 
-    static func user(_ row: Row) -> UserRecord {
+    static func user(_ row: SQLRow) throws -> UserRecord {
         UserRecord(
-            id: row["id"], username: row["username"], passwordHash: row["password_hash"], quotaLimit: row["quota_limit"],
-            usedBytes: row["used_bytes"], rootId: row["root_id"], createdAt: Date(millis: row["created_at"]))
+            id: try row.get("id"), username: try row.get("username"), passwordHash: try row.get("password_hash"), quotaLimit: try row.get("quota_limit"),
+            usedBytes: try row.get("used_bytes"), rootId: try row.get("root_id"), createdAt: Date(millis: try row.get("created_at")))
     }
 
-    static func device(_ row: Row) -> DeviceRecord {
+    static func device(_ row: SQLRow) throws -> DeviceRecord {
         DeviceRecord(
-            id: row["id"], userId: row["user_id"], name: row["name"], refreshHash: row["refresh_hash"],
-            lastUsedAt: Date(millis: row["last_used_at"]), revokedAt: (row["revoked_at"] as Int64?).map(Date.init(millis:)))
+            id: try row.get("id"), userId: try row.get("user_id"), name: try row.get("name"), refreshHash: try row.get("refresh_hash"),
+            lastUsedAt: Date(millis: try row.get("last_used_at")), revokedAt: (try row.get("revoked_at", as: Int64?.self)).map(Date.init(millis:)))
     }
 
-    static func file(_ row: Row) -> FileRecord {
+    static func file(_ row: SQLRow) throws -> FileRecord {
         FileRecord(
-            id: row["id"], userId: row["user_id"], parentId: row["parent_id"], name: row["name"], mimeType: row["mime_type"],
-            isFolder: row["is_folder"], size: row["size"], checksum: row["checksum"], headRevisionId: row["head_revision_id"],
-            version: row["version"], trashRoot: row["trash_root"], trashedAt: (row["trashed_at"] as Int64?).map(Date.init(millis:)),
-            createdAt: Date(millis: row["created_at"]), modifiedAt: Date(millis: row["modified_at"]))
+            id: try row.get("id"), userId: try row.get("user_id"), parentId: try row.get("parent_id"), name: try row.get("name"), mimeType: try row.get("mime_type"),
+            isFolder: try row.get("is_folder"), size: try row.get("size"), checksum: try row.get("checksum"), headRevisionId: try row.get("head_revision_id"),
+            version: try row.get("version"), trashRoot: try row.get("trash_root"), trashedAt: (try row.get("trashed_at", as: Int64?.self)).map(Date.init(millis:)),
+            createdAt: Date(millis: try row.get("created_at")), modifiedAt: Date(millis: try row.get("modified_at")))
     }
 
-    static func revision(_ row: Row) -> RevisionRecord {
+    static func revision(_ row: SQLRow) throws -> RevisionRecord {
         RevisionRecord(
-            id: row["id"], fileId: row["file_id"], userId: row["user_id"], mimeType: row["mime_type"], size: row["size"],
-            checksum: row["checksum"], createdAt: Date(millis: row["created_at"]))
+            id: try row.get("id"), fileId: try row.get("file_id"), userId: try row.get("user_id"), mimeType: try row.get("mime_type"), size: try row.get("size"),
+            checksum: try row.get("checksum"), createdAt: Date(millis: try row.get("created_at")))
     }
 }
 

@@ -1,14 +1,12 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
-extension SQLiteMetadataStore {
+extension SQLMetadataStore {
     func createUpload(_ upload: UploadRecord, now: Date) async throws -> (upload: UploadRecord, created: Bool) {
-        try await write { db, _ in
-            if let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT * FROM uploads WHERE user_id = ? AND request_id = ?"), arguments: [upload.userId, upload.requestId])
+        try await write(user: upload.userId) { db, _ in
+            if let row = try db.fetchOne("SELECT * FROM uploads WHERE user_id = ? AND request_id = ?", [upload.userId, upload.requestId])
             {
-                let existing = Self.upload(row)
+                let existing = try Self.upload(row)
                 guard existing.size == upload.size, existing.name == upload.name, existing.fileId == upload.fileId,
                     existing.parentId == upload.parentId, existing.checksum == upload.checksum
                 else {
@@ -22,24 +20,23 @@ extension SQLiteMetadataStore {
             case .some(let fileId):
                 try Self.checkWritable(try Self.file(db, id: fileId, userId: upload.userId), ifMatch: upload.ifMatch)
             case .none:
-                let root = try String.fetchOne(db.cachedStatement(sql: "SELECT root_id FROM users WHERE id = ?"), arguments: [upload.userId]) ?? ""
+                let root = try db.value("SELECT root_id FROM users WHERE id = ?", [upload.userId], as: String.self) ?? ""
                 let parent = try Self.liveFolder(db, id: upload.parentId ?? root, userId: upload.userId)
                 if upload.policy == .fail, let clash = try Self.liveChild(db, parentId: parent.id, name: upload.name, userId: upload.userId) {
                     throw DriveError.nameConflict(name: upload.name, existingId: clash.id)
                 }
             }
-            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT quota_limit, used_bytes FROM users WHERE id = ?"), arguments: [upload.userId]),
-                let limit = row["quota_limit"] as Int64?
+            if let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [upload.userId]),
+                let limit = try row.get("quota_limit", as: Int64?.self)
             {
-                let used: Int64 = row["used_bytes"]
+                let used: Int64 = try row.get("used_bytes")
                 if used + upload.size > limit { throw DriveError.quotaExceeded(used: used, limit: limit, needed: upload.size) }
             }
-            try db.cachedStatement(sql: """
+            try db.execute("""
                     INSERT INTO uploads (id, user_id, request_id, name, mime_type, parent_id, file_id, if_match, on_conflict, size,
                         checksum, chunk_size, total_chunks, chunks_processed, created_at, expires_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
-                    """).execute(
-                arguments: [
+                    """, [
                     upload.id, upload.userId, upload.requestId, upload.name, upload.mimeType, upload.parentId, upload.fileId, upload.ifMatch,
                     upload.policy.rawValue, upload.size, upload.checksum, upload.chunkSize, upload.totalChunks, now.millis,
                     upload.expiresAt.millis,
@@ -49,14 +46,14 @@ extension SQLiteMetadataStore {
     }
 
     func upload(id: String, userId: String) async throws -> UploadRecord {
-        try await pool.read { db in try Self.upload(db, id: id, userId: userId) }
+        try await database.read { db in try Self.upload(db, id: id, userId: userId) }
     }
 
     func storeChunk(userId: String, uploadId: String, chunk: Int, blocks: [StagedBlock], now: Date, expiresAt: Date) async throws
         -> (upload: UploadRecord, stored: Bool)
     {
         do {
-            let result = try await write { db, _ in
+            let result = try await write(user: userId) { db, _ in
                 var upload = try Self.upload(db, id: uploadId, userId: userId)
                 try Self.checkActive(upload, now: now)
                 guard upload.chunksProcessed == chunk, upload.completedFileId == nil else {
@@ -66,13 +63,11 @@ extension SQLiteMetadataStore {
                 let added = try self.blobs.place(blocks, user: userId)
                 try Self.account(db, userId: userId, added: added, now: now)
                 for (index, block) in blocks.enumerated() {
-                    try db.cachedStatement(sql: "INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)").execute(
-                        arguments: [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
+                    try db.execute("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
                 }
                 upload.chunksProcessed += 1
                 upload.expiresAt = max(upload.expiresAt, expiresAt)
-                try db.cachedStatement(sql: "UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?").execute(
-                    arguments: [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
+                try db.execute("UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?", [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
                 return (upload, true)
             }
             if !result.1 { blobs.discard(blocks) }
@@ -84,11 +79,11 @@ extension SQLiteMetadataStore {
     }
 
     func uploadBlocks(uploadId: String) async throws -> [BlockRef] {
-        try await pool.read { db in try Self.uploadBlocks(db, uploadId: uploadId) }
+        try await database.read { db in try Self.uploadBlocks(db, uploadId: uploadId) }
     }
 
     func finalizeUpload(userId: String, uploadId: String, checksum: String, now: Date) async throws -> (upload: UploadRecord, file: FileRecord) {
-        try await write { db, effects in
+        try await write(user: userId) { db, effects in
             var upload = try Self.upload(db, id: uploadId, userId: userId)
             if let fileId = upload.completedFileId {
                 return (upload, try Self.file(db, id: fileId, userId: userId))
@@ -105,7 +100,7 @@ extension SQLiteMetadataStore {
             if upload.fileId == nil, let earlier = try Self.retried(db, upload.requestId, userId: userId, checksum: checksum) {
                 // A simple or batch upload under this requestId landed first: that file is this session's result.
                 try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
-                try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute(arguments: [earlier.id, uploadId])
+                try db.execute("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [earlier.id, uploadId])
                 upload.completedFileId = earlier.id
                 return (upload, earlier)
             }
@@ -114,40 +109,48 @@ extension SQLiteMetadataStore {
             let file = try self.commitRevision(
                 db, &effects, file: destination, blocks: blocks, checksum: checksum, size: upload.size, mimeType: upload.mimeType, now: now)
             // The revision now references the blocks; the session's own references go.
-            try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute(arguments: [uploadId])
-            try db.cachedStatement(sql: "UPDATE uploads SET completed_file_id = ? WHERE id = ?").execute(arguments: [file.id, uploadId])
+            try db.execute("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
+            try db.execute("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [file.id, uploadId])
             upload.completedFileId = file.id
             return (upload, file)
         }
     }
 
     func deleteUpload(userId: String, uploadId: String) async throws {
-        try await write { db, _ in
+        try await write(user: userId) { db, _ in
             _ = try Self.upload(db, id: uploadId, userId: userId)
             try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
-            try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [uploadId])
+            try db.execute("DELETE FROM uploads WHERE id = ?", [uploadId])
         }
     }
 
     func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int {
-        try await write { db, _ in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT id, user_id FROM uploads WHERE state = 'active' AND expires_at <= ? LIMIT 1000"), arguments: [now.millis])
-            for row in rows {
-                try self.dropUploadBlocks(db, uploadId: row["id"], userId: row["user_id"])
-                try db.cachedStatement(sql: "UPDATE uploads SET state = 'expired' WHERE id = ?").execute(arguments: [row["id"] as String])
-            }
-            try db.cachedStatement(sql: "DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?").execute(
-                arguments: [now.millis - Int64(forgetAfter * 1000)])
-            return rows.count
+        let expired = try await database.read { db in
+            try db.fetchAll("SELECT id, user_id FROM uploads WHERE state = 'active' AND expires_at <= ? LIMIT 1000", [now.millis])
+                .map { (id: try $0.get("id", as: String.self), userId: try $0.get("user_id", as: String.self)) }
         }
+        var count = 0
+        for upload in expired {
+            count += try await write(user: upload.userId) { db, _ in
+                // Checked again under the user's lock: a chunk may have slid the expiry since.
+                guard try db.fetchOne("SELECT 1 FROM uploads WHERE id = ? AND state = 'active' AND expires_at <= ?", [upload.id, now.millis]) != nil
+                else { return 0 }
+                try self.dropUploadBlocks(db, uploadId: upload.id, userId: upload.userId)
+                try db.execute("UPDATE uploads SET state = 'expired' WHERE id = ?", [upload.id])
+                return 1
+            }
+        }
+        try await write { db, _ in
+            try db.execute("DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?", [now.millis - Int64(forgetAfter * 1000)])
+        }
+        return count
     }
 
     // MARK: helpers
 
-    func dropUploadBlocks(_ db: Database, uploadId: String, userId: String) throws {
-        let hashes = Set(try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM upload_blocks WHERE upload_id = ?"), arguments: [uploadId]))
-        try db.cachedStatement(sql: "DELETE FROM upload_blocks WHERE upload_id = ?").execute(arguments: [uploadId])
+    func dropUploadBlocks(_ db: any SQLTransaction, uploadId: String, userId: String) throws {
+        let hashes = Set(try db.values("SELECT hash FROM upload_blocks WHERE upload_id = ?", [uploadId], as: String.self))
+        try db.execute("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
         try collectGarbage(db, userId: userId, hashes: hashes)
     }
 
@@ -157,25 +160,25 @@ extension SQLiteMetadataStore {
         }
     }
 
-    static func upload(_ db: Database, id: String, userId: String) throws -> UploadRecord {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM uploads WHERE id = ? AND user_id = ?"), arguments: [id, userId]) else {
+    static func upload(_ db: any SQLTransaction, id: String, userId: String) throws -> UploadRecord {
+        guard let row = try db.fetchOne("SELECT * FROM uploads WHERE id = ? AND user_id = ?", [id, userId]) else {
             throw DriveError.notFound("No such upload session.")
         }
-        return upload(row)
+        return try upload(row)
     }
 
-    static func uploadBlocks(_ db: Database, uploadId: String) throws -> [BlockRef] {
-        try Row.fetchAll(db.cachedStatement(sql: "SELECT hash, size FROM upload_blocks WHERE upload_id = ? ORDER BY chunk, idx"), arguments: [uploadId])
-            .map { BlockRef(hash: $0["hash"], size: $0["size"]) }
+    static func uploadBlocks(_ db: any SQLTransaction, uploadId: String) throws -> [BlockRef] {
+        try db.fetchAll("SELECT hash, size FROM upload_blocks WHERE upload_id = ? ORDER BY chunk, idx", [uploadId])
+            .map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size")) }
     }
 
-    static func upload(_ row: Row) -> UploadRecord {
+    static func upload(_ row: SQLRow) throws -> UploadRecord {
         UploadRecord(
-            id: row["id"], userId: row["user_id"], requestId: row["request_id"], name: row["name"], mimeType: row["mime_type"],
-            parentId: row["parent_id"], fileId: row["file_id"], ifMatch: row["if_match"],
-            policy: ConflictPolicy(rawValue: row["on_conflict"]) ?? .fail, size: row["size"], checksum: row["checksum"],
-            chunkSize: row["chunk_size"], totalChunks: row["total_chunks"], chunksProcessed: row["chunks_processed"],
-            createdAt: Date(millis: row["created_at"]), expiresAt: Date(millis: row["expires_at"]),
-            completedFileId: row["completed_file_id"], state: UploadRecord.State(rawValue: row["state"]) ?? .active)
+            id: try row.get("id"), userId: try row.get("user_id"), requestId: try row.get("request_id"), name: try row.get("name"), mimeType: try row.get("mime_type"),
+            parentId: try row.get("parent_id"), fileId: try row.get("file_id"), ifMatch: try row.get("if_match"),
+            policy: ConflictPolicy(rawValue: try row.get("on_conflict")) ?? .fail, size: try row.get("size"), checksum: try row.get("checksum"),
+            chunkSize: try row.get("chunk_size"), totalChunks: try row.get("total_chunks"), chunksProcessed: try row.get("chunks_processed"),
+            createdAt: Date(millis: try row.get("created_at")), expiresAt: Date(millis: try row.get("expires_at")),
+            completedFileId: try row.get("completed_file_id"), state: UploadRecord.State(rawValue: try row.get("state")) ?? .active)
     }
 }

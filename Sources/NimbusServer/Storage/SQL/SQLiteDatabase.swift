@@ -1,0 +1,85 @@
+import Foundation
+import GRDB
+
+/// The embedded ``SQLDatabase``: one SQLite file through GRDB — WAL, `synchronous=FULL`, one serialized writer,
+/// concurrent readers. The schema is ``Schema/migrator``.
+struct SQLiteDatabase: SQLDatabase {
+    let pool: DatabasePool
+
+    init(path: String) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            // Savepoint journals (a batch commits each file in its own savepoint) in memory: on disk they were
+            // ~50 small writes to a temporary file per file committed. They only serve rolling a savepoint
+            // back; durability is the WAL's.
+            try db.execute(sql: "PRAGMA temp_store = MEMORY")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Schema.migrator.migrate(pool)
+    }
+
+    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
+        try await pool.write { db in try body(Transaction(db: db)) }
+    }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
+        try await pool.read { db in try body(Transaction(db: db)) }
+    }
+
+    struct Transaction: SQLTransaction {
+        let db: Database
+
+        func execute(_ sql: String, _ arguments: [any SQLArgument]) throws -> Int {
+            try db.cachedStatement(sql: sql).execute(arguments: Self.arguments(arguments))
+            return db.changesCount
+        }
+
+        func fetchAll(_ sql: String, _ arguments: [any SQLArgument]) throws -> [SQLRow] {
+            let statement = try db.cachedStatement(sql: sql)
+            let columns = SQLRow.Columns(statement.columnNames)
+            var rows: [SQLRow] = []
+            let cursor = try Row.fetchCursor(statement, arguments: Self.arguments(arguments))
+            while let row = try cursor.next() {
+                rows.append(SQLRow(columns: columns, values: row.databaseValues.map(Self.value)))
+            }
+            return rows
+        }
+
+        func savepoint<T>(_ body: () throws -> T) throws -> T {
+            var result: T?
+            try db.inSavepoint {
+                result = try body()
+                return .commit
+            }
+            guard let result else { throw DriveError.internalError("A savepoint finished without a result.") }
+            return result
+        }
+
+        func lockUser(_ userId: String) throws {}
+
+        func announce(userId: String, seq: Int64) throws {}
+
+        static func arguments(_ arguments: [any SQLArgument]) -> StatementArguments {
+            StatementArguments(arguments.map { argument -> DatabaseValue in
+                switch argument.sqlValue {
+                case .null: return .null
+                case .integer(let value): return value.databaseValue
+                case .text(let value): return value.databaseValue
+                case .blob(let value): return Data(value).databaseValue
+                }
+            })
+        }
+
+        static func value(_ value: DatabaseValue) -> SQLValue {
+            switch value.storage {
+            case .null: return .null
+            case .int64(let value): return .integer(value)
+            case .double(let value): return .integer(Int64(value))
+            case .string(let value): return .text(value)
+            case .blob(let data): return .blob([UInt8](data))
+            }
+        }
+    }
+}
