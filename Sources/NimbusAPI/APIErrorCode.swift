@@ -42,6 +42,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case checksumMismatch = "checksum_mismatch"
     case rateLimited = "rate_limited"
     case internalError = "internal_error"
+    /// 503: a store the server needs is unreachable; retry after `Retry-After` seconds.
+    case unavailable
     case quotaExceeded = "quota_exceeded"
 }
 

@@ -293,6 +293,9 @@ struct ContentTests {
             #expect(try await alice.content(bigFile.id) == big, "the shared block outlives the small file")
             #expect(try await alice.send(.DELETE, "/v1/files/\(bigFile.id)?permanent=true").status == 204)
             #expect(try await used() == 0)
+            #expect(blockFiles() == 2, "deleted by the sweep, after the grace period")
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
             #expect(blockFiles() == 0)
         }
     }

@@ -170,7 +170,7 @@ struct UploadTests {
         }
     }
 
-    @Test("cancel frees the stored bytes at once")
+    @Test("cancel frees the quota at once, and the stored bytes once the grace period has passed")
     func cancelFreesBytes() async throws {
         try await TestServer.run(configure: Self.configure) { server in
             let alice = try await server.signUp()
@@ -182,10 +182,15 @@ struct UploadTests {
             #expect(try await alice.send(.DELETE, "/v1/upload/\(session.uploadId)").status == 204)
             #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 0)
             let blobs = server.dataDirectory.appending(path: "blobs")
-            let stored = try FileManager.default.subpathsOfDirectory(atPath: blobs.path).filter { $0.contains("/") }
-            #expect(stored.isEmpty, "no block stays on disk: \(stored)")
+            func stored() throws -> [String] { try FileManager.default.subpathsOfDirectory(atPath: blobs.path).filter { $0.contains("/") } }
             #expect(try await alice.get("/v1/upload/\(session.uploadId)").status == 404)
             #expect(try await alice.sendChunk(session, content, chunk: 2).status == 404)
+            await server.parts.runMaintenance()
+            #expect(try stored().count == 2, "kept through the grace period")
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            let left = try stored()
+            #expect(left.isEmpty, "no block stays on disk: \(left)")
         }
     }
 

@@ -62,7 +62,7 @@ struct ResumableUploadController: Sendable {
     @Sendable func cancel(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
         let id = try context.parameter("uploadId")
-        try await drive.store.deleteUpload(userId: me.userId, uploadId: id)
+        try await drive.store.deleteUpload(userId: me.userId, uploadId: id, now: drive.now)
         hashes.forget(id)
         return Response(status: .noContent)
     }
@@ -141,7 +141,7 @@ struct ResumableUploadController: Sendable {
         let checksum = try await checksum(of: upload)
         if let expected = upload.checksum, expected != checksum {
             // The content is not what the client meant to send: nothing becomes visible and the bytes are freed.
-            try await drive.store.deleteUpload(userId: userId, uploadId: upload.id)
+            try await drive.store.deleteUpload(userId: userId, uploadId: upload.id, now: drive.now)
             hashes.forget(upload.id)
             throw DriveError.checksumMismatch(expected: expected, actual: checksum)
         }

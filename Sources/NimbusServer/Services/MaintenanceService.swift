@@ -3,7 +3,8 @@ import Logging
 import ServiceLifecycle
 
 /// Background upkeep, run every `maintenanceInterval` until shutdown: frees expired upload sessions, purges
-/// the trash past its retention, compacts the change feed.
+/// the trash past its retention, compacts the change feed, sweeps blocks orphaned for longer than the grace
+/// period from the blob store.
 struct MaintenanceService: Service {
     let store: any MetadataStore
     let configuration: ServerConfiguration
@@ -23,8 +24,13 @@ struct MaintenanceService: Service {
             let expired = try await store.expireUploads(now: now, forgetAfter: 7 * 24 * 3600)
             let purged = try await store.purgeTrash(trashedBefore: now.addingTimeInterval(-configuration.trashRetention.timeInterval), now: now)
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
-            if expired + purged + compacted > 0 {
-                logger.info("maintenance", metadata: ["expiredUploads": "\(expired)", "purgedItems": "\(purged)", "compactedChanges": "\(compacted)"])
+            let swept = try await store.sweepBlocks(orphanedBefore: now.addingTimeInterval(-configuration.blockGracePeriod.timeInterval))
+            if expired + purged + compacted + swept > 0 {
+                logger.info(
+                    "maintenance",
+                    metadata: [
+                        "expiredUploads": "\(expired)", "purgedItems": "\(purged)", "compactedChanges": "\(compacted)", "sweptBlocks": "\(swept)",
+                    ])
             }
         } catch {
             logger.error("maintenance failed; will retry", metadata: ["error": "\(error)"])

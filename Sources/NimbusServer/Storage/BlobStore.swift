@@ -11,8 +11,8 @@ struct BlockRef: Sendable, Hashable, Codable {
     var inline: [UInt8]? = nil
 }
 
-/// A block ready to become part of the store: bytes durably in a staging file (`path`), or, for a small block,
-/// in memory (`data`), to be kept in the metadata database by the transaction that commits it.
+/// A block ready to become part of the store: bytes durably in a local staging file (`path`), or, for a small
+/// block, in memory (`data`), to be kept in the metadata database by the transaction that commits it.
 struct StagedBlock: Sendable, Hashable {
     var ref: BlockRef
     var path: String
@@ -21,39 +21,67 @@ struct StagedBlock: Sendable, Hashable {
 
 /// Content storage: blocks addressed by SHA-256, one namespace per user (never shared across users).
 ///
-/// The contract that keeps "nothing acknowledged is lost" true while blocks are deduplicated:
-/// - bytes are staged (written and fsynced) outside any transaction, by a ``BlockStager``;
-/// - ``place(_:user:)`` and ``remove(_:user:)`` are only called from inside the metadata store's serialized
-///   write transaction, so a block can never be removed between the check that it exists and the commit
-///   that references it;
-/// - presence is decided by the store itself (the file), never by a cached row.
+/// The contract that keeps "nothing acknowledged is lost" true with deduplicated blocks, many writers (replicas)
+/// and a remote store:
+/// - ``put(_:user:)`` runs **before** the metadata commit that references the blocks, outside any transaction;
+///   it is idempotent, always writes (so a block's age is its latest put) and is durable when it returns.
+/// - The commit adopts each block under the user's write lock: a block whose metadata row is missing or marked
+///   orphaned is checked with ``containsBlocking(_:user:)`` there, so a sweep that deleted it meanwhile is seen.
+/// - Nothing is deleted when the last reference goes: the row is marked orphaned. A sweep, under the same lock,
+///   deletes (``deleteBlocking(_:user:)``) blocks orphaned for longer than a grace period, then their rows. Open
+///   upload sessions reference their blocks, so they are never orphaned.
+/// - Staging files are request-scoped and local (`tmp/` of the replica that received the bytes); a resumable
+///   session's chunks are in the store and the database, so any replica accepts the next chunk.
+///
+/// The `…Blocking` calls run inside a metadata transaction, on a thread that may block (never on Swift's
+/// cooperative pool).
 protocol BlobStore: Sendable {
     /// Size of the blocks a stager cuts content into.
     var blockSize: Int { get }
     /// A stager whose running whole-content hash starts from `runningHash` (to continue across chunks).
     func makeStager(runningHash: SHA256) -> BlockStager
-    /// Makes staged blocks part of the store; returns the refs that were not stored before.
-    /// Durable when it returns, unless `syncDirectory` is false: then ``syncPlaced(user:)`` must run before the
-    /// transaction that references them commits (a batch syncs once for all its entries).
-    /// Must run inside the metadata write transaction.
-    func place(_ blocks: [StagedBlock], user: String, syncDirectory: Bool) throws -> [BlockRef]
-    /// Makes the blocks placed without a directory sync durable.
-    func syncPlaced(user: String) throws
+    /// Stores staged blocks (inline ones are skipped: the database keeps them) and removes their staging files.
+    /// Durable when it returns; idempotent.
+    func put(_ blocks: [StagedBlock], user: String) async throws
     /// Whether the store holds the block's bytes.
-    func contains(_ hash: String, user: String) -> Bool
-    /// Deletes blocks nobody references any more. Must run inside the metadata write transaction.
-    func remove(_ hashes: [String], user: String) throws
-    /// Drops staged blocks that will not be placed (failed or duplicate uploads).
+    func containsBlocking(_ hash: String, user: String) throws -> Bool
+    /// Deletes blocks; absent ones are fine.
+    func deleteBlocking(_ hashes: [String], user: String) throws
+    /// Drops staging files of blocks that will not be put (failed or duplicate uploads).
     func discard(_ blocks: [StagedBlock])
     /// Reads `range` (offsets within the whole content) of content made of `blocks`, in pieces.
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws
-    /// Removes everything under staging (left over from a crash); called once at start.
+    /// Removes this replica's staging files (left over from a crash); called once at start.
     func clearStaging() throws
+    /// Answers when the store can be reached (for `/healthz`); throws with the reason when it cannot.
+    func checkReachable() async throws
 }
 
+/// A store's inline blocks and ranges, shared by every implementation.
 extension BlobStore {
-    /// Places blocks durably (the directory synced).
-    func place(_ blocks: [StagedBlock], user: String) throws -> [BlockRef] { try place(blocks, user: user, syncDirectory: true) }
+    /// Walks `blocks` and calls `piece` for the part of each that `range` covers: inline bytes are sent at once,
+    /// stored blocks are read by `readStored(hash, offsetInBlock, endInBlock)`.
+    func forEachPiece(
+        _ blocks: [BlockRef], range: Range<Int64>, into body: (ByteBuffer) async throws -> Void,
+        readStored: (BlockRef, Int64, Int64) async throws -> Void
+    ) async throws {
+        var blockStart: Int64 = 0
+        for block in blocks {
+            let blockEnd = blockStart + block.size
+            defer { blockStart = blockEnd }
+            guard blockEnd > range.lowerBound, blockStart < range.upperBound else { continue }
+            let from = max(range.lowerBound, blockStart) - blockStart
+            let to = min(range.upperBound, blockEnd) - blockStart
+            if let bytes = block.inline {
+                guard bytes.count == block.size else {
+                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
+                }
+                try await body(ByteBuffer(bytes: bytes[Int(from)..<Int(to)]))
+                continue
+            }
+            try await readStored(block, from, to)
+        }
+    }
 }
 
 /// Blocks as files: `blobs/<userId>/<sha256>`, staging in `tmp/`, on one file system so rename is atomic.
@@ -82,36 +110,28 @@ struct LocalBlobStore: BlobStore {
 
     func path(of hash: String, user: String) -> String { userDirectory(user) + "/" + hash }
 
-    func place(_ blocks: [StagedBlock], user: String, syncDirectory: Bool) throws -> [BlockRef] {
-        guard !blocks.isEmpty else { return [] }
+    func put(_ blocks: [StagedBlock], user: String) async throws {
+        let stored = blocks.filter { $0.data == nil }
+        guard !stored.isEmpty else { return }
         let directory = userDirectory(user)
-        try POSIXFile.makeDirectory(directory)
-        var added: [BlockRef] = []
-        var seen: Set<String> = []
-        for block in blocks where block.data == nil {
-            let destination = path(of: block.ref.hash, user: user)
-            if seen.contains(block.ref.hash) || POSIXFile.exists(destination) {
-                try POSIXFile.remove(block.path)
-            } else {
-                try POSIXFile.move(block.path, to: destination)
-                added.append(block.ref)
+        try await threadPool.runIfActive {
+            try POSIXFile.makeDirectory(directory)
+            var seen: Set<String> = []
+            for block in stored {
+                if seen.insert(block.ref.hash).inserted {
+                    // Rename over an existing copy: same bytes, and the block's age is now.
+                    try POSIXFile.move(block.path, to: path(of: block.ref.hash, user: user))
+                } else {
+                    try POSIXFile.remove(block.path)
+                }
             }
-            seen.insert(block.ref.hash)
-        }
-        if !added.isEmpty && syncDirectory {
             try POSIXFile.syncDirectory(directory)
         }
-        return added
     }
 
-    func contains(_ hash: String, user: String) -> Bool { POSIXFile.exists(path(of: hash, user: user)) }
+    func containsBlocking(_ hash: String, user: String) throws -> Bool { POSIXFile.exists(path(of: hash, user: user)) }
 
-    func syncPlaced(user: String) throws {
-        let directory = userDirectory(user)
-        if POSIXFile.exists(directory) { try POSIXFile.syncDirectory(directory) }
-    }
-
-    func remove(_ hashes: [String], user: String) throws {
+    func deleteBlocking(_ hashes: [String], user: String) throws {
         for hash in hashes {
             try POSIXFile.remove(path(of: hash, user: user))
         }
@@ -125,25 +145,11 @@ struct LocalBlobStore: BlobStore {
 
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
         let pieceSize = 256 * 1024
-        var blockStart: Int64 = 0
-        for block in blocks {
-            let blockEnd = blockStart + block.size
-            defer { blockStart = blockEnd }
-            guard blockEnd > range.lowerBound, blockStart < range.upperBound else { continue }
-            if let bytes = block.inline {
-                let from = Int(max(range.lowerBound, blockStart) - blockStart)
-                let to = Int(min(range.upperBound, blockEnd) - blockStart)
-                guard bytes.count == block.size else {
-                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
-                }
-                try await body(ByteBuffer(bytes: bytes[from..<to]))
-                continue
-            }
+        try await forEachPiece(blocks, range: range, into: body) { block, from, end in
             let path = path(of: block.hash, user: user)
             let fd = try await threadPool.runIfActive { try POSIXFile.openForReading(path) }
             defer { POSIXFile.closeFile(fd) }
-            var offset = max(range.lowerBound, blockStart) - blockStart
-            let end = min(range.upperBound, blockEnd) - blockStart
+            var offset = from
             while offset < end {
                 let count = Int(min(Int64(pieceSize), end - offset))
                 let at = offset
@@ -162,6 +168,10 @@ struct LocalBlobStore: BlobStore {
         for name in names {
             try POSIXFile.remove(stagingDirectory + "/" + name)
         }
+    }
+
+    func checkReachable() async throws {
+        guard POSIXFile.exists(blobsDirectory) else { throw DriveError.unavailable("The blob folder \(blobsDirectory) is missing.") }
     }
 }
 

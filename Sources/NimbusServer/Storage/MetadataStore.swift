@@ -62,8 +62,8 @@ protocol MetadataStore: Sendable {
     func uploadBlocks(uploadId: String) async throws -> [BlockRef]
     /// Commits a fully received session as a file or revision (target checks as ``commitContent``); idempotent.
     func finalizeUpload(userId: String, uploadId: String, checksum: String, now: Date) async throws -> (upload: UploadRecord, file: FileRecord)
-    /// Deletes a session and frees its bytes at once.
-    func deleteUpload(userId: String, uploadId: String) async throws
+    /// Deletes a session; its blocks no longer count against the quota (their bytes go with the next sweep).
+    func deleteUpload(userId: String, uploadId: String, now: Date) async throws
     /// Frees the bytes of sessions past their expiry (they then answer 410) and forgets long-expired ones.
     func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int
 
@@ -77,4 +77,7 @@ protocol MetadataStore: Sendable {
     func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int
     /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
     func compactChanges(before: Date) async throws -> Int
+    /// Deletes from the blob store the blocks nothing has referenced since before `before` (the grace period
+    /// lets an upload in flight adopt a block again); returns how many went.
+    func sweepBlocks(orphanedBefore before: Date) async throws -> Int
 }

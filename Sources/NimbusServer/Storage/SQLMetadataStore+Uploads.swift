@@ -53,6 +53,7 @@ extension SQLMetadataStore {
         -> (upload: UploadRecord, stored: Bool)
     {
         do {
+            try await putBlocks(blocks, userId: userId, now: now)
             let result = try await write(user: userId) { db, _ in
                 var upload = try Self.upload(db, id: uploadId, userId: userId)
                 try Self.checkActive(upload, now: now)
@@ -60,8 +61,7 @@ extension SQLMetadataStore {
                     return (upload, false)
                 }
                 try self.checkQuota(db, userId: userId, blocks: blocks.map(\.ref))
-                let added = try self.blobs.place(blocks, user: userId)
-                try Self.account(db, userId: userId, added: added, now: now)
+                try self.adopt(db, userId: userId, blocks: blocks, now: now)
                 for (index, block) in blocks.enumerated() {
                     try db.execute("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
                 }
@@ -70,7 +70,6 @@ extension SQLMetadataStore {
                 try db.execute("UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?", [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
                 return (upload, true)
             }
-            if !result.1 { blobs.discard(blocks) }
             return result
         } catch {
             blobs.discard(blocks)
@@ -99,7 +98,7 @@ extension SQLMetadataStore {
                 ?? .new(parentId: upload.parentId, name: upload.name, policy: upload.policy, requestId: upload.requestId)
             if upload.fileId == nil, let earlier = try Self.retried(db, upload.requestId, userId: userId, checksum: checksum) {
                 // A simple or batch upload under this requestId landed first: that file is this session's result.
-                try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
+                try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId, now: now)
                 try db.execute("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [earlier.id, uploadId])
                 upload.completedFileId = earlier.id
                 return (upload, earlier)
@@ -116,10 +115,10 @@ extension SQLMetadataStore {
         }
     }
 
-    func deleteUpload(userId: String, uploadId: String) async throws {
+    func deleteUpload(userId: String, uploadId: String, now: Date) async throws {
         try await write(user: userId) { db, _ in
             _ = try Self.upload(db, id: uploadId, userId: userId)
-            try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId)
+            try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId, now: now)
             try db.execute("DELETE FROM uploads WHERE id = ?", [uploadId])
         }
     }
@@ -135,7 +134,7 @@ extension SQLMetadataStore {
                 // Checked again under the user's lock: a chunk may have slid the expiry since.
                 guard try db.fetchOne("SELECT 1 FROM uploads WHERE id = ? AND state = 'active' AND expires_at <= ?", [upload.id, now.millis]) != nil
                 else { return 0 }
-                try self.dropUploadBlocks(db, uploadId: upload.id, userId: upload.userId)
+                try self.dropUploadBlocks(db, uploadId: upload.id, userId: upload.userId, now: now)
                 try db.execute("UPDATE uploads SET state = 'expired' WHERE id = ?", [upload.id])
                 return 1
             }
@@ -148,10 +147,10 @@ extension SQLMetadataStore {
 
     // MARK: helpers
 
-    func dropUploadBlocks(_ db: any SQLTransaction, uploadId: String, userId: String) throws {
+    func dropUploadBlocks(_ db: any SQLTransaction, uploadId: String, userId: String, now: Date) throws {
         let hashes = Set(try db.values("SELECT hash FROM upload_blocks WHERE upload_id = ?", [uploadId], as: String.self))
         try db.execute("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
-        try collectGarbage(db, userId: userId, hashes: hashes)
+        try collectGarbage(db, userId: userId, hashes: hashes, now: now)
     }
 
     static func checkActive(_ upload: UploadRecord, now: Date) throws {

@@ -340,10 +340,10 @@ final class SQLMetadataStore: MetadataStore {
 
     func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord {
         do {
-            let (file, created) = try await write(user: userId) { db, effects in
+            try await putBlocks(content.blocks, userId: userId, now: now)
+            let (file, _) = try await write(user: userId) { db, effects in
                 try self.commit(db, &effects, userId: userId, target: target, content: content, now: now)
             }
-            if !created { blobs.discard(content.blocks) }
             return file
         } catch {
             blobs.discard(content.blocks)
@@ -354,6 +354,7 @@ final class SQLMetadataStore: MetadataStore {
     func commitBatch(userId: String, entries: [BatchEntry], now: Date) async throws -> [Result<(file: FileRecord, created: Bool), DriveError>] {
         let outcomes: [Result<(file: FileRecord, created: Bool), DriveError>]
         do {
+            try await putBlocks(entries.flatMap(\.content.blocks), userId: userId, now: now)
             outcomes = try await write(user: userId) { db, effects in
                 var outcomes: [Result<(file: FileRecord, created: Bool), DriveError>] = []
                 outcomes.reserveCapacity(entries.count)
@@ -363,7 +364,7 @@ final class SQLMetadataStore: MetadataStore {
                     do {
                         committed = try db.savepoint {
                             try self.commit(
-                                db, &entryEffects, userId: userId, target: entry.target, content: entry.content, now: now, batched: true)
+                                db, &entryEffects, userId: userId, target: entry.target, content: entry.content, now: now)
                         }
                     } catch let error as DriveError {
                         outcomes.append(.failure(error))
@@ -372,18 +373,11 @@ final class SQLMetadataStore: MetadataStore {
                     effects = entryEffects
                     if let committed { outcomes.append(.success(committed)) }
                 }
-                try self.blobs.syncPlaced(user: userId)
                 return outcomes
             }
         } catch {
             for entry in entries { blobs.discard(entry.content.blocks) }
             throw error
-        }
-        for (entry, outcome) in zip(entries, outcomes) {
-            switch outcome {
-            case .success(let committed) where committed.created: break
-            default: blobs.discard(entry.content.blocks)
-            }
         }
         return outcomes
     }
@@ -407,22 +401,17 @@ final class SQLMetadataStore: MetadataStore {
     }
 
     /// One content commit inside a write transaction: a retried `requestId` returns its first file
-    /// (`created == false`), else the target is resolved, quota checked, blocks placed and a head revision added.
-    /// In a batch, blocks are placed without syncing their directory; the batch syncs it once before committing.
+    /// (`created == false`), else the target is resolved, quota checked, blocks adopted (put before, by
+    /// ``putBlocks(_:userId:now:)``) and a head revision added.
     func commit(
-        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date,
-        batched: Bool = false
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date
     ) throws -> (file: FileRecord, created: Bool) {
         if case .new(_, _, _, let requestId) = target, let earlier = try Self.retried(db, requestId, userId: userId, checksum: content.checksum) {
             return (earlier, false)  // a retry of an upload that landed: the same file, nothing new
         }
         let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
         try checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
-        let added = try blobs.place(content.blocks, user: userId, syncDirectory: !batched)
-        try Self.account(db, userId: userId, added: added, now: now)
-        for block in content.blocks {
-            if let data = block.data { try storeInline(db, userId: userId, ref: block.ref, data: data, now: now) }
-        }
+        try adopt(db, userId: userId, blocks: content.blocks, now: now)
         return (
             try commitRevision(
                 db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
@@ -662,7 +651,7 @@ extension SQLMetadataStore {
         try db.execute("UPDATE files SET version = version + 1 WHERE id = ?", [id])
     }
 
-    /// 507 if placing these blocks would take the user over quota.
+    /// 507 if adopting these blocks would take the user over quota (blocks already live cost nothing).
     func checkQuota(_ db: any SQLTransaction, userId: String, blocks: [BlockRef]) throws {
         guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]),
             let limit = try row.get("quota_limit", as: Int64?.self)
@@ -671,7 +660,7 @@ extension SQLMetadataStore {
         var needed: Int64 = 0
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.hash).inserted {
-            if try db.fetchOne("SELECT 1 FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.hash]) == nil {
+            if try db.fetchOne("SELECT 1 FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NULL", [userId, block.hash]) == nil {
                 needed += block.size
             }
         }
@@ -680,49 +669,100 @@ extension SQLMetadataStore {
         }
     }
 
-    /// Records newly stored blocks and charges them to the user.
-    static func account(_ db: any SQLTransaction, userId: String, added: [BlockRef], now: Date) throws {
-        for block in added {
-            let inserted = try db.execute(
-                "INSERT INTO blocks (user_id, hash, size, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, hash) DO NOTHING",
-                [userId, block.hash, block.size, now.millis])
-            if inserted == 1 {
-                try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [block.size, userId])
+    // MARK: Blocks: put before commit, adopt in the commit, orphan when unreferenced, sweep after a grace period
+
+    /// Puts staged blocks in the blob store, before the transaction that will adopt them. Their rows are written
+    /// first, marked orphaned (or an orphaned row's age refreshed), so that a crash or a failed commit leaves
+    /// nothing the sweep does not find; a live row stays as it is.
+    func putBlocks(_ blocks: [StagedBlock], userId: String, now: Date) async throws {
+        let stored = blocks.filter { $0.data == nil }
+        guard !stored.isEmpty else { return }
+        try await write(user: userId) { db, _ in
+            for block in stored {
+                try db.execute(
+                    """
+                    INSERT INTO blocks (user_id, hash, size, created_at, orphaned_at) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at WHERE blocks.orphaned_at IS NOT NULL
+                    """, [userId, block.ref.hash, block.ref.size, now.millis, now.millis])
             }
         }
+        try await blobs.put(stored, user: userId)
     }
 
-    /// Keeps a small block's bytes in the `blocks` row (charged to the user when new). A block the blob store
-    /// already holds stays there; a row whose file is missing gets the bytes (the store decides presence).
-    func storeInline(_ db: any SQLTransaction, userId: String, ref: BlockRef, data: [UInt8], now: Date) throws {
-        if let hasData = try db.value("SELECT CASE WHEN data IS NULL THEN 0 ELSE 1 END FROM blocks WHERE user_id = ? AND hash = ?", [userId, ref.hash], as: Bool.self)
-        {
-            if hasData || blobs.contains(ref.hash, user: userId) { return }
-            try db.execute("UPDATE blocks SET data = ? WHERE user_id = ? AND hash = ?", [data, userId, ref.hash])
-            return
+    /// Makes the blocks a commit references live and charges the new ones to the user. A block whose row is
+    /// orphaned or missing is checked in the blob store here, under the user's lock, where no sweep can run.
+    func adopt(_ db: any SQLTransaction, userId: String, blocks: [StagedBlock], now: Date) throws {
+        var seen: Set<String> = []
+        for block in blocks where seen.insert(block.ref.hash).inserted {
+            let row = try db.fetchOne("SELECT orphaned_at, CASE WHEN data IS NULL THEN 0 ELSE 1 END AS has_data FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
+            let live = try row.map { try $0.get("orphaned_at", as: Int64?.self) == nil } ?? false
+            let hasData = try row?.get("has_data", as: Bool.self) ?? false
+            if live && (block.data == nil || hasData) { continue }
+            if live, let data = block.data {
+                // A live row whose bytes are neither here nor in the store gets them (the store decides presence).
+                if try !blobs.containsBlocking(block.ref.hash, user: userId) {
+                    try db.execute("UPDATE blocks SET data = ? WHERE user_id = ? AND hash = ?", [data, userId, block.ref.hash])
+                }
+                continue
+            }
+            var data: [UInt8]? = nil
+            if !hasData, try !blobs.containsBlocking(block.ref.hash, user: userId) {
+                guard let inline = block.data else {
+                    throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
+                }
+                data = inline
+            }
+            if row == nil {
+                try db.execute(
+                    "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)",
+                    [userId, block.ref.hash, block.ref.size, now.millis, data])
+            } else {
+                try db.execute(
+                    "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
+                    [data, userId, block.ref.hash])
+            }
+            try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [block.ref.size, userId])
         }
-        try db.execute("INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)", [userId, ref.hash, ref.size, now.millis, data])
-        try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [ref.size, userId])
     }
 
-    /// Deletes the blocks among `hashes` that no revision or upload references any more, files and rows.
-    func collectGarbage(_ db: any SQLTransaction, userId: String, hashes: Set<String>) throws {
-        var unreferenced: [String] = []
+    /// Among `hashes`, the blocks no revision or upload references any more stop counting against the quota and
+    /// are marked orphaned: the sweep deletes them (row, bytes kept inline, copy in the blob store) after the grace
+    /// period, unless a commit adopts them again first.
+    func collectGarbage(_ db: any SQLTransaction, userId: String, hashes: Set<String>, now: Date) throws {
         for hash in hashes {
-            let used = try db.fetchOne("""
-                    SELECT 1 FROM revision_blocks WHERE user_id = ? AND hash = ?
-                    UNION ALL SELECT 1 FROM upload_blocks WHERE user_id = ? AND hash = ? LIMIT 1
-                    """, [userId, hash, userId, hash])
-            if used == nil { unreferenced.append(hash) }
+            let used = try db.fetchOne(
+                """
+                SELECT 1 FROM revision_blocks WHERE user_id = ? AND hash = ?
+                UNION ALL SELECT 1 FROM upload_blocks WHERE user_id = ? AND hash = ? LIMIT 1
+                """, [userId, hash, userId, hash])
+            guard used == nil,
+                let size = try db.value("SELECT size FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NULL", [userId, hash], as: Int64.self)
+            else { continue }
+            try db.execute("UPDATE blocks SET orphaned_at = ? WHERE user_id = ? AND hash = ?", [now.millis, userId, hash])
+            try db.execute("UPDATE users SET used_bytes = CASE WHEN used_bytes > ? THEN used_bytes - ? ELSE 0 END WHERE id = ?", [size, size, userId])
         }
-        guard !unreferenced.isEmpty else { return }
-        try blobs.remove(unreferenced, user: userId)
-        for hash in unreferenced {
-            if let size = try db.value("SELECT size FROM blocks WHERE user_id = ? AND hash = ?", [userId, hash], as: Int64.self) {
-                try db.execute("DELETE FROM blocks WHERE user_id = ? AND hash = ?", [userId, hash])
-                try db.execute("UPDATE users SET used_bytes = CASE WHEN used_bytes > ? THEN used_bytes - ? ELSE 0 END WHERE id = ?", [size, size, userId])
+    }
+
+    /// Deletes blocks orphaned before `before` from the blob store, then their rows; one transaction per user,
+    /// under its lock, so no commit can adopt a block while it goes. Returns how many blocks went.
+    func sweepBlocks(orphanedBefore before: Date) async throws -> Int {
+        let users = try await database.read { db in
+            try db.values("SELECT DISTINCT user_id FROM blocks WHERE orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [before.millis], as: String.self)
+        }
+        var swept = 0
+        for userId in users {
+            swept += try await write(user: userId) { db, _ in
+                let hashes = try db.values(
+                    "SELECT hash FROM blocks WHERE user_id = ? AND orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [userId, before.millis],
+                    as: String.self)
+                try self.blobs.deleteBlocking(hashes, user: userId)
+                for hash in hashes {
+                    try db.execute("DELETE FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NOT NULL", [userId, hash])
+                }
+                return hashes.count
             }
         }
+        return swept
     }
 
     /// Adds a head revision made of `blocks` (already placed) and prunes revisions past retention.
@@ -770,7 +810,7 @@ extension SQLMetadataStore {
             try db.execute("DELETE FROM revision_blocks WHERE revision_id = ?", [id])
             try db.execute("DELETE FROM revisions WHERE id = ?", [id])
         }
-        try collectGarbage(db, userId: userId, hashes: hashes)
+        try collectGarbage(db, userId: userId, hashes: hashes, now: now)
     }
 
     /// Deletes a subtree for good: rows, revisions, unreferenced blocks; a `delete` change per item.
@@ -788,7 +828,7 @@ extension SQLMetadataStore {
             try db.execute("DELETE FROM files WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }
-        try collectGarbage(db, userId: userId, hashes: hashes)
+        try collectGarbage(db, userId: userId, hashes: hashes, now: now)
         return ids.count
     }
 

@@ -135,6 +135,12 @@ enum Schema {
             // Small blocks keep their bytes here (NULL: the block is a file in the blob store).
             try db.execute(sql: "ALTER TABLE blocks ADD COLUMN data BLOB")
         }
+        migrator.registerMigration("3-deferred-block-deletion") { db in
+            // A block nothing references any more is marked here and deleted from the blob store by a sweep once
+            // the grace period has passed (never inside the commit that dropped the last reference).
+            try db.execute(sql: "ALTER TABLE blocks ADD COLUMN orphaned_at INTEGER")
+            try db.execute(sql: "CREATE INDEX blocks_orphaned ON blocks(orphaned_at) WHERE orphaned_at IS NOT NULL")
+        }
         return migrator
     }
 }

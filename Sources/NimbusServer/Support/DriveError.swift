@@ -23,6 +23,8 @@ public enum DriveError: Error, Sendable {
     case tooManyRequests(String, retryAfter: Int)
     case quotaExceeded(used: Int64, limit: Int64, needed: Int64)
     case methodNotAllowed
+    /// A store the server needs (database, blob store) cannot be reached: 503 + `Retry-After`.
+    case unavailable(String, retryAfter: Int = 5)
     case internalError(String)
 
     public var status: HTTPResponse.Status {
@@ -40,6 +42,7 @@ public enum DriveError: Error, Sendable {
         case .tooManyRequests: .tooManyRequests
         case .quotaExceeded: .init(code: 507, reasonPhrase: "Insufficient Storage")
         case .methodNotAllowed: .methodNotAllowed
+        case .unavailable: .serviceUnavailable
         case .internalError: .internalServerError
         }
     }
@@ -74,6 +77,7 @@ public enum DriveError: Error, Sendable {
                 .quotaExceeded,
                 message: "Not enough storage: \(needed) bytes needed, \(max(0, limit - used)) of \(limit) left. Free space by emptying the trash or deleting files.")
         case .methodNotAllowed: APIErrorBody(.methodNotAllowed, message: "This route does not accept that method.")
+        case .unavailable(let message, _): APIErrorBody(.unavailable, message: message)
         case .internalError(let message): APIErrorBody(.internalError, message: message)
         }
     }
@@ -83,7 +87,7 @@ extension DriveError: HTTPResponseError {
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
         switch self {
-        case .tooManyRequests(_, let retryAfter):
+        case .tooManyRequests(_, let retryAfter), .unavailable(_, let retryAfter):
             headers[.retryAfter] = String(retryAfter)
         case .rangeNotSatisfiable(_, let size):
             headers[.contentRange] = "bytes */\(size)"
