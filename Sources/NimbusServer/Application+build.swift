@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import Prometheus
+import ServiceLifecycle
 
 /// What ``buildApplication(configuration:)`` made, for tests that want to reach inside (store, routes).
 public struct NimbusServerParts: Sendable {
@@ -13,6 +14,14 @@ public struct NimbusServerParts: Sendable {
 
     /// Runs one maintenance pass now (tests move the clock, then call this).
     public func runMaintenance() async { await maintenance.runOnce() }
+
+    /// How many blocks the blob store holds (all users).
+    public func storedBlockCount() async throws -> Int { try await drive.blobs.storedBlockCount() }
+
+    /// Closes the database's connections once the application has stopped.
+    public func close() async {
+        if let store = drive.store as? SQLMetadataStore { await store.database.close() }
+    }
 }
 
 /// Builds the whole server: stores under `configuration.dataDirectory`, routes, background services.
@@ -26,13 +35,34 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     guard configuration.chunkSize > 0, configuration.chunkSize % (256 * 1024) == 0 else {
         throw DriveError.badRequest("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
     }
-    let blobs = try LocalBlobStore(root: data)
+    let blobs = try BlobLocation.parse(configuration.blobs ?? "local").open(data: data)
     try blobs.clearStaging()
-    let notifier = LocalChangeNotifier()
-    let store = try SQLMetadataStore(
-        path: data.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: notifier,
-        revisionRetention: configuration.revisionRetention)
-    let secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
+    let store: SQLMetadataStore
+    let notifier: any ChangeNotifier
+    var services: [any Service] = []
+    let secret: [UInt8]
+    if let url = configuration.database {
+        let location = try PostgresDatabase.Location.parse(url)
+        let database = try await PostgresDatabase.open(location, logger: logger)
+        let shared = PostgresChangeNotifier(location: location, logger: logger)
+        store = SQLMetadataStore(database: database, blobs: blobs, notifier: shared, revisionRetention: configuration.revisionRetention)
+        shared.latestSeq.withLockedValue { $0 = { [store] user in try await store.latestSeq(userId: user) } }
+        notifier = shared
+        services.append(shared)
+        // One signing key for every replica, so a token issued by one is accepted by all.
+        let made = SecretFile.random().map { String(format: "%02x", $0) }.joined()
+        guard let key = [UInt8](hex: try await store.sharedSetting("jwt-secret", orStore: made)), key.count >= 32 else {
+            throw DriveError.internalError("The database's jwt-secret setting is not a valid key.")
+        }
+        secret = key
+    } else {
+        let local = LocalChangeNotifier()
+        store = try SQLMetadataStore(
+            path: data.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: local,
+            revisionRetention: configuration.revisionRetention)
+        notifier = local
+        secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
+    }
     let tokens = await TokenService(secret: secret, lifetime: min(configuration.accessTokenLifetime, .seconds(900)).timeInterval)
     let drive = Drive(store: store, blobs: blobs, tokens: tokens, notifier: notifier, configuration: configuration)
 
@@ -56,7 +86,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         router: router,
         server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval)))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "nimbus"),
-        services: [maintenance],
+        services: services + [maintenance],
         onServerRunning: { channel in
             if let port = channel.localAddress?.port { await configuration.onServerRunning?(port) }
         },

@@ -5,6 +5,12 @@ import Logging
 public struct ServerConfiguration: Sendable {
     /// Root of the embedded store: `nimbus.sqlite`, `blobs/`, `tmp/`, `jwt-secret`.
     public var dataDirectory: URL
+    /// Metadata database: `nil` for the embedded SQLite file under ``dataDirectory``, or
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB[?schema=S&pool=N]` (password also from `PGPASSWORD`), shared by replicas.
+    public var database: String?
+    /// Block storage: `nil` for `blobs/` under ``dataDirectory``, or `s3://BUCKET[/PREFIX]?endpoint=URL&region=R`
+    /// (keys from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`).
+    public var blobs: String?
     public var host: String = "127.0.0.1"
     public var port: Int = 8080
     /// When false, `POST /v1/auth/register` answers 403 and users are added with `nimbus user add`.

@@ -1,7 +1,9 @@
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import NimbusAPI
-import NimbusServer
+@testable import NimbusServer
+import NimbusTestSupport
 import Testing
 
 @Suite("Authentication")
@@ -60,15 +62,18 @@ struct AuthTests {
     func offlineUser() async throws {
         let directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-admin-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let added = try await Admin.addUser(dataDirectory: directory, username: "erin", password: "correct horse", quota: 1000)
+        // Scaled out, the user goes into the PostgreSQL database the server will use.
+        let database = TestServices.scaledOut ? try TestServices.postgresURL() : nil
+        let added = try await Admin.addUser(dataDirectory: directory, database: database, username: "erin", password: "correct horse", quota: 1000)
         #expect(added.created)
         await #expect(throws: (any Error).self) {
-            _ = try await Admin.addUser(dataDirectory: directory, username: "erin", password: "correct horse", quota: nil)
+            _ = try await Admin.addUser(dataDirectory: directory, database: database, username: "erin", password: "correct horse", quota: nil)
         }
-        let hash = try String(
-            decoding: Data(contentsOf: directory.appending(path: "nimbus.sqlite")), as: UTF8.self)
-        #expect(hash.contains("$2b$10$"), "the stored hash uses bcrypt with cost 10")
-        try await TestServer.run(configure: { $0.dataDirectory = directory }) { server in
+        if database == nil {
+            let hash = try String(decoding: Data(contentsOf: directory.appending(path: "nimbus.sqlite")), as: UTF8.self)
+            #expect(hash.contains("$2b$10$"), "the stored hash uses bcrypt with cost 10")
+        }
+        try await TestServer.run(configure: { $0.dataDirectory = directory; $0.database = database }) { server in
             let erin = try await server.logIn("erin")
             let about: About = try await erin.get("/v1/about").decode()
             #expect(about.quota.limit == 1000)
@@ -159,7 +164,10 @@ struct AuthTests {
             #expect(try await APIClient(baseURL: base, token: unsigned).get("/v1/files/root").status == 401)
 
             // Tokens signed with the server's own secret but wrong in one claim or in the algorithm.
-            let secret = try String(contentsOf: server.dataDirectory.appending(path: "jwt-secret"), encoding: .utf8)
+            let secret =
+                TestServices.scaledOut
+                ? try await server.parts.drive.store.sharedSetting("jwt-secret", orStore: "")
+                : try String(contentsOf: server.dataDirectory.appending(path: "jwt-secret"), encoding: .utf8)
             let key = SymmetricKey(data: hexBytes(secret.trimmingCharacters(in: .whitespacesAndNewlines)))
             func forge(_ alg: String, _ change: (inout [String: Any]) -> Void) -> String {
                 var payload = claims
@@ -186,21 +194,31 @@ struct AuthTests {
         }
     }
 
-    @Test("the JWT secret is created on first start with mode 0600 and kept across restarts")
+    @Test("the JWT secret is created on first start (mode 0600, or in the shared database) and kept across restarts")
     func secretFile() async throws {
         let directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-secret-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        var first = ""
-        try await TestServer.run(configure: { $0.dataDirectory = directory }) { server in
-            let attributes = try FileManager.default.attributesOfItem(atPath: directory.appending(path: "jwt-secret").path)
-            #expect((attributes[.posixPermissions] as? Int) == 0o600)
-            _ = try await server.signUp("henry")
+        // Scaled out, the key lives in the database: a second server on it (a replica) accepts the first one's tokens.
+        let database = TestServices.scaledOut ? try TestServices.postgresURL() : nil
+        let issued = NIOLockedValueBox<APIClient?>(nil)
+        try await TestServer.run(configure: { $0.dataDirectory = directory; $0.database = database }) { server in
+            if database == nil {
+                let attributes = try FileManager.default.attributesOfItem(atPath: directory.appending(path: "jwt-secret").path)
+                #expect((attributes[.posixPermissions] as? Int) == 0o600)
+            }
+            let henry = try await server.signUp("henry")
+            issued.withLockedValue { $0 = henry }
         }
-        first = try String(contentsOf: directory.appending(path: "jwt-secret"), encoding: .utf8)
-        try await TestServer.run(configure: { $0.dataDirectory = directory }) { server in
+        let first = database == nil ? try String(contentsOf: directory.appending(path: "jwt-secret"), encoding: .utf8) : ""
+        try await TestServer.run(configure: { $0.dataDirectory = directory; $0.database = database }) { server in
             _ = try await server.logIn("henry")
+            let earlier = try #require(issued.withLockedValue { $0 })
+            let again = APIClient(baseURL: server.baseURL, token: earlier.token)
+            #expect(try await again.get("/v1/files/root").status == 200, "a token from before the restart is still good")
         }
-        #expect(try String(contentsOf: directory.appending(path: "jwt-secret"), encoding: .utf8) == first)
+        if database == nil {
+            #expect(try String(contentsOf: directory.appending(path: "jwt-secret"), encoding: .utf8) == first)
+        }
     }
 }
 

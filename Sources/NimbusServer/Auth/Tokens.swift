@@ -87,6 +87,9 @@ extension Data {
 
 /// Loads the JWT secret from `jwt-secret` in the data folder, creating it (64 random bytes, mode 0600) on first start.
 enum SecretFile {
+    /// 512 random bits.
+    static func random() -> [UInt8] { SymmetricKey(size: .init(bitCount: 512)).withUnsafeBytes { Array($0) } }
+
     static func loadOrCreate(at url: URL) throws -> [UInt8] {
         if let text = try? String(contentsOf: url, encoding: .utf8) {
             let hex = text.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -95,7 +98,7 @@ enum SecretFile {
             }
             return bytes
         }
-        let bytes = SymmetricKey(size: .init(bitCount: 512)).withUnsafeBytes { Array($0) }
+        let bytes = random()
         let hex = bytes.map { String(format: "%02x", $0) }.joined()
         let temporary = url.path + ".tmp"
         try? POSIXFile.remove(temporary)

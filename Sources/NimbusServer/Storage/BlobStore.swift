@@ -55,6 +55,8 @@ protocol BlobStore: Sendable {
     func clearStaging() throws
     /// Answers when the store can be reached (for `/healthz`); throws with the reason when it cannot.
     func checkReachable() async throws
+    /// How many blocks the store holds, all users together (tests and `nimbus admin`).
+    func storedBlockCount() async throws -> Int
 }
 
 /// A store's inline blocks and ranges, shared by every implementation.
@@ -168,6 +170,10 @@ struct LocalBlobStore: BlobStore {
         for name in names {
             try POSIXFile.remove(stagingDirectory + "/" + name)
         }
+    }
+
+    func storedBlockCount() async throws -> Int {
+        (FileManager.default.subpaths(atPath: blobsDirectory) ?? []).filter { $0.contains("/") }.count
     }
 
     func checkReachable() async throws {

@@ -24,6 +24,9 @@ protocol MetadataStore: Sendable {
     func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws
     func clearLoginFailures(key: String) async throws
 
+    /// The shared setting `key`, stored as `value` by the first caller (every replica then reads the same one).
+    func sharedSetting(_ key: String, orStore value: String) async throws -> String
+
     // MARK: Files and folders
     func file(id: String, userId: String) async throws -> FileRecord
     func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)

@@ -63,6 +63,18 @@ enum POSIXFile {
         return buffer
     }
 
+    /// The whole file (for staged blocks, a few MiB at most).
+    static func readAll(_ path: String) throws -> [UInt8] {
+        let fd = try openForReading(path)
+        defer { closeFile(fd) }
+        var result: [UInt8] = []
+        while true {
+            let piece = try read(fd, count: 1024 * 1024, at: Int64(result.count), path: path)
+            if piece.isEmpty { return result }
+            result += piece
+        }
+    }
+
     static func sync(_ fd: Int32, path: String) throws {
         guard fsync(fd) == 0 else { throw Failure(call: "fsync", path: path, code: errno) }
     }

@@ -179,6 +179,13 @@ final class SQLMetadataStore: MetadataStore {
         }
     }
 
+    func sharedSetting(_ key: String, orStore value: String) async throws -> String {
+        try await write { db, _ in
+            try db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", [key, value])
+            return try db.value("SELECT value FROM settings WHERE key = ?", [key], as: String.self) ?? value
+        }
+    }
+
     // MARK: Files and folders
 
     func file(id: String, userId: String) async throws -> FileRecord {

@@ -141,6 +141,11 @@ enum Schema {
             try db.execute(sql: "ALTER TABLE blocks ADD COLUMN orphaned_at INTEGER")
             try db.execute(sql: "CREATE INDEX blocks_orphaned ON blocks(orphaned_at) WHERE orphaned_at IS NOT NULL")
         }
+        migrator.registerMigration("4-settings") { db in
+            // Settings every process of a deployment shares (PostgreSQL keeps the token signing key here; the
+            // embedded store keeps it in the `jwt-secret` file, as before).
+            try db.execute(sql: "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        }
         return migrator
     }
 }

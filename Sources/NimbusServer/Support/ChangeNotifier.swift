@@ -72,6 +72,11 @@ public final class LocalChangeNotifier: ChangeNotifier {
         state.withLockedValue { $0.latest[userId] ?? 0 }
     }
 
+    /// The users someone is waiting for.
+    public var subscribedUsers: [String] {
+        state.withLockedValue { Array($0.subscribers.keys) }
+    }
+
     /// How many streams are open (for metrics and tests).
     public var subscriberCount: Int {
         state.withLockedValue { $0.subscribers.values.reduce(0) { $0 + $1.count } }

@@ -12,6 +12,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Data folder: database, blobs, JWT secret. Created on first start.")
     var data: String = "./nimbus-data"
 
+    @Option(help: "Metadata database: the embedded SQLite file under --data (default), or postgres://USER@HOST:PORT/DB (password from PGPASSWORD or the URL; ?schema=NAME&pool=N) shared by replicas.")
+    var database: String?
+
+    @Option(help: "Block storage: blobs/ under --data (default), or s3://BUCKET[/PREFIX]?endpoint=URL&region=R (keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).")
+    var blobs: String?
+
     @Option(help: "Address to listen on.")
     var host: String = "127.0.0.1"
 
@@ -62,6 +68,8 @@ struct Serve: AsyncParsableCommand {
     func run() async throws {
         var configuration = ServerConfiguration(dataDirectory: URL(fileURLWithPath: data))
         configuration.host = host
+        configuration.database = database
+        configuration.blobs = blobs
         configuration.port = port
         configuration.allowRegistration = allowRegistration
         configuration.chunkSize = chunkSize

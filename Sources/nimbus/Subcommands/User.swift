@@ -22,6 +22,9 @@ struct User: AsyncParsableCommand {
         @Option(help: "The server's data folder.")
         var data: String = "./nimbus-data"
 
+        @Option(help: "The server's PostgreSQL database (as given to nimbus serve --database), instead of the data folder's.")
+        var database: String?
+
         @Flag(help: "Change the password and quota of an existing user.")
         var update = false
 
@@ -41,7 +44,8 @@ struct User: AsyncParsableCommand {
             }
             do {
                 let user = try await Admin.addUser(
-                    dataDirectory: URL(fileURLWithPath: data), username: name, password: password, quota: quota, update: update)
+                    dataDirectory: URL(fileURLWithPath: data), database: database, username: name, password: password, quota: quota,
+                    update: update)
                 let quotaText = quota.map(ByteCount.format) ?? "unlimited"
                 print("\(user.created ? "Added" : "Updated") user \(user.username) (id \(user.id), quota \(quotaText)).")
             } catch {

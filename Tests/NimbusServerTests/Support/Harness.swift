@@ -8,6 +8,7 @@ import NIOCore
 import NIOHTTP1
 import NimbusAPI
 import NimbusServer
+import NimbusTestSupport
 import Testing
 
 /// A clock tests move by hand.
@@ -39,12 +40,22 @@ struct TestServer: Sendable {
         configuration.bcryptCost = 4
         configuration.clock = clock
         configuration.logLevel = .warning
+        if TestServices.scaledOut {
+            configuration.database = try TestServices.postgresURL()
+            configuration.blobs = try TestServices.s3().blobsURL()
+        }
         configure(&configuration)
         let (app, parts) = try await buildApplication(configuration: configuration)
-        try await app.test(.live) { client in
-            let server = TestServer(port: client.port!, parts: parts, dataDirectory: directory, clock: clock)
-            try await body(server)
+        do {
+            try await app.test(.live) { client in
+                let server = TestServer(port: client.port!, parts: parts, dataDirectory: directory, clock: clock)
+                try await body(server)
+            }
+        } catch {
+            await parts.close()
+            throw error
         }
+        await parts.close()
     }
 
     /// Registers a user and logs in: a client carrying its access token.

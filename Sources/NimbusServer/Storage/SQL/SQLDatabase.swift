@@ -148,4 +148,6 @@ extension SQLTransaction {
 protocol SQLDatabase: Sendable {
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T
+    /// Lets go of connections and threads (a server that stops; tests that start many).
+    func close() async
 }

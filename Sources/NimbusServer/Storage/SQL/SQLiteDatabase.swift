@@ -28,9 +28,12 @@ struct SQLiteDatabase: SQLDatabase {
         try await pool.read { db in try body(Transaction(db: db)) }
     }
 
+    func close() async {}
+
     struct Transaction: SQLTransaction {
         let db: Database
 
+        @discardableResult
         func execute(_ sql: String, _ arguments: [any SQLArgument]) throws -> Int {
             try db.cachedStatement(sql: sql).execute(arguments: Self.arguments(arguments))
             return db.changesCount

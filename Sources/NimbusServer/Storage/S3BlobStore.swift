@@ -1,0 +1,182 @@
+import Crypto
+import Dispatch
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import NimbusS3
+
+/// Blocks as objects in an S3-compatible bucket: `<prefix>blocks/<userId>/<sha256>`. Staging stays local to the
+/// replica that receives the bytes (`tmp/` under `--data`), for the length of one request.
+///
+/// A block is one PUT (blocks are at most ``blockSize``, 4 MiB, under S3's 5 GiB single-PUT limit), so no multipart
+/// upload is needed here. An unreachable or throttling store is ``DriveError/unavailable(_:retryAfter:)``: 503
+/// with `Retry-After`, never a hang (requests time out after `timeout`).
+struct S3BlobStore: BlobStore {
+    let client: S3Client
+    let prefix: String
+    let stagingDirectory: String
+    let blockSize: Int
+    let threadPool: NIOThreadPool
+    /// Blocks put or read at once by one request.
+    let width = 4
+
+    init(client: S3Client, prefix: String, stagingRoot: URL, blockSize: Int = 4 * 1024 * 1024, threadPool: NIOThreadPool = .singleton) throws {
+        self.client = client
+        self.prefix = prefix.isEmpty || prefix.hasSuffix("/") ? prefix : prefix + "/"
+        self.stagingDirectory = stagingRoot.appending(path: "tmp").path
+        self.blockSize = blockSize
+        self.threadPool = threadPool
+        try POSIXFile.makeDirectory(stagingRoot.path)
+        try POSIXFile.makeDirectory(stagingDirectory)
+    }
+
+    func key(of hash: String, user: String) -> String { "\(prefix)blocks/\(user)/\(hash)" }
+
+    func makeStager(runningHash: SHA256) -> BlockStager {
+        BlockStager(stagingDirectory: stagingDirectory, blockSize: blockSize, threadPool: threadPool, runningHash: runningHash)
+    }
+
+    func put(_ blocks: [StagedBlock], user: String) async throws {
+        var seen: Set<String> = []
+        let stored = blocks.filter { $0.data == nil && seen.insert($0.ref.hash).inserted }
+        try await Self.forEach(stored, width: width) { block in
+            let path = block.path
+            let bytes = try await threadPool.runIfActive { try POSIXFile.readAll(path) }
+            guard bytes.count == block.ref.size else {
+                throw DriveError.internalError("The staged block \(block.ref.hash) is \(bytes.count) bytes, not \(block.ref.size).")
+            }
+            try await mapped { try await client.put(key(of: block.ref.hash, user: user), body: ByteBuffer(bytes: bytes)) }
+        }
+        discard(blocks)
+    }
+
+    func containsBlocking(_ hash: String, user: String) throws -> Bool {
+        try Self.blocking { try await mapped { try await client.head(key(of: hash, user: user)) != nil } }
+    }
+
+    func deleteBlocking(_ hashes: [String], user: String) throws {
+        try Self.blocking {
+            try await Self.forEach(hashes, width: width) { hash in try await mapped { try await client.delete(key(of: hash, user: user)) } }
+        }
+    }
+
+    func discard(_ blocks: [StagedBlock]) {
+        for block in blocks where block.data == nil {
+            try? POSIXFile.remove(block.path)
+        }
+    }
+
+    func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
+        let pieceSize: Int64 = 1024 * 1024
+        try await forEachPiece(blocks, range: range, into: body) { block, from, end in
+            var offset = from
+            while offset < end {
+                let upper = min(offset + pieceSize, end)
+                let part = offset..<upper
+                let bytes = try await mapped { try await client.get(key(of: block.hash, user: user), range: part) }
+                guard bytes.readableBytes == Int(upper - offset) else {
+                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
+                }
+                try await body(bytes)
+                offset = upper
+            }
+        }
+    }
+
+    func clearStaging() throws {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
+        for name in names {
+            try POSIXFile.remove(stagingDirectory + "/" + name)
+        }
+    }
+
+    func checkReachable() async throws {
+        _ = try await mapped { try await client.list(prefix: prefix + "blocks/", maxKeys: 1) }
+    }
+
+    func storedBlockCount() async throws -> Int {
+        try await mapped { try await client.listAll(prefix: prefix + "blocks/").count }
+    }
+
+    @discardableResult
+    /// Runs an S3 call, turning "unreachable / throttled / failing" into 503 and anything else into 500.
+    func mapped<T>(_ operation: () async throws -> T) async throws -> T {
+        do {
+            return try await operation()
+        } catch let error as S3Error where error.isRetryable {
+            throw DriveError.unavailable("The blob store is unavailable (\(error)); try again shortly.", retryAfter: error.retryAfter ?? 5)
+        } catch let error as S3Error {
+            throw DriveError.internalError("The blob store refused a request: \(error)")
+        }
+    }
+
+    /// Runs `operation` on up to `width` elements at once.
+    static func forEach<T: Sendable>(_ items: [T], width: Int, _ operation: @escaping @Sendable (T) async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var iterator = items.makeIterator()
+            for _ in 0..<width {
+                guard let item = iterator.next() else { break }
+                group.addTask { try await operation(item) }
+            }
+            while try await group.next() != nil {
+                if let item = iterator.next() { group.addTask { try await operation(item) } }
+            }
+        }
+    }
+
+    /// Waits on the calling thread for an async operation: for the `…Blocking` calls, which run inside a metadata
+    /// transaction on a database thread (GRDB's writer queue, the PostgreSQL store's thread pool), never on
+    /// Swift's cooperative pool, whose threads this would starve.
+    static func blocking<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+        let semaphore = DispatchSemaphore(value: 0)
+        let outcome = NIOLockedValueBox<Result<T, any Error>?>(nil)
+        Task {
+            let result: Result<T, any Error>
+            do { result = .success(try await operation()) } catch { result = .failure(error) }
+            outcome.withLockedValue { $0 = result }
+            semaphore.signal()
+        }
+        semaphore.wait()
+        guard let result = outcome.withLockedValue({ $0 }) else { throw DriveError.internalError("A blob store call ended without a result.") }
+        return try result.get()
+    }
+}
+
+/// Where blocks live: `--blobs` on the command line.
+enum BlobLocation: Sendable, Equatable {
+    /// `blobs/` under the data folder (the default).
+    case local
+    /// `s3://BUCKET[/PREFIX]?endpoint=URL&region=R`; keys from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+    case s3(bucket: String, prefix: String, endpoint: URL, region: String)
+
+    /// Parses `--blobs`: `local`, or an `s3://` URL.
+    static func parse(_ text: String) throws -> BlobLocation {
+        if text == "local" || text.isEmpty { return .local }
+        guard let components = URLComponents(string: text), components.scheme == "s3", let bucket = components.host, !bucket.isEmpty else {
+            throw DriveError.badRequest("--blobs must be 'local' or s3://BUCKET[/PREFIX]?endpoint=URL&region=REGION, not '\(text)'.")
+        }
+        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { $1 })
+        let endpointText = query["endpoint"] ?? "https://s3.\(query["region"] ?? "us-east-1").amazonaws.com"
+        guard let endpoint = URL(string: endpointText), endpoint.scheme == "http" || endpoint.scheme == "https" else {
+            throw DriveError.badRequest("--blobs: endpoint must be an http:// or https:// URL, not '\(endpointText)'.")
+        }
+        let prefix = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        return .s3(bucket: bucket, prefix: prefix, endpoint: endpoint, region: query["region"] ?? "us-east-1")
+    }
+
+    /// Opens the store; staging (request-scoped) stays under `data`.
+    func open(data: URL, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> any BlobStore {
+        switch self {
+        case .local:
+            return try LocalBlobStore(root: data)
+        case .s3(let bucket, let prefix, let endpoint, let region):
+            guard let access = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"] else {
+                throw DriveError.badRequest("--blobs s3://… needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment.")
+            }
+            let client = S3Client(
+                endpoint: endpoint, bucket: bucket, signer: SigV4Signer(accessKey: access, secretKey: secret, region: region), timeout: .seconds(30))
+            return try S3BlobStore(client: client, prefix: prefix, stagingRoot: data)
+        }
+    }
+}

@@ -1,0 +1,172 @@
+/// The PostgreSQL schema: the same tables, columns and indexes as ``Schema`` (SQLite), in PostgreSQL's types —
+/// `BIGINT` for integers, `BYTEA` for inline bytes, `BIGSERIAL` for the change feed, `COLLATE "C"` on names so
+/// listings sort and compare byte-wise as on SQLite. Every table is keyed or indexed by user first, which is what a
+/// Citus deployment distributes on (`users.id` / `user_id`).
+///
+/// Migrations are history, never edited once shipped; each runs once, recorded in `nimbus_migrations`.
+enum PostgresSchema {
+    static let migrations: [(id: String, sql: [String])] = [
+        (
+            "1-initial",
+            [
+                """
+                CREATE TABLE users (
+                    id TEXT PRIMARY KEY,
+                    username TEXT COLLATE "C" NOT NULL UNIQUE,
+                    password_hash TEXT NOT NULL,
+                    quota_limit BIGINT,
+                    used_bytes BIGINT NOT NULL DEFAULT 0,
+                    root_id TEXT NOT NULL,
+                    last_seq BIGINT NOT NULL DEFAULT 0,
+                    changes_floor BIGINT NOT NULL DEFAULT 0,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE devices (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    name TEXT NOT NULL,
+                    refresh_hash TEXT NOT NULL UNIQUE,
+                    previous_refresh_hash TEXT,
+                    created_at BIGINT NOT NULL,
+                    last_used_at BIGINT NOT NULL,
+                    revoked_at BIGINT
+                )
+                """,
+                "CREATE INDEX devices_previous ON devices(previous_refresh_hash)",
+                """
+                CREATE TABLE login_failures (
+                    key TEXT PRIMARY KEY,
+                    failures BIGINT NOT NULL,
+                    window_start BIGINT NOT NULL,
+                    locked_until BIGINT
+                )
+                """,
+                """
+                CREATE TABLE files (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    parent_id TEXT,
+                    name TEXT COLLATE "C" NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    is_folder BIGINT NOT NULL,
+                    size BIGINT NOT NULL DEFAULT 0,
+                    checksum TEXT,
+                    head_revision_id TEXT,
+                    version BIGINT NOT NULL DEFAULT 1,
+                    trash_root TEXT,
+                    trashed_at BIGINT,
+                    created_at BIGINT NOT NULL,
+                    modified_at BIGINT NOT NULL,
+                    request_id TEXT
+                )
+                """,
+                "CREATE UNIQUE INDEX files_live_name ON files(user_id, parent_id, name) WHERE trash_root IS NULL",
+                "CREATE INDEX files_children ON files(parent_id, is_folder DESC, name, user_id) WHERE trash_root IS NULL",
+                "CREATE INDEX files_parent ON files(parent_id)",
+                "CREATE UNIQUE INDEX files_request ON files(user_id, request_id) WHERE request_id IS NOT NULL",
+                "CREATE INDEX files_trash ON files(user_id, trash_root, trashed_at)",
+                """
+                CREATE TABLE revisions (
+                    id TEXT PRIMARY KEY,
+                    file_id TEXT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    checksum TEXT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    ordinal BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX revisions_file ON revisions(file_id, ordinal)",
+                """
+                CREATE TABLE revision_blocks (
+                    revision_id TEXT NOT NULL,
+                    idx BIGINT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    PRIMARY KEY (revision_id, idx)
+                )
+                """,
+                "CREATE INDEX revision_blocks_hash ON revision_blocks(user_id, hash)",
+                """
+                CREATE TABLE blocks (
+                    user_id TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    data BYTEA,
+                    orphaned_at BIGINT,
+                    PRIMARY KEY (user_id, hash)
+                )
+                """,
+                "CREATE INDEX blocks_orphaned ON blocks(orphaned_at) WHERE orphaned_at IS NOT NULL",
+                """
+                CREATE TABLE changes (
+                    seq BIGSERIAL PRIMARY KEY,
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX changes_user ON changes(user_id, seq)",
+                "CREATE INDEX changes_file ON changes(user_id, file_id)",
+                "CREATE INDEX changes_kind ON changes(kind, at)",
+                """
+                CREATE TABLE uploads (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    request_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    parent_id TEXT,
+                    file_id TEXT,
+                    if_match TEXT,
+                    on_conflict TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    checksum TEXT,
+                    chunk_size BIGINT NOT NULL,
+                    total_chunks BIGINT NOT NULL,
+                    chunks_processed BIGINT NOT NULL DEFAULT 0,
+                    created_at BIGINT NOT NULL,
+                    expires_at BIGINT NOT NULL,
+                    completed_file_id TEXT,
+                    state TEXT NOT NULL DEFAULT 'active'
+                )
+                """,
+                "CREATE UNIQUE INDEX uploads_request ON uploads(user_id, request_id)",
+                "CREATE INDEX uploads_expiry ON uploads(expires_at)",
+                """
+                CREATE TABLE upload_blocks (
+                    upload_id TEXT NOT NULL,
+                    chunk BIGINT NOT NULL,
+                    idx BIGINT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    PRIMARY KEY (upload_id, chunk, idx)
+                )
+                """,
+                "CREATE INDEX upload_blocks_hash ON upload_blocks(user_id, hash)",
+                // Settings every replica shares (the token signing key).
+                "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            ]
+        )
+    ]
+
+    /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
+    static func migrate(_ db: any SQLTransaction, schema: String) throws {
+        try db.execute("SELECT pg_advisory_xact_lock(7207650)", [])
+        try db.execute("CREATE SCHEMA IF NOT EXISTS \"\(schema)\"", [])
+        try db.execute("SET LOCAL search_path TO \"\(schema)\"", [])
+        try db.execute("CREATE TABLE IF NOT EXISTS nimbus_migrations (id TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())", [])
+        let applied = Set(try db.values("SELECT id FROM nimbus_migrations", [], as: String.self))
+        for migration in migrations where !applied.contains(migration.id) {
+            for statement in migration.sql { try db.execute(statement, []) }
+            try db.execute("INSERT INTO nimbus_migrations (id) VALUES (?)", [migration.id])
+        }
+    }
+}
