@@ -158,6 +158,7 @@ let package = Package(
             dependencies: [
                 "NimbusAPI",
                 "NimbusServer",
+                "NimbusS3",
                 "NimbusTestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

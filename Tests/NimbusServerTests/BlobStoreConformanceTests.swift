@@ -1,0 +1,192 @@
+import Crypto
+import Foundation
+import NIOCore
+import NIOPosix
+import NimbusAPI
+import NimbusS3
+import NimbusTestSupport
+import Testing
+
+@testable import NimbusServer
+
+/// The ``BlobStore`` contract, run against every implementation: the local folder and an S3 bucket (a real S3
+/// server that checks signatures, `rclone serve s3`).
+@Suite("BlobStore conformance")
+struct BlobStoreConformanceTests {
+    enum Kind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case local, s3
+        var testDescription: String { rawValue }
+    }
+
+    /// A store of `kind` with 64 KiB blocks over a fresh folder (and, for S3, a fresh key prefix).
+    static func withStore(_ kind: Kind, _ body: (any BlobStore, URL) async throws -> Void) async throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-blobs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        switch kind {
+        case .local:
+            try await body(try LocalBlobStore(root: folder, blockSize: 64 * 1024), folder)
+        case .s3:
+            let s3 = try TestServices.s3()
+            let client = S3Client(
+                endpoint: URL(string: s3.endpoint)!, bucket: s3.bucket,
+                signer: SigV4Signer(accessKey: s3.accessKey, secretKey: s3.secretKey, region: s3.region))
+            try await body(try S3BlobStore(client: client, prefix: UUID().uuidString, stagingRoot: folder, blockSize: 64 * 1024), folder)
+        }
+    }
+
+    static func stage(_ bytes: [UInt8], in store: any BlobStore) async throws -> [StagedBlock] {
+        var stager = store.makeStager(runningHash: SHA256())
+        try await stager.append(ByteBuffer(bytes: bytes))
+        return try await stager.finish().blocks
+    }
+
+    static func read(_ store: any BlobStore, _ blocks: [BlockRef], user: String, range: Range<Int64>) async throws -> [UInt8] {
+        var result: [UInt8] = []
+        try await store.read(blocks, user: user, range: range) { result += Array(buffer: $0) }
+        return result
+    }
+
+    /// The `…Blocking` calls wait on their thread: never on Swift's cooperative pool, as the server never does.
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await NIOThreadPool.singleton.runIfActive(body)
+    }
+
+    static func staged(_ folder: URL) -> [String] {
+        (try? FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "tmp").path)) ?? []
+    }
+
+    @Test("put makes blocks durable and readable, by whole and by any range across blocks, inline ones included", arguments: Kind.allCases)
+    func putAndRead(_ kind: Kind) async throws {
+        try await Self.withStore(kind) { store, folder in
+            let content = [UInt8](randomData(200_000))
+            let blocks = try await Self.stage(content, in: store)
+            #expect(blocks.count == 4, "64 KiB blocks")
+            #expect(Self.staged(folder).count == 4)
+            try await store.put(blocks, user: "u1")
+            #expect(Self.staged(folder).isEmpty, "put consumes the staging files")
+            for block in blocks { #expect(try await Self.offPool { try store.containsBlocking(block.ref.hash, user: "u1") }) }
+            #expect(try await !Self.offPool { try store.containsBlocking(blocks[0].ref.hash, user: "u2") }, "one namespace per user")
+            #expect(try await store.storedBlockCount() == 4)
+            // A small block kept in the database sits between stored ones: read serves it from memory.
+            let inline: [UInt8] = Array("inline bytes".utf8)
+            let refs = blocks.map(\.ref)
+            let mixed = [refs[0], BlockRef(hash: "x", size: Int64(inline.count), inline: inline), refs[1]]
+            let whole = Array(content[0..<65536]) + inline + Array(content[65536..<131072])
+            #expect(try await Self.read(store, mixed, user: "u1", range: 0..<Int64(whole.count)) == whole)
+            for range in [Int64(0)..<1, 65530..<65550, 65536..<65548, 65540..<70000, 1000..<131084] {
+                #expect(try await Self.read(store, mixed, user: "u1", range: range) == Array(whole[Int(range.lowerBound)..<Int(range.upperBound)]))
+            }
+            #expect(try await Self.read(store, refs, user: "u1", range: 0..<200_000) == content)
+        }
+    }
+
+    @Test("put is idempotent (a block twice in one call, or again later); delete is too, and a deleted block is gone", arguments: Kind.allCases)
+    func idempotence(_ kind: Kind) async throws {
+        try await Self.withStore(kind) { store, folder in
+            let content = [UInt8](randomData(64 * 1024))
+            let first = try await Self.stage(content, in: store)
+            let twin = try await Self.stage(content, in: store)
+            try await store.put(first + twin, user: "u1")
+            try await store.put(try await Self.stage(content, in: store), user: "u1")
+            #expect(try await store.storedBlockCount() == 1)
+            #expect(Self.staged(folder).isEmpty)
+            #expect(try await Self.read(store, first.map(\.ref), user: "u1", range: 0..<65536) == content)
+            let hash = first[0].ref.hash
+            try await Self.offPool { try store.deleteBlocking([hash], user: "u1") }
+            try await Self.offPool { try store.deleteBlocking([hash, "0000"], user: "u1") }
+            #expect(try await !Self.offPool { try store.containsBlocking(hash, user: "u1") })
+            #expect(try await store.storedBlockCount() == 0)
+            await #expect(throws: (any Error).self) { _ = try await Self.read(store, first.map(\.ref), user: "u1", range: 0..<65536) }
+        }
+    }
+
+    @Test("discard and clearStaging remove staging files and nothing stored", arguments: Kind.allCases)
+    func staging(_ kind: Kind) async throws {
+        try await Self.withStore(kind) { store, folder in
+            let kept = try await Self.stage([UInt8](randomData(1000)), in: store)
+            try await store.put(kept, user: "u1")
+            let dropped = try await Self.stage([UInt8](randomData(100_000)), in: store)
+            #expect(Self.staged(folder).count == 2)
+            store.discard(dropped)
+            #expect(Self.staged(folder).isEmpty)
+            _ = try await Self.stage([UInt8](randomData(100_000)), in: store)  // a crash leaves these
+            try store.clearStaging()
+            #expect(Self.staged(folder).isEmpty)
+            #expect(try await Self.offPool { try store.containsBlocking(kept[0].ref.hash, user: "u1") })
+            try await store.checkReachable()
+        }
+    }
+
+    @Test("an unreachable S3 store is a 503 with Retry-After (DriveError.unavailable), not a hang or a 500")
+    func unreachable() async throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-blobs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let port = try TestServices.freePort()  // nobody listens there
+        let client = S3Client(
+            endpoint: URL(string: "http://127.0.0.1:\(port)")!, bucket: "b", signer: SigV4Signer(accessKey: "a", secretKey: "s", region: "us-east-1"),
+            timeout: .seconds(2))
+        let store = try S3BlobStore(client: client, prefix: "", stagingRoot: folder)
+        for attempt in 0..<2 {
+            do {
+                if attempt == 0 { try await store.checkReachable() } else { _ = try await Self.offPool { try store.containsBlocking("h", user: "u") } }
+                Issue.record("an unreachable store answered")
+            } catch let error as DriveError {
+                guard case .unavailable = error else {
+                    Issue.record("expected unavailable, got \(error)")
+                    continue
+                }
+            }
+        }
+    }
+}
+
+/// Blocks through their life on the real server (both back-ends): put, adopted, orphaned, swept — and the races
+/// the contract closes.
+@Suite("Block lifecycle")
+struct BlockLifecycleTests {
+    @Test("content deleted and uploaded again within the grace period is adopted again and survives the sweep")
+    func readoptedWithinGrace() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("grace")
+            let content = randomData(300_000)
+            let first = try await alice.upload("a.bin", content)
+            #expect(try await alice.send(.DELETE, "/v1/files/\(first.id)?permanent=true").status == 204)
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 0)
+            server.clock.advance(by: 3600)
+            let again = try await server.logIn("grace").upload("b.bin", content)
+            #expect(try await server.logIn("grace").get("/v1/about").decode(About.self).quota.used == 300_000)
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            let later = try await server.logIn("grace")
+            #expect(try await later.content(again.id) == content, "the sweep left the re-adopted block alone")
+            #expect(try await server.parts.storedBlockCount() == 1)
+        }
+    }
+
+    @Test("a commit whose block a sweep deleted after it was put fails with 503, and changes nothing")
+    func sweptBetweenPutAndCommit() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("race")
+            let before = try await alice.list().files.count
+            let store = try #require(server.parts.drive.store as? SQLMetadataStore)
+            let blobs = server.parts.drive.blobs
+            let user = try #require(try await store.user(username: "race"))
+            var stager = blobs.makeStager(runningHash: SHA256())
+            try await stager.append(ByteBuffer(data: randomData(100_000)))
+            let staged = try await stager.finish()
+            let content = StagedContent(blocks: staged.blocks, checksum: staged.checksum, size: staged.size, mimeType: "application/octet-stream")
+            let now = server.clock.now()
+            try await store.putBlocks(content.blocks, userId: user.id, now: now)
+            // What a sweep running between the put and the commit would do.
+            let hashes = content.blocks.map(\.ref.hash)
+            try await NIOThreadPool.singleton.runIfActive { try blobs.deleteBlocking(hashes, user: user.id) }
+            await #expect(throws: DriveError.self) {
+                _ = try await store.write(user: user.id) { db, effects in
+                    try store.commit(db, &effects, userId: user.id, target: .new(parentId: nil, name: "x.bin", policy: .fail), content: content, now: now)
+                }
+            }
+            #expect(try await alice.list().files.count == before, "nothing became visible")
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 0)
+        }
+    }
+}
