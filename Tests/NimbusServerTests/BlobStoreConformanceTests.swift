@@ -190,3 +190,33 @@ struct BlockLifecycleTests {
         }
     }
 }
+
+@Suite("Unreachable stores")
+struct UnreachableStoreTests {
+    @Test("an unreachable blob store: /healthz is 503 naming it, uploads that need it fail fast with 503 + Retry-After, nothing changes")
+    func blobStoreDown() async throws {
+        _ = try TestServices.s3()  // its keys in the environment
+        let port = try TestServices.freePort()  // nobody listens there
+        try await TestServer.run(configure: { $0.blobs = "s3://nimbus-test?endpoint=http://127.0.0.1:\(port)&region=us-east-1&timeout=2" }) { server in
+            let health = try await APIClient(baseURL: server.baseURL).get("/healthz")
+            #expect(health.status == 503)
+            #expect(health.header("Retry-After") != nil)
+            let body = try JSONSerialization.jsonObject(with: health.body) as? [String: String]
+            #expect(body?["status"] == "unavailable")
+            #expect(body?["database"] == "ok")
+            #expect(body?["blobs"].map { $0 != "ok" } == true, "the reason is given: \(String(describing: body))")
+            let alice = try await server.signUp()
+            _ = try await alice.upload("small.txt", randomData(1000))  // kept in the database: fine
+            for _ in 0..<2 {
+                let started = Date()
+                let big = try await alice.uploadReply("big.bin", randomData(200_000))
+                #expect(big.status == 503)
+                #expect(big.errorCode == "unavailable")
+                #expect(big.header("Retry-After") != nil)
+                #expect(Date().timeIntervalSince(started) < 10, "fails within the store's timeout")
+            }
+            #expect(try await alice.list().files.map(\.name) == ["small.txt"])
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 1000)
+        }
+    }
+}

@@ -24,9 +24,41 @@ struct ServiceController: Sendable {
         return try JSONResponse.make(about)
     }
 
+    /// 200 `{"status":"ok"}` when the database and the blob store answer (within 3 s each); otherwise 503 with
+    /// `Retry-After` and, per store, `"ok"` or why it is not (a load balancer takes the replica out meanwhile).
     @Sendable func health(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        _ = try await drive.store.latestSeq(userId: "")
-        return try JSONResponse.make(["status": "ok"])
+        let store = drive.store, blobs = drive.blobs
+        async let database = Self.problem { _ = try await store.latestSeq(userId: "") }
+        async let blobStore = Self.problem { try await blobs.checkReachable() }
+        let (databaseProblem, blobProblem) = await (database, blobStore)
+        guard databaseProblem != nil || blobProblem != nil else { return try JSONResponse.make(["status": "ok"]) }
+        var response = try JSONResponse.make(
+            ["status": "unavailable", "database": databaseProblem ?? "ok", "blobs": blobProblem ?? "ok"], status: .serviceUnavailable)
+        response.headers[.retryAfter] = "5"
+        return response
+    }
+
+    /// Why `check` failed or did not answer within 3 s, or `nil` if it answered.
+    static func problem(_ check: @escaping @Sendable () async throws -> Void) async -> String? {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                do {
+                    try await check()
+                    return nil
+                } catch let error as DriveError {
+                    return error.body.error.message
+                } catch {
+                    return "\(error)"
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(3))
+                return "no answer within 3 s"
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
     }
 
     @Sendable func metrics(_ request: Request, context: NimbusRequestContext) async throws -> Response {

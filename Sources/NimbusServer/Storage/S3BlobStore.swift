@@ -20,6 +20,9 @@ struct S3BlobStore: BlobStore {
     let threadPool: NIOThreadPool
     /// Blocks put or read at once by one request.
     let width = 4
+    /// After a failure that says the store is down, calls fail at once (503) until this time: requests fail fast
+    /// instead of each waiting for its own timeout.
+    let downUntil = NIOLockedValueBox<Date?>(nil)
 
     init(client: S3Client, prefix: String, stagingRoot: URL, blockSize: Int = 4 * 1024 * 1024, threadPool: NIOThreadPool = .singleton) throws {
         self.client = client
@@ -102,10 +105,17 @@ struct S3BlobStore: BlobStore {
     @discardableResult
     /// Runs an S3 call, turning "unreachable / throttled / failing" into 503 and anything else into 500.
     func mapped<T>(_ operation: () async throws -> T) async throws -> T {
+        if let until = downUntil.withLockedValue({ $0 }), until > Date() {
+            throw DriveError.unavailable("The blob store did not answer a moment ago; try again shortly.", retryAfter: max(1, Int(until.timeIntervalSinceNow.rounded(.up))))
+        }
         do {
-            return try await operation()
+            let value = try await operation()
+            downUntil.withLockedValue { $0 = nil }
+            return value
         } catch let error as S3Error where error.isRetryable {
-            throw DriveError.unavailable("The blob store is unavailable (\(error)); try again shortly.", retryAfter: error.retryAfter ?? 5)
+            let wait = error.retryAfter ?? 5
+            if error.status == 0 { downUntil.withLockedValue { $0 = Date().addingTimeInterval(TimeInterval(wait)) } }
+            throw DriveError.unavailable("The blob store is unavailable (\(error)); try again shortly.", retryAfter: wait)
         } catch let error as S3Error {
             throw DriveError.internalError("The blob store refused a request: \(error)")
         }
@@ -147,8 +157,9 @@ struct S3BlobStore: BlobStore {
 enum BlobLocation: Sendable, Equatable {
     /// `blobs/` under the data folder (the default).
     case local
-    /// `s3://BUCKET[/PREFIX]?endpoint=URL&region=R`; keys from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
-    case s3(bucket: String, prefix: String, endpoint: URL, region: String)
+    /// `s3://BUCKET[/PREFIX]?endpoint=URL&region=R[&timeout=SECONDS]`; keys from `AWS_ACCESS_KEY_ID` /
+    /// `AWS_SECRET_ACCESS_KEY`. `timeout` bounds each request (default 30 s).
+    case s3(bucket: String, prefix: String, endpoint: URL, region: String, timeout: Int)
 
     /// Parses `--blobs`: `local`, or an `s3://` URL.
     static func parse(_ text: String) throws -> BlobLocation {
@@ -162,7 +173,10 @@ enum BlobLocation: Sendable, Equatable {
             throw DriveError.badRequest("--blobs: endpoint must be an http:// or https:// URL, not '\(endpointText)'.")
         }
         let prefix = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
-        return .s3(bucket: bucket, prefix: prefix, endpoint: endpoint, region: query["region"] ?? "us-east-1")
+        guard let timeout = Int(query["timeout"] ?? "30"), timeout > 0 else {
+            throw DriveError.badRequest("--blobs: timeout must be a whole number of seconds.")
+        }
+        return .s3(bucket: bucket, prefix: prefix, endpoint: endpoint, region: query["region"] ?? "us-east-1", timeout: timeout)
     }
 
     /// Opens the store; staging (request-scoped) stays under `data`.
@@ -170,12 +184,13 @@ enum BlobLocation: Sendable, Equatable {
         switch self {
         case .local:
             return try LocalBlobStore(root: data)
-        case .s3(let bucket, let prefix, let endpoint, let region):
+        case .s3(let bucket, let prefix, let endpoint, let region, let timeout):
             guard let access = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"] else {
                 throw DriveError.badRequest("--blobs s3://… needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment.")
             }
             let client = S3Client(
-                endpoint: endpoint, bucket: bucket, signer: SigV4Signer(accessKey: access, secretKey: secret, region: region), timeout: .seconds(30))
+                endpoint: endpoint, bucket: bucket, signer: SigV4Signer(accessKey: access, secretKey: secret, region: region),
+                timeout: .seconds(Int64(timeout)))
             return try S3BlobStore(client: client, prefix: prefix, stagingRoot: data)
         }
     }

@@ -696,37 +696,26 @@ extension SQLMetadataStore {
         try await blobs.put(stored, user: userId)
     }
 
-    /// Makes the blocks a commit references live and charges the new ones to the user. A block whose row is
-    /// orphaned or missing is checked in the blob store here, under the user's lock, where no sweep can run.
+    /// Makes the blocks a commit references live and charges the new ones to the user. A live row means the bytes
+    /// are kept (inline in the row, or in the blob store). A stored block whose row is orphaned or missing is
+    /// checked in the blob store here, under the user's lock, where no sweep can run; an inline block brings its
+    /// bytes and needs no blob store at all.
     func adopt(_ db: any SQLTransaction, userId: String, blocks: [StagedBlock], now: Date) throws {
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.ref.hash).inserted {
-            let row = try db.fetchOne("SELECT orphaned_at, CASE WHEN data IS NULL THEN 0 ELSE 1 END AS has_data FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
-            let live = try row.map { try $0.get("orphaned_at", as: Int64?.self) == nil } ?? false
-            let hasData = try row?.get("has_data", as: Bool.self) ?? false
-            if live && (block.data == nil || hasData) { continue }
-            if live, let data = block.data {
-                // A live row whose bytes are neither here nor in the store gets them (the store decides presence).
-                if try !blobs.containsBlocking(block.ref.hash, user: userId) {
-                    try db.execute("UPDATE blocks SET data = ? WHERE user_id = ? AND hash = ?", [data, userId, block.ref.hash])
-                }
-                continue
-            }
-            var data: [UInt8]? = nil
-            if !hasData, try !blobs.containsBlocking(block.ref.hash, user: userId) {
-                guard let inline = block.data else {
-                    throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
-                }
-                data = inline
+            let row = try db.fetchOne("SELECT orphaned_at FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
+            if let row, try row.get("orphaned_at", as: Int64?.self) == nil { continue }
+            if block.data == nil, try !blobs.containsBlocking(block.ref.hash, user: userId) {
+                throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
             }
             if row == nil {
                 try db.execute(
                     "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)",
-                    [userId, block.ref.hash, block.ref.size, now.millis, data])
+                    [userId, block.ref.hash, block.ref.size, now.millis, block.data])
             } else {
                 try db.execute(
                     "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
-                    [data, userId, block.ref.hash])
+                    [block.data, userId, block.ref.hash])
             }
             try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [block.ref.size, userId])
         }
