@@ -370,6 +370,7 @@ paths:
         "413": { $ref: "#/components/responses/Error" }
         "422": { $ref: "#/components/responses/Error" }
         "507": { $ref: "#/components/responses/Error" }
+        "503": { $ref: "#/components/responses/Error" }
   /v1/upload/{uploadId}:
     parameters:
       - { $ref: "#/components/parameters/UploadId" }
@@ -424,6 +425,7 @@ paths:
         "416": { $ref: "#/components/responses/Error" }
         "422": { $ref: "#/components/responses/Error" }
         "507": { $ref: "#/components/responses/Error" }
+        "503": { $ref: "#/components/responses/Error" }
   /v1/changes/start:
     get:
       tags: [changes]
@@ -477,10 +479,33 @@ paths:
   /healthz:
     get:
       tags: [service]
-      summary: 200 when the server is ready
+      summary: 200 when the server is ready; 503 while its database or blob store does not answer
       security: []
       responses:
-        "200": { description: Ready }
+        "200":
+          description: Ready
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [status]
+                properties:
+                  status: { type: string, enum: [ok] }
+        "503":
+          description: >-
+            A store the server needs does not answer (within 3 s): each of database and blobs is "ok" or the reason.
+            Retry-After says when to ask again; a load balancer should take this replica out meanwhile.
+          headers:
+            Retry-After: { schema: { type: integer } }
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [status, database, blobs]
+                properties:
+                  status: { type: string, enum: [unavailable] }
+                  database: { type: string }
+                  blobs: { type: string }
   /metrics:
     get:
       tags: [service]
