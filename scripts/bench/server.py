@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""Server benchmarks (issues 2 and 3), measured against peers in the same run.
+"""Server benchmarks (issues 2, 3 and 12), measured against peers in the same run.
 
     swift build -c release --product nimbus --scratch-path .build-release
     python3 scripts/bench/server.py [--binary .build-release/release/nimbus] [--size-mib 1024] [--resumable-mib 2048]
+    python3 scripts/bench/server.py --backend both --only batch,listing,resumable,propagation   # embedded vs PostgreSQL + S3
+
+`--backend scaled` (or `both`) starts a PostgreSQL cluster (Debian's postgresql: initdb/pg_ctl, as user postgres
+when run as root; fsync on, as in production) and `rclone serve s3` on this machine, and runs two replicas on them:
+propagation is then measured from a commit on replica A to a long-poll on replica B. Every process shares the
+same two cores.
 
 Reports: simple upload/download MB/s with curl and the server's peak RSS (VmHWM), download from
 `python3 -m http.server` as the peer; `GET /v1/files` on a 10,000-entry folder with wrk; a resumable upload
@@ -25,9 +31,9 @@ def rss_mib(pid):
     return float("nan")
 
 class Server:
-    def __init__(self, binary, data):
+    def __init__(self, binary, data, extra=()):
         resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
-        self.proc = subprocess.Popen([binary, "serve", "--data", data, "--port", "0", "--allow-registration", "--log-level", "error"],
+        self.proc = subprocess.Popen([binary, "serve", "--data", data, "--port", "0", "--allow-registration", "--log-level", "error", *extra],
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         self.port = int(line.rsplit(":", 1)[1])
@@ -123,8 +129,22 @@ def bench_resumable(server, token, work, size_mib):
     os.remove(path)
     print(f"resumable upload {size_mib} MiB in {chunk >> 20} MiB chunks: {size_mib*1.048576/elapsed:.1f} MB/s; server peak RSS {peak_rss_mib(server.proc.pid):.1f} MiB")
 
-def bench_propagation(server, token_a, token_b, commits=1000):
-    a = Client(server.port, token_a); b = Client(server.port, token_b)
+def bench_batch(server, token, files=10_000, size=4096, per_request=1000):
+    import base64
+    c = Client(server.port, token)
+    status, data = c.request("POST", "/v1/files", json_body={"name": f"batch-{uuid.uuid4().hex[:6]}", "mimeType": "application/vnd.nimbus.folder"})
+    folder = json.loads(data)["id"]
+    t = time.perf_counter()
+    for start in range(0, files, per_request):
+        entries = [{"name": f"s{i:05}.bin", "parentId": folder, "content": base64.b64encode(os.urandom(size)).decode()} for i in range(start, min(files, start + per_request))]
+        s, d = c.request("POST", "/v1/upload?uploadType=batch", json_body={"files": entries})
+        assert s == 200, d
+        assert all(r["status"] == 201 for r in json.loads(d)["results"]), d[:300]
+    elapsed = time.perf_counter() - t
+    print(f"batch upload {files} x {size // 1024} KiB ({per_request} per request): {files/elapsed:.0f} commits/s")
+
+def bench_propagation(server, token_a, token_b, commits=1000, server_b=None):
+    a = Client(server.port, token_a); b = Client((server_b or server).port, token_b)
     s, d = b.request("GET", "/v1/changes/start"); cursor = json.loads(d)["cursor"]
     latencies = []
     for i in range(commits):
@@ -142,7 +162,8 @@ def bench_propagation(server, token_a, token_b, commits=1000):
         latencies.append(max(0.0, result["t"] - committed) * 1000)
     latencies.sort()
     p50 = latencies[len(latencies) // 2]; p99 = latencies[int(len(latencies) * 0.99)]
-    print(f"change propagation A 2xx → B long-poll answer over {commits} commits: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    where = "replica A → replica B" if server_b else "A 2xx → B long-poll answer"
+    print(f"change propagation {where} over {commits} commits: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 def bench_sse(server, token, connections=1000):
     before = rss_mib(server.proc.pid)
@@ -168,6 +189,61 @@ def bench_sse(server, token, connections=1000):
     for s in socks: s.close()
     print(f"{connections} idle SSE connections: server RSS {before:.1f} → {held:.1f} MiB; one commit reached {received}/{connections} streams in {elapsed*1000:.0f} ms")
 
+class Scaled:
+    """A PostgreSQL cluster and rclone serve s3 in a temporary folder, for --backend scaled."""
+    def __init__(self, work):
+        self.dir = os.path.join(work, "pg")
+        os.makedirs(self.dir)
+        bins = [d for d in ("/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin") if os.path.exists(d + "/initdb")]
+        assert bins, "PostgreSQL is needed: apt-get install postgresql"
+        self.bin = bins[0]
+        self.as_pg = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+        if os.getuid() == 0: subprocess.run(["chown", "-R", "postgres:postgres", self.dir], check=True)
+        port = free_port()
+        subprocess.run([*self.as_pg, self.bin + "/initdb", "-D", self.dir + "/data", "-U", "postgres", "--auth=trust", "-E", "UTF8"], check=True, stdout=subprocess.DEVNULL)
+        options = f"-p {port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        subprocess.run([*self.as_pg, self.bin + "/pg_ctl", "-D", self.dir + "/data", "-o", options, "-l", self.dir + "/log", "-w", "start"], check=True, stdout=subprocess.DEVNULL)
+        self.database = f"postgres://postgres@127.0.0.1:{port}/postgres"
+        s3dir = os.path.join(work, "s3"); os.makedirs(os.path.join(s3dir, "nimbus-bench"))
+        s3port = free_port()
+        self.s3 = subprocess.Popen(["rclone", "serve", "s3", "--addr", f"127.0.0.1:{s3port}", "--auth-key", "bench,bench-secret", s3dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try: socket.create_connection(("127.0.0.1", s3port)).close(); break
+            except OSError: time.sleep(0.1)
+        os.environ["AWS_ACCESS_KEY_ID"] = "bench"; os.environ["AWS_SECRET_ACCESS_KEY"] = "bench-secret"
+        self.blobs = f"s3://nimbus-bench?endpoint=http://127.0.0.1:{s3port}&region=us-east-1"
+    def args(self):
+        return ["--database", self.database, "--blobs", self.blobs]
+    def stop(self):
+        self.s3.terminate(); self.s3.wait()
+        subprocess.run([*self.as_pg, self.bin + "/pg_ctl", "-D", self.dir + "/data", "-m", "fast", "stop"], stdout=subprocess.DEVNULL)
+
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close(); return port
+
+def run(args, backend):
+    work = tempfile.mkdtemp(prefix="nimbus-bench-")
+    os.chmod(work, 0o755)  # the postgres user must reach its cluster's folder
+    scaled = Scaled(work) if backend == "scaled" else None
+    extra = scaled.args() if scaled else []
+    server = Server(args.binary, os.path.join(work, "data"), extra)
+    replica = Server(args.binary, os.path.join(work, "data-b"), extra) if scaled else None
+    print(f"--- {backend}: " + ("PostgreSQL + S3 (rclone serve s3), two replicas" if scaled else "SQLite + blob folder"))
+    try:
+        token = login(server.port, "bench", "a")
+        only = args.only.split(",")
+        if "simple" in only: bench_simple(server, token, work, args.size_mib)
+        if "batch" in only: bench_batch(server, token)
+        if "listing" in only: bench_listing(server, token)
+        if "resumable" in only: bench_resumable(server, token, work, args.resumable_mib)
+        if "propagation" in only: bench_propagation(server, token, login((replica or server).port, "bench", "b"), args.commits, replica)
+        if "sse" in only: bench_sse(server, token)
+    finally:
+        server.stop()
+        if replica: replica.stop()
+        if scaled: scaled.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--binary", default=".build-release/release/nimbus")
@@ -175,20 +251,10 @@ def main():
     p.add_argument("--resumable-mib", type=int, default=2048)
     p.add_argument("--commits", type=int, default=1000)
     p.add_argument("--only", default="simple,listing,resumable,propagation,sse")
+    p.add_argument("--backend", default="embedded", choices=["embedded", "scaled", "both"])
     args = p.parse_args()
-    work = tempfile.mkdtemp(prefix="nimbus-bench-")
-    server = Server(args.binary, os.path.join(work, "data"))
-    try:
-        token = login(server.port, "bench", "a")
-        only = args.only.split(",")
-        if "simple" in only: bench_simple(server, token, work, args.size_mib)
-        if "listing" in only: bench_listing(server, token)
-        if "resumable" in only: bench_resumable(server, token, work, args.resumable_mib)
-        if "propagation" in only: bench_propagation(server, token, login(server.port, "bench", "b"), args.commits)
-        if "sse" in only: bench_sse(server, token)
-    finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    for backend in (["embedded", "scaled"] if args.backend == "both" else [args.backend]):
+        run(args, backend)
 
 if __name__ == "__main__":
     main()
