@@ -83,6 +83,30 @@ struct ReplicaTests {
         }
     }
 
+    @Test("login lockout holds across replicas: wrong passwords sent to both at once all count, and both refuse")
+    func lockoutAcrossReplicas() async throws {
+        try await Self.withReplicas { replicas in
+            let servers = [replicas.a, replicas.b]
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<5 {
+                    group.addTask {
+                        try await APIClient(baseURL: servers[index % 2].baseURL).send(
+                            .POST, "/v1/auth/login", json: Credentials(username: "rita", password: "wrong password")
+                        ).status
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.allSatisfy { $0 == 401 || $0 == 429 }, "\(statuses)")
+            for server in servers {
+                let locked = try await APIClient(baseURL: server.baseURL).send(
+                    .POST, "/v1/auth/login", json: Credentials(username: "rita", password: "correct horse"))
+                #expect(locked.status == 429, "\(server.baseURL): \(locked.text)")
+                #expect(locked.header("Retry-After") != nil)
+            }
+        }
+    }
+
     @Test("20 writers racing on one file through both replicas: exactly one wins each round")
     func racingWriters() async throws {
         try await Self.withReplicas { replicas in

@@ -26,7 +26,8 @@ final class SQLMetadataStore: MetadataStore {
     }
 
     /// Runs one write transaction, then wakes the change-feed listeners of every user it changed.
-    /// `user` (when given) is locked first: every write that touches one user's tree names it.
+    /// `user` (when given) is locked first: every write that touches one user's tree names it (other keys that
+    /// need their writers serialized, a refresh token or a login key, are locked the same way under a prefix).
     @discardableResult
     func write<T: Sendable>(user: String? = nil, _ body: @escaping @Sendable (any SQLTransaction, inout Effects) throws -> T) async throws -> T {
         let (value, effects) = try await database.write { db in
@@ -106,7 +107,9 @@ final class SQLMetadataStore: MetadataStore {
     }
 
     func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord {
-        let rotated = try await write { db, _ -> DeviceRecord? in
+        // Locked on the token: two replicas refreshing the same token at once serialize, so the second sees it
+        // rotated away (a replay) exactly as on one replica.
+        let rotated = try await write(user: "refresh:" + presentedHash) { db, _ -> DeviceRecord? in
             if let row = try db.fetchOne("SELECT * FROM devices WHERE refresh_hash = ?", [presentedHash]) {
                 var device = try Self.device(row)
                 guard device.revokedAt == nil else { throw DriveError.unauthorized("This device was signed out; log in again.") }
@@ -150,7 +153,8 @@ final class SQLMetadataStore: MetadataStore {
     }
 
     func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws {
-        try await write { db, _ in
+        // Locked on the key: failures counted by several replicas at once all count.
+        try await write(user: "login:" + key) { db, _ in
             let window: Int64 = 15 * 60 * 1000
             let row = try db.fetchOne("SELECT failures, window_start FROM login_failures WHERE key = ?", [key])
             var failures = 1
