@@ -213,7 +213,7 @@ struct UnreachableStoreTests {
                 #expect(big.status == 503)
                 #expect(big.errorCode == "unavailable")
                 #expect(big.header("Retry-After") != nil)
-                #expect(Date().timeIntervalSince(started) < 10, "fails within the store's timeout")
+                #expect(Date().timeIntervalSince(started) < 60, "fails, never hangs (the store's timeout is 2 s, the client's 120 s)")
             }
             #expect(try await alice.list().files.map(\.name) == ["small.txt"])
             #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 1000)
