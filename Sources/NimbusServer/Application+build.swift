@@ -37,6 +37,10 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     }
     let blobs = try BlobLocation.parse(configuration.blobs ?? "local").open(data: data)
     try blobs.clearStaging()
+    if let s3 = blobs as? S3BlobStore {
+        // A store that is down now does not stop the replica: /healthz says 503 until it answers.
+        do { try await s3.ensureBucket() } catch { logger.warning("the blob store does not answer yet", metadata: ["error": "\(error)"]) }
+    }
     let store: SQLMetadataStore
     let notifier: any ChangeNotifier
     var services: [any Service] = []

@@ -13,8 +13,10 @@ import Testing
 /// server that checks signatures, `rclone serve s3`).
 @Suite("BlobStore conformance")
 struct BlobStoreConformanceTests {
+    /// The local folder; S3 as `rclone serve s3` (checks signatures); S3 as moto (another implementation, whose
+    /// bucket the store makes itself).
     enum Kind: String, CaseIterable, Sendable, CustomTestStringConvertible {
-        case local, s3
+        case local, s3, moto
         var testDescription: String { rawValue }
     }
 
@@ -25,12 +27,14 @@ struct BlobStoreConformanceTests {
         switch kind {
         case .local:
             try await body(try LocalBlobStore(root: folder, blockSize: 64 * 1024), folder)
-        case .s3:
-            let s3 = try TestServices.s3()
+        case .s3, .moto:
+            let s3 = try kind == .s3 ? TestServices.s3() : TestServices.moto()
             let client = S3Client(
                 endpoint: URL(string: s3.endpoint)!, bucket: s3.bucket,
                 signer: SigV4Signer(accessKey: s3.accessKey, secretKey: s3.secretKey, region: s3.region))
-            try await body(try S3BlobStore(client: client, prefix: UUID().uuidString, stagingRoot: folder, blockSize: 64 * 1024), folder)
+            let store = try S3BlobStore(client: client, prefix: UUID().uuidString, stagingRoot: folder, blockSize: 64 * 1024)
+            try await store.ensureBucket()
+            try await body(store, folder)
         }
     }
 
@@ -217,6 +221,23 @@ struct UnreachableStoreTests {
             }
             #expect(try await alice.list().files.map(\.name) == ["small.txt"])
             #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 1000)
+        }
+    }
+}
+
+@Suite("S3 blob store on a bucket that does not exist yet")
+struct FreshBucketTests {
+    @Test("nimbus serve --blobs on moto makes its bucket at start, then stores and serves blocks")
+    func freshBucket() async throws {
+        let moto = try TestServices.moto()
+        _ = try TestServices.s3()  // puts the keys (which moto takes too) in the environment
+        try await TestServer.run(configure: { $0.blobs = moto.blobsURL() }) { server in
+            let alice = try await server.signUp()
+            let content = randomData(5 * 1024 * 1024)
+            let file = try await alice.upload("big.bin", content)
+            #expect(try await alice.content(file.id) == content)
+            #expect(try await server.parts.storedBlockCount() == 2)
+            #expect(try await APIClient(baseURL: server.baseURL).get("/healthz").status == 200)
         }
     }
 }

@@ -26,6 +26,7 @@ public enum TestServices {
     private struct Started: @unchecked Sendable {
         var postgres: Result<String, any Error>?
         var s3: Result<S3, any Error>?
+        var moto: Result<S3, any Error>?
         var postgresDirectory: String?
         var processes: [Process] = []
         var folders: [URL] = []
@@ -58,6 +59,18 @@ public enum TestServices {
                 registerCleanup()
             }
             return try state.s3!.get()
+        }
+    }
+
+    /// A second, independent S3 implementation: `moto_server` (pip `moto[server]`), which honours conditional
+    /// writes; its bucket does not exist until someone makes it.
+    public static func moto() throws -> S3 {
+        try started.withLockedValue { state in
+            if state.moto == nil {
+                state.moto = Result { try startMoto(&state) }
+                registerCleanup()
+            }
+            return try state.moto!.get()
         }
     }
 
@@ -104,6 +117,25 @@ public enum TestServices {
         setenv("AWS_ACCESS_KEY_ID", "nimbus-access", 1)
         setenv("AWS_SECRET_ACCESS_KEY", "nimbus-secret", 1)
         return S3(endpoint: "http://127.0.0.1:\(port)", bucket: "nimbus-test", accessKey: "nimbus-access", secretKey: "nimbus-secret")
+    }
+
+    private static func startMoto(_ state: inout Started) throws -> S3 {
+        guard let moto = executable("moto_server") else {
+            throw Missing(description: "moto is needed for these tests: pip install 'moto[server]' (.ci/run does)")
+        }
+        let port = try freePort()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: moto)
+        process.arguments = ["-H", "127.0.0.1", "-p", "\(port)"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        state.processes.append(process)
+        for _ in 0..<300 where !canConnect(port) { Thread.sleep(forTimeInterval: 0.1) }
+        // moto takes any keys: the same as rclone's, so the environment's AWS_* serve both.
+        return S3(
+            endpoint: "http://127.0.0.1:\(port)", bucket: "nimbus-moto-\(UUID().uuidString.prefix(8).lowercased())", accessKey: "nimbus-access",
+            secretKey: "nimbus-secret")
     }
 
     private static func registerCleanup() {

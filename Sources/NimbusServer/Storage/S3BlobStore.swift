@@ -98,6 +98,18 @@ struct S3BlobStore: BlobStore {
         _ = try await mapped { try await client.list(prefix: prefix + "blocks/", maxKeys: 1) }
     }
 
+    /// Makes the bucket if the store does not have it yet (an empty MinIO, SeaweedFS or moto); an existing one is
+    /// left as it is.
+    func ensureBucket() async throws {
+        do {
+            _ = try await client.list(prefix: prefix + "blocks/", maxKeys: 1)
+        } catch let error as S3Error where error.code == "NoSuchBucket" || error.status == 404 {
+            try await mapped { try await client.createBucket() }
+        } catch let error as S3Error {
+            _ = try await mapped { () async throws -> Int in throw error }
+        }
+    }
+
     func storedBlockCount() async throws -> Int {
         try await mapped { try await client.listAll(prefix: prefix + "blocks/").count }
     }
