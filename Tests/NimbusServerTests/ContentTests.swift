@@ -331,6 +331,40 @@ struct ContentTests {
         }
     }
 
+    @Test("a batch is one transaction: quota counts every earlier entry, a failed entry charges nothing, the folder's ETag moves")
+    func batchAccounting() async throws {
+        // The store defers per-user and per-folder row updates to the end of the transaction (Effects); each entry
+        // must still see what the entries before it charged, and a rolled-back entry must leave no charge.
+        try await TestServer.run(configure: { $0.defaultQuota = 10_000 }) { server in
+            let alice = try await server.signUp()
+            let folder = try await alice.mkdir("Q")
+            let etagBefore = try #require(try await alice.send(.GET, "/v1/files/\(folder.id)").header("ETag"))
+            let shared = randomData(3000)
+            let reply = try await alice.send(
+                .POST, "/v1/upload?uploadType=batch",
+                json: BatchUploadRequest(files: [
+                    .init(name: "a.bin", parentId: folder.id, content: randomData(4000)),
+                    .init(name: "same.bin", parentId: folder.id, content: shared),
+                    .init(name: "a.bin", parentId: folder.id, content: randomData(100)),  // clash: rolled back, no charge
+                    .init(name: "same-again.bin", parentId: folder.id, content: shared),  // stored once: costs nothing
+                    .init(name: "over.bin", parentId: folder.id, content: randomData(3001)),  // 7,000 used + 3,001 > 10,000
+                    .init(name: "fits.bin", parentId: folder.id, content: randomData(3000)),
+                ]))
+            #expect(reply.status == 200, "\(reply.text)")
+            let results = try reply.decode(BatchUploadResponse.self).results
+            #expect(results.map(\.status) == [201, 201, 409, 201, 507, 201])
+            #expect(results[4].error?.code == "quota_exceeded")
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 10_000)
+            let etagAfter = try #require(try await alice.send(.GET, "/v1/files/\(folder.id)").header("ETag"))
+            #expect(etagAfter != etagBefore, "the folder's listing changed, so its ETag moved")
+            #expect(Set(try await alice.list(folder.id).files.map(\.name)) == ["a.bin", "same.bin", "same-again.bin", "fits.bin"])
+            // Deleting for good frees what no other file references, once, at the end of the transaction.
+            let same = try #require(results[1].file)
+            #expect(try await alice.send(.DELETE, "/v1/files/\(same.id)?permanent=true").status == 204)
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 10_000, "same-again.bin still holds the block")
+        }
+    }
+
     @Test("uploads over the size limit are a 413")
     func tooLarge() async throws {
         try await TestServer.run(configure: { $0.maxUploadSize = 1000 }) { server in

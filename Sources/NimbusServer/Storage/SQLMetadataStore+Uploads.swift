@@ -54,14 +54,14 @@ extension SQLMetadataStore {
     {
         do {
             try await putBlocks(blocks, userId: userId, now: now)
-            let result = try await write(user: userId) { db, _ in
+            let result = try await write(user: userId) { db, effects in
                 var upload = try Self.upload(db, id: uploadId, userId: userId)
                 try Self.checkActive(upload, now: now)
                 guard upload.chunksProcessed == chunk, upload.completedFileId == nil else {
                     return (upload, false)
                 }
-                try self.checkQuota(db, userId: userId, blocks: blocks.map(\.ref))
-                try self.adopt(db, userId: userId, blocks: blocks, now: now)
+                try self.checkQuota(db, effects, userId: userId, blocks: blocks.map(\.ref))
+                try self.adopt(db, &effects, userId: userId, blocks: blocks, now: now)
                 for (index, block) in blocks.enumerated() {
                     try db.execute("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
                 }
@@ -98,12 +98,12 @@ extension SQLMetadataStore {
                 ?? .new(parentId: upload.parentId, name: upload.name, policy: upload.policy, requestId: upload.requestId)
             if upload.fileId == nil, let earlier = try Self.retried(db, upload.requestId, userId: userId, checksum: checksum) {
                 // A simple or batch upload under this requestId landed first: that file is this session's result.
-                try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId, now: now)
+                try self.dropUploadBlocks(db, &effects, uploadId: uploadId, userId: userId, now: now)
                 try db.execute("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [earlier.id, uploadId])
                 upload.completedFileId = earlier.id
                 return (upload, earlier)
             }
-            let destination = try Self.resolveTarget(db, userId: userId, target: target, mimeType: upload.mimeType, now: now)
+            let destination = try Self.resolveTarget(db, &effects, userId: userId, target: target, mimeType: upload.mimeType, now: now)
             let blocks = try Self.uploadBlocks(db, uploadId: uploadId)
             let file = try self.commitRevision(
                 db, &effects, file: destination, blocks: blocks, checksum: checksum, size: upload.size, mimeType: upload.mimeType, now: now)
@@ -116,9 +116,9 @@ extension SQLMetadataStore {
     }
 
     func deleteUpload(userId: String, uploadId: String, now: Date) async throws {
-        try await write(user: userId) { db, _ in
+        try await write(user: userId) { db, effects in
             _ = try Self.upload(db, id: uploadId, userId: userId)
-            try self.dropUploadBlocks(db, uploadId: uploadId, userId: userId, now: now)
+            try self.dropUploadBlocks(db, &effects, uploadId: uploadId, userId: userId, now: now)
             try db.execute("DELETE FROM uploads WHERE id = ?", [uploadId])
         }
     }
@@ -130,11 +130,11 @@ extension SQLMetadataStore {
         }
         var count = 0
         for upload in expired {
-            count += try await write(user: upload.userId) { db, _ in
+            count += try await write(user: upload.userId) { db, effects in
                 // Checked again under the user's lock: a chunk may have slid the expiry since.
                 guard try db.fetchOne("SELECT 1 FROM uploads WHERE id = ? AND state = 'active' AND expires_at <= ?", [upload.id, now.millis]) != nil
                 else { return 0 }
-                try self.dropUploadBlocks(db, uploadId: upload.id, userId: upload.userId, now: now)
+                try self.dropUploadBlocks(db, &effects, uploadId: upload.id, userId: upload.userId, now: now)
                 try db.execute("UPDATE uploads SET state = 'expired' WHERE id = ?", [upload.id])
                 return 1
             }
@@ -147,10 +147,10 @@ extension SQLMetadataStore {
 
     // MARK: helpers
 
-    func dropUploadBlocks(_ db: any SQLTransaction, uploadId: String, userId: String, now: Date) throws {
+    func dropUploadBlocks(_ db: any SQLTransaction, _ effects: inout Effects, uploadId: String, userId: String, now: Date) throws {
         let hashes = Set(try db.values("SELECT hash FROM upload_blocks WHERE upload_id = ?", [uploadId], as: String.self))
         try db.execute("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
-        try collectGarbage(db, userId: userId, hashes: hashes, now: now)
+        try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)
     }
 
     static func checkActive(_ upload: UploadRecord, now: Date) throws {

@@ -34,7 +34,7 @@ final class SQLMetadataStore: MetadataStore {
             if let user { try db.lockUser(user) }
             var effects = Effects()
             let value = try body(db, &effects)
-            for (user, seq) in effects.changed { try db.announce(userId: user, seq: seq) }
+            try Self.applyDeferred(db, effects)
             return (value, effects)
         }
         for (user, seq) in effects.changed {
@@ -43,8 +43,37 @@ final class SQLMetadataStore: MetadataStore {
         return value
     }
 
+    /// What a write transaction changed, and the row updates it defers to its end: each user's `last_seq` and
+    /// `used_bytes` and each touched folder's version are written once per transaction, not once per file. (A batch
+    /// of 1,000 files updating one row 2,000 times left PostgreSQL 2,000 row versions to walk on every later read
+    /// of it: quadratic.) Inside a savepoint, work on a copy and keep it only if the savepoint is kept.
     struct Effects: Sendable {
+        /// User → the newest change-feed sequence this transaction wrote.
         var changed: [String: Int64] = [:]
+        /// User → bytes charged (+) or freed (−) by blocks this transaction adopted or orphaned.
+        var usedBytes: [String: Int64] = [:]
+        /// Folders whose listing changed: their version (`ETag`) moves once at the end.
+        var touchedFolders: Set<String> = []
+        /// Files inserted by this transaction (no revisions, no change-feed rows yet).
+        var inserted: Set<String> = []
+    }
+
+    /// Writes what ``Effects`` deferred, then tells other processes about the new changes.
+    static func applyDeferred(_ db: any SQLTransaction, _ effects: Effects) throws {
+        for userId in Set(effects.changed.keys).union(effects.usedBytes.keys).sorted() {
+            let seq = effects.changed[userId] ?? 0
+            let delta = effects.usedBytes[userId] ?? 0
+            try db.execute(
+                """
+                UPDATE users SET last_seq = CASE WHEN last_seq < ? THEN ? ELSE last_seq END,
+                    used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
+                WHERE id = ?
+                """, [seq, seq, delta, delta, userId])
+        }
+        for folderId in effects.touchedFolders.sorted() {
+            try db.execute("UPDATE files SET version = version + 1 WHERE id = ?", [folderId])
+        }
+        for (userId, seq) in effects.changed { try db.announce(userId: userId, seq: seq) }
     }
 
     // MARK: Users and devices
@@ -246,13 +275,13 @@ final class SQLMetadataStore: MetadataStore {
                 }
             }
             var file = try Self.insertFile(
-                db, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: isFolder, requestId: requestId, now: now)
+                db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: isFolder, requestId: requestId, now: now)
             if !isFolder {
                 file = try self.commitRevision(db, &effects, file: file, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
             } else {
                 try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             }
-            try Self.touchFolder(db, parent.id, now: now)
+            Self.touchFolder(&effects, parent.id)
             return (file, true)
         }
     }
@@ -287,8 +316,8 @@ final class SQLMetadataStore: MetadataStore {
             }
             try db.execute("UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?", [newName, newParent, now.millis, file.id])
             try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
-            try Self.touchFolder(db, file.parentId!, now: now)
-            if newParent != file.parentId { try Self.touchFolder(db, newParent, now: now) }
+            Self.touchFolder(&effects, file.parentId!)
+            if newParent != file.parentId { Self.touchFolder(&effects, newParent) }
             return try Self.file(db, id: file.id, userId: userId)
         }
     }
@@ -305,7 +334,7 @@ final class SQLMetadataStore: MetadataStore {
                 try db.execute("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
-            try Self.touchFolder(db, file.parentId!, now: now)
+            Self.touchFolder(&effects, file.parentId!)
             return try Self.file(db, id: file.id, userId: userId)
         }
     }
@@ -333,7 +362,7 @@ final class SQLMetadataStore: MetadataStore {
                 try db.execute("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
-            try Self.touchFolder(db, parentId, now: now)
+            Self.touchFolder(&effects, parentId)
             return try Self.file(db, id: file.id, userId: userId)
         }
     }
@@ -343,7 +372,7 @@ final class SQLMetadataStore: MetadataStore {
             let file = try Self.file(db, id: fileId, userId: userId)
             guard let parentId = file.parentId else { throw DriveError.badRequest("The root folder cannot be deleted.") }
             try self.purge(db, &effects, userId: userId, rootId: file.id, now: now)
-            try Self.touchFolder(db, parentId, now: now)
+            Self.touchFolder(&effects, parentId)
         }
     }
 
@@ -420,9 +449,9 @@ final class SQLMetadataStore: MetadataStore {
         if case .new(_, _, _, let requestId) = target, let earlier = try Self.retried(db, requestId, userId: userId, checksum: content.checksum) {
             return (earlier, false)  // a retry of an upload that landed: the same file, nothing new
         }
-        let file = try Self.resolveTarget(db, userId: userId, target: target, mimeType: content.mimeType, now: now)
-        try checkQuota(db, userId: userId, blocks: content.blocks.map(\.ref))
-        try adopt(db, userId: userId, blocks: content.blocks, now: now)
+        let file = try Self.resolveTarget(db, &effects, userId: userId, target: target, mimeType: content.mimeType, now: now)
+        try checkQuota(db, effects, userId: userId, blocks: content.blocks.map(\.ref))
+        try adopt(db, &effects, userId: userId, blocks: content.blocks, now: now)
         return (
             try commitRevision(
                 db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
@@ -518,7 +547,7 @@ final class SQLMetadataStore: MetadataStore {
                 guard let row = try db.fetchOne("SELECT parent_id FROM files WHERE id = ? AND trash_root = id AND trashed_at < ?", [candidate.id, before.millis])
                 else { return 0 }
                 let count = try self.purge(db, &effects, userId: candidate.userId, rootId: candidate.id, now: now)
-                if let parentId = try row.get("parent_id", as: String?.self) { try Self.touchFolder(db, parentId, now: now) }
+                if let parentId = try row.get("parent_id", as: String?.self) { Self.touchFolder(&effects, parentId) }
                 return count
             }
         }
@@ -550,19 +579,20 @@ let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 extension SQLMetadataStore {
     /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
     static func recordChange(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
-        try db.execute("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
+        if !effects.inserted.contains(fileId) {
+            try db.execute("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
+        }
         guard
             let seq = try db.value(
                 "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?) RETURNING seq", [userId, fileId, kind.rawValue, now.millis],
                 as: Int64.self)
         else { throw DriveError.internalError("The change feed gave no sequence number.") }
-        try db.execute("UPDATE users SET last_seq = ? WHERE id = ?", [seq, userId])
-        effects.changed[userId] = seq
+        effects.changed[userId] = seq  // users.last_seq is written at the end (applyDeferred)
     }
 
     /// The file a content commit lands in: the existing one (checked against `If-Match`: 409 if its head
     /// moved) or a new row in the parent folder, with a name clash settled by the policy.
-    static func resolveTarget(_ db: any SQLTransaction, userId: String, target: ContentTarget, mimeType: String, now: Date) throws -> FileRecord {
+    static func resolveTarget(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, mimeType: String, now: Date) throws -> FileRecord {
         switch target {
         case .existing(let fileId, let ifMatch):
             let existing = try file(db, id: fileId, userId: userId)
@@ -582,8 +612,8 @@ extension SQLMetadataStore {
                 finalName = try freeName(db, parentId: parent.id, name: name, userId: userId)
             }
             let file = try insertFile(
-                db, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: false, requestId: requestId, now: now)
-            try touchFolder(db, parent.id, now: now)
+                db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: false, requestId: requestId, now: now)
+            touchFolder(&effects, parent.id)
             return file
         }
     }
@@ -591,13 +621,14 @@ extension SQLMetadataStore {
     /// Inserts a new live item and returns it as reading the row back would give (the schema's defaults for the
     /// rest: no content yet, version 1).
     static func insertFile(
-        _ db: any SQLTransaction, userId: String, parentId: String, name: String, mimeType: String, isFolder: Bool, requestId: String?, now: Date
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, parentId: String, name: String, mimeType: String, isFolder: Bool, requestId: String?, now: Date
     ) throws -> FileRecord {
         let id = "f" + randomToken()
         try db.execute("""
                 INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId])
+        effects.inserted.insert(id)
         return FileRecord(
             id: id, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: isFolder, size: 0, checksum: nil,
             headRevisionId: nil, version: 1, trashRoot: nil, trashedAt: nil, createdAt: Date(millis: now.millis),
@@ -658,16 +689,16 @@ extension SQLMetadataStore {
     }
 
     /// A folder's metadata version moves when its listing changes (its `ETag`).
-    static func touchFolder(_ db: any SQLTransaction, _ id: String, now: Date) throws {
-        try db.execute("UPDATE files SET version = version + 1 WHERE id = ?", [id])
+    static func touchFolder(_ effects: inout Effects, _ id: String) {
+        effects.touchedFolders.insert(id)
     }
 
     /// 507 if adopting these blocks would take the user over quota (blocks already live cost nothing).
-    func checkQuota(_ db: any SQLTransaction, userId: String, blocks: [BlockRef]) throws {
+    func checkQuota(_ db: any SQLTransaction, _ effects: Effects, userId: String, blocks: [BlockRef]) throws {
         guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]),
             let limit = try row.get("quota_limit", as: Int64?.self)
         else { return }
-        let used: Int64 = try row.get("used_bytes")
+        let used: Int64 = try row.get("used_bytes") + (effects.usedBytes[userId] ?? 0)
         var needed: Int64 = 0
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.hash).inserted {
@@ -704,7 +735,7 @@ extension SQLMetadataStore {
     /// are kept (inline in the row, or in the blob store). A stored block whose row is orphaned or missing is
     /// checked in the blob store here, under the user's lock, where no sweep can run; an inline block brings its
     /// bytes and needs no blob store at all.
-    func adopt(_ db: any SQLTransaction, userId: String, blocks: [StagedBlock], now: Date) throws {
+    func adopt(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, blocks: [StagedBlock], now: Date) throws {
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.ref.hash).inserted {
             let row = try db.fetchOne("SELECT orphaned_at FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
@@ -721,14 +752,14 @@ extension SQLMetadataStore {
                     "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
                     [block.data, userId, block.ref.hash])
             }
-            try db.execute("UPDATE users SET used_bytes = used_bytes + ? WHERE id = ?", [block.ref.size, userId])
+            effects.usedBytes[userId, default: 0] += block.ref.size
         }
     }
 
     /// Among `hashes`, the blocks no revision or upload references any more stop counting against the quota and
     /// are marked orphaned: the sweep deletes them (row, bytes kept inline, copy in the blob store) after the grace
     /// period, unless a commit adopts them again first.
-    func collectGarbage(_ db: any SQLTransaction, userId: String, hashes: Set<String>, now: Date) throws {
+    func collectGarbage(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, hashes: Set<String>, now: Date) throws {
         for hash in hashes {
             let used = try db.fetchOne(
                 """
@@ -739,7 +770,7 @@ extension SQLMetadataStore {
                 let size = try db.value("SELECT size FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NULL", [userId, hash], as: Int64.self)
             else { continue }
             try db.execute("UPDATE blocks SET orphaned_at = ? WHERE user_id = ? AND hash = ?", [now.millis, userId, hash])
-            try db.execute("UPDATE users SET used_bytes = CASE WHEN used_bytes > ? THEN used_bytes - ? ELSE 0 END WHERE id = ?", [size, size, userId])
+            effects.usedBytes[userId, default: 0] -= size
         }
     }
 
@@ -771,7 +802,9 @@ extension SQLMetadataStore {
         now: Date
     ) throws -> FileRecord {
         let revisionId = "r" + randomToken()
-        let ordinal = (try db.value("SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", [file.id], as: Int64.self) ?? 0) + 1
+        let ordinal =
+            effects.inserted.contains(file.id)
+            ? 1 : (try db.value("SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", [file.id], as: Int64.self) ?? 0) + 1
         try db.execute("""
                 INSERT INTO revisions (id, file_id, user_id, mime_type, size, checksum, created_at, ordinal)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -786,7 +819,7 @@ extension SQLMetadataStore {
         try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
         // Revisions are only ever removed, and ordinals only grow: a file whose newest ordinal is within
         // `keepLast` has nothing to prune.
-        if ordinal > Int64(revisionRetention.keepLast) { try pruneRevisions(db, fileId: file.id, userId: file.userId, now: now) }
+        if ordinal > Int64(revisionRetention.keepLast) { try pruneRevisions(db, &effects, fileId: file.id, userId: file.userId, now: now) }
         // `file` was read (or made) in this transaction: the row now is it with the UPDATE above applied.
         var updated = file
         updated.headRevisionId = revisionId
@@ -798,7 +831,7 @@ extension SQLMetadataStore {
         return updated
     }
 
-    func pruneRevisions(_ db: any SQLTransaction, fileId: String, userId: String, now: Date) throws {
+    func pruneRevisions(_ db: any SQLTransaction, _ effects: inout Effects, fileId: String, userId: String, now: Date) throws {
         let all = try db.fetchAll("SELECT id, created_at FROM revisions WHERE file_id = ? ORDER BY ordinal DESC", [fileId])
             .map { (id: try $0.get("id", as: String.self), date: Date(millis: try $0.get("created_at"))) }
         guard all.count > revisionRetention.keepLast else { return }
@@ -810,7 +843,7 @@ extension SQLMetadataStore {
             try db.execute("DELETE FROM revision_blocks WHERE revision_id = ?", [id])
             try db.execute("DELETE FROM revisions WHERE id = ?", [id])
         }
-        try collectGarbage(db, userId: userId, hashes: hashes, now: now)
+        try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)
     }
 
     /// Deletes a subtree for good: rows, revisions, unreferenced blocks; a `delete` change per item.
@@ -828,7 +861,7 @@ extension SQLMetadataStore {
             try db.execute("DELETE FROM files WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }
-        try collectGarbage(db, userId: userId, hashes: hashes, now: now)
+        try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)
         return ids.count
     }
 
