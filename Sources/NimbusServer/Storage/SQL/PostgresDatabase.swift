@@ -186,6 +186,10 @@ final class PostgresDatabase: SQLDatabase {
                 on: eventLoopGroup.next(), configuration: location.configuration, id: id, logger: logger)
             do {
                 _ = try await connection.query(PostgresQuery(unsafeSQL: "SET search_path TO \"\(location.schema)\""), logger: logger).get()
+                // The planner's default (4) prices a random page read as a spinning disk's; with the store's hot rows in
+                // memory or on SSD it then sorts a whole 10,000-entry folder rather than walk the listing index
+                // (25 ms against 2 ms a page). 1.1 is the usual SSD setting.
+                _ = try await connection.query("SET random_page_cost = 1.1", logger: logger).get()
             } catch {
                 try? await connection.close()
                 throw error
