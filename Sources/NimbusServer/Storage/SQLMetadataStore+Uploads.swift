@@ -32,7 +32,7 @@ extension SQLMetadataStore {
                 let used: Int64 = try row.get("used_bytes")
                 if used + upload.size > limit { throw DriveError.quotaExceeded(used: used, limit: limit, needed: upload.size) }
             }
-            try db.execute("""
+            try db.perform("""
                     INSERT INTO uploads (id, user_id, request_id, name, mime_type, parent_id, file_id, if_match, on_conflict, size,
                         checksum, chunk_size, total_chunks, chunks_processed, created_at, expires_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
@@ -63,11 +63,11 @@ extension SQLMetadataStore {
                 try self.checkQuota(db, effects, userId: userId, blocks: blocks.map(\.ref))
                 try self.adopt(db, &effects, userId: userId, blocks: blocks, now: now)
                 for (index, block) in blocks.enumerated() {
-                    try db.execute("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
+                    try db.perform("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
                 }
                 upload.chunksProcessed += 1
                 upload.expiresAt = max(upload.expiresAt, expiresAt)
-                try db.execute("UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?", [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
+                try db.perform("UPDATE uploads SET chunks_processed = ?, expires_at = ? WHERE id = ?", [upload.chunksProcessed, upload.expiresAt.millis, uploadId])
                 return (upload, true)
             }
             return result
@@ -99,7 +99,7 @@ extension SQLMetadataStore {
             if upload.fileId == nil, let earlier = try Self.retried(db, upload.requestId, userId: userId, checksum: checksum) {
                 // A simple or batch upload under this requestId landed first: that file is this session's result.
                 try self.dropUploadBlocks(db, &effects, uploadId: uploadId, userId: userId, now: now)
-                try db.execute("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [earlier.id, uploadId])
+                try db.perform("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [earlier.id, uploadId])
                 upload.completedFileId = earlier.id
                 return (upload, earlier)
             }
@@ -108,8 +108,8 @@ extension SQLMetadataStore {
             let file = try self.commitRevision(
                 db, &effects, file: destination, blocks: blocks, checksum: checksum, size: upload.size, mimeType: upload.mimeType, now: now)
             // The revision now references the blocks; the session's own references go.
-            try db.execute("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
-            try db.execute("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [file.id, uploadId])
+            try db.perform("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
+            try db.perform("UPDATE uploads SET completed_file_id = ? WHERE id = ?", [file.id, uploadId])
             upload.completedFileId = file.id
             return (upload, file)
         }
@@ -119,7 +119,7 @@ extension SQLMetadataStore {
         try await write(user: userId) { db, effects in
             _ = try Self.upload(db, id: uploadId, userId: userId)
             try self.dropUploadBlocks(db, &effects, uploadId: uploadId, userId: userId, now: now)
-            try db.execute("DELETE FROM uploads WHERE id = ?", [uploadId])
+            try db.perform("DELETE FROM uploads WHERE id = ?", [uploadId])
         }
     }
 
@@ -135,12 +135,12 @@ extension SQLMetadataStore {
                 guard try db.fetchOne("SELECT 1 FROM uploads WHERE id = ? AND state = 'active' AND expires_at <= ?", [upload.id, now.millis]) != nil
                 else { return 0 }
                 try self.dropUploadBlocks(db, &effects, uploadId: upload.id, userId: upload.userId, now: now)
-                try db.execute("UPDATE uploads SET state = 'expired' WHERE id = ?", [upload.id])
+                try db.perform("UPDATE uploads SET state = 'expired' WHERE id = ?", [upload.id])
                 return 1
             }
         }
         try await write { db, _ in
-            try db.execute("DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?", [now.millis - Int64(forgetAfter * 1000)])
+            try db.perform("DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?", [now.millis - Int64(forgetAfter * 1000)])
         }
         return count
     }
@@ -149,7 +149,7 @@ extension SQLMetadataStore {
 
     func dropUploadBlocks(_ db: any SQLTransaction, _ effects: inout Effects, uploadId: String, userId: String, now: Date) throws {
         let hashes = Set(try db.values("SELECT hash FROM upload_blocks WHERE upload_id = ?", [uploadId], as: String.self))
-        try db.execute("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
+        try db.perform("DELETE FROM upload_blocks WHERE upload_id = ?", [uploadId])
         try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)
     }
 

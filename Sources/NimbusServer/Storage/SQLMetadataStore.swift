@@ -63,7 +63,7 @@ final class SQLMetadataStore: MetadataStore {
         for userId in Set(effects.changed.keys).union(effects.usedBytes.keys).sorted() {
             let seq = effects.changed[userId] ?? 0
             let delta = effects.usedBytes[userId] ?? 0
-            try db.execute(
+            try db.perform(
                 """
                 UPDATE users SET last_seq = CASE WHEN last_seq < ? THEN ? ELSE last_seq END,
                     used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
@@ -71,7 +71,7 @@ final class SQLMetadataStore: MetadataStore {
                 """, [seq, seq, delta, delta, userId])
         }
         for folderId in effects.touchedFolders.sorted() {
-            try db.execute("UPDATE files SET version = version + 1 WHERE id = ?", [folderId])
+            try db.perform("UPDATE files SET version = version + 1 WHERE id = ?", [folderId])
         }
         for (userId, seq) in effects.changed { try db.announce(userId: userId, seq: seq) }
     }
@@ -86,8 +86,8 @@ final class SQLMetadataStore: MetadataStore {
             let user = UserRecord(
                 id: "u" + randomToken(), username: username, passwordHash: passwordHash, quotaLimit: quota, usedBytes: 0,
                 rootId: "f" + randomToken(), createdAt: now)
-            try db.execute("INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)", [user.id, username, passwordHash, quota, user.rootId, now.millis])
-            try db.execute("""
+            try db.perform("INSERT INTO users (id, username, password_hash, quota_limit, root_id, created_at) VALUES (?, ?, ?, ?, ?, ?)", [user.id, username, passwordHash, quota, user.rootId, now.millis])
+            try db.perform("""
                     INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at)
                     VALUES (?, ?, NULL, 'My Drive', ?, 1, ?, ?)
                     """, [user.rootId, user.id, folderMimeType, now.millis, now.millis])
@@ -110,21 +110,21 @@ final class SQLMetadataStore: MetadataStore {
 
     func setQuota(userId: String, quota: Int64?) async throws {
         try await write(user: userId) { db, _ in
-            try db.execute("UPDATE users SET quota_limit = ? WHERE id = ?", [quota, userId])
+            try db.perform("UPDATE users SET quota_limit = ? WHERE id = ?", [quota, userId])
         }
     }
 
     func setPassword(userId: String, passwordHash: String) async throws {
         try await write(user: userId) { db, _ in
-            try db.execute("UPDATE users SET password_hash = ? WHERE id = ?", [passwordHash, userId])
-            try db.execute("UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", [Date().millis, userId])
+            try db.perform("UPDATE users SET password_hash = ? WHERE id = ?", [passwordHash, userId])
+            try db.perform("UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", [Date().millis, userId])
         }
     }
 
     func createDevice(userId: String, name: String, refreshHash: String, now: Date) async throws -> DeviceRecord {
         try await write(user: userId) { db, _ in
             let device = DeviceRecord(id: "d" + randomToken(), userId: userId, name: name, refreshHash: refreshHash, lastUsedAt: now, revokedAt: nil)
-            try db.execute("INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)", [device.id, userId, name, refreshHash, now.millis, now.millis])
+            try db.perform("INSERT INTO devices (id, user_id, name, refresh_hash, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)", [device.id, userId, name, refreshHash, now.millis, now.millis])
             return device
         }
     }
@@ -145,7 +145,7 @@ final class SQLMetadataStore: MetadataStore {
                 guard now.timeIntervalSince(device.lastUsedAt) <= maxIdle else {
                     throw DriveError.unauthorized("The refresh token expired; log in again.")
                 }
-                try db.execute("UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?", [newHash, now.millis, device.id])
+                try db.perform("UPDATE devices SET previous_refresh_hash = refresh_hash, refresh_hash = ?, last_used_at = ? WHERE id = ?", [newHash, now.millis, device.id])
                 device.refreshHash = newHash
                 device.lastUsedAt = now
                 return device
@@ -153,7 +153,7 @@ final class SQLMetadataStore: MetadataStore {
             if let row = try db.fetchOne("SELECT id FROM devices WHERE previous_refresh_hash = ?", [presentedHash]) {
                 // A token that was already exchanged is being replayed: someone else has it. Sign the device out.
                 let id: String = try row.get("id")
-                try db.execute("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
+                try db.perform("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
                 return nil as DeviceRecord?
             }
             throw DriveError.unauthorized("Unknown refresh token; log in again.")
@@ -167,7 +167,7 @@ final class SQLMetadataStore: MetadataStore {
 
     func revokeDevice(id: String, now: Date) async throws {
         try await write { db, _ in
-            try db.execute("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
+            try db.perform("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
         }
     }
 
@@ -198,7 +198,7 @@ final class SQLMetadataStore: MetadataStore {
                 let factor = Double(1 << min(failures - allowed, 6))
                 lockedUntil = now.millis + Int64(min(lockout * factor, 3600) * 1000)
             }
-            try db.execute("""
+            try db.perform("""
                     INSERT INTO login_failures (key, failures, window_start, locked_until) VALUES (?, ?, ?, ?)
                     ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start,
                     locked_until = excluded.locked_until
@@ -208,13 +208,13 @@ final class SQLMetadataStore: MetadataStore {
 
     func clearLoginFailures(key: String) async throws {
         try await write { db, _ in
-            try db.execute("DELETE FROM login_failures WHERE key = ?", [key])
+            try db.perform("DELETE FROM login_failures WHERE key = ?", [key])
         }
     }
 
     func sharedSetting(_ key: String, orStore value: String) async throws -> String {
         try await write { db, _ in
-            try db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", [key, value])
+            try db.perform("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", [key, value])
             return try db.value("SELECT value FROM settings WHERE key = ?", [key], as: String.self) ?? value
         }
     }
@@ -314,7 +314,7 @@ final class SQLMetadataStore: MetadataStore {
             if let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId), existing.id != file.id {
                 throw DriveError.nameConflict(name: newName, existingId: existing.id)
             }
-            try db.execute("UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?", [newName, newParent, now.millis, file.id])
+            try db.perform("UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?", [newName, newParent, now.millis, file.id])
             try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             Self.touchFolder(&effects, file.parentId!)
             if newParent != file.parentId { Self.touchFolder(&effects, newParent) }
@@ -331,7 +331,7 @@ final class SQLMetadataStore: MetadataStore {
                 try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == nil
             }
             for id in ids {
-                try db.execute("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
+                try db.perform("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             Self.touchFolder(&effects, file.parentId!)
@@ -357,9 +357,9 @@ final class SQLMetadataStore: MetadataStore {
                 try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == trashRoot
             }
             // Name and place first, while the row is still trashed and outside the live-name index.
-            try db.execute("UPDATE files SET name = ?, parent_id = ? WHERE id = ?", [name, parentId, file.id])
+            try db.perform("UPDATE files SET name = ?, parent_id = ? WHERE id = ?", [name, parentId, file.id])
             for id in ids {
-                try db.execute("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
+                try db.perform("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             Self.touchFolder(&effects, parentId)
@@ -564,7 +564,7 @@ final class SQLMetadataStore: MetadataStore {
                 guard let top = try db.value("SELECT MAX(seq) FROM changes WHERE user_id = ? AND kind = 'delete' AND at < ?", [userId, before.millis], as: Int64.self)
                 else { return 0 }
                 let count = try db.execute("DELETE FROM changes WHERE user_id = ? AND kind = 'delete' AND seq <= ?", [userId, top])
-                try db.execute("UPDATE users SET changes_floor = ? WHERE id = ? AND changes_floor < ?", [top, userId, top])
+                try db.perform("UPDATE users SET changes_floor = ? WHERE id = ? AND changes_floor < ?", [top, userId, top])
                 return count
             }
         }
@@ -580,7 +580,7 @@ extension SQLMetadataStore {
     /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
     static func recordChange(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
         if !effects.inserted.contains(fileId) {
-            try db.execute("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
+            try db.perform("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
         }
         guard
             let seq = try db.value(
@@ -624,7 +624,7 @@ extension SQLMetadataStore {
         _ db: any SQLTransaction, _ effects: inout Effects, userId: String, parentId: String, name: String, mimeType: String, isFolder: Bool, requestId: String?, now: Date
     ) throws -> FileRecord {
         let id = "f" + randomToken()
-        try db.execute("""
+        try db.perform("""
                 INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId])
@@ -721,7 +721,7 @@ extension SQLMetadataStore {
         guard !stored.isEmpty else { return }
         try await write(user: userId) { db, _ in
             for block in stored {
-                try db.execute(
+                try db.perform(
                     """
                     INSERT INTO blocks (user_id, hash, size, created_at, orphaned_at) VALUES (?, ?, ?, ?, ?)
                     ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at WHERE blocks.orphaned_at IS NOT NULL
@@ -744,11 +744,11 @@ extension SQLMetadataStore {
                 throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
             }
             if row == nil {
-                try db.execute(
+                try db.perform(
                     "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)",
                     [userId, block.ref.hash, block.ref.size, now.millis, block.data])
             } else {
-                try db.execute(
+                try db.perform(
                     "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
                     [block.data, userId, block.ref.hash])
             }
@@ -769,7 +769,7 @@ extension SQLMetadataStore {
             guard used == nil,
                 let size = try db.value("SELECT size FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NULL", [userId, hash], as: Int64.self)
             else { continue }
-            try db.execute("UPDATE blocks SET orphaned_at = ? WHERE user_id = ? AND hash = ?", [now.millis, userId, hash])
+            try db.perform("UPDATE blocks SET orphaned_at = ? WHERE user_id = ? AND hash = ?", [now.millis, userId, hash])
             effects.usedBytes[userId, default: 0] -= size
         }
     }
@@ -788,7 +788,7 @@ extension SQLMetadataStore {
                     as: String.self)
                 try self.blobs.deleteBlocking(hashes, user: userId)
                 for hash in hashes {
-                    try db.execute("DELETE FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NOT NULL", [userId, hash])
+                    try db.perform("DELETE FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NOT NULL", [userId, hash])
                 }
                 return hashes.count
             }
@@ -805,14 +805,14 @@ extension SQLMetadataStore {
         let ordinal =
             effects.inserted.contains(file.id)
             ? 1 : (try db.value("SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", [file.id], as: Int64.self) ?? 0) + 1
-        try db.execute("""
+        try db.perform("""
                 INSERT INTO revisions (id, file_id, user_id, mime_type, size, checksum, created_at, ordinal)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 """, [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
         for (index, block) in blocks.enumerated() {
-            try db.execute("INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)", [revisionId, index, file.userId, block.hash, block.size])
+            try db.perform("INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)", [revisionId, index, file.userId, block.hash, block.size])
         }
-        try db.execute("""
+        try db.perform("""
                 UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
                 WHERE id = ?
                 """, [revisionId, size, checksum, mimeType, now.millis, file.id])
@@ -840,8 +840,8 @@ extension SQLMetadataStore {
         var hashes: Set<String> = []
         for id in doomed {
             hashes.formUnion(try db.values("SELECT hash FROM revision_blocks WHERE revision_id = ?", [id], as: String.self))
-            try db.execute("DELETE FROM revision_blocks WHERE revision_id = ?", [id])
-            try db.execute("DELETE FROM revisions WHERE id = ?", [id])
+            try db.perform("DELETE FROM revision_blocks WHERE revision_id = ?", [id])
+            try db.perform("DELETE FROM revisions WHERE id = ?", [id])
         }
         try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)
     }
@@ -855,10 +855,10 @@ extension SQLMetadataStore {
             let revisionIds = try db.values("SELECT id FROM revisions WHERE file_id = ?", [id], as: String.self)
             for revisionId in revisionIds {
                 hashes.formUnion(try db.values("SELECT hash FROM revision_blocks WHERE revision_id = ?", [revisionId], as: String.self))
-                try db.execute("DELETE FROM revision_blocks WHERE revision_id = ?", [revisionId])
+                try db.perform("DELETE FROM revision_blocks WHERE revision_id = ?", [revisionId])
             }
-            try db.execute("DELETE FROM revisions WHERE file_id = ?", [id])
-            try db.execute("DELETE FROM files WHERE id = ?", [id])
+            try db.perform("DELETE FROM revisions WHERE file_id = ?", [id])
+            try db.perform("DELETE FROM files WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }
         try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)

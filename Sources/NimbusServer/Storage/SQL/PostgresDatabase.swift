@@ -123,11 +123,12 @@ final class PostgresDatabase: SQLDatabase {
                     attempt += 1
                     let transaction = Transaction(connection: connection, logger: logger)
                     do {
-                        try transaction.execute(begin, [])
+                        try transaction.perform(begin, [])
                         let value = try body(transaction)
-                        try transaction.execute("COMMIT", [])
+                        try transaction.commit()
                         return value
                     } catch {
+                        transaction.abandonPending()
                         _ = try? transaction.execute("ROLLBACK", [])
                         if attempt < 10, Self.isTransient(error) { continue }
                         throw Self.mapped(error)
@@ -225,11 +226,36 @@ final class PostgresDatabase: SQLDatabase {
     struct Transaction: SQLTransaction {
         let connection: PostgresConnection
         let logger: Logger
+        /// Statements sent by ``perform(_:_:)`` whose answers nobody has looked at yet, oldest first.
+        private let pending = Pending()
+
+        init(connection: PostgresConnection, logger: Logger) {
+            self.connection = connection
+            self.logger = logger
+        }
+
+        final class Pending: @unchecked Sendable {  // used by one thread at a time: the transaction's
+            var futures: [EventLoopFuture<PostgresQueryResult>] = []
+        }
 
         @discardableResult
         func execute(_ sql: String, _ arguments: [any SQLArgument]) throws -> Int {
             try run(sql, arguments).metadata.rows ?? 0
         }
+
+        func perform(_ sql: String, _ arguments: [any SQLArgument]) throws {
+            pending.futures.append(connection.query(Self.query(sql, arguments), logger: logger))
+        }
+
+        /// Commits once every statement sent before has answered without error (a failure that a later
+        /// `ROLLBACK TO SAVEPOINT` recovered from must not be committed past).
+        func commit() throws {
+            try settle()
+            try execute("COMMIT", [])
+        }
+
+        /// Forgets what ``perform(_:_:)`` sent (a transaction that failed: the rollback waits for the rest).
+        func abandonPending() { pending.futures.removeAll() }
 
         func fetchAll(_ sql: String, _ arguments: [any SQLArgument]) throws -> [SQLRow] {
             let result = try run(sql, arguments)
@@ -239,27 +265,44 @@ final class PostgresDatabase: SQLDatabase {
         }
 
         func savepoint<T>(_ body: () throws -> T) throws -> T {
-            try execute("SAVEPOINT nimbus_entry", [])
+            try perform("SAVEPOINT nimbus_entry", [])
             do {
                 let value = try body()
-                try execute("RELEASE SAVEPOINT nimbus_entry", [])
+                try perform("RELEASE SAVEPOINT nimbus_entry", [])
                 return value
             } catch {
-                try execute("ROLLBACK TO SAVEPOINT nimbus_entry", [])
-                try execute("RELEASE SAVEPOINT nimbus_entry", [])
+                // A statement that failed inside is the transaction's failure, not the savepoint's to undo.
+                try settle()
+                try perform("ROLLBACK TO SAVEPOINT nimbus_entry", [])
+                try perform("RELEASE SAVEPOINT nimbus_entry", [])
                 throw error
             }
         }
 
         func lockUser(_ userId: String) throws {
-            try execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [userId])
+            try perform("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [userId])
         }
 
         func announce(userId: String, seq: Int64) throws {
-            try execute("SELECT pg_notify('nimbus_changes', ?)", ["\(userId) \(seq)"])
+            try perform("SELECT pg_notify('nimbus_changes', ?)", ["\(userId) \(seq)"])
+        }
+
+        /// Waits for every statement ``perform(_:_:)`` sent; the first one that failed throws its error.
+        private func settle() throws {
+            let futures = pending.futures
+            pending.futures.removeAll()
+            for future in futures { _ = try future.wait() }
         }
 
         private func run(_ sql: String, _ arguments: [any SQLArgument]) throws -> PostgresQueryResult {
+            let answer = connection.query(Self.query(sql, arguments), logger: logger)
+            // Statements sent before this one were answered first (one connection answers in order): an error
+            // there is the cause of whatever this one says.
+            try settle()
+            return try answer.wait()
+        }
+
+        private static func query(_ sql: String, _ arguments: [any SQLArgument]) -> PostgresQuery {
             var bindings = PostgresBindings(capacity: arguments.count)
             for argument in arguments {
                 switch argument.sqlValue {
@@ -269,8 +312,7 @@ final class PostgresDatabase: SQLDatabase {
                 case .blob(let value): bindings.append(ByteBuffer(bytes: value))
                 }
             }
-            let query = PostgresQuery(unsafeSQL: Self.numbered(sql), binds: bindings)
-            return try connection.query(query, logger: logger).wait()
+            return PostgresQuery(unsafeSQL: Self.numbered(sql), binds: bindings)
         }
 
         /// `?` placeholders as PostgreSQL's `$1, $2, …` (none of the store's statements has a `?` in a literal;

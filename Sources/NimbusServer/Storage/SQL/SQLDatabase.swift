@@ -114,6 +114,10 @@ protocol SQLTransaction {
     /// Runs a statement; returns how many rows it changed.
     @discardableResult
     func execute(_ sql: String, _ arguments: [any SQLArgument]) throws -> Int
+    /// Runs a statement whose outcome the caller does not read. A remote database may send it without waiting for
+    /// the answer (PostgreSQL: queued on the connection behind the statements before it); its error, if any, is
+    /// thrown by the next statement that waits, by a savepoint's end or by the commit, and is never swallowed.
+    func perform(_ sql: String, _ arguments: [any SQLArgument]) throws
     func fetchAll(_ sql: String, _ arguments: [any SQLArgument]) throws -> [SQLRow]
     /// Runs `body` in a savepoint: if it throws, what it did is rolled back and the error rethrown.
     func savepoint<T>(_ body: () throws -> T) throws -> T

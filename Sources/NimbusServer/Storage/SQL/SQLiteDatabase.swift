@@ -39,6 +39,10 @@ struct SQLiteDatabase: SQLDatabase {
             return db.changesCount
         }
 
+        func perform(_ sql: String, _ arguments: [any SQLArgument]) throws {
+            try db.cachedStatement(sql: sql).execute(arguments: Self.arguments(arguments))
+        }
+
         func fetchAll(_ sql: String, _ arguments: [any SQLArgument]) throws -> [SQLRow] {
             let statement = try db.cachedStatement(sql: sql)
             let columns = SQLRow.Columns(statement.columnNames)
