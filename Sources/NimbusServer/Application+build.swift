@@ -35,12 +35,14 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     guard configuration.chunkSize > 0, configuration.chunkSize % (256 * 1024) == 0 else {
         throw DriveError.badRequest("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
     }
-    let blobs = try BlobLocation.parse(configuration.blobs ?? "local").open(data: data)
-    try blobs.clearStaging()
-    if let s3 = blobs as? S3BlobStore {
+    _ = MetricsRegistry.shared  // before any store makes its metrics
+    let opened = try BlobLocation.parse(configuration.blobs ?? "local").open(data: data)
+    try opened.clearStaging()
+    if let s3 = opened as? S3BlobStore {
         // A store that is down now does not stop the replica: /healthz says 503 until it answers.
         do { try await s3.ensureBucket() } catch { logger.warning("the blob store does not answer yet", metadata: ["error": "\(error)"]) }
     }
+    let blobs: any BlobStore = MeteredBlobStore(opened, name: opened is S3BlobStore ? "s3" : "local")
     let store: SQLMetadataStore
     let notifier: any ChangeNotifier
     var services: [any Service] = []

@@ -1,6 +1,7 @@
 import Foundation
 import NimbusAPI
 import NimbusServer
+import NimbusTestSupport
 import Testing
 
 @Suite("Files and folders")
@@ -249,6 +250,33 @@ struct FilesTests {
             #expect(try await alice.get("/v1/files/\(old.id)").status == 404)
             #expect(try await alice.get("/v1/files/\(recent.id)").status == 200)
             #expect(try await alice.get("/v1/trash").decode(FileList.self).files.map(\.id) == [recent.id])
+        }
+    }
+
+    @Test("/metrics shows the database's transactions and the blob store's operations")
+    func storeMetrics() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = randomData(600_000)  // larger than an inline block: it goes to the blob store
+            let file = try await alice.upload("big.bin", content)
+            #expect(try await alice.content(file.id) == content)
+            let text = try await APIClient(baseURL: server.baseURL).get("/metrics").text
+            let database = TestServices.scaledOut ? "postgres" : "sqlite", store = TestServices.scaledOut ? "s3" : "local"
+            /// The `_count` of a histogram whose labels include all of `labels`.
+            func count(_ name: String, _ labels: [String]) -> Double? {
+                text.split(separator: "\n").first { line in
+                    line.hasPrefix(name + "_count{") && labels.allSatisfy { line.contains($0) }
+                }.flatMap { Double($0.split(separator: " ").last ?? "") }
+            }
+            #expect((count("nimbus_db_transaction_seconds", ["database=\"\(database)\"", "kind=\"write\""]) ?? 0) > 0, "\(text.prefix(2000))")
+            #expect((count("nimbus_db_transaction_seconds", ["database=\"\(database)\"", "kind=\"read\""]) ?? 0) > 0)
+            for op in ["put", "read"] {
+                #expect((count("nimbus_blob_seconds", ["store=\"\(store)\"", "op=\"\(op)\""]) ?? 0) > 0, "blob \(op)")
+            }
+            if TestServices.scaledOut {
+                #expect(text.contains("nimbus_db_pool_connections{"), "pool gauges")
+                #expect((count("nimbus_db_pool_wait_seconds", ["database=\"postgres\""]) ?? 0) > 0)
+            }
         }
     }
 

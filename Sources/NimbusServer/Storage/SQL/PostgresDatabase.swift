@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -60,6 +61,12 @@ final class PostgresDatabase: SQLDatabase {
     private let waiters = NIOLockedValueBox<[CheckedContinuation<Void, Never>]>([])
     private let available: NIOLockedValueBox<Int>
     private let nextID = NIOLockedValueBox(0)
+    private let writes = StoreMetrics.transaction("postgres", kind: "write")
+    private let reads = StoreMetrics.transaction("postgres", kind: "read")
+    private let poolWait = StoreMetrics.poolWait("postgres")
+    private let inUse = StoreMetrics.poolConnections("postgres", state: "in_use")
+    private let retries = StoreMetrics.retries("postgres")
+    private let failures = StoreMetrics.errors("postgres")
 
     private init(location: Location, logger: Logger, eventLoopGroup: any EventLoopGroup) {
         self.location = location
@@ -67,6 +74,7 @@ final class PostgresDatabase: SQLDatabase {
         self.eventLoopGroup = eventLoopGroup
         self.threads = NIOThreadPool(numberOfThreads: location.poolSize)
         self.available = NIOLockedValueBox(location.poolSize)
+        StoreMetrics.poolConnections("postgres", state: "size").record(location.poolSize)
         threads.start()
     }
 
@@ -81,11 +89,15 @@ final class PostgresDatabase: SQLDatabase {
     }
 
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
-        try await run(begin: "BEGIN", body)
+        let start = ContinuousClock.now
+        defer { writes.recordNanoseconds((ContinuousClock.now - start).nanoseconds) }
+        return try await run(begin: "BEGIN", body)
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
-        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+        let start = ContinuousClock.now
+        defer { reads.recordNanoseconds((ContinuousClock.now - start).nanoseconds) }
+        return try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
     /// Closes every idle connection (tests; a server exits with its process).
@@ -113,11 +125,17 @@ final class PostgresDatabase: SQLDatabase {
     }
 
     private func run<T: Sendable>(begin: String, _ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
+        let waitStart = ContinuousClock.now
         await acquireSlot()
-        defer { releaseSlot() }
+        poolWait.recordNanoseconds((ContinuousClock.now - waitStart).nanoseconds)
+        inUse.record(location.poolSize - available.withLockedValue { $0 })
+        defer {
+            releaseSlot()
+            inUse.record(location.poolSize - available.withLockedValue { $0 })
+        }
         let connection = try await connection()
         do {
-            let result = try await threads.runIfActive { [connection, logger] in
+            let result = try await threads.runIfActive { [connection, logger, retries, failures] in
                 var attempt = 0
                 while true {
                     attempt += 1
@@ -130,7 +148,11 @@ final class PostgresDatabase: SQLDatabase {
                     } catch {
                         transaction.abandonPending()
                         _ = try? transaction.execute("ROLLBACK", [])
-                        if attempt < 10, Self.isTransient(error) { continue }
+                        if attempt < 10, Self.isTransient(error) {
+                            retries.increment()
+                            continue
+                        }
+                        if !(error is DriveError) { failures.increment() }
                         throw Self.mapped(error)
                     }
                 }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Metrics
 
 /// The embedded ``SQLDatabase``: one SQLite file through GRDB — WAL, `synchronous=FULL`, one serialized writer,
 /// concurrent readers. The schema is ``Schema/migrator``.
@@ -20,12 +21,19 @@ struct SQLiteDatabase: SQLDatabase {
         try Schema.migrator.migrate(pool)
     }
 
+    private static let writes = StoreMetrics.transaction("sqlite", kind: "write")
+    private static let reads = StoreMetrics.transaction("sqlite", kind: "read")
+
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
-        try await pool.write { db in try body(Transaction(db: db)) }
+        let start = ContinuousClock.now
+        defer { Self.writes.recordNanoseconds((ContinuousClock.now - start).nanoseconds) }
+        return try await pool.write { db in try body(Transaction(db: db)) }
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
-        try await pool.read { db in try body(Transaction(db: db)) }
+        let start = ContinuousClock.now
+        defer { Self.reads.recordNanoseconds((ContinuousClock.now - start).nanoseconds) }
+        return try await pool.read { db in try body(Transaction(db: db)) }
     }
 
     func close() async {}
