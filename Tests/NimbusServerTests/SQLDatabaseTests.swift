@@ -74,6 +74,24 @@ struct SQLDatabaseTests {
         }
         #expect(seen == 2, "a read sees the statements performed before it")
         #expect(try await database.read { db in try db.values("SELECT id FROM t ORDER BY id", [], as: Int.self) } == [3, 5])
+        // A failure that someone swallowed (`try?`) stays the transaction's: one batch entry's failed statement, seen
+        // and dropped by the next entry, must not let that entry's savepoint rollback undo the first entry (reported
+        // as done) and then commit.
+        await #expect(throws: (any Error).self) {
+            try await database.write { db in
+                _ = try db.savepoint {
+                    try db.perform("INSERT INTO t (id) VALUES (?)", [30])
+                    try db.perform("INSERT INTO t (id) VALUES (?)", [30])  // fails; nobody waits for it in this entry
+                }
+                do {
+                    _ = try db.savepoint { () throws -> Int in
+                        _ = try? db.fetchAll("SELECT 1", [])
+                        throw Refused()
+                    }
+                } catch is Refused {}
+            }
+        }
+        #expect(try await database.read { db in try db.values("SELECT id FROM t ORDER BY id", [], as: Int.self) } == [3, 5])
         await database.close()
     }
 }

@@ -345,7 +345,7 @@ final class SQLMetadataStore: MetadataStore {
             guard let trashRoot = file.trashRoot, let oldParent = file.parentId else { return file }
             // Back where it was if that folder is live; otherwise into the root folder.
             var parentId = oldParent
-            let parent = try? Self.file(db, id: oldParent, userId: userId)
+            let parent = try Self.existingFile(db, id: oldParent, userId: userId)
             if parent == nil || parent!.isTrashed {
                 parentId = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? oldParent
             }
@@ -647,15 +647,18 @@ extension SQLMetadataStore {
     }
 
     static func file(_ db: any SQLTransaction, id: String, userId: String) throws -> FileRecord {
-        guard let row = try db.fetchOne("SELECT * FROM files WHERE id = ? AND user_id = ?", [id, userId]) else {
-            throw DriveError.notFound()
-        }
-        return try file(row)
+        guard let found = try existingFile(db, id: id, userId: userId) else { throw DriveError.notFound() }
+        return found
+    }
+
+    /// The user's item with this id, or `nil` (a database error is thrown, never taken for "no such item").
+    static func existingFile(_ db: any SQLTransaction, id: String, userId: String) throws -> FileRecord? {
+        try db.fetchOne("SELECT * FROM files WHERE id = ? AND user_id = ?", [id, userId]).map(file)
     }
 
     /// A folder that can receive items: exists, is this user's, is a folder, is not trashed.
     static func liveFolder(_ db: any SQLTransaction, id: String, userId: String) throws -> FileRecord {
-        guard let folder = try? file(db, id: id, userId: userId) else {
+        guard let folder = try existingFile(db, id: id, userId: userId) else {
             throw DriveError.notFound("No such parent folder.")
         }
         guard folder.isFolder else { throw DriveError.badRequest("'\(folder.name)' is a file, not a folder.", code: .notAFolder) }

@@ -258,6 +258,10 @@ final class PostgresDatabase: SQLDatabase {
 
         final class Pending: @unchecked Sendable {  // used by one thread at a time: the transaction's
             var futures: [EventLoopFuture<PostgresQueryResult>] = []
+            /// The first error a sent statement answered. PostgreSQL has aborted the transaction then; every later
+            /// call throws it again, so no caller can swallow it (`try?`) and go on to a savepoint rollback or a
+            /// COMMIT that would hide it.
+            var failure: (any Error)?
         }
 
         @discardableResult
@@ -266,6 +270,7 @@ final class PostgresDatabase: SQLDatabase {
         }
 
         func perform(_ sql: String, _ arguments: [any SQLArgument]) throws {
+            if let failure = pending.failure { throw failure }
             pending.futures.append(connection.query(Self.query(sql, arguments), logger: logger))
         }
 
@@ -277,7 +282,10 @@ final class PostgresDatabase: SQLDatabase {
         }
 
         /// Forgets what ``perform(_:_:)`` sent (a transaction that failed: the rollback waits for the rest).
-        func abandonPending() { pending.futures.removeAll() }
+        func abandonPending() {
+            pending.futures.removeAll()
+            pending.failure = nil
+        }
 
         func fetchAll(_ sql: String, _ arguments: [any SQLArgument]) throws -> [SQLRow] {
             let result = try run(sql, arguments)
@@ -311,17 +319,29 @@ final class PostgresDatabase: SQLDatabase {
 
         /// Waits for every statement ``perform(_:_:)`` sent; the first one that failed throws its error.
         private func settle() throws {
+            if let failure = pending.failure { throw failure }
             let futures = pending.futures
             pending.futures.removeAll()
-            for future in futures { _ = try future.wait() }
+            do {
+                for future in futures { _ = try future.wait() }
+            } catch {
+                pending.failure = error
+                throw error
+            }
         }
 
         private func run(_ sql: String, _ arguments: [any SQLArgument]) throws -> PostgresQueryResult {
+            if let failure = pending.failure { throw failure }
             let answer = connection.query(Self.query(sql, arguments), logger: logger)
             // Statements sent before this one were answered first (one connection answers in order): an error
             // there is the cause of whatever this one says.
             try settle()
-            return try answer.wait()
+            do {
+                return try answer.wait()
+            } catch {
+                pending.failure = error
+                throw error
+            }
         }
 
         private static func query(_ sql: String, _ arguments: [any SQLArgument]) -> PostgresQuery {
