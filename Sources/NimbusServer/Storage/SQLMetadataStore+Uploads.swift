@@ -60,7 +60,7 @@ extension SQLMetadataStore {
                 guard upload.chunksProcessed == chunk, upload.completedFileId == nil else {
                     return (upload, false)
                 }
-                try self.checkQuota(db, effects, userId: userId, blocks: blocks.map(\.ref))
+                try self.checkQuota(db, &effects, userId: userId, blocks: blocks.map(\.ref))
                 try self.adopt(db, &effects, userId: userId, blocks: blocks, now: now)
                 for (index, block) in blocks.enumerated() {
                     try db.perform("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])

@@ -56,6 +56,17 @@ final class SQLMetadataStore: MetadataStore {
         var touchedFolders: Set<String> = []
         /// Files inserted by this transaction (no revisions, no change-feed rows yet).
         var inserted: Set<String> = []
+        /// User → quota limit and `used_bytes` as stored, read once per transaction (neither column is written
+        /// before ``applyDeferred(_:_:)``).
+        var quota: [String: Quota] = [:]
+        /// Folders a content commit found live in this transaction. Content commits never trash, move or delete a
+        /// folder, so one a batch entry checked stays live for the next entry in the same folder.
+        var liveFolders: [String: FileRecord] = [:]
+    }
+
+    struct Quota: Sendable {
+        var limit: Int64?
+        var used: Int64
     }
 
     /// Writes what ``Effects`` deferred, then tells other processes about the new changes.
@@ -450,7 +461,7 @@ final class SQLMetadataStore: MetadataStore {
             return (earlier, false)  // a retry of an upload that landed: the same file, nothing new
         }
         let file = try Self.resolveTarget(db, &effects, userId: userId, target: target, mimeType: content.mimeType, now: now)
-        try checkQuota(db, effects, userId: userId, blocks: content.blocks.map(\.ref))
+        try checkQuota(db, &effects, userId: userId, blocks: content.blocks.map(\.ref))
         try adopt(db, &effects, userId: userId, blocks: content.blocks, now: now)
         return (
             try commitRevision(
@@ -600,7 +611,8 @@ extension SQLMetadataStore {
             return existing
         case .new(let parentId, let name, let policy, let requestId):
             let folderId = try parentId ?? db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? ""
-            let parent = try liveFolder(db, id: folderId, userId: userId)
+            let parent = try effects.liveFolders[folderId] ?? liveFolder(db, id: folderId, userId: userId)
+            effects.liveFolders[folderId] = parent
             let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
             if let clash, policy == .replace, !clash.isFolder {
                 guard !clash.isTrashed else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
@@ -697,11 +709,13 @@ extension SQLMetadataStore {
     }
 
     /// 507 if adopting these blocks would take the user over quota (blocks already live cost nothing).
-    func checkQuota(_ db: any SQLTransaction, _ effects: Effects, userId: String, blocks: [BlockRef]) throws {
-        guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]),
-            let limit = try row.get("quota_limit", as: Int64?.self)
-        else { return }
-        let used: Int64 = try row.get("used_bytes") + (effects.usedBytes[userId] ?? 0)
+    func checkQuota(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, blocks: [BlockRef]) throws {
+        if effects.quota[userId] == nil {
+            guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]) else { return }
+            effects.quota[userId] = Quota(limit: try row.get("quota_limit"), used: try row.get("used_bytes"))
+        }
+        guard let stored = effects.quota[userId], let limit = stored.limit else { return }
+        let used = stored.used + (effects.usedBytes[userId] ?? 0)
         var needed: Int64 = 0
         var seen: Set<String> = []
         for block in blocks where seen.insert(block.hash).inserted {
