@@ -60,8 +60,10 @@ extension SQLMetadataStore {
                 guard upload.chunksProcessed == chunk, upload.completedFileId == nil else {
                     return (upload, false)
                 }
-                try self.checkQuota(db, &effects, userId: userId, blocks: blocks.map(\.ref))
-                try self.adopt(db, &effects, userId: userId, blocks: blocks, now: now)
+                let adoptions = try self.planAdoption(db, userId: userId, blocks: blocks)
+                try self.checkQuota(db, &effects, userId: userId, adding: adoptions)
+                try self.verifyStored(adoptions, userId: userId)
+                try self.applyAdoption(db, &effects, userId: userId, adoptions, now: now)
                 for (index, block) in blocks.enumerated() {
                     try db.perform("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
                 }

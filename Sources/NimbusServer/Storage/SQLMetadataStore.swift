@@ -409,20 +409,17 @@ final class SQLMetadataStore: MetadataStore {
             outcomes = try await write(user: userId) { db, effects in
                 var outcomes: [Result<(file: FileRecord, created: Bool), DriveError>] = []
                 outcomes.reserveCapacity(entries.count)
+                // Each entry is checked before anything of it is written, so one that breaks a rule leaves nothing
+                // behind and needs no savepoint; a failure while writing fails the whole batch (and is retried).
                 for entry in entries {
-                    var committed: (file: FileRecord, created: Bool)?
-                    var entryEffects = effects
+                    let plan: CommitPlan
                     do {
-                        committed = try db.savepoint {
-                            try self.commit(
-                                db, &entryEffects, userId: userId, target: entry.target, content: entry.content, now: now)
-                        }
+                        plan = try self.prepareCommit(db, &effects, userId: userId, target: entry.target, content: entry.content)
                     } catch let error as DriveError {
                         outcomes.append(.failure(error))
                         continue
                     }
-                    effects = entryEffects
-                    if let committed { outcomes.append(.success(committed)) }
+                    outcomes.append(.success(try self.applyCommit(db, &effects, userId: userId, plan: plan, content: entry.content, now: now)))
                 }
                 return outcomes
             }
@@ -457,17 +454,47 @@ final class SQLMetadataStore: MetadataStore {
     func commit(
         _ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent, now: Date
     ) throws -> (file: FileRecord, created: Bool) {
+        let plan = try prepareCommit(db, &effects, userId: userId, target: target, content: content)
+        return try applyCommit(db, &effects, userId: userId, plan: plan, content: content, now: now)
+    }
+
+    /// What a content commit will write, decided by reading only.
+    enum CommitPlan {
+        /// A retry of an upload that landed: that file, nothing new.
+        case retry(FileRecord)
+        case commit(target: TargetPlan, adoptions: [Adoption])
+    }
+
+    /// Every check of a content commit (retry, target, `If-Match`, name clash, quota, blocks present), writing
+    /// nothing: a ``DriveError`` from here leaves the transaction as it was.
+    func prepareCommit(
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent
+    ) throws -> CommitPlan {
         if case .new(_, _, _, let requestId) = target, let earlier = try Self.retried(db, requestId, userId: userId, checksum: content.checksum) {
-            return (earlier, false)  // a retry of an upload that landed: the same file, nothing new
+            return .retry(earlier)
         }
-        let file = try Self.resolveTarget(db, &effects, userId: userId, target: target, mimeType: content.mimeType, now: now)
-        try checkQuota(db, &effects, userId: userId, blocks: content.blocks.map(\.ref))
-        try adopt(db, &effects, userId: userId, blocks: content.blocks, now: now)
-        return (
-            try commitRevision(
+        let placement = try Self.planTarget(db, &effects, userId: userId, target: target)
+        let adoptions = try planAdoption(db, userId: userId, blocks: content.blocks)
+        try checkQuota(db, &effects, userId: userId, adding: adoptions)
+        try verifyStored(adoptions, userId: userId)
+        return .commit(target: placement, adoptions: adoptions)
+    }
+
+    /// Writes a prepared commit; it breaks no rule any more, so an error here is the database's.
+    func applyCommit(
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, plan: CommitPlan, content: StagedContent, now: Date
+    ) throws -> (file: FileRecord, created: Bool) {
+        switch plan {
+        case .retry(let earlier):
+            return (earlier, false)
+        case .commit(let target, let adoptions):
+            let file = try Self.placeTarget(db, &effects, userId: userId, plan: target, mimeType: content.mimeType, now: now)
+            try applyAdoption(db, &effects, userId: userId, adoptions, now: now)
+            let head = try commitRevision(
                 db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
-                mimeType: content.mimeType, now: now), true
-        )
+                mimeType: content.mimeType, now: now)
+            return (head, true)
+        }
     }
 
     func revisions(userId: String, fileId: String, paging: Paging) async throws -> (revisions: [RevisionRecord], total: Int) {
@@ -604,11 +631,22 @@ extension SQLMetadataStore {
     /// The file a content commit lands in: the existing one (checked against `If-Match`: 409 if its head
     /// moved) or a new row in the parent folder, with a name clash settled by the policy.
     static func resolveTarget(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, mimeType: String, now: Date) throws -> FileRecord {
+        let plan = try planTarget(db, &effects, userId: userId, target: target)
+        return try placeTarget(db, &effects, userId: userId, plan: plan, mimeType: mimeType, now: now)
+    }
+
+    /// Where a content commit lands, decided without writing: an existing file, or a new one under this name.
+    enum TargetPlan {
+        case existing(FileRecord)
+        case new(parentId: String, name: String, requestId: String?)
+    }
+
+    static func planTarget(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget) throws -> TargetPlan {
         switch target {
         case .existing(let fileId, let ifMatch):
             let existing = try file(db, id: fileId, userId: userId)
             try checkWritable(existing, ifMatch: ifMatch)
-            return existing
+            return .existing(existing)
         case .new(let parentId, let name, let policy, let requestId):
             let folderId = try parentId ?? db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? ""
             let parent = try effects.liveFolders[folderId] ?? liveFolder(db, id: folderId, userId: userId)
@@ -616,16 +654,25 @@ extension SQLMetadataStore {
             let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
             if let clash, policy == .replace, !clash.isFolder {
                 guard !clash.isTrashed else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
-                return clash
+                return .existing(clash)
             }
             var finalName = name
             if let clash {
                 guard policy == .rename else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
                 finalName = try freeName(db, parentId: parent.id, name: name, userId: userId)
             }
+            return .new(parentId: parent.id, name: finalName, requestId: requestId)
+        }
+    }
+
+    static func placeTarget(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, plan: TargetPlan, mimeType: String, now: Date) throws -> FileRecord {
+        switch plan {
+        case .existing(let file):
+            return file
+        case .new(let parentId, let name, let requestId):
             let file = try insertFile(
-                db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: false, requestId: requestId, now: now)
-            touchFolder(&effects, parent.id)
+                db, &effects, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: false, requestId: requestId, now: now)
+            touchFolder(&effects, parentId)
             return file
         }
     }
@@ -709,21 +756,16 @@ extension SQLMetadataStore {
     }
 
     /// 507 if adopting these blocks would take the user over quota (blocks already live cost nothing).
-    func checkQuota(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, blocks: [BlockRef]) throws {
+    func checkQuota(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, adding adoptions: [Adoption]) throws {
+        let needed = adoptions.reduce(Int64(0)) { $0 + $1.block.ref.size }
+        guard needed > 0 else { return }
         if effects.quota[userId] == nil {
             guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]) else { return }
             effects.quota[userId] = Quota(limit: try row.get("quota_limit"), used: try row.get("used_bytes"))
         }
         guard let stored = effects.quota[userId], let limit = stored.limit else { return }
         let used = stored.used + (effects.usedBytes[userId] ?? 0)
-        var needed: Int64 = 0
-        var seen: Set<String> = []
-        for block in blocks where seen.insert(block.hash).inserted {
-            if try db.fetchOne("SELECT 1 FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NULL", [userId, block.hash]) == nil {
-                needed += block.size
-            }
-        }
-        if needed > 0 && used + needed > limit {
+        if used + needed > limit {
             throw DriveError.quotaExceeded(used: used, limit: limit, needed: needed)
         }
     }
@@ -748,19 +790,42 @@ extension SQLMetadataStore {
         try await blobs.put(stored, user: userId)
     }
 
-    /// Makes the blocks a commit references live and charges the new ones to the user. A live row means the bytes
-    /// are kept (inline in the row, or in the blob store). A stored block whose row is orphaned or missing is
-    /// checked in the blob store here, under the user's lock, where no sweep can run; an inline block brings its
-    /// bytes and needs no blob store at all.
-    func adopt(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, blocks: [StagedBlock], now: Date) throws {
+    /// Adoption makes the blocks a commit references live and charges the new ones to the user. A live row means
+    /// the bytes are kept (inline in the row, or in the blob store). A stored block whose row is orphaned or missing
+    /// is checked in the blob store, under the user's lock, where no sweep can run; an inline block brings its
+    /// bytes and needs no blob store at all. In three steps, so that every check comes before any write:
+    /// ``planAdoption(_:userId:blocks:)`` (which blocks are not live yet: what the quota is charged),
+    /// ``verifyStored(_:userId:)`` (the blob store has them), then ``applyAdoption(_:_:userId:_:now:)``.
+    ///
+    /// A block a commit makes live: new to the user (no row) or orphaned (a row).
+    struct Adoption: Sendable {
+        var block: StagedBlock
+        var hasRow: Bool
+    }
+
+    func planAdoption(_ db: any SQLTransaction, userId: String, blocks: [StagedBlock]) throws -> [Adoption] {
         var seen: Set<String> = []
+        var adoptions: [Adoption] = []
         for block in blocks where seen.insert(block.ref.hash).inserted {
             let row = try db.fetchOne("SELECT orphaned_at FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
             if let row, try row.get("orphaned_at", as: Int64?.self) == nil { continue }
-            if block.data == nil, try !blobs.containsBlocking(block.ref.hash, user: userId) {
+            adoptions.append(Adoption(block: block, hasRow: row != nil))
+        }
+        return adoptions
+    }
+
+    func verifyStored(_ adoptions: [Adoption], userId: String) throws {
+        for adoption in adoptions where adoption.block.data == nil {
+            if try !blobs.containsBlocking(adoption.block.ref.hash, user: userId) {
                 throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
             }
-            if row == nil {
+        }
+    }
+
+    func applyAdoption(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, _ adoptions: [Adoption], now: Date) throws {
+        for adoption in adoptions {
+            let block = adoption.block
+            if !adoption.hasRow {
                 try db.perform(
                     "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)",
                     [userId, block.ref.hash, block.ref.size, now.millis, block.data])
