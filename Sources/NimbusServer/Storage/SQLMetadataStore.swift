@@ -34,7 +34,7 @@ final class SQLMetadataStore: MetadataStore {
             if let user { try db.lockUser(user) }
             var effects = Effects()
             let value = try body(db, &effects)
-            try Self.applyDeferred(db, effects)
+            try Self.applyDeferred(db, &effects)
             return (value, effects)
         }
         for (user, seq) in effects.changed {
@@ -48,14 +48,16 @@ final class SQLMetadataStore: MetadataStore {
     /// of 1,000 files updating one row 2,000 times left PostgreSQL 2,000 row versions to walk on every later read
     /// of it: quadratic.) Inside a savepoint, work on a copy and keep it only if the savepoint is kept.
     struct Effects: Sendable {
-        /// User → the newest change-feed sequence this transaction wrote.
+        /// User → the newest change-feed sequence this transaction wrote (read at its end: 0 until then).
         var changed: [String: Int64] = [:]
         /// User → bytes charged (+) or freed (−) by blocks this transaction adopted or orphaned.
         var usedBytes: [String: Int64] = [:]
         /// Folders whose listing changed: their version (`ETag`) moves once at the end.
         var touchedFolders: Set<String> = []
-        /// Files inserted by this transaction (no revisions, no change-feed rows yet).
+        /// Files made by this transaction (no revisions and no change-feed rows before it).
         var inserted: Set<String> = []
+        /// New files whose row is written with their first revision (one INSERT, head included): id → requestId.
+        var unplaced: [String: Unplaced] = [:]
         /// User → quota limit and `used_bytes` as stored, read once per transaction (neither column is written
         /// before ``applyDeferred(_:_:)``).
         var quota: [String: Quota] = [:]
@@ -64,22 +66,35 @@ final class SQLMetadataStore: MetadataStore {
         var liveFolders: [String: FileRecord] = [:]
     }
 
+    struct Unplaced: Sendable {
+        var requestId: String?
+    }
+
     struct Quota: Sendable {
         var limit: Int64?
         var used: Int64
     }
 
-    /// Writes what ``Effects`` deferred, then tells other processes about the new changes.
-    static func applyDeferred(_ db: any SQLTransaction, _ effects: Effects) throws {
+    /// Writes what ``Effects`` deferred (and reads each changed user's newest sequence number into
+    /// `effects.changed`), then tells other processes about the new changes.
+    static func applyDeferred(_ db: any SQLTransaction, _ effects: inout Effects) throws {
+        guard effects.unplaced.isEmpty else { throw DriveError.internalError("A new file was never written.") }
         for userId in Set(effects.changed.keys).union(effects.usedBytes.keys).sorted() {
-            let seq = effects.changed[userId] ?? 0
             let delta = effects.usedBytes[userId] ?? 0
-            try db.perform(
-                """
-                UPDATE users SET last_seq = CASE WHEN last_seq < ? THEN ? ELSE last_seq END,
-                    used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
-                WHERE id = ?
-                """, [seq, seq, delta, delta, userId])
+            if effects.changed[userId] != nil {
+                // The change rows this transaction added are the user's newest: the sequence hands out growing numbers.
+                try db.perform(
+                    """
+                    UPDATE users SET last_seq = COALESCE((SELECT MAX(seq) FROM changes WHERE user_id = ?), last_seq),
+                        used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
+                    WHERE id = ?
+                    """, [userId, delta, delta, userId])
+                effects.changed[userId] = try db.value("SELECT last_seq FROM users WHERE id = ?", [userId], as: Int64.self) ?? 0
+            } else {
+                try db.perform(
+                    "UPDATE users SET used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END WHERE id = ?",
+                    [delta, delta, userId])
+            }
         }
         for folderId in effects.touchedFolders.sorted() {
             try db.perform("UPDATE files SET version = version + 1 WHERE id = ?", [folderId])
@@ -285,11 +300,13 @@ final class SQLMetadataStore: MetadataStore {
                     return (file, true)
                 }
             }
-            var file = try Self.insertFile(
-                db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: isFolder, requestId: requestId, now: now)
+            var file: FileRecord
             if !isFolder {
+                file = Self.newFile(&effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, requestId: requestId, now: now)
                 file = try self.commitRevision(db, &effects, file: file, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
             } else {
+                file = try Self.insertFile(
+                    db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: true, requestId: requestId, now: now)
                 try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             }
             Self.touchFolder(&effects, parent.id)
@@ -620,12 +637,8 @@ extension SQLMetadataStore {
         if !effects.inserted.contains(fileId) {
             try db.perform("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
         }
-        guard
-            let seq = try db.value(
-                "INSERT INTO changes (user_id, file_id, kind, at) VALUES (?, ?, ?, ?) RETURNING seq", [userId, fileId, kind.rawValue, now.millis],
-                as: Int64.self)
-        else { throw DriveError.internalError("The change feed gave no sequence number.") }
-        effects.changed[userId] = seq  // users.last_seq is written at the end (applyDeferred)
+        try db.insert(into: "changes", ["user_id", "file_id", "kind", "at"], [userId, fileId, kind.rawValue, now.millis])
+        effects.changed[userId] = 0  // the sequence number, and users.last_seq, at the end (applyDeferred)
     }
 
     /// The file a content commit lands in: the existing one (checked against `If-Match`: 409 if its head
@@ -670,11 +683,24 @@ extension SQLMetadataStore {
         case .existing(let file):
             return file
         case .new(let parentId, let name, let requestId):
-            let file = try insertFile(
-                db, &effects, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: false, requestId: requestId, now: now)
+            let file = newFile(&effects, userId: userId, parentId: parentId, name: name, mimeType: mimeType, requestId: requestId, now: now)
             touchFolder(&effects, parentId)
             return file
         }
+    }
+
+    /// A new file, not written yet: ``SQLMetadataStore/commitRevision(_:_:file:blocks:checksum:size:mimeType:now:)``
+    /// writes its row together with its first revision.
+    static func newFile(
+        _ effects: inout Effects, userId: String, parentId: String, name: String, mimeType: String, requestId: String?, now: Date
+    ) -> FileRecord {
+        let id = "f" + randomToken()
+        effects.inserted.insert(id)
+        effects.unplaced[id] = Unplaced(requestId: requestId)
+        return FileRecord(
+            id: id, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: false, size: 0, checksum: nil,
+            headRevisionId: nil, version: 1, trashRoot: nil, trashedAt: nil, createdAt: Date(millis: now.millis),
+            modifiedAt: Date(millis: now.millis))
     }
 
     /// Inserts a new live item and returns it as reading the row back would give (the schema's defaults for the
@@ -887,17 +913,30 @@ extension SQLMetadataStore {
         let ordinal =
             effects.inserted.contains(file.id)
             ? 1 : (try db.value("SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", [file.id], as: Int64.self) ?? 0) + 1
-        try db.perform("""
-                INSERT INTO revisions (id, file_id, user_id, mime_type, size, checksum, created_at, ordinal)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """, [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
+        try db.insert(
+            into: "revisions", ["id", "file_id", "user_id", "mime_type", "size", "checksum", "created_at", "ordinal"],
+            [revisionId, file.id, file.userId, mimeType, size, checksum, now.millis, ordinal])
         for (index, block) in blocks.enumerated() {
-            try db.perform("INSERT INTO revision_blocks (revision_id, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?)", [revisionId, index, file.userId, block.hash, block.size])
+            try db.insert(into: "revision_blocks", ["revision_id", "idx", "user_id", "hash", "size"], [revisionId, index, file.userId, block.hash, block.size])
         }
-        try db.perform("""
-                UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
-                WHERE id = ?
-                """, [revisionId, size, checksum, mimeType, now.millis, file.id])
+        if let unplaced = effects.unplaced.removeValue(forKey: file.id) {
+            // A new file: its row, written once, is what inserting it (version 1) and then updating its head gave.
+            try db.insert(
+                into: "files",
+                [
+                    "id", "user_id", "parent_id", "name", "mime_type", "is_folder", "size", "checksum", "head_revision_id", "version", "created_at",
+                    "modified_at", "request_id",
+                ],
+                [
+                    file.id, file.userId, file.parentId, file.name, mimeType, false, size, checksum, revisionId, file.version + 1,
+                    file.createdAt.millis, now.millis, unplaced.requestId,
+                ])
+        } else {
+            try db.perform("""
+                    UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
+                    WHERE id = ?
+                    """, [revisionId, size, checksum, mimeType, now.millis, file.id])
+        }
         try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
         // Revisions are only ever removed, and ordinals only grow: a file whose newest ordinal is within
         // `keepLast` has nothing to prune.

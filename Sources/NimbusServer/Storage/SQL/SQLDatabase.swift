@@ -118,6 +118,9 @@ protocol SQLTransaction {
     /// the answer (PostgreSQL: queued on the connection behind the statements before it); its error, if any, is
     /// thrown by the next statement that waits, by a savepoint's end or by the commit, and is never swallowed.
     func perform(_ sql: String, _ arguments: [any SQLArgument]) throws
+    /// Inserts one row (whose outcome the caller does not read, as ``perform(_:_:)``). A ``CoalescingTransaction``
+    /// holds consecutive inserts back and sends them as multi-row statements.
+    func insert(into table: String, _ columns: [String], _ values: [any SQLArgument]) throws
     func fetchAll(_ sql: String, _ arguments: [any SQLArgument]) throws -> [SQLRow]
     /// Runs `body` in a savepoint: if it throws, what it did is rolled back and the error rethrown.
     func savepoint<T>(_ body: () throws -> T) throws -> T
@@ -130,6 +133,10 @@ protocol SQLTransaction {
 }
 
 extension SQLTransaction {
+    func insert(into table: String, _ columns: [String], _ values: [any SQLArgument]) throws {
+        try perform(CoalescingTransaction.insertSQL(table, columns, rows: 1), values)
+    }
+
     func fetchOne(_ sql: String, _ arguments: [any SQLArgument]) throws -> SQLRow? {
         try fetchAll(sql, arguments).first
     }
