@@ -365,6 +365,61 @@ struct ContentTests {
         }
     }
 
+    @Test("a batch sees its own entries: same name twice, replace twice, one requestId twice, same content twice")
+    func batchSeesItself() async throws {
+        // A batch reads every entry's checks up front and sends the rows as multi-row inserts; what an earlier entry
+        // made must still count for the later ones exactly as if each were its own request.
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let folder = try await alice.mkdir("B")
+            let existing = try await alice.upload("old.txt", Data("old".utf8), in: folder.id)
+            let start: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            let one = Data("one".utf8), two = Data("two".utf8), same = randomData(1000)
+            func sha(_ data: Data) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
+            let reply = try await alice.send(
+                .POST, "/v1/upload?uploadType=batch",
+                json: BatchUploadRequest(files: [
+                    .init(name: "a.txt", parentId: folder.id, content: one),
+                    .init(name: "a.txt", parentId: folder.id, content: two),  // fail: 409, the first entry's file
+                    .init(name: "a.txt", parentId: folder.id, onConflict: "rename", content: two),  // "a (1).txt"
+                    .init(name: "r.txt", parentId: folder.id, onConflict: "replace", content: one),
+                    .init(name: "r.txt", parentId: folder.id, onConflict: "replace", content: two),  // a second revision
+                    .init(name: "q.txt", parentId: folder.id, requestId: "req-q", checksum: sha(one), content: one),
+                    .init(name: "q.txt", parentId: folder.id, requestId: "req-q", content: one),  // a retry: 200, same file
+                    .init(name: "q2.txt", parentId: folder.id, requestId: "req-q", content: two),  // reused: 409
+                    .init(name: "s1.bin", parentId: folder.id, content: same),
+                    .init(name: "s2.bin", parentId: folder.id, content: same),  // stored once
+                    .init(name: "old.txt", parentId: folder.id, onConflict: "replace", content: two),  // a file from before
+                ]))
+            #expect(reply.status == 200, "\(reply.text)")
+            let results = try reply.decode(BatchUploadResponse.self).results
+            #expect(results.map(\.status) == [201, 409, 201, 201, 201, 201, 200, 409, 201, 201, 201])
+            #expect(results[1].error?.existingId == results[0].file?.id)
+            #expect(results[2].file?.name == "a (1).txt")
+            #expect(results[4].file?.id == results[3].file?.id)
+            #expect(results[6].file?.id == results[5].file?.id)
+            #expect(results[7].error?.code == "request_id_reused")
+            #expect(results[10].file?.id == existing.id)
+            for result in results {
+                guard let file = result.file else { continue }
+                let read: File = try await alice.get("/v1/files/\(file.id)").decode()
+                if result.status == 201, file.id != results[3].file?.id { #expect(read == file, "\(file.name): the answer is the row") }
+            }
+            let r = try #require(results[4].file)
+            #expect(try await alice.content(r.id) == two)
+            let revisions: RevisionList = try await alice.get("/v1/files/\(r.id)/revisions").decode()
+            #expect(revisions.revisions.count == 2)
+            #expect(revisions.revisions.first?.revisionId == r.revisionId, "the newest revision is listed first")
+            #expect(try await alice.get("/v1/files/\(r.id)").decode(File.self) == r)
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == Int64(3 + one.count + two.count + same.count), "each content once")
+            let feed: ChangeList = try await alice.get("/v1/changes?cursor=\(start.cursor)").decode()
+            let ids = feed.changes.map(\.fileId)
+            #expect(Set(ids).count == ids.count, "each file once in the feed: \(ids)")
+            #expect(Set(ids) == Set(results.compactMap(\.file?.id)), "every file the batch made or changed, nothing else")
+            #expect(try await alice.list(folder.id).files.count == 7)
+        }
+    }
+
     @Test("uploads over the size limit are a 413")
     func tooLarge() async throws {
         try await TestServer.run(configure: { $0.maxUploadSize = 1000 }) { server in

@@ -60,7 +60,7 @@ extension SQLMetadataStore {
                 guard upload.chunksProcessed == chunk, upload.completedFileId == nil else {
                     return (upload, false)
                 }
-                let adoptions = try self.planAdoption(db, userId: userId, blocks: blocks)
+                let adoptions = try self.planAdoption(db, effects, userId: userId, blocks: blocks)
                 try self.checkQuota(db, &effects, userId: userId, adding: adoptions)
                 try self.verifyStored(adoptions, userId: userId)
                 try self.applyAdoption(db, &effects, userId: userId, adoptions, now: now)

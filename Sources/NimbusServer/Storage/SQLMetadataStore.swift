@@ -54,7 +54,8 @@ final class SQLMetadataStore: MetadataStore {
         var usedBytes: [String: Int64] = [:]
         /// Folders whose listing changed: their version (`ETag`) moves once at the end.
         var touchedFolders: Set<String> = []
-        /// Files made by this transaction (no revisions and no change-feed rows before it).
+        /// Files made by this transaction that have no revision and no change-feed row yet (their first change row
+        /// takes them out: a batch may give one new file a second revision).
         var inserted: Set<String> = []
         /// New files whose row is written with their first revision (one INSERT, head included): id → requestId.
         var unplaced: [String: Unplaced] = [:]
@@ -64,6 +65,26 @@ final class SQLMetadataStore: MetadataStore {
         /// Folders a content commit found live in this transaction. Content commits never trash, move or delete a
         /// folder, so one a batch entry checked stays live for the next entry in the same folder.
         var liveFolders: [String: FileRecord] = [:]
+        /// What a batch read up front, kept up to date by its own commits (a key not here: ask the database). Only
+        /// content commits run while these are set; whatever else changes a name, a request id or a block's state
+        /// in the same transaction must forget the key.
+        var knownChildren: [ChildKey: Known<FileRecord>] = [:]
+        var knownRequests: [String: Known<FileRecord>] = [:]
+        var knownBlocks: [String: BlockState] = [:]
+    }
+
+    struct ChildKey: Hashable, Sendable {
+        var parentId: String
+        var name: String
+    }
+
+    enum Known<Value: Sendable>: Sendable {
+        case absent
+        case present(Value)
+    }
+
+    enum BlockState: Sendable {
+        case missing, orphaned, live
     }
 
     struct Unplaced: Sendable {
@@ -423,9 +444,14 @@ final class SQLMetadataStore: MetadataStore {
         let outcomes: [Result<(file: FileRecord, created: Bool), DriveError>]
         do {
             try await putBlocks(entries.flatMap(\.content.blocks), userId: userId, now: now)
-            outcomes = try await write(user: userId) { db, effects in
+            outcomes = try await write(user: userId) { base, effects in
                 var outcomes: [Result<(file: FileRecord, created: Bool), DriveError>] = []
                 outcomes.reserveCapacity(entries.count)
+                // A few queries answer every entry's checks, and the entries' rows go out as multi-row inserts: a
+                // batch of 1,000 small files is a handful of statements, not thousands of round trips.
+                try self.prefetch(base, &effects, userId: userId, entries: entries)
+                let db = CoalescingTransaction(base)
+                defer { effects.knownChildren = [:]; effects.knownRequests = [:]; effects.knownBlocks = [:] }
                 // Each entry is checked before anything of it is written, so one that breaks a rule leaves nothing
                 // behind and needs no savepoint; a failure while writing fails the whole batch (and is retried).
                 for entry in entries {
@@ -438,6 +464,7 @@ final class SQLMetadataStore: MetadataStore {
                     }
                     outcomes.append(.success(try self.applyCommit(db, &effects, userId: userId, plan: plan, content: entry.content, now: now)))
                 }
+                try db.flush()
                 return outcomes
             }
         } catch {
@@ -445,6 +472,62 @@ final class SQLMetadataStore: MetadataStore {
             throw error
         }
         return outcomes
+    }
+
+    /// Reads what a batch's checks will ask, a few statements for all entries: the live children under the names
+    /// new files take, the files made under their request ids, and the state of every block they reference.
+    func prefetch(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, entries: [BatchEntry]) throws {
+        var namesByFolder: [String: Set<String>] = [:]
+        var requestIds: Set<String> = []
+        var root: String?
+        for entry in entries {
+            guard case .new(let parentId, let name, _, let requestId) = entry.target else { continue }
+            if parentId == nil, root == nil {
+                root = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self)
+            }
+            guard let folder = parentId ?? root else { continue }
+            namesByFolder[folder, default: []].insert(name)
+            if let requestId { requestIds.insert(requestId) }
+        }
+        let chunk = 500
+        for (folder, names) in namesByFolder {
+            let names = Array(names)
+            for key in names { effects.knownChildren[ChildKey(parentId: folder, name: key)] = .absent }
+            for start in stride(from: 0, to: names.count, by: chunk) {
+                let part = Array(names[start..<min(start + chunk, names.count)])
+                let rows = try db.fetchAll(
+                    "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND trash_root IS NULL AND name IN (\(Self.placeholders(part.count)))",
+                    [userId, folder] + part)
+                for row in rows {
+                    let file = try Self.file(row)
+                    effects.knownChildren[ChildKey(parentId: folder, name: file.name)] = .present(file)
+                }
+            }
+        }
+        let ids = Array(requestIds)
+        for id in ids { effects.knownRequests[id] = .absent }
+        for start in stride(from: 0, to: ids.count, by: chunk) {
+            let part = Array(ids[start..<min(start + chunk, ids.count)])
+            let rows = try db.fetchAll(
+                "SELECT * FROM files WHERE user_id = ? AND request_id IN (\(Self.placeholders(part.count)))", [userId] + part)
+            for row in rows {
+                if let id = try row.get("request_id", as: String?.self) { effects.knownRequests[id] = .present(try Self.file(row)) }
+            }
+        }
+        let hashes = Array(Set(entries.flatMap { $0.content.blocks.map(\.ref.hash) }))
+        for hash in hashes { effects.knownBlocks[hash] = .missing }
+        for start in stride(from: 0, to: hashes.count, by: chunk) {
+            let part = Array(hashes[start..<min(start + chunk, hashes.count)])
+            let rows = try db.fetchAll(
+                "SELECT hash, orphaned_at FROM blocks WHERE user_id = ? AND hash IN (\(Self.placeholders(part.count)))", [userId] + part)
+            for row in rows {
+                effects.knownBlocks[try row.get("hash")] = try row.get("orphaned_at", as: Int64?.self) == nil ? .live : .orphaned
+            }
+        }
+    }
+
+    static func placeholders(_ count: Int) -> String {
+        Array(repeating: "?", count: count).joined(separator: ", ")
     }
 
     /// The file a creation with `requestId` made before (a retry), if any.
@@ -455,8 +538,16 @@ final class SQLMetadataStore: MetadataStore {
 
     /// The file an upload under `requestId` already made with these bytes (a retry), or `nil` if none did; a
     /// file it made with other bytes means the id was reused: 409 `request_id_reused`.
-    static func retried(_ db: any SQLTransaction, _ requestId: String?, userId: String, checksum: String) throws -> FileRecord? {
-        guard let earlier = try fileMade(db, by: requestId, userId: userId) else { return nil }
+    static func retried(
+        _ db: any SQLTransaction, _ requestId: String?, userId: String, checksum: String, known: Known<FileRecord>? = nil
+    ) throws -> FileRecord? {
+        let earlier: FileRecord?
+        switch known {
+        case .absent?: earlier = nil
+        case .present(let file)?: earlier = file
+        case nil: earlier = try fileMade(db, by: requestId, userId: userId)
+        }
+        guard let earlier else { return nil }
         guard
             try db.fetchOne("SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ? LIMIT 1", [earlier.id, checksum]) != nil
         else {
@@ -487,11 +578,14 @@ final class SQLMetadataStore: MetadataStore {
     func prepareCommit(
         _ db: any SQLTransaction, _ effects: inout Effects, userId: String, target: ContentTarget, content: StagedContent
     ) throws -> CommitPlan {
-        if case .new(_, _, _, let requestId) = target, let earlier = try Self.retried(db, requestId, userId: userId, checksum: content.checksum) {
+        if case .new(_, _, _, let requestId) = target,
+            let earlier = try Self.retried(
+                db, requestId, userId: userId, checksum: content.checksum, known: requestId.flatMap { effects.knownRequests[$0] })
+        {
             return .retry(earlier)
         }
         let placement = try Self.planTarget(db, &effects, userId: userId, target: target)
-        let adoptions = try planAdoption(db, userId: userId, blocks: content.blocks)
+        let adoptions = try planAdoption(db, effects, userId: userId, blocks: content.blocks)
         try checkQuota(db, &effects, userId: userId, adding: adoptions)
         try verifyStored(adoptions, userId: userId)
         return .commit(target: placement, adoptions: adoptions)
@@ -510,6 +604,9 @@ final class SQLMetadataStore: MetadataStore {
             let head = try commitRevision(
                 db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
                 mimeType: content.mimeType, now: now)
+            if let parentId = head.parentId, case .present? = effects.knownChildren[ChildKey(parentId: parentId, name: head.name)] {
+                effects.knownChildren[ChildKey(parentId: parentId, name: head.name)] = .present(head)
+            }
             return (head, true)
         }
     }
@@ -634,7 +731,8 @@ let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 extension SQLMetadataStore {
     /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
     static func recordChange(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
-        if !effects.inserted.contains(fileId) {
+        // A file made by this transaction has no change row yet; once it has one, it is like any other.
+        if effects.inserted.remove(fileId) == nil {
             try db.perform("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
         }
         try db.insert(into: "changes", ["user_id", "file_id", "kind", "at"], [userId, fileId, kind.rawValue, now.millis])
@@ -664,7 +762,12 @@ extension SQLMetadataStore {
             let folderId = try parentId ?? db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? ""
             let parent = try effects.liveFolders[folderId] ?? liveFolder(db, id: folderId, userId: userId)
             effects.liveFolders[folderId] = parent
-            let clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
+            let clash: FileRecord?
+            switch effects.knownChildren[ChildKey(parentId: parent.id, name: name)] {
+            case .absent?: clash = nil
+            case .present(let file)?: clash = file
+            case nil: clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
+            }
             if let clash, policy == .replace, !clash.isFolder {
                 guard !clash.isTrashed else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
                 return .existing(clash)
@@ -685,6 +788,8 @@ extension SQLMetadataStore {
         case .new(let parentId, let name, let requestId):
             let file = newFile(&effects, userId: userId, parentId: parentId, name: name, mimeType: mimeType, requestId: requestId, now: now)
             touchFolder(&effects, parentId)
+            effects.knownChildren[ChildKey(parentId: parentId, name: name)] = .present(file)
+            if let requestId { effects.knownRequests[requestId] = .present(file) }
             return file
         }
     }
@@ -829,10 +934,20 @@ extension SQLMetadataStore {
         var hasRow: Bool
     }
 
-    func planAdoption(_ db: any SQLTransaction, userId: String, blocks: [StagedBlock]) throws -> [Adoption] {
+    func planAdoption(_ db: any SQLTransaction, _ effects: Effects, userId: String, blocks: [StagedBlock]) throws -> [Adoption] {
         var seen: Set<String> = []
         var adoptions: [Adoption] = []
         for block in blocks where seen.insert(block.ref.hash).inserted {
+            switch effects.knownBlocks[block.ref.hash] {
+            case .live?: continue
+            case .orphaned?:
+                adoptions.append(Adoption(block: block, hasRow: true))
+                continue
+            case .missing?:
+                adoptions.append(Adoption(block: block, hasRow: false))
+                continue
+            case nil: break
+            }
             let row = try db.fetchOne("SELECT orphaned_at FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
             if let row, try row.get("orphaned_at", as: Int64?.self) == nil { continue }
             adoptions.append(Adoption(block: block, hasRow: row != nil))
@@ -852,15 +967,14 @@ extension SQLMetadataStore {
         for adoption in adoptions {
             let block = adoption.block
             if !adoption.hasRow {
-                try db.perform(
-                    "INSERT INTO blocks (user_id, hash, size, created_at, data) VALUES (?, ?, ?, ?, ?)",
-                    [userId, block.ref.hash, block.ref.size, now.millis, block.data])
+                try db.insert(into: "blocks", ["user_id", "hash", "size", "created_at", "data"], [userId, block.ref.hash, block.ref.size, now.millis, block.data])
             } else {
                 try db.perform(
                     "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
                     [block.data, userId, block.ref.hash])
             }
             effects.usedBytes[userId, default: 0] += block.ref.size
+            if effects.knownBlocks[block.ref.hash] != nil { effects.knownBlocks[block.ref.hash] = .live }
         }
     }
 
@@ -869,6 +983,7 @@ extension SQLMetadataStore {
     /// period, unless a commit adopts them again first.
     func collectGarbage(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, hashes: Set<String>, now: Date) throws {
         for hash in hashes {
+            effects.knownBlocks[hash] = nil  // may be orphaned now: ask the database next time
             let used = try db.fetchOne(
                 """
                 SELECT 1 FROM revision_blocks WHERE user_id = ? AND hash = ?
