@@ -1,16 +1,19 @@
 import Foundation
 import Hummingbird
 import HummingbirdBcrypt
+import NIOConcurrencyHelpers
 import NIOPosix
 import NimbusAPI
 
-/// Everything the request handlers share: the stores, tokens, notifier and settings. Holds no mutable state.
+/// Everything the request handlers share: the stores, tokens, notifier and settings. Holds no mutable state but
+/// a cache of users' root folder ids (a root never changes: `root` costs no database read after the first).
 struct Drive: Sendable {
     let store: any MetadataStore
     let blobs: any BlobStore
     let tokens: TokenService
     let notifier: any ChangeNotifier
     let configuration: ServerConfiguration
+    private let rootIds = NIOLockedValueBox<[String: String]>([:])
 
     var now: Date { configuration.clock.now() }
 
@@ -40,7 +43,12 @@ struct Drive: Sendable {
 
     func resolve(_ id: String, for identity: Identity) async throws -> String {
         guard id == "root" else { return id }
+        if let known = rootIds.withLockedValue({ $0[identity.userId] }) { return known }
         guard let user = try await store.user(id: identity.userId) else { throw DriveError.unauthorized() }
+        rootIds.withLockedValue { ids in
+            if ids.count >= 100_000 { ids.removeAll() }
+            ids[identity.userId] = user.rootId
+        }
         return user.rootId
     }
 

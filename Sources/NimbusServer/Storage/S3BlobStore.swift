@@ -115,15 +115,34 @@ struct S3BlobStore: BlobStore {
     }
 
     @discardableResult
-    /// Runs an S3 call, turning "unreachable / throttled / failing" into 503 and anything else into 500.
+    /// Runs an S3 call, turning "unreachable / throttled / failing" into 503 and anything else into 500. Every call
+    /// the store makes is idempotent (put by hash, head, get, delete), so one that fails quickly on a retryable
+    /// error (a pooled connection the server had closed, a 503 or `SlowDown`) is tried twice more after 50 and
+    /// 200 ms, as the S3 SDKs do; one that took its time is not, so a store that hangs still fails within its timeout.
     func mapped<T>(_ operation: () async throws -> T) async throws -> T {
         if let until = downUntil.withLockedValue({ $0 }), until > Date() {
             throw DriveError.unavailable("The blob store did not answer a moment ago; try again shortly.", retryAfter: max(1, Int(until.timeIntervalSinceNow.rounded(.up))))
         }
+        var attempt = 0
+        while true {
+            attempt += 1
+            let start = ContinuousClock.now
+            do {
+                let value = try await operation()
+                downUntil.withLockedValue { $0 = nil }
+                return value
+            } catch let error as S3Error where error.isRetryable && attempt < 3 && ContinuousClock.now - start < .seconds(2) {
+                try await Task.sleep(for: .milliseconds(attempt == 1 ? 50 : 200))
+                continue
+            } catch {
+                return try fail(error)
+            }
+        }
+    }
+
+    private func fail<T>(_ error: any Error) throws -> T {
         do {
-            let value = try await operation()
-            downUntil.withLockedValue { $0 = nil }
-            return value
+            throw error
         } catch let error as S3Error where error.isRetryable {
             let wait = error.retryAfter ?? 5
             if error.status == 0 { downUntil.withLockedValue { $0 = Date().addingTimeInterval(TimeInterval(wait)) } }

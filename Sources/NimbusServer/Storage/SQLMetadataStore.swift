@@ -104,13 +104,13 @@ final class SQLMetadataStore: MetadataStore {
             let delta = effects.usedBytes[userId] ?? 0
             if effects.changed[userId] != nil {
                 // The change rows this transaction added are the user's newest: the sequence hands out growing numbers.
-                try db.perform(
-                    """
-                    UPDATE users SET last_seq = COALESCE((SELECT MAX(seq) FROM changes WHERE user_id = ?), last_seq),
-                        used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
-                    WHERE id = ?
-                    """, [userId, delta, delta, userId])
-                effects.changed[userId] = try db.value("SELECT last_seq FROM users WHERE id = ?", [userId], as: Int64.self) ?? 0
+                effects.changed[userId] =
+                    try db.value(
+                        """
+                        UPDATE users SET last_seq = COALESCE((SELECT MAX(seq) FROM changes WHERE user_id = ?), last_seq),
+                            used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
+                        WHERE id = ? RETURNING last_seq
+                        """, [userId, delta, delta, userId], as: Int64.self) ?? 0
             } else {
                 try db.perform(
                     "UPDATE users SET used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END WHERE id = ?",

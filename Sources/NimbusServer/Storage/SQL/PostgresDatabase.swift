@@ -97,7 +97,7 @@ final class PostgresDatabase: SQLDatabase {
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
         let start = ContinuousClock.now
         defer { reads.recordNanoseconds((ContinuousClock.now - start).nanoseconds) }
-        return try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+        return try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", readOnly: true, body)
     }
 
     /// Closes every idle connection (tests; a server exits with its process).
@@ -124,7 +124,7 @@ final class PostgresDatabase: SQLDatabase {
         if !kept { try? await connection.close() }
     }
 
-    private func run<T: Sendable>(begin: String, _ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
+    private func run<T: Sendable>(begin: String, readOnly: Bool = false, _ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T {
         let waitStart = ContinuousClock.now
         await acquireSlot()
         poolWait.recordNanoseconds((ContinuousClock.now - waitStart).nanoseconds)
@@ -143,7 +143,9 @@ final class PostgresDatabase: SQLDatabase {
                     do {
                         try transaction.perform(begin, [])
                         let value = try body(transaction)
-                        try transaction.commit()
+                        // A read-only snapshot has nothing to make durable: its end is sent, not waited for (the
+                        // connection's next transaction queues behind it).
+                        if readOnly { try transaction.perform("COMMIT", []) } else { try transaction.commit() }
                         return value
                     } catch {
                         transaction.abandonPending()
