@@ -4,6 +4,7 @@
     swift build -c release --product nimbus --scratch-path .build-release
     python3 scripts/bench/server.py [--binary .build-release/release/nimbus] [--size-mib 1024] [--resumable-mib 2048]
     python3 scripts/bench/server.py --backend both --only batch,listing,resumable,propagation   # embedded vs PostgreSQL + S3
+    python3 scripts/bench/server.py --backend scaled --only capacity   # per-replica figures of docs/scaling.md
 
 `--backend scaled` (or `both`) starts a PostgreSQL cluster (Debian's postgresql: initdb/pg_ctl, as user postgres
 when run as root; fsync on, as in production) and `rclone serve s3` on this machine, and runs two replicas on them:
@@ -103,10 +104,50 @@ def bench_listing(server, token, entries=10_000):
     created = time.perf_counter() - t
     print(f"created {entries} empty files: {entries/created:.0f} creates/s")
     url = f"http://127.0.0.1:{server.port}/v1/files?parentId={folder}&limit=100&page=50"
-    out = subprocess.run(["wrk", "-t2", "-c16", "-d10s", "-H", f"Authorization: Bearer {token}", url], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(["wrk", "-t2", "-c16", "-d10s", "--latency", "-H", f"Authorization: Bearer {token}", url], check=True, capture_output=True, text=True).stdout
     rps = [l for l in out.splitlines() if "Requests/sec" in l][0].split()[1]
     lat = [l for l in out.splitlines() if l.strip().startswith("Latency")][0].split()[1]
-    print(f"GET /v1/files (10,000-entry folder, page 50 of 100): {rps} req/s, mean latency {lat} (wrk -t2 -c16 -d10s)")
+    p99 = [l for l in out.splitlines() if l.strip().startswith("99%")][0].split()[1]
+    print(f"GET /v1/files (10,000-entry folder, page 50 of 100): {rps} req/s, mean latency {lat}, p99 {p99} (wrk -t2 -c16 -d10s)")
+
+def wrk_figures(out):
+    rps = float([l for l in out.splitlines() if "Requests/sec" in l][0].split()[1])
+    p99 = [l for l in out.splitlines() if l.strip().startswith("99%")]
+    return rps, (p99[0].split()[1] if p99 else "?")
+
+def bench_capacity(server, token, work):
+    """Per-replica figures for docs/scaling.md: metadata reads/s (GET one file's metadata) and small commits/s
+    (POST /v1/files: one transaction each, durable), wrk -t2 -c16 -d10s, the server and its stores on the same cores."""
+    c = Client(server.port, token)
+    s, d = c.request("POST", "/v1/files", json_body={"name": f"cap-{uuid.uuid4().hex[:6]}", "mimeType": "application/vnd.nimbus.folder"})
+    folder = json.loads(d)["id"]
+    s, d = c.request("POST", "/v1/files", json_body={"name": "one.txt", "mimeType": "text/plain", "parentId": folder})
+    file_id = json.loads(d)["id"]
+    auth = f"Authorization: Bearer {token}"
+    out = subprocess.run(["wrk", "-t2", "-c16", "-d10s", "--latency", "-H", auth, f"http://127.0.0.1:{server.port}/v1/files/{file_id}"],
+                         check=True, capture_output=True, text=True).stdout
+    rps, p99 = wrk_figures(out)
+    print(f"metadata reads (GET /v1/files/ID): {rps:.0f} req/s, p99 {p99} (wrk -t2 -c16 -d10s)")
+    # Four users, one per wrk thread (a user's writes are serialized; different users' run in parallel).
+    tokens = [login(server.port, f"cap{i}-{uuid.uuid4().hex[:4]}", "wrk") for i in range(4)]
+    script = os.path.join(work, "create.lua")
+    with open(script, "w") as f:
+        f.write("""
+local counter, id = 0, 0
+local tokens = {%s}
+function setup(thread) id = id + 1; thread:set("tid", id) end
+function request()
+  counter = counter + 1
+  local body = '{"name":"c' .. counter .. '.txt","mimeType":"text/plain"}'
+  return wrk.format("POST", "/v1/files", {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. tokens[tid]}, body)
+end
+function response(status, headers, body) if status ~= 201 then print("unexpected " .. status .. " " .. body) end end
+""" % ", ".join(f'"{t}"' for t in tokens))
+    out = subprocess.run(["wrk", "-t4", "-c16", "-d10s", "--latency", "-s", script, f"http://127.0.0.1:{server.port}/"],
+                         check=True, capture_output=True, text=True).stdout
+    if "unexpected" in out: print("  (some creates failed:", [l for l in out.splitlines() if "unexpected" in l][:3], ")")
+    rps, p99 = wrk_figures(out)
+    print(f"small commits (POST /v1/files, 4 users): {rps:.0f} commits/s, p99 {p99} (wrk -t4 -c16 -d10s)")
 
 def bench_resumable(server, token, work, size_mib):
     path = os.path.join(work, "resumable.bin")
@@ -234,6 +275,7 @@ def run(args, backend):
         only = args.only.split(",")
         if "simple" in only: bench_simple(server, token, work, args.size_mib)
         if "batch" in only: bench_batch(server, token)
+        if "capacity" in only: bench_capacity(server, token, work)
         if "listing" in only: bench_listing(server, token)
         if "resumable" in only: bench_resumable(server, token, work, args.resumable_mib)
         if "propagation" in only: bench_propagation(server, token, login((replica or server).port, "bench", "b"), args.commits, replica)

@@ -278,6 +278,7 @@ final class SQLMetadataStore: MetadataStore {
             guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: .notAFolder) }
             // Inside a trashed folder, list what went to the trash with it; elsewhere, only live items.
             let trashFilter = parent.isTrashed ? "trash_root IS NOT NULL" : "trash_root IS NULL"
+            try db.preferIndexOrder()
             let total = try db.value("SELECT COUNT(*) FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)", [parentId, userId], as: Int.self) ?? 0
             let rows = try db.fetchAll("""
                     SELECT * FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)

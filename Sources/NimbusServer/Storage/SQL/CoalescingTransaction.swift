@@ -83,6 +83,11 @@ final class CoalescingTransaction: SQLTransaction {
         try base.lockUser(userId)
     }
 
+    func preferIndexOrder() throws {
+        try flush()
+        try base.preferIndexOrder()
+    }
+
     func announce(userId: String, seq: Int64) throws {
         try flush()
         try base.announce(userId: userId, seq: seq)

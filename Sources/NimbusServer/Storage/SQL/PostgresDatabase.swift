@@ -315,6 +315,10 @@ final class PostgresDatabase: SQLDatabase {
             try perform("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [userId])
         }
 
+        func preferIndexOrder() throws {
+            try perform("SET LOCAL enable_sort = off", [])
+        }
+
         func announce(userId: String, seq: Int64) throws {
             try perform("SELECT pg_notify('nimbus_changes', ?)", ["\(userId) \(seq)"])
         }

@@ -74,6 +74,8 @@ struct SQLiteDatabase: SQLDatabase {
 
         func lockUser(_ userId: String) throws {}
 
+        func preferIndexOrder() throws {}
+
         func announce(userId: String, seq: Int64) throws {}
 
         static func arguments(_ arguments: [any SQLArgument]) -> StatementArguments {
