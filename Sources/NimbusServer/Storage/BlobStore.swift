@@ -87,7 +87,27 @@ extension BlobStore {
 }
 
 /// Blocks as files: `blobs/<userId>/<sha256>`, staging in `tmp/`, on one file system so rename is atomic.
-struct LocalBlobStore: BlobStore {
+/// A store whose staging files live in a local folder (request-scoped, this replica's): both stores so far.
+protocol LocallyStaged: BlobStore {
+    var stagingDirectory: String { get }
+}
+
+extension LocallyStaged {
+    func discard(_ blocks: [StagedBlock]) {
+        for block in blocks where block.data == nil {
+            try? POSIXFile.remove(block.path)
+        }
+    }
+
+    func clearStaging() throws {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
+        for name in names {
+            try POSIXFile.remove(stagingDirectory + "/" + name)
+        }
+    }
+}
+
+struct LocalBlobStore: LocallyStaged {
     let root: URL
     let blockSize: Int
     let threadPool: NIOThreadPool
@@ -139,12 +159,6 @@ struct LocalBlobStore: BlobStore {
         }
     }
 
-    func discard(_ blocks: [StagedBlock]) {
-        for block in blocks where block.data == nil {
-            try? POSIXFile.remove(block.path)
-        }
-    }
-
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
         let pieceSize = 256 * 1024
         try await forEachPiece(blocks, range: range, into: body) { block, from, end in
@@ -162,13 +176,6 @@ struct LocalBlobStore: BlobStore {
                 try await body(ByteBuffer(bytes: bytes))
                 offset += Int64(count)
             }
-        }
-    }
-
-    func clearStaging() throws {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
-        for name in names {
-            try POSIXFile.remove(stagingDirectory + "/" + name)
         }
     }
 

@@ -12,7 +12,7 @@ import NimbusS3
 /// A block is one PUT (blocks are at most ``blockSize``, 4 MiB, under S3's 5 GiB single-PUT limit), so no multipart
 /// upload is needed here. An unreachable or throttling store is ``DriveError/unavailable(_:retryAfter:)``: 503
 /// with `Retry-After`, never a hang (requests time out after `timeout`).
-struct S3BlobStore: BlobStore {
+struct S3BlobStore: LocallyStaged {
     let client: S3Client
     let prefix: String
     let stagingDirectory: String
@@ -64,12 +64,6 @@ struct S3BlobStore: BlobStore {
         }
     }
 
-    func discard(_ blocks: [StagedBlock]) {
-        for block in blocks where block.data == nil {
-            try? POSIXFile.remove(block.path)
-        }
-    }
-
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
         let pieceSize: Int64 = 1024 * 1024
         try await forEachPiece(blocks, range: range, into: body) { block, from, end in
@@ -84,13 +78,6 @@ struct S3BlobStore: BlobStore {
                 try await body(bytes)
                 offset = upper
             }
-        }
-    }
-
-    func clearStaging() throws {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: stagingDirectory)) ?? []
-        for name in names {
-            try POSIXFile.remove(stagingDirectory + "/" + name)
         }
     }
 
