@@ -3,9 +3,8 @@ import Foundation
 /// The real `nimbus` binary as a child process, for tests that must kill it (`SIGKILL`) and restart it on
 /// the same data folder.
 public final class ChildServer: @unchecked Sendable {
-    public let process = Process()
+    public let process: Spawned
     public let port: Int
-    private let output: Pipe
 
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
@@ -19,17 +18,15 @@ public final class ChildServer: @unchecked Sendable {
 
     /// Starts `nimbus serve --port 0 …` and waits for the line that names the port.
     public init(data: URL, arguments: [String] = []) throws {
-        process.executableURL = Self.binary
-        process.arguments = ["serve", "--data", data.path, "--port", "0", "--allow-registration", "--log-level", "warning"] + arguments
-        output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.standardError
-        try process.run()
+        process = try Spawned(
+            Self.binary.path, ["serve", "--data", data.path, "--port", "0", "--allow-registration", "--log-level", "warning"] + arguments,
+            captureErrors: false)
+        process.closeInput()
         var collected = Data()
         var found: Int?
         let deadline = Date().addingTimeInterval(30)
         while found == nil, Date() < deadline {
-            let chunk = output.fileHandleForReading.availableData
+            let chunk = process.output.availableData
             if chunk.isEmpty { break }
             collected.append(chunk)
             let text = String(decoding: collected, as: UTF8.self)
@@ -39,7 +36,8 @@ public final class ChildServer: @unchecked Sendable {
             }
         }
         guard let found else {
-            process.terminate()
+            process.signal(SIGTERM)
+            process.waitUntilExit()
             throw ChildServerError(message: "nimbus serve did not report its port; output: \(String(decoding: collected, as: UTF8.self))")
         }
         port = found
@@ -47,18 +45,22 @@ public final class ChildServer: @unchecked Sendable {
 
     /// `kill -9`: no shutdown code runs.
     public func kill() {
-        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.signal(SIGKILL)
         process.waitUntilExit()
     }
 
     public func stop() {
         if process.isRunning {
-            process.terminate()
+            process.signal(SIGTERM)
             process.waitUntilExit()
         }
     }
 
-    deinit { if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) } }
+    deinit {
+        process.signal(SIGKILL)
+        if !process.isRunning { return }
+        process.waitUntilExit()
+    }
 }
 
 public struct ChildServerError: Error, CustomStringConvertible {
@@ -85,44 +87,45 @@ public struct CLIDevice: Sendable {
     /// Runs `nimbus arguments…` to completion.
     @discardableResult
     public func run(_ arguments: [String], stdin: String? = nil) throws -> Result {
-        let process = start(arguments, stdin: stdin)
-        let output = process.output
-        let stdoutData = output.stdout.fileHandleForReading.readDataToEndOfFile()
-        let stderrData = output.stderr.fileHandleForReading.readDataToEndOfFile()
-        process.process.waitUntilExit()
+        let running = start(arguments, stdin: stdin)
+        // Both streams at once: a child that fills one pipe while we wait on the other would never end.
+        let errors = running.process.errors
+        let stderrBox = NSLock()
+        nonisolated(unsafe) var stderrData = Data()
+        let reader = Thread {
+            let data = errors?.readDataToEndOfFile() ?? Data()
+            stderrBox.withLock { stderrData = data }
+        }
+        reader.start()
+        let stdoutData = running.process.output.readDataToEndOfFile()
+        let status = running.process.waitUntilExit()
+        while reader.isExecuting || !reader.isFinished { usleep(1000) }
         return Result(
-            status: process.process.terminationStatus, stdout: String(decoding: stdoutData, as: UTF8.self),
-            stderr: String(decoding: stderrData, as: UTF8.self))
+            status: status, stdout: String(decoding: stdoutData, as: UTF8.self),
+            stderr: String(decoding: stderrBox.withLock { stderrData }, as: UTF8.self))
     }
 
     public struct Running: @unchecked Sendable {
-        public let process: Process
-        let output: (stdout: Pipe, stderr: Pipe)
+        public let process: Spawned
 
         public func kill9() {
-            Foundation.kill(process.processIdentifier, SIGKILL)
+            process.signal(SIGKILL)
             process.waitUntilExit()
         }
     }
 
     /// Starts `nimbus arguments…` without waiting.
     public func start(_ arguments: [String], stdin: String? = nil) -> Running {
-        let process = Process()
-        process.executableURL = ChildServer.binary
-        process.arguments = arguments
-        process.currentDirectoryURL = workingDirectory
         var environment = ProcessInfo.processInfo.environment
         environment["NIMBUS_HOME"] = home.path
-        process.environment = environment
-        let stdoutPipe = Pipe()
-        let stderrPipe = Pipe()
-        process.standardOutput = stdoutPipe
-        process.standardError = stderrPipe
-        let input = Pipe()
-        process.standardInput = input
-        try? process.run()
-        if let stdin { input.fileHandleForWriting.write(Data((stdin + "\n").utf8)) }
-        try? input.fileHandleForWriting.close()
-        return Running(process: process, output: (stdoutPipe, stderrPipe))
+        do {
+            let process = try Spawned(ChildServer.binary.path, arguments, environment: environment, directory: workingDirectory.path)
+            if let stdin { process.write(Data((stdin + "\n").utf8)) }
+            process.closeInput()
+            return Running(process: process)
+        } catch {
+            // As `Process.run` failing did before: a device that printed nothing and failed.
+            fatalError("could not start nimbus: \(error)")
+        }
     }
 }
