@@ -490,45 +490,36 @@ final class SQLMetadataStore: MetadataStore {
             namesByFolder[folder, default: []].insert(name)
             if let requestId { requestIds.insert(requestId) }
         }
-        let chunk = 500
         for (folder, names) in namesByFolder {
             let names = Array(names)
             for key in names { effects.knownChildren[ChildKey(parentId: folder, name: key)] = .absent }
-            for start in stride(from: 0, to: names.count, by: chunk) {
-                let part = Array(names[start..<min(start + chunk, names.count)])
-                let rows = try db.fetchAll(
-                    "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND trash_root IS NULL AND name IN (\(Self.placeholders(part.count)))",
-                    [userId, folder] + part)
-                for row in rows {
-                    let file = try Self.file(row)
-                    effects.knownChildren[ChildKey(parentId: folder, name: file.name)] = .present(file)
-                }
+            for row in try Self.fetchAll(
+                db, "SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND trash_root IS NULL AND name IN", [userId, folder], names)
+            {
+                let file = try Self.file(row)
+                effects.knownChildren[ChildKey(parentId: folder, name: file.name)] = .present(file)
             }
         }
         let ids = Array(requestIds)
         for id in ids { effects.knownRequests[id] = .absent }
-        for start in stride(from: 0, to: ids.count, by: chunk) {
-            let part = Array(ids[start..<min(start + chunk, ids.count)])
-            let rows = try db.fetchAll(
-                "SELECT * FROM files WHERE user_id = ? AND request_id IN (\(Self.placeholders(part.count)))", [userId] + part)
-            for row in rows {
-                if let id = try row.get("request_id", as: String?.self) { effects.knownRequests[id] = .present(try Self.file(row)) }
-            }
+        for row in try Self.fetchAll(db, "SELECT * FROM files WHERE user_id = ? AND request_id IN", [userId], ids) {
+            if let id = try row.get("request_id", as: String?.self) { effects.knownRequests[id] = .present(try Self.file(row)) }
         }
         let hashes = Array(Set(entries.flatMap { $0.content.blocks.map(\.ref.hash) }))
         for hash in hashes { effects.knownBlocks[hash] = .missing }
-        for start in stride(from: 0, to: hashes.count, by: chunk) {
-            let part = Array(hashes[start..<min(start + chunk, hashes.count)])
-            let rows = try db.fetchAll(
-                "SELECT hash, orphaned_at FROM blocks WHERE user_id = ? AND hash IN (\(Self.placeholders(part.count)))", [userId] + part)
-            for row in rows {
-                effects.knownBlocks[try row.get("hash")] = try row.get("orphaned_at", as: Int64?.self) == nil ? .live : .orphaned
-            }
+        for row in try Self.fetchAll(db, "SELECT hash, orphaned_at FROM blocks WHERE user_id = ? AND hash IN", [userId], hashes) {
+            effects.knownBlocks[try row.get("hash")] = try row.get("orphaned_at", as: Int64?.self) == nil ? .live : .orphaned
         }
     }
 
-    static func placeholders(_ count: Int) -> String {
-        Array(repeating: "?", count: count).joined(separator: ", ")
+    /// `sql` (ending in `IN`) run for `keys` in chunks of 500, `(?, ?, …)` appended; every chunk's rows.
+    static func fetchAll(_ db: any SQLTransaction, _ sql: String, _ arguments: [any SQLArgument], _ keys: [String]) throws -> [SQLRow] {
+        var rows: [SQLRow] = []
+        for start in stride(from: 0, to: keys.count, by: 500) {
+            let part = Array(keys[start..<min(start + 500, keys.count)])
+            rows += try db.fetchAll("\(sql) (\(sqlPlaceholders(part.count)))", arguments + part)
+        }
+        return rows
     }
 
     /// The file a creation with `requestId` made before (a retry), if any.

@@ -99,7 +99,12 @@ final class CoalescingTransaction: SQLTransaction {
 
     /// `INSERT INTO table (a, b) VALUES (?, ?), (?, ?), …` for `rows` rows.
     static func insertSQL(_ table: String, _ columns: [String], rows: Int) -> String {
-        let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
+        let row = "(" + sqlPlaceholders(columns.count) + ")"
         return "INSERT INTO \(table) (\(columns.joined(separator: ", "))) VALUES " + Array(repeating: row, count: rows).joined(separator: ", ")
     }
+}
+
+/// `?, ?, …`: `count` statement placeholders.
+func sqlPlaceholders(_ count: Int) -> String {
+    Array(repeating: "?", count: count).joined(separator: ", ")
 }
