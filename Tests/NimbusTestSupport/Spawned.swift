@@ -94,7 +94,7 @@ public final class Spawned: @unchecked Sendable {
         var raw: Int32 = 0
         var result: pid_t
         repeat { result = waitpid(pid, &raw, 0) } while result == -1 && errno == EINTR
-        let code = raw & 0x7f == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+        let code = Self.exitCode(raw)
         return lock.withLock {
             if status == nil { status = result == pid ? code : -1 }
             return status ?? -1
@@ -106,9 +106,14 @@ public final class Spawned: @unchecked Sendable {
         var raw: Int32 = 0
         let result = waitpid(pid, &raw, WNOHANG)
         guard result == pid else { return result == 0 }
-        let code = raw & 0x7f == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+        let code = Self.exitCode(raw)
         lock.withLock { status = code }
         return false
+    }
+
+    /// A `waitpid` status as an exit code: the code a normal exit gave, or 128 + the signal that ended it.
+    static func exitCode(_ raw: Int32) -> Int32 {
+        raw & 0x7f == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
     }
 
     public func signal(_ signal: Int32) {

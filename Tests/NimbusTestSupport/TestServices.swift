@@ -176,8 +176,7 @@ public enum TestServices {
         guard spawned == 0 else { throw Missing(description: "\(argv[0]) could not be started (errno \(spawned))") }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        // Exited normally with status 0 (WIFEXITED && WEXITSTATUS == 0).
-        guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
+        guard Spawned.exitCode(status) == 0 else {
             let message = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             throw Missing(description: "\(argv.joined(separator: " ")) failed: \(message)")
         }
