@@ -85,6 +85,7 @@ let package = Package(
             name: "NimbusSync",
             dependencies: [
                 "NimbusAPI",
+                "NimbusS3",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -135,6 +136,8 @@ let package = Package(
             dependencies: [
                 "NimbusAPI",
                 "NimbusSync",
+                "NimbusS3",
+                "NimbusTestSupport",
                 "NimbusServer",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

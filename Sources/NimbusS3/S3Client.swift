@@ -29,6 +29,25 @@ public struct S3Object: Sendable, Equatable {
     public var size: Int64
     /// The ETag without its quotes.
     public var etag: String
+    /// User metadata (`x-amz-meta-NAME`, by NAME in lowercase): HEAD reports it, listings do not.
+    public var metadata: [String: String] = [:]
+    /// When it was last written, if the store said.
+    public var modified: Date?
+
+    public init(key: String, size: Int64, etag: String, metadata: [String: String] = [:], modified: Date? = nil) {
+        self.key = key
+        self.size = size
+        self.etag = etag
+        self.metadata = metadata
+        self.modified = modified
+    }
+}
+
+/// One page of a listing with a delimiter: the objects at this level and the common prefixes ("folders") below it.
+public struct S3ListPage: Sendable {
+    public var objects: [S3Object]
+    public var prefixes: [String]
+    public var next: String?
 }
 
 /// A small S3 client: path-style requests (`ENDPOINT/BUCKET/KEY`, which every S3-compatible store accepts),
@@ -62,21 +81,41 @@ public struct S3Client: Sendable {
     // MARK: Objects
 
     /// Stores an object. `ifNoneMatch`: only if no object has that key (412 `PreconditionFailed` otherwise, where
-    /// the store supports conditional writes). Returns the new ETag.
+    /// the store supports conditional writes); `ifMatch`: only if its ETag is that. `metadata` is stored as
+    /// `x-amz-meta-NAME`. Returns the new ETag.
     @discardableResult
-    public func put(_ key: String, body: ByteBuffer, ifNoneMatch: Bool = false, ifMatch: String? = nil) async throws -> String {
+    public func put(_ key: String, body: ByteBuffer, metadata: [String: String] = [:], ifNoneMatch: Bool = false, ifMatch: String? = nil) async throws
+        -> String
+    {
         var headers: [(String, String)] = [("content-length", "\(body.readableBytes)")]
         if ifNoneMatch { headers.append(("if-none-match", "*")) }
         if let ifMatch { headers.append(("if-match", "\"\(ifMatch)\"")) }
+        for (name, value) in metadata.sorted(by: { $0.key < $1.key }) { headers.append(("x-amz-meta-\(name)", value)) }
         let (head, _) = try await send("PUT", key: key, headers: headers, body: body)
         return Self.etag(head.headers)
     }
 
-    /// The object's bytes (`range`: a part of them, offsets within the object).
-    public func get(_ key: String, range: Range<Int64>? = nil) async throws -> ByteBuffer {
+    /// The object's bytes (`range`: a part of them, offsets within the object; `ifMatch`: only if its ETag is that,
+    /// else 412).
+    public func get(_ key: String, range: Range<Int64>? = nil, ifMatch: String? = nil) async throws -> ByteBuffer {
         var headers: [(String, String)] = []
         if let range { headers.append(("range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")) }
+        if let ifMatch { headers.append(("if-match", "\"\(ifMatch)\"")) }
         return try await send("GET", key: key, headers: headers).body
+    }
+
+    /// Copies an object within the bucket (with its metadata; at most 5 GiB, S3's limit for one copy). Returns the
+    /// new ETag.
+    @discardableResult
+    public func copy(from source: String, to key: String, ifNoneMatch: Bool = false) async throws -> String {
+        var headers = [("x-amz-copy-source", "/" + SigV4Signer.encode(bucket) + "/" + SigV4Signer.encode(source, slash: false))]
+        if ifNoneMatch { headers.append(("if-none-match", "*")) }
+        let (_, body) = try await send("PUT", key: key, headers: headers)
+        let root = XMLTree.parse(Data(buffer: body))
+        if let root, root.name == "Error" {
+            throw S3Error(status: 200, code: root.value("Code"), message: root.value("Message") ?? "The copy failed.")
+        }
+        return Self.unquoted(root?.value("ETag") ?? "")
     }
 
     /// The object's size and ETag, or `nil` if there is none under `key`.
@@ -84,7 +123,12 @@ public struct S3Client: Sendable {
         do {
             let (head, _) = try await send("HEAD", key: key)
             let size = head.headers.first(name: "content-length").flatMap(Int64.init) ?? 0
-            return S3Object(key: key, size: size, etag: Self.etag(head.headers))
+            var metadata: [String: String] = [:]
+            for (name, value) in head.headers where name.lowercased().hasPrefix("x-amz-meta-") {
+                metadata[String(name.lowercased().dropFirst("x-amz-meta-".count))] = value
+            }
+            let modified = head.headers.first(name: "last-modified").flatMap { Self.httpDate.date(from: $0) }
+            return S3Object(key: key, size: size, etag: Self.etag(head.headers), metadata: metadata, modified: modified)
         } catch let error as S3Error where error.status == 404 {
             return nil
         }
@@ -97,15 +141,25 @@ public struct S3Client: Sendable {
 
     /// One page of the keys under `prefix` (ListObjectsV2), and the token of the next page if there is one.
     public func list(prefix: String = "", continuation: String? = nil, maxKeys: Int = 1000) async throws -> (objects: [S3Object], next: String?) {
+        let page = try await list(prefix: prefix, delimiter: nil, continuation: continuation, maxKeys: maxKeys)
+        return (page.objects, page.next)
+    }
+
+    /// One page of a listing; with a `delimiter` ("/"), keys below the next delimiter are rolled up into `prefixes`.
+    public func list(prefix: String, delimiter: String?, continuation: String? = nil, maxKeys: Int = 1000) async throws -> S3ListPage {
         var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", "\(maxKeys)")]
+        if let delimiter { query.append(("delimiter", delimiter)) }
         if let continuation { query.append(("continuation-token", continuation)) }
         let (_, body) = try await send("GET", key: nil, query: query)
-        guard let root = XMLElement.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The listing could not be read.") }
+        guard let root = XMLTree.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The listing could not be read.") }
         let objects = root.all("Contents").map {
-            S3Object(key: $0.value("Key") ?? "", size: Int64($0.value("Size") ?? "") ?? 0, etag: Self.unquoted($0.value("ETag") ?? ""))
+            S3Object(
+                key: $0.value("Key") ?? "", size: Int64($0.value("Size") ?? "") ?? 0, etag: Self.unquoted($0.value("ETag") ?? ""),
+                modified: $0.value("LastModified").flatMap(Self.parseISO8601))
         }
+        let prefixes = root.all("CommonPrefixes").compactMap { $0.value("Prefix") }
         let truncated = root.value("IsTruncated") == "true"
-        return (objects, truncated ? root.value("NextContinuationToken") : nil)
+        return S3ListPage(objects: objects, prefixes: prefixes, next: truncated ? root.value("NextContinuationToken") : nil)
     }
 
     /// Every key under `prefix`, page after page.
@@ -122,10 +176,11 @@ public struct S3Client: Sendable {
 
     // MARK: Multipart uploads
 
-    /// Starts a multipart upload; returns its id.
-    public func createMultipartUpload(_ key: String) async throws -> String {
-        let (_, body) = try await send("POST", key: key, query: [("uploads", "")])
-        guard let id = XMLElement.parse(Data(buffer: body))?.value("UploadId"), !id.isEmpty else {
+    /// Starts a multipart upload (the object gets `metadata` as `x-amz-meta-NAME`); returns its id.
+    public func createMultipartUpload(_ key: String, metadata: [String: String] = [:]) async throws -> String {
+        let headers = metadata.sorted(by: { $0.key < $1.key }).map { ("x-amz-meta-\($0.key)", $0.value) }
+        let (_, body) = try await send("POST", key: key, query: [("uploads", "")], headers: headers)
+        guard let id = XMLTree.parse(Data(buffer: body))?.value("UploadId"), !id.isEmpty else {
             throw S3Error(status: 200, code: nil, message: "The store gave no upload id.")
         }
         return id
@@ -147,7 +202,7 @@ public struct S3Client: Sendable {
             var query = [("uploadId", uploadId)]
             if let marker { query.append(("part-number-marker", marker)) }
             let (_, body) = try await send("GET", key: key, query: query)
-            guard let root = XMLElement.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The part list could not be read.") }
+            guard let root = XMLTree.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The part list could not be read.") }
             for part in root.all("Part") {
                 guard let number = part.value("PartNumber").flatMap(Int.init) else { continue }
                 parts.append((number, Self.unquoted(part.value("ETag") ?? ""), Int64(part.value("Size") ?? "") ?? 0))
@@ -159,15 +214,18 @@ public struct S3Client: Sendable {
 
     /// Joins the parts into the object; returns its ETag.
     @discardableResult
-    public func completeMultipartUpload(_ key: String, uploadId: String, parts: [(number: Int, etag: String)]) async throws -> String {
+    public func completeMultipartUpload(_ key: String, uploadId: String, parts: [(number: Int, etag: String)], ifNoneMatch: Bool = false) async throws
+        -> String
+    {
         let xml = "<CompleteMultipartUpload>"
             + parts.map { "<Part><PartNumber>\($0.number)</PartNumber><ETag>\"\($0.etag)\"</ETag></Part>" }.joined()
             + "</CompleteMultipartUpload>"
         let body = ByteBuffer(string: xml)
-        let (_, answer) = try await send(
-            "POST", key: key, query: [("uploadId", uploadId)], headers: [("content-length", "\(body.readableBytes)")], body: body)
+        var headers = [("content-length", "\(body.readableBytes)")]
+        if ifNoneMatch { headers.append(("if-none-match", "*")) }
+        let (_, answer) = try await send("POST", key: key, query: [("uploadId", uploadId)], headers: headers, body: body)
         // S3 may answer 200 with an error inside (the join failed after it started answering).
-        let root = XMLElement.parse(Data(buffer: answer))
+        let root = XMLTree.parse(Data(buffer: answer))
         if let root, root.name == "Error" {
             throw S3Error(status: 200, code: root.value("Code"), message: root.value("Message") ?? "The parts could not be joined.")
         }
@@ -208,7 +266,7 @@ public struct S3Client: Sendable {
             throw S3Error(status: 0, code: nil, message: "\(error)")
         }
         guard (200..<300).contains(Int(response.status.code)) else {
-            let root = data.readableBytes > 0 ? XMLElement.parse(Data(buffer: data)) : nil
+            let root = data.readableBytes > 0 ? XMLTree.parse(Data(buffer: data)) : nil
             throw S3Error(
                 status: Int(response.status.code), code: root?.value("Code"), message: root?.value("Message") ?? response.status.reasonPhrase,
                 retryAfter: response.headers.first(name: "retry-after").flatMap(Int.init))
@@ -217,5 +275,17 @@ public struct S3Client: Sendable {
     }
 
     static func etag(_ headers: HTTPHeaders) -> String { unquoted(headers.first(name: "etag") ?? "") }
+
+    static let httpDate: DateFormatter = {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter
+    }()
+
+    static func parseISO8601(_ text: String) -> Date? {
+        (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)) ?? (try? Date.ISO8601FormatStyle().parse(text))
+    }
     static func unquoted(_ value: String) -> String { value.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
 }

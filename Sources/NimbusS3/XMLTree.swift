@@ -4,21 +4,22 @@ import Foundation
     import FoundationXML
 #endif
 
-/// An XML document as a tree of elements (S3 answers are small: listings of ≤ 1,000 keys, errors, upload ids),
-/// read with Foundation's parser. Namespaces are ignored: elements are found by local name.
-struct XMLElement: Sendable {
-    var name: String
-    var text: String = ""
-    var children: [XMLElement] = []
+/// An XML document as a tree of elements (S3 answers and WebDAV multistatus bodies are small: listings of ≤ 1,000
+/// keys, one folder's entries, errors), read with Foundation's parser. Namespaces are ignored: elements are found by
+/// local name (`D:href`, `d:href` and `href` are all `href`).
+public struct XMLTree: Sendable {
+    public var name: String
+    public var text: String = ""
+    public var children: [XMLTree] = []
 
     /// The first child named `name`.
-    func child(_ name: String) -> XMLElement? { children.first { $0.name == name } }
+    public func child(_ name: String) -> XMLTree? { children.first { $0.name == name } }
     /// Every child named `name`.
-    func all(_ name: String) -> [XMLElement] { children.filter { $0.name == name } }
+    public func all(_ name: String) -> [XMLTree] { children.filter { $0.name == name } }
     /// The text of the first child named `name`.
-    func value(_ name: String) -> String? { child(name)?.text }
+    public func value(_ name: String) -> String? { child(name)?.text }
 
-    static func parse(_ data: Data) -> XMLElement? {
+    public static func parse(_ data: Data) -> XMLTree? {
         let builder = Builder()
         let parser = XMLParser(data: data)
         parser.delegate = builder
@@ -27,15 +28,15 @@ struct XMLElement: Sendable {
     }
 
     private final class Builder: NSObject, XMLParserDelegate {
-        var stack: [XMLElement] = []
-        var root: XMLElement?
+        var stack: [XMLTree] = []
+        var root: XMLTree?
 
         func parser(
             _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?, qualifiedName: String?,
             attributes: [String: String] = [:]
         ) {
             let local = elementName.split(separator: ":").last.map(String.init) ?? elementName
-            stack.append(XMLElement(name: local))
+            stack.append(XMLTree(name: local))
         }
 
         func parser(_ parser: XMLParser, foundCharacters string: String) {

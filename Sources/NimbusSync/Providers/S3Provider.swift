@@ -1,0 +1,446 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NimbusAPI
+import NimbusS3
+
+/// A prefix of an S3-compatible bucket as the remote (AWS, MinIO, Backblaze B2, Wasabi, SeaweedFS, Ceph), through
+/// the same SigV4 client as the server's S3 blob store (``NimbusS3``).
+///
+/// Items are named by their path below the prefix; a folder is a key prefix ending in `/`, with or without a
+/// zero-byte marker object (folders made here get `FOLDER/.nimbus-folder`, so empty folders exist; the console's
+/// `FOLDER/` is read too). A file's revision is
+/// its ETag; its SHA-256 travels with it as `x-amz-meta-sha256` (set on every upload from here, kept by copies),
+/// read by `HEAD` once per ETag for files listed without it, and otherwise unknown (the engine hashes such a file
+/// once when it must compare it). Files up to 16 MiB go in one `PUT`; bigger ones as multipart uploads whose id is
+/// kept in the ``ProviderStateStore`` under the request id, so after a crash only missing parts are sent (found with
+/// `ListParts`, each checked against its MD5). Writes send `If-None-Match: *` (new) or `If-Match: base` (a new
+/// version) for stores that honour them, and compare with `HEAD` just before for those that do not. There is no
+/// rename in S3: a move copies then deletes (a folder, each object under it; a retry after a crash goes on).
+/// `SlowDown` and 503 are retried with backoff here (twice) and then handed to the engine's.
+public final class S3Provider: RemoteProvider {
+    public let client: S3Client
+    /// Key prefix of the remote's root: empty (the whole bucket) or ending in `/`.
+    public let prefix: String
+    let state: any ProviderStateStore
+    let checksums: ChecksumMemory
+    let singlePutLimit: Int64
+    let partSize: Int64
+    /// Whether the store takes `If-None-Match`/`If-Match` on writes (until one is refused as not implemented).
+    let conditionsWork = LockedBox(true)
+
+    public var capabilities: ProviderCapabilities { [.idempotentCreate, .resumableUploads] }
+
+    public init(client: S3Client, prefix: String, state: any ProviderStateStore, singlePutLimit: Int64 = 16 << 20, partSize: Int64 = 8 << 20) {
+        self.client = client
+        let parts = prefix.split(separator: "/").map(String.init)
+        self.prefix = parts.isEmpty ? "" : parts.joined(separator: "/") + "/"
+        self.state = state
+        checksums = ChecksumMemory(state: state, prefix: "s3.sha256.")
+        self.singlePutLimit = singlePutLimit
+        self.partSize = max(5 << 20, partSize)
+    }
+
+    func key(_ id: String) -> String { prefix + id }
+    func folderPrefix(_ id: String) -> String { id == ProviderPath.root ? prefix : prefix + id + "/" }
+
+    /// The id of a key below the root.
+    func id(ofKey key: String) -> String {
+        let relative = key.dropFirst(prefix.count).split(separator: "/").joined(separator: "/")
+        return relative.isEmpty ? ProviderPath.root : relative
+    }
+
+    // MARK: Calls
+
+    /// One S3 call, retried twice with backoff when the store is busy (`SlowDown`, 503) or unreachable; failures
+    /// are what they mean for the engine.
+    func call<T: Sendable>(_ what: String, _ body: () async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try await body()
+            } catch let error as S3Error where error.isRetryable && attempt < 2 {
+                attempt += 1
+                let wait = Double(error.retryAfter ?? 0) + Double.random(in: 0...0.2) * Double(1 << attempt)
+                try await Task.sleep(for: .milliseconds(Int64(min(wait, 5) * 1000)))
+            } catch let error as S3Error {
+                throw Self.failure(error, what: what)
+            }
+        }
+    }
+
+    /// A write sent with its condition (`true`) where the store takes conditions; one that answers a conditional
+    /// write with 501 or 500 (`rclone serve s3` answers 500 "file already exists" to any `If-None-Match`) gets the
+    /// same write without it from then on — the comparison made just before is the check.
+    func conditionally<T: Sendable>(_ what: String, _ body: (Bool) async throws -> T) async throws -> T {
+        if conditionsWork.withLock({ $0 }) {
+            do {
+                return try await body(true)
+            } catch let error as S3Error where error.status == 501 || error.status == 500 || error.code == "NotImplemented" {
+                conditionsWork.withLock { $0 = false }
+            } catch let error as S3Error where error.status == 412 || error.code == "PreconditionFailed" {
+                throw ProviderError.versionConflict(current: nil)
+            } catch let error as S3Error where !error.isRetryable {
+                throw Self.failure(error, what: what)
+            } catch is S3Error {
+            }
+        }
+        return try await call(what) { try await body(false) }
+    }
+
+    static func failure(_ error: S3Error, what: String) -> ProviderError {
+        switch (error.status, error.code) {
+        case (0, _): .network(error.message)
+        case (_, "SlowDown"), (503, _), (429, _): .retryAfter(seconds: error.retryAfter)
+        case (401, _), (403, "InvalidAccessKeyId"), (403, "SignatureDoesNotMatch"), (403, "ExpiredToken"), (403, "InvalidToken"):
+            .unauthorized("the S3 store refused the access key (\(error.code ?? "\(error.status)"))")
+        case (403, _): .unauthorized("the S3 store refused access to \(what) (\(error.code ?? "403")): check the key's permissions")
+        case (404, _): .notFound
+        case (412, _): .versionConflict(current: nil)
+        case (_, "EntityTooLarge"): .tooLarge("The S3 store refused \(what) as too large.")
+        case (_, "QuotaExceeded"): .quotaExceeded("The S3 store is out of space for \(what).")
+        case (let status, let code) where status >= 500: .server(status: status, code: code ?? "s3_\(status)", message: error.message)
+        default: .server(status: error.status, code: error.code ?? "s3_\(error.status)", message: "\(what): \(error.message)")
+        }
+    }
+
+    // MARK: Reading
+
+    public func root() async throws -> RemoteItem {
+        let page: S3ListPage
+        do {
+            page = try await call("listing the root") { try await client.list(prefix: prefix, delimiter: "/", maxKeys: 1) }
+        } catch ProviderError.notFound {
+            throw ProviderError.invalid(code: "remote_root_missing", message: "The bucket \(client.bucket) is not there (deleted, or never made).")
+        }
+        if !prefix.isEmpty, page.objects.isEmpty, page.prefixes.isEmpty {
+            throw ProviderError.invalid(
+                code: "remote_root_missing", message: "The folder \(client.bucket)/\(prefix) is not there (deleted, or never made).")
+        }
+        return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true)
+    }
+
+    /// Whether anything (a marker or an object) is under the folder's prefix.
+    func folderExists(_ id: String) async throws -> Bool {
+        if id == ProviderPath.root, prefix.isEmpty { return true }
+        let page = try await call("looking for \(id)") { try await client.list(prefix: folderPrefix(id), delimiter: "/", maxKeys: 1) }
+        return !page.objects.isEmpty || !page.prefixes.isEmpty
+    }
+
+    /// The marker object that makes a folder made here exist while it is empty: `FOLDER/.nimbus-folder`, not the
+    /// console's `FOLDER/` (which stores over a file system, such as `rclone serve s3`, turn into a file named
+    /// FOLDER). Both kinds are read as folders and hidden from listings.
+    static let markerName = ".nimbus-folder"
+    func marker(_ id: String) -> String { folderPrefix(id) + Self.markerName }
+
+    func head(_ id: String) async throws -> S3Object? {
+        guard id != ProviderPath.root else { return nil }
+        return try await call("looking at \(id)") { try await client.head(key(id)) }
+    }
+
+    func file(_ id: String, _ object: S3Object) -> RemoteItem {
+        let name = ProviderPath.name(of: id)
+        var checksum = checksums.checksum(of: id, revision: object.etag)
+        if let stored = object.metadata["sha256"], stored.count == 64 {
+            checksum = stored
+            checksums.remember(stored, of: id, revision: object.etag)
+        }
+        return RemoteItem(
+            id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: false, size: object.size, revision: object.etag,
+            checksum: checksum?.isEmpty == true ? nil : checksum, mimeType: MimeType.guess(forName: name),
+            modifiedAt: object.modified ?? Date(timeIntervalSince1970: 0))
+    }
+
+    public func item(_ id: String) async throws -> RemoteItem {
+        if id == ProviderPath.root { return try await root() }
+        if let object = try await head(id) { return file(id, object) }
+        guard try await folderExists(id) else { throw ProviderError.notFound }
+        return RemoteItem(id: id, parentId: ProviderPath.parent(of: id), name: ProviderPath.name(of: id), isFolder: true)
+    }
+
+    public func children(of folderId: String) async throws -> [RemoteItem] {
+        let folder = folderPrefix(folderId)
+        var objects: [S3Object] = []
+        var prefixes: [String] = []
+        var token: String?
+        repeat {
+            let page = try await call("listing \(folderId)") { try await client.list(prefix: folder, delimiter: "/", continuation: token) }
+            objects += page.objects
+            prefixes += page.prefixes
+            token = page.next
+        } while token != nil
+        if objects.isEmpty, prefixes.isEmpty, !(try await folderExists(folderId)) { throw ProviderError.notFound }
+        var items: [RemoteItem] = prefixes.map { prefix in
+            let id = id(ofKey: prefix)
+            return RemoteItem(id: id, parentId: folderId, name: ProviderPath.name(of: id), isFolder: true)
+        }
+        var unknown: [(Int, String)] = []
+        for object in objects where object.key != folder && !object.key.hasSuffix("/") && object.key != folder + Self.markerName {
+            let id = id(ofKey: object.key)
+            guard ProviderPath.parent(of: id) == folderId else { continue }
+            if checksums.checksum(of: id, revision: object.etag) == nil { unknown.append((items.count, id)) }
+            items.append(file(id, object))
+        }
+        // Files listed without a known SHA-256 (put there by something else): read once per ETag with HEAD, a few at
+        // a time (what has none is remembered as unknown, so it is not asked again).
+        for batch in stride(from: 0, to: unknown.count, by: 16).map({ Array(unknown[$0..<min($0 + 16, unknown.count)]) }) {
+            let found = try await withThrowingTaskGroup(of: (Int, S3Object?).self) { group in
+                for (index, id) in batch { group.addTask { (index, try await self.head(id)) } }
+                return try await group.reduce(into: [(Int, S3Object?)]()) { $0.append($1) }
+            }
+            for (index, object) in found {
+                guard let object else { continue }
+                if object.metadata["sha256"] == nil { checksums.remember("", of: items[index].id, revision: object.etag) }
+                items[index] = file(items[index].id, object)
+            }
+        }
+        return items.sorted { $0.name < $1.name }
+    }
+
+    public func startCursor() async throws -> String {
+        throw ProviderError.invalid(code: "unsupported", message: "S3 has no change feed; it is listed.")
+    }
+
+    public func changes(since cursor: String) async throws -> ChangePage {
+        throw ProviderError.invalid(code: "unsupported", message: "S3 has no change feed; it is listed.")
+    }
+
+    // MARK: Writing
+
+    public func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
+        let id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+        if try await head(id) != nil { throw ProviderError.nameTaken(existing: id) }
+        guard try await folderExists(parentId) else { throw ProviderError.notFound }
+        try await call("making the folder \(name)") { _ = try await client.put(marker(id), body: ByteBuffer()) }
+        return RemoteItem(id: id, parentId: parentId, name: ProviderPath.name(of: id), isFolder: true)
+    }
+
+    public func upload(
+        _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> RemoteItem {
+        let id: String
+        var base: String?
+        let isNew: Bool
+        switch target {
+        case .new(let parentId, let name, _):
+            id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+            isNew = true
+            if let existing = try await head(id) {
+                let item = file(id, existing)
+                if item.checksum == source.checksum { return item }  // a retry after a lost answer
+                throw ProviderError.nameTaken(existing: id)
+            }
+            if try await folderExists(id) { throw ProviderError.nameTaken(existing: id) }
+            guard try await folderExists(parentId) else { throw ProviderError.notFound }
+        case .version(let fileId, let baseRevision):
+            id = fileId
+            isNew = false
+            guard let current = try await head(id) else { throw ProviderError.notFound }
+            if let baseRevision, current.etag != baseRevision {
+                let item = file(id, current)
+                if item.checksum == source.checksum { return item }
+                throw ProviderError.versionConflict(current: item)
+            }
+            base = baseRevision
+        }
+        let etag: String
+        do {
+            if source.size <= singlePutLimit {
+                etag = try await putWhole(source, key: key(id), isNew: isNew, base: base, progress: progress)
+            } else {
+                etag = try await putInParts(source, key: key(id), requestId: requestId, isNew: isNew, base: base, progress: progress)
+            }
+        } catch ProviderError.versionConflict {
+            // The store honoured the condition: something else was written meanwhile.
+            let current = try await head(id)
+            if isNew {
+                if let current, file(id, current).checksum == source.checksum { return file(id, current) }
+                throw ProviderError.nameTaken(existing: id)
+            }
+            throw ProviderError.versionConflict(current: current.map { file(id, $0) })
+        }
+        checksums.remember(source.checksum, of: id, revision: etag)
+        guard let stored = try await head(id) else { throw ProviderError.notFound }
+        return file(id, stored)
+    }
+
+    func putWhole(_ source: UploadSource, key: String, isNew: Bool, base: String?, progress: @escaping @Sendable (Int64) -> Void) async throws -> String {
+        let data: Data
+        do { data = try Data(contentsOf: source.url) } catch { throw ProviderError.checksumMismatch }
+        guard Int64(data.count) == source.size, FileHasher.hex(SHA256.hash(data: data)) == source.checksum else { throw ProviderError.checksumMismatch }
+        let etag = try await conditionally("sending \(ProviderPath.name(of: key))") { condition in
+            try await client.put(
+                key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: condition && isNew, ifMatch: condition ? base : nil)
+        }
+        progress(source.size)
+        return etag
+    }
+
+    /// A multipart upload kept across restarts under the request id.
+    struct Session: Codable {
+        var uploadId: String
+        var key: String
+        var checksum: String
+        var partSize: Int64
+    }
+
+    func putInParts(
+        _ source: UploadSource, key: String, requestId: String, isNew: Bool, base: String?, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> String {
+        let stateKey = "s3.upload.\(requestId)"
+        let partSize = max(self.partSize, (source.size + 9_999) / 10_000)
+        var session = (try state.value(for: stateKey)).flatMap { try? JSONDecoder().decode(Session.self, from: Data($0.utf8)) }
+        if let existing = session, existing.key != key || existing.checksum != source.checksum || existing.partSize != partSize {
+            _ = try? await call("dropping an old upload") { try await client.abortMultipartUpload(existing.key, uploadId: existing.uploadId) }
+            session = nil
+        }
+        var stored: [Int: String] = [:]
+        if let existing = session {
+            do {
+                let parts = try await call("resuming \(ProviderPath.name(of: key))") { try await client.listParts(key, uploadId: existing.uploadId) }
+                for part in parts { stored[part.number] = part.etag }
+            } catch ProviderError.notFound {
+                session = nil  // expired or finished: start over
+            }
+        }
+        if session == nil {
+            let uploadId = try await call("starting \(ProviderPath.name(of: key))") {
+                try await client.createMultipartUpload(key, metadata: ["sha256": source.checksum])
+            }
+            let made = Session(uploadId: uploadId, key: key, checksum: source.checksum, partSize: partSize)
+            try state.setValue(String(decoding: try JSONEncoder().encode(made), as: UTF8.self), for: stateKey)
+            session = made
+        }
+        guard let session else { throw ProviderError.network("no upload session") }
+        let input: FileHandle
+        do { input = try FileHandle(forReadingFrom: source.url) } catch { throw ProviderError.checksumMismatch }
+        defer { try? input.close() }
+        var hasher = SHA256()
+        var parts: [(number: Int, etag: String)] = []
+        var offset: Int64 = 0
+        var number = 1
+        while offset < source.size {
+            guard let data = try input.read(upToCount: Int(min(partSize, source.size - offset))), !data.isEmpty else { break }
+            hasher.update(data: data)
+            let md5 = Insecure.MD5.hash(data: data).map { String(format: "%02x", $0) }.joined()
+            if let etag = stored[number], etag == md5 {
+                parts.append((number, etag))  // already there, these very bytes
+            } else {
+                let partNumber = number
+                let etag = try await call("sending \(ProviderPath.name(of: key))") {
+                    try await client.uploadPart(key, uploadId: session.uploadId, number: partNumber, body: ByteBuffer(data: data))
+                }
+                parts.append((number, etag))
+            }
+            offset += Int64(data.count)
+            number += 1
+            progress(offset)
+        }
+        guard offset == source.size, (try input.read(upToCount: 1) ?? Data()).isEmpty, FileHasher.hex(hasher.finalize()) == source.checksum else {
+            _ = try? await call("dropping an upload") { try await client.abortMultipartUpload(key, uploadId: session.uploadId) }
+            try state.setValue(nil, for: stateKey)
+            throw ProviderError.checksumMismatch
+        }
+        if let base, let current = try await call("looking at \(key)", { try await client.head(key) }), current.etag != base {
+            throw ProviderError.versionConflict(current: nil)
+        }
+        let etag = try await conditionally("joining \(ProviderPath.name(of: key))") { condition in
+            try await client.completeMultipartUpload(key, uploadId: session.uploadId, parts: parts, ifNoneMatch: condition && isNew)
+        }
+        try state.setValue(nil, for: stateKey)
+        return etag
+    }
+
+    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        guard let object = try await head(id) else { throw ProviderError.notFound }
+        if let revision, object.etag != revision { throw ProviderError.versionConflict(current: file(id, object)) }
+        if !FileManager.default.fileExists(atPath: destination.path) {
+            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        let output = try FileHandle(forWritingTo: destination)
+        defer { try? output.close() }
+        var offset = Int64(try output.seekToEnd())
+        if offset > object.size {
+            try output.truncate(atOffset: 0)
+            offset = 0
+        }
+        let chunk: Int64 = 8 << 20
+        while offset < object.size {
+            let range = offset..<min(object.size, offset + chunk)
+            let body: ByteBuffer
+            do {
+                body = try await call("fetching \(ProviderPath.name(of: id))") { try await client.get(key(id), range: range, ifMatch: object.etag) }
+            } catch ProviderError.versionConflict {
+                throw ProviderError.versionConflict(current: try await head(id).map { file(id, $0) })
+            }
+            guard Int64(body.readableBytes) == Int64(range.count) else { throw ProviderError.network("a short answer for \(id)") }
+            try output.write(contentsOf: body.readableBytesView)
+            offset += Int64(body.readableBytes)
+            progress(offset)
+        }
+        try output.synchronize()
+        if let (checksum, _) = try? FileHasher.sha256(of: destination) { checksums.remember(checksum, of: id, revision: object.etag) }
+    }
+
+    public func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
+        let destination = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+        if destination == id { return try await item(id) }
+        if parentId == id || parentId.hasPrefix(id + "/") {
+            throw ProviderError.invalid(code: APIErrorCode.invalidMove.rawValue, message: "A folder cannot be moved into itself or one of its subfolders.")
+        }
+        guard try await folderExists(parentId) else { throw ProviderError.notFound }
+        if let object = try await head(id) {
+            if try await head(destination) != nil { throw ProviderError.nameTaken(existing: destination) }
+            if try await folderExists(destination) { throw ProviderError.nameTaken(existing: destination) }
+            try await call("moving \(ProviderPath.name(of: id))") { _ = try await client.copy(from: key(id), to: key(destination)) }
+            try await call("moving \(ProviderPath.name(of: id))") { try await client.delete(key(id)) }
+            let moved = try await item(destination)
+            if let checksum = file(id, object).checksum, let revision = moved.revision { checksums.remember(checksum, of: destination, revision: revision) }
+            return try await item(destination)
+        }
+        // A folder: every object under it is copied, then deleted. A move interrupted half-way is taken up again
+        // (what is already at the destination is part of this folder).
+        let sources = try await call("listing \(id)") { try await client.listAll(prefix: folderPrefix(id)) }
+        guard !sources.isEmpty else { throw ProviderError.notFound }
+        let relative = Set(sources.map { String($0.key.dropFirst(folderPrefix(id).count)) })
+        if try await head(destination) != nil { throw ProviderError.nameTaken(existing: destination) }
+        let there = try await call("listing \(destination)") { try await client.listAll(prefix: folderPrefix(destination)) }
+        guard there.allSatisfy({ relative.contains(String($0.key.dropFirst(folderPrefix(destination).count))) }) else {
+            throw ProviderError.nameTaken(existing: destination)
+        }
+        for object in sources {
+            let target = folderPrefix(destination) + object.key.dropFirst(folderPrefix(id).count)
+            try await call("moving \(id)") { _ = try await client.copy(from: object.key, to: target) }
+        }
+        for object in sources { try await call("moving \(id)") { try await client.delete(object.key) } }
+        return RemoteItem(id: destination, parentId: parentId, name: ProviderPath.name(of: destination), isFolder: true)
+    }
+
+    public func delete(_ id: String) async throws {
+        guard id != ProviderPath.root else { throw ProviderError.invalid(code: "invalid_request", message: "The root cannot be deleted.") }
+        if try await head(id) != nil {
+            try await call("deleting \(id)") { try await client.delete(key(id)) }
+            checksums.forget(id)
+            return
+        }
+        let objects = try await call("listing \(id)") { try await client.listAll(prefix: folderPrefix(id)) }
+        guard !objects.isEmpty else { throw ProviderError.notFound }
+        // Deepest first, the folder's own marker last: an interrupted deletion leaves the folder, not orphans.
+        for object in objects.sorted(by: { $0.key.count > $1.key.count }) { try await call("deleting \(id)") { try await client.delete(object.key) } }
+    }
+
+    /// Makes the folders of `path` (markers), so that an empty remote folder exists.
+    public func makeFolder(_ path: String) async throws {
+        var current = ProviderPath.root
+        for part in path.split(separator: "/").map(String.init) where part != "." {
+            let next = ProviderPath.child(part, in: current)
+            if try await head(next) != nil {
+                throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+            }
+            if !(try await folderExists(next)) { try await call("making \(part)") { _ = try await client.put(marker(next), body: ByteBuffer()) } }
+            current = next
+        }
+    }
+}

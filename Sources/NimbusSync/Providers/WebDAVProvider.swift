@@ -1,0 +1,423 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import NimbusAPI
+import NimbusS3
+
+/// A folder on a WebDAV server as the remote (Nextcloud, ownCloud, Box, Apache `mod_dav`, a NAS, `rclone serve
+/// webdav`): RFC 4918 over async-http-client, Basic auth (an app password) over HTTPS or to this machine.
+///
+/// Items are named by their path below the folder, as with ``LocalFolderProvider``. A file's revision is its ETag
+/// (or, from a server that gives none, its modification time and size). WebDAV has no SHA-256: the provider
+/// remembers the checksum of what it sent or fetched, by ETag (``ChecksumMemory``), and otherwise reports none
+/// (the engine hashes such a file once when it must compare it). No change feed: the engine lists, one
+/// `PROPFIND Depth: 1` per folder. Writes go to a hidden `.nimbus-partial-…` file in the same folder, checked
+/// against the checksum, then `MOVE`d into place (`Overwrite: F` for a new file, so nothing that appeared meanwhile
+/// is replaced; a new version is compared with its base just before and sent with an `If` header naming the
+/// target's ETag, which servers that evaluate it turn into an atomic check), so no half file is ever visible under
+/// an item's name. An interrupted upload starts over (its progress restarts from zero).
+public final class WebDAVProvider: QuotaProvider {
+    /// The remote's root folder, ending with `/`.
+    public let url: URL
+    let basePath: String
+    let authorization: String?
+    let http: HTTPClient
+    let checksums: ChecksumMemory
+    static let partialPrefix = ".nimbus-partial-"
+    /// Marks a revision made of the modification time and size (the server gave no ETag).
+    static let syntheticPrefix = "mtime:"
+
+    public var capabilities: ProviderCapabilities { [.idempotentCreate, .quota] }
+
+    /// - Parameters:
+    ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`).
+    ///   - username/password: Basic auth; refused over plain `http://` to another machine (the password would
+    ///     cross the network readable).
+    public init(url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .shared) throws {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
+            throw ProviderError.invalid(code: "invalid_url", message: "\(url.absoluteString) is not an http(s):// URL.")
+        }
+        if username != nil, scheme == "http", !url.isLoopback {
+            throw ProviderError.invalid(
+                code: "insecure_url", message: "Refusing to send a password over plain http:// to \(url.host ?? ""); use https://.")
+        }
+        var text = url.absoluteString
+        if !text.hasSuffix("/") { text += "/" }
+        self.url = URL(string: text) ?? url
+        basePath = (self.url.path(percentEncoded: false).hasSuffix("/") ? self.url.path(percentEncoded: false) : self.url.path(percentEncoded: false) + "/")
+        if let username {
+            authorization = "Basic " + Data("\(username):\(password ?? "")".utf8).base64EncodedString()
+        } else {
+            authorization = nil
+        }
+        self.http = http
+        checksums = ChecksumMemory(state: state, prefix: "dav.sha256.")
+    }
+
+    // MARK: Addresses
+
+    /// The address of `id` (`folder`: with a trailing slash, as servers want for collections).
+    func address(_ id: String, folder: Bool = false) -> String {
+        if id == ProviderPath.root { return url.absoluteString }
+        let encoded = id.split(separator: "/", omittingEmptySubsequences: false).map { Self.encode(String($0)) }.joined(separator: "/")
+        return url.absoluteString + encoded + (folder ? "/" : "")
+    }
+
+    static func encode(_ component: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return component.addingPercentEncoding(withAllowedCharacters: allowed) ?? component
+    }
+
+    /// The id an `href` of a multistatus answer names (nil: outside the root).
+    func id(ofHref href: String) -> String? {
+        var path = href
+        if let parsed = URL(string: href), parsed.scheme != nil { path = parsed.path(percentEncoded: true) }
+        path = path.removingPercentEncoding ?? path
+        if !path.hasSuffix("/") { path += "/" }
+        guard path.hasPrefix(basePath) else { return nil }
+        let relative = path.dropFirst(basePath.count).split(separator: "/").joined(separator: "/")
+        return relative.isEmpty ? ProviderPath.root : relative
+    }
+
+    // MARK: Requests
+
+    func request(_ method: String, _ address: String, headers: [(String, String)] = [], body: HTTPClientRequest.Body? = nil) -> HTTPClientRequest {
+        var request = HTTPClientRequest(url: address)
+        request.method = HTTPMethod(rawValue: method)
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = body }
+        return request
+    }
+
+    func execute(_ request: HTTPClientRequest, timeout: TimeAmount = .seconds(300)) async throws -> HTTPClientResponse {
+        do {
+            return try await http.execute(request, timeout: timeout)
+        } catch {
+            throw ProviderError.network("\(error)")
+        }
+    }
+
+    /// A short request whose body is read whole; a status outside 2xx is thrown as what it means (see ``failure``).
+    func send(_ method: String, _ address: String, headers: [(String, String)] = [], body: String? = nil) async throws -> (HTTPClientResponse, Data) {
+        var headers = headers
+        var requestBody: HTTPClientRequest.Body?
+        if let body {
+            headers.append(("Content-Type", "application/xml; charset=utf-8"))
+            requestBody = .bytes(ByteBuffer(string: body))
+        }
+        let response = try await execute(request(method, address, headers: headers, body: requestBody))
+        let data: Data
+        do { data = try await response.text() } catch { throw ProviderError.network("\(error)") }
+        return (response, data)
+    }
+
+    /// What a refusal means. `409` is a missing parent folder for the writes that make something (RFC 4918).
+    static func failure(_ status: Int, _ headers: HTTPHeaders, what: String) -> ProviderError {
+        switch status {
+        case 401: .unauthorized("the WebDAV server refused the user name or password")
+        case 404, 409, 410: .notFound
+        case 412: .versionConflict(current: nil)
+        case 413: .tooLarge("The WebDAV server refused \(what) as too large.")
+        case 423: .retryAfter(seconds: 5)
+        case 429, 503: .retryAfter(seconds: headers.first(name: "retry-after").flatMap(Int.init))
+        case 507: .quotaExceeded("Not enough space on the WebDAV server for \(what).")
+        default: .server(status: status, code: "webdav_\(status)", message: "The WebDAV server answered \(status) to \(what).")
+        }
+    }
+
+    static let propfindBody = """
+        <?xml version="1.0" encoding="utf-8"?>
+        <d:propfind xmlns:d="DAV:"><d:prop><d:resourcetype/><d:getcontentlength/><d:getetag/><d:getlastmodified/><d:getcontenttype/>\
+        </d:prop></d:propfind>
+        """
+
+    /// `PROPFIND` of `id` (depth 0) or its children (depth 1, the folder itself included): each listed item.
+    func propfind(_ id: String, depth: Int, folder: Bool) async throws -> [RemoteItem] {
+        let (response, data) = try await send("PROPFIND", address(id, folder: folder), headers: [("Depth", "\(depth)")], body: Self.propfindBody)
+        let status = Int(response.status.code)
+        guard status == 207 else {
+            if (200..<300).contains(status) {
+                throw ProviderError.server(status: status, code: "not_webdav", message: "\(url.absoluteString) did not answer as a WebDAV server.")
+            }
+            throw Self.failure(status, response.headers, what: "listing \(id)")
+        }
+        guard let tree = XMLTree.parse(data), tree.name == "multistatus" else {
+            throw ProviderError.server(status: status, code: "bad_multistatus", message: "The WebDAV server's listing could not be read.")
+        }
+        return tree.all("response").compactMap(item)
+    }
+
+    /// One `<response>` of a multistatus as an item (nil: outside the root, or not found).
+    func item(_ response: XMLTree) -> RemoteItem? {
+        guard let href = response.value("href"), let id = id(ofHref: href) else { return nil }
+        var properties: [String: XMLTree] = [:]
+        for propstat in response.all("propstat") where (propstat.value("status") ?? "").contains(" 200") {
+            for property in propstat.child("prop")?.children ?? [] { properties[property.name] = property }
+        }
+        if properties.isEmpty { return nil }
+        let isFolder = properties["resourcetype"]?.child("collection") != nil
+        let name = ProviderPath.name(of: id)
+        let modified = properties["getlastmodified"].flatMap { Self.httpDate.date(from: $0.text.trimmingCharacters(in: .whitespaces)) }
+            ?? Date(timeIntervalSince1970: 0)
+        if isFolder {
+            return RemoteItem(id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: true, modifiedAt: modified)
+        }
+        let size = Int64(properties["getcontentlength"]?.text.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+        var revision = properties["getetag"].map { Self.unquoted($0.text) } ?? ""
+        if revision.isEmpty { revision = Self.syntheticPrefix + "\(Int64(modified.timeIntervalSince1970 * 1000))-\(size)" }
+        let type = properties["getcontenttype"]?.text.trimmingCharacters(in: .whitespaces)
+        return RemoteItem(
+            id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: false, size: size, revision: revision,
+            checksum: checksums.checksum(of: id, revision: revision), mimeType: (type?.isEmpty ?? true) ? MimeType.guess(forName: name) : type,
+            modifiedAt: modified)
+    }
+
+    static func unquoted(_ etag: String) -> String {
+        var value = etag.trimmingCharacters(in: .whitespacesAndNewlines)
+        if value.hasPrefix("W/") { value.removeFirst(2) }
+        return value.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+    }
+
+    static let httpDate: DateFormatter = {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter
+    }()
+
+    // MARK: Reading
+
+    public func root() async throws -> RemoteItem {
+        let found: [RemoteItem]
+        do {
+            found = try await propfind(ProviderPath.root, depth: 0, folder: true)
+        } catch ProviderError.notFound {
+            throw ProviderError.invalid(
+                code: "remote_root_missing", message: "The folder \(url.absoluteString) is not on the WebDAV server (deleted, or never made).")
+        }
+        guard let root = found.first(where: { $0.id == ProviderPath.root }), root.isFolder else {
+            throw ProviderError.invalid(code: "not_a_folder", message: "\(url.absoluteString) is not a folder on the WebDAV server.")
+        }
+        return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true, modifiedAt: root.modifiedAt)
+    }
+
+    public func item(_ id: String) async throws -> RemoteItem {
+        guard let found = try await propfind(id, depth: 0, folder: false).first(where: { $0.id == id }) else { throw ProviderError.notFound }
+        return found
+    }
+
+    public func children(of folderId: String) async throws -> [RemoteItem] {
+        let listed = try await propfind(folderId, depth: 1, folder: true)
+        guard listed.contains(where: { $0.id == folderId && $0.isFolder }) else { throw ProviderError.notFound }
+        return listed.filter { $0.id != folderId && $0.parentId == folderId && !$0.name.hasPrefix(Self.partialPrefix) }
+            .sorted { $0.name < $1.name }
+    }
+
+    public func startCursor() async throws -> String {
+        throw ProviderError.invalid(code: "unsupported", message: "WebDAV has no change feed; it is listed.")
+    }
+
+    public func changes(since cursor: String) async throws -> ChangePage {
+        throw ProviderError.invalid(code: "unsupported", message: "WebDAV has no change feed; it is listed.")
+    }
+
+    /// Used and available space (RFC 4331), where the server reports them.
+    public func quota() async throws -> (used: Int64, limit: Int64?) {
+        let body = """
+            <?xml version="1.0" encoding="utf-8"?>
+            <d:propfind xmlns:d="DAV:"><d:prop><d:quota-available-bytes/><d:quota-used-bytes/></d:prop></d:propfind>
+            """
+        let (response, data) = try await send("PROPFIND", address(ProviderPath.root, folder: true), headers: [("Depth", "0")], body: body)
+        guard Int(response.status.code) == 207, let tree = XMLTree.parse(data) else {
+            throw Self.failure(Int(response.status.code), response.headers, what: "the quota")
+        }
+        var used: Int64 = 0
+        var available: Int64?
+        for propstat in tree.child("response")?.all("propstat") ?? [] where (propstat.value("status") ?? "").contains(" 200") {
+            if let value = propstat.child("prop")?.value("quota-used-bytes").flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) { used = value }
+            if let value = propstat.child("prop")?.value("quota-available-bytes").flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
+                value >= 0
+            {
+                available = value
+            }
+        }
+        return (used, available.map { used + $0 })
+    }
+
+    // MARK: Writing
+
+    public func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
+        let id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+        let (response, _) = try await send("MKCOL", address(id, folder: true))
+        let status = Int(response.status.code)
+        if (200..<300).contains(status) { return try await item(id) }
+        if status == 405 || status == 301 {
+            // Something holds the name: a folder (what a lost answer made, or the same folder made elsewhere) is this one.
+            let existing = try await item(id)
+            guard existing.isFolder else { throw ProviderError.nameTaken(existing: id) }
+            return existing
+        }
+        throw Self.failure(status, response.headers, what: "making the folder \(name)")
+    }
+
+    public func upload(
+        _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> RemoteItem {
+        let id: String
+        let parentId: String
+        switch target {
+        case .new(let parent, let name, _):
+            id = ProviderPath.child(try ProviderPath.validated(name), in: parent)
+            parentId = parent
+        case .version(let fileId, let base):
+            id = fileId
+            parentId = ProviderPath.parent(of: fileId) ?? ProviderPath.root
+            let current = try await item(id)
+            if current.isFolder { throw ProviderError.notFound }
+            if let base, current.revision != base {
+                if try await holds(current, source.checksum) { return current }  // already these bytes (a retry)
+                throw ProviderError.versionConflict(current: current)
+            }
+        }
+        let temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
+        let body = HashingFileBody(url: source.url, progress: progress)
+        let (put, _) = try await send(
+            "PUT", address(temporary), headers: [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")],
+            stream: .stream(try body.stream(), length: .known(source.size)))
+        guard (200..<300).contains(Int(put.status.code)) else {
+            throw Self.failure(Int(put.status.code), put.headers, what: "sending \(ProviderPath.name(of: id))")
+        }
+        let digest = body.digest
+        guard digest.size == source.size, digest.checksum == source.checksum else {
+            _ = try? await send("DELETE", address(temporary))
+            throw ProviderError.checksumMismatch
+        }
+        var headers = [("Destination", address(id))]
+        switch target {
+        case .new:
+            headers.append(("Overwrite", "F"))
+        case .version(_, let base):
+            headers.append(("Overwrite", "T"))
+            if let base { headers.append(("If", "<\(address(id))> ([\"\(base)\"])")) }
+        }
+        var (moved, _) = try await send("MOVE", address(temporary), headers: headers)
+        if Int(moved.status.code) == 412, case .version(_, let base?) = target, (try? await item(id))?.revision == base {
+            // The target is still at its base: the server does not evaluate a tagged `If` on the destination (rclone
+            // applies it to the source). The comparison just made is the check.
+            (moved, _) = try await send("MOVE", address(temporary), headers: headers.filter { $0.0 != "If" })
+        }
+        let status = Int(moved.status.code)
+        guard (200..<300).contains(status) else {
+            _ = try? await send("DELETE", address(temporary))
+            if status == 412, case .new = target {
+                // Something holds the name: this very content (a retry after a lost answer) is this file.
+                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, source.checksum) { return existing }
+                throw ProviderError.nameTaken(existing: id)
+            }
+            if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
+            throw Self.failure(status, moved.headers, what: "placing \(ProviderPath.name(of: id))")
+        }
+        var stored = try await item(id)
+        checksums.remember(source.checksum, of: id, revision: stored.revision)
+        stored.checksum = source.checksum
+        return stored
+    }
+
+    /// A streamed request (an upload's body).
+    func send(_ method: String, _ address: String, headers: [(String, String)], stream: HTTPClientRequest.Body) async throws -> (HTTPClientResponse, Data) {
+        let response = try await execute(request(method, address, headers: headers, body: stream), timeout: .hours(24))
+        let data: Data
+        do { data = try await response.text() } catch { throw ProviderError.network("\(error)") }
+        return (response, data)
+    }
+
+    /// Whether a file there holds the bytes whose SHA-256 is `checksum` (known, or learned by reading it when its
+    /// size matches).
+    func holds(_ existing: RemoteItem, _ checksum: String) async throws -> Bool {
+        if let known = existing.checksum { return known == checksum }
+        let scratch = FileManager.default.temporaryDirectory.appending(path: "nimbus-dav-check-\(UUID.random().uuidString)")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        try await download(existing.id, revision: existing.revision, to: scratch) { _ in }
+        return checksums.checksum(of: existing.id, revision: existing.revision) == checksum
+    }
+
+    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        if !FileManager.default.fileExists(atPath: destination.path) {
+            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        let output = try FileHandle(forWritingTo: destination)
+        defer { try? output.close() }
+        let offset = Int64(try output.seekToEnd())
+        var headers: [(String, String)] = []
+        if offset > 0 { headers.append(("Range", "bytes=\(offset)-")) }
+        if let revision, !revision.hasPrefix(Self.syntheticPrefix) { headers.append(("If-Match", "\"\(revision)\"")) }
+        let response = try await execute(request("GET", address(id), headers: headers), timeout: .hours(24))
+        let status = Int(response.status.code)
+        if status == 416 {
+            // Nothing after what is here: complete already, or a different file (checked by the caller's checksum).
+            _ = try? await response.text()
+            return try finish(id, revision: revision, at: destination)
+        }
+        guard status == 200 || status == 206 else {
+            _ = try? await response.text()
+            if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
+            throw Self.failure(status, response.headers, what: "fetching \(ProviderPath.name(of: id))")
+        }
+        if let revision, let etag = response.headers.first(name: "etag").map(Self.unquoted), !etag.isEmpty, etag != revision,
+            !revision.hasPrefix(Self.syntheticPrefix)
+        {
+            throw ProviderError.versionConflict(current: try? await item(id))
+        }
+        var from = offset
+        if status == 200 && offset > 0 {
+            // The server sent the whole file: start over.
+            try output.truncate(atOffset: 0)
+            from = 0
+        }
+        do {
+            try await appendBody(response, to: output, from: from, progress: progress)
+        } catch {
+            throw ProviderError.network("\(error)")
+        }
+        try finish(id, revision: revision, at: destination)
+    }
+
+    /// Remembers the checksum of a revision now fetched whole.
+    func finish(_ id: String, revision: String?, at destination: URL) throws {
+        guard let revision, let (checksum, _) = try? FileHasher.sha256(of: destination) else { return }
+        checksums.remember(checksum, of: id, revision: revision)
+    }
+
+    public func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
+        let destination = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+        if destination == id { return try await item(id) }
+        if parentId == id || parentId.hasPrefix(id + "/") {
+            throw ProviderError.invalid(code: APIErrorCode.invalidMove.rawValue, message: "A folder cannot be moved into itself or one of its subfolders.")
+        }
+        let current = try await item(id)
+        let (response, _) = try await send(
+            "MOVE", address(id, folder: current.isFolder), headers: [("Destination", address(destination, folder: current.isFolder)), ("Overwrite", "F")])
+        let status = Int(response.status.code)
+        if status == 412 { throw ProviderError.nameTaken(existing: destination) }
+        guard (200..<300).contains(status) else { throw Self.failure(status, response.headers, what: "moving \(ProviderPath.name(of: id))") }
+        var moved = try await item(destination)
+        if !moved.isFolder, let checksum = current.checksum {
+            checksums.remember(checksum, of: destination, revision: moved.revision)
+            moved.checksum = checksum
+        }
+        return moved
+    }
+
+    public func delete(_ id: String) async throws {
+        guard id != ProviderPath.root else { throw ProviderError.invalid(code: "invalid_request", message: "The root cannot be deleted.") }
+        let (response, _) = try await send("DELETE", address(id))
+        let status = Int(response.status.code)
+        guard (200..<300).contains(status) else { throw Self.failure(status, response.headers, what: "deleting \(ProviderPath.name(of: id))") }
+        checksums.forget(id)
+    }
+}
