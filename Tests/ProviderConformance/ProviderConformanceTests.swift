@@ -214,9 +214,9 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         switch kind {
         case .webdavRclone, .webdavWsgidav:
             let server = try TestServices.webdav(kind == .webdavRclone ? "rclone" : "wsgidav")
-            let top = try WebDAVProvider(url: URL(string: server.url)!, username: server.username, password: server.password, state: MemoryStateStore())
+            let top = WebDAVProvider(url: URL(string: server.url)!, username: server.username, password: server.password, state: MemoryStateStore())
             let folder = try await top.createFolder(named: "t-\(UUID().uuidString.prefix(8))", in: "/", requestId: "root")
-            return try WebDAVProvider(
+            return WebDAVProvider(
                 url: URL(string: server.url + folder.name + "/")!, username: server.username, password: server.password, state: state)
         case .s3Rclone, .s3Moto:
             let server = kind == .s3Rclone ? try TestServices.s3() : try TestServices.moto()

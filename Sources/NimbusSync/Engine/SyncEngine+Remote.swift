@@ -26,7 +26,9 @@ extension SyncEngine {
         guard let cursor = try await database.pool.read({ db in try db.meta("cursor") }) else { return try await relist(provider) }
         do {
             var page = try await provider.changes(since: cursor)
+            let rootId = try await database.pool.read { db in try ItemRow.fetch(db, luid: ItemID.root.rawValue)?.fileId }
             while true {
+                if let rootId, page.changes.contains(.remove(id: rootId)) { try await checkRootStillThere(provider, rootId) }
                 // The next page is fetched (and decoded) while this one is applied.
                 let changes = page.changes
                 let next = page.cursor
@@ -45,11 +47,29 @@ extension SyncEngine {
         }
     }
 
+    /// The feed says the remote's root folder went (trashed from a web UI): unless it is back already, nothing of
+    /// that page is taken in (its removals would empty this side) and the round stops with `remote_root_missing`.
+    func checkRootStillThere(_ provider: any RemoteProvider, _ rootId: String) async throws {
+        let found: RemoteItem?
+        do { found = try await provider.item(rootId) } catch ProviderError.notFound { found = nil }
+        if let found, found.isFolder, !found.isDeleted { return }
+        throw ProviderError.invalid(code: "remote_root_missing", message: "The remote folder this syncs with was deleted there (or moved to its trash).")
+    }
+
+    /// The remote's root folder, or `remote_root_missing` when it is not there.
+    func currentRoot(_ provider: any RemoteProvider) async throws -> RemoteItem {
+        do {
+            return try await provider.root()
+        } catch ProviderError.notFound {
+            throw ProviderError.invalid(code: "remote_root_missing", message: "The remote folder this syncs with is not there (deleted, or moved).")
+        }
+    }
+
     /// Makes sure the root LUID is the remote's root folder.
     func mapRoot(_ provider: any RemoteProvider) async throws {
         let mapped = try await database.pool.read { db in try ItemRow.fetch(db, luid: ItemID.root.rawValue)?.fileId }
         guard mapped == nil else { return }
-        let root = try await provider.root()
+        let root = try await currentRoot(provider)
         try await database.pool.write { db in
             if let stale = try ItemRow.fetch(db, fileId: root.id), stale.luid != ItemID.root.rawValue {
                 try self.merge(db, from: stale.luid, into: ItemID.root.rawValue)
@@ -70,7 +90,7 @@ extension SyncEngine {
     /// listed is gone there. With a change feed, the cursor is taken first, so what changes meanwhile comes next.
     func relist(_ provider: any RemoteProvider) async throws {
         let cursor = provider.capabilities.contains(.changeFeed) ? try await provider.startCursor() : nil
-        let root = try await provider.root()
+        let root = try await currentRoot(provider)
         var listed: [RemoteItem] = []
         var folders = [root.id]
         while let folder = folders.popLast() {

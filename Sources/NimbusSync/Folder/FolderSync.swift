@@ -76,6 +76,11 @@ public actor FolderSync {
         } catch let error as SyncError {
             switch error {
             case .unauthorized, .notSignedIn, .localFile, .invalid: throw error
+            case .server(_, let code, let message, _) where code == "remote_root_missing" || code == APIErrorCode.notAFolder.rawValue:
+                // The remote's folder vanished (deleted from a web UI, a disk unmounted): nothing is planned from an
+                // empty listing; the pair waits.
+                throw SyncError.invalid(
+                    "\(message) Syncing with it is paused and nothing was deleted here; make the folder again there, or remove the pair.")
             default: report.errors.append("Offline: \(error.description)")
             }
         }

@@ -52,7 +52,7 @@ public final class LocalFolderProvider: RemoteProvider {
 
     public func root() async throws -> RemoteItem {
         guard let info = Self.lstat(root.path), info.st_mode & S_IFMT == S_IFDIR else {
-            throw ProviderError.invalid(code: "not_a_folder", message: "\(root.path) is not a folder (is the disk mounted?).")
+            throw ProviderError.invalid(code: "remote_root_missing", message: "\(root.path) is not a folder (is the disk mounted?).")
         }
         return RemoteItem(id: Self.rootId, parentId: nil, name: "", isFolder: true, modifiedAt: Self.modified(info))
     }

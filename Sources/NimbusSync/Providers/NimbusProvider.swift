@@ -73,9 +73,11 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         }
     }
 
-    struct NoState: ProviderStateStore {
-        func value(for key: String) throws -> String? { nil }
-        func setValue(_ value: String?, for key: String) throws {}
+    /// A state store that keeps nothing (for one-off calls outside an engine).
+    public struct NoState: ProviderStateStore {
+        public init() {}
+        public func value(for key: String) throws -> String? { nil }
+        public func setValue(_ value: String?, for key: String) throws {}
     }
 
     public func item(_ id: String) async throws -> RemoteItem {

@@ -32,21 +32,15 @@ public final class WebDAVProvider: QuotaProvider {
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .quota] }
 
     /// - Parameters:
-    ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`).
-    ///   - username/password: Basic auth; refused over plain `http://` to another machine (the password would
-    ///     cross the network readable).
-    public init(url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .shared) throws {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
-            throw ProviderError.invalid(code: "invalid_url", message: "\(url.absoluteString) is not an http(s):// URL.")
-        }
-        if username != nil, scheme == "http", !url.isLoopback {
-            throw ProviderError.invalid(
-                code: "insecure_url", message: "Refusing to send a password over plain http:// to \(url.host ?? ""); use https://.")
-        }
+    ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`); see
+    ///     ``check(url:username:)``, which an app calls first.
+    ///   - username/password: Basic auth.
+    public init(url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .shared) {
         var text = url.absoluteString
         if !text.hasSuffix("/") { text += "/" }
         self.url = URL(string: text) ?? url
-        basePath = (self.url.path(percentEncoded: false).hasSuffix("/") ? self.url.path(percentEncoded: false) : self.url.path(percentEncoded: false) + "/")
+        let path = self.url.path(percentEncoded: false)
+        basePath = path.hasSuffix("/") ? path : path + "/"
         if let username {
             authorization = "Basic " + Data("\(username):\(password ?? "")".utf8).base64EncodedString()
         } else {
@@ -54,6 +48,18 @@ public final class WebDAVProvider: QuotaProvider {
         }
         self.http = http
         checksums = ChecksumMemory(state: state, prefix: "dav.sha256.")
+    }
+
+    /// Refuses what cannot be a WebDAV folder's URL, and a password sent over plain `http://` to another machine
+    /// (it would cross the network readable).
+    public static func check(url: URL, username: String?) throws {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
+            throw ProviderError.invalid(code: "invalid_url", message: "\(url.absoluteString) is not an http(s):// URL.")
+        }
+        if username != nil, scheme == "http", !url.isLoopback {
+            throw ProviderError.invalid(
+                code: "insecure_url", message: "Refusing to send a password over plain http:// to \(url.host ?? ""); use https://.")
+        }
     }
 
     // MARK: Addresses

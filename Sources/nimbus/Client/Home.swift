@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import NimbusAPI
+import NimbusS3
 import NimbusSync
 
 /// A device's state folder: `$NIMBUS_HOME`, or `~/.nimbus`. Two shells with different homes are two devices.
@@ -10,10 +11,16 @@ struct Home {
         var username: String?
         var deviceName: String
         var conflict: ConflictStrategy = .keepBoth
-        /// Remembered folder pairs: local path → remote (`/path` on the signed-in server, or `NAME:/path`).
-        var pairs: [String: String] = [:]
+        /// Remembered folder pairs: local path → its remotes (`/path` on the signed-in server, or `NAME:/path`),
+        /// in the order they were added. A folder can sync with several remotes, each a pair with its own state.
+        var pairs: [String: [String]] = [:]
         /// Remotes added with `nimbus remote add`, by name.
         var remotes: [String: RemoteConfig] = [:]
+
+        /// Every folder pair, by folder and then in the order its remotes were added.
+        var allPairs: [(local: String, remote: String)] {
+            pairs.sorted { $0.key < $1.key }.flatMap { local, remotes in remotes.map { (local, $0) } }
+        }
 
         init(server: URL? = nil, username: String? = nil, deviceName: String) {
             self.server = server
@@ -27,16 +34,47 @@ struct Home {
             username = try container.decodeIfPresent(String.self, forKey: .username)
             deviceName = try container.decode(String.self, forKey: .deviceName)
             conflict = try container.decodeIfPresent(ConflictStrategy.self, forKey: .conflict) ?? .keepBoth
-            pairs = try container.decodeIfPresent([String: String].self, forKey: .pairs) ?? [:]
+            // Before several remotes per folder, a folder had one: "local": "remote".
+            if let many = try? container.decodeIfPresent([String: [String]].self, forKey: .pairs) {
+                pairs = many
+            } else {
+                pairs = (try container.decodeIfPresent([String: String].self, forKey: .pairs) ?? [:]).mapValues { [$0] }
+            }
             remotes = try container.decodeIfPresent([String: RemoteConfig].self, forKey: .remotes) ?? [:]
         }
     }
 
-    /// A remote other than the signed-in server.
+    /// A remote other than the signed-in server. Secrets are not here: they are in `remotes/NAME.secret` (mode
+    /// 0600) or in the environment (``Home/secret(for:)``).
     struct RemoteConfig: Codable, Equatable {
-        /// `local`: a folder on a mounted disk or NAS.
+        /// `local` (a folder on a mounted disk or NAS), `webdav` or `s3`.
         var type: String
+        /// local: the folder.
         var path: String?
+        /// webdav: the folder's URL; user name.
+        var url: String?
+        var user: String?
+        /// s3: endpoint URL, bucket, region, key prefix.
+        var endpoint: String?
+        var bucket: String?
+        var region: String?
+        var prefix: String?
+
+        /// Where it is, for listings (never a secret).
+        var location: String {
+            switch type {
+            case "webdav": "\(url ?? "") (user \(user ?? "-"))"
+            case "s3": "\(endpoint ?? "")/\(bucket ?? "")\((prefix ?? "").isEmpty ? "" : "/" + (prefix ?? "")) (region \(region ?? "us-east-1"))"
+            default: path ?? ""
+            }
+        }
+    }
+
+    /// A remote's secret: a WebDAV password, or S3 keys.
+    struct Secret: Codable {
+        var password: String?
+        var accessKey: String?
+        var secretKey: String?
     }
 
     let url: URL
@@ -89,6 +127,78 @@ struct Home {
         }
     }
 
+    func secretURL(_ name: String) -> URL { url.appending(path: "remotes/\(name).secret") }
+
+    /// Stores a remote's secret, readable by this user only (0600, in a 0700 folder), replacing any before.
+    func saveSecret(_ secret: Secret, for name: String) throws {
+        try ensure()
+        let folder = url.appending(path: "remotes")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let target = secretURL(name)
+        let temporary = folder.appending(path: ".\(name).secret.tmp")
+        unlink(temporary.path)
+        guard FileManager.default.createFile(atPath: temporary.path, contents: try JSONEncoder().encode(secret), attributes: [.posixPermissions: 0o600]),
+            rename(temporary.path, target.path) == 0
+        else { throw CLIError("Could not write \(target.path).") }
+    }
+
+    func removeSecret(for name: String) { unlink(secretURL(name).path) }
+
+    /// A remote's secret from the environment (`NIMBUS_REMOTE_<NAME>_PASSWORD`, or `AWS_ACCESS_KEY_ID` /
+    /// `AWS_SECRET_ACCESS_KEY` for S3), else from its 0600 file; nil when neither has it.
+    func secret(for name: String, type: String) -> Secret? {
+        let environment = ProcessInfo.processInfo.environment
+        if type == "webdav", let password = environment[Self.passwordVariable(name)], !password.isEmpty { return Secret(password: password) }
+        if type == "s3", let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"], !key.isEmpty, !secret.isEmpty {
+            return Secret(accessKey: key, secretKey: secret)
+        }
+        guard let data = try? Data(contentsOf: secretURL(name)) else { return nil }
+        return try? JSONDecoder().decode(Secret.self, from: data)
+    }
+
+    /// What makes the provider of remote `name` at `path` (`/` its root) for a state store: everything it needs
+    /// (its address, its credentials) is checked here, so the making cannot fail.
+    func providerMaker(_ name: String, _ remote: RemoteConfig, path: String) throws -> @Sendable (any ProviderStateStore) -> any RemoteProvider {
+        let parts = RemotePath.components(path)
+        switch remote.type {
+        case "local":
+            let base = URL(fileURLWithPath: remote.path ?? "/")
+            let folder = parts.isEmpty ? base : base.appending(path: parts.joined(separator: "/"))
+            return { LocalFolderProvider(root: folder, state: $0) }
+        case "webdav":
+            guard var text = remote.url else { throw CLIError("The remote '\(name)' has no URL; add it again.") }
+            if !text.hasSuffix("/") { text += "/" }
+            text += parts.map { $0.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/;?#"))) ?? $0 }.joined(separator: "/")
+            guard let url = URL(string: text) else { throw CLIError("The remote '\(name)' has a bad URL: \(text)") }
+            let password = secret(for: name, type: "webdav")?.password
+            if remote.user != nil, password == nil {
+                throw CLIError("No password for the remote '\(name)': run 'nimbus remote login \(name)' or set \(Self.passwordVariable(name)).")
+            }
+            do { try WebDAVProvider.check(url: url, username: remote.user) } catch let error as ProviderError {
+                throw CLIError("The remote '\(name)': \(error.description)")
+            }
+            let user = remote.user
+            return { WebDAVProvider(url: url, username: user, password: password, state: $0) }
+        case "s3":
+            guard let endpoint = remote.endpoint.flatMap(URL.init(string:)), endpoint.host != nil, let bucket = remote.bucket else {
+                throw CLIError("The remote '\(name)' has no endpoint or bucket; add it again.")
+            }
+            guard let keys = secret(for: name, type: "s3"), let accessKey = keys.accessKey, let secretKey = keys.secretKey else {
+                throw CLIError("No keys for the remote '\(name)': set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run 'nimbus remote login \(name)'.")
+            }
+            let client = S3Client(
+                endpoint: endpoint, bucket: bucket, signer: SigV4Signer(accessKey: accessKey, secretKey: secretKey, region: remote.region ?? "us-east-1"))
+            let prefix = (RemotePath.components(remote.prefix ?? "") + parts).joined(separator: "/")
+            return { S3Provider(client: client, prefix: prefix, state: $0) }
+        default:
+            throw CLIError("The remote '\(name)' has an unknown type '\(remote.type)'.")
+        }
+    }
+
+    static func passwordVariable(_ name: String) -> String {
+        "NIMBUS_REMOTE_" + name.uppercased().map { $0.isLetter || $0.isNumber ? String($0) : "_" }.joined() + "_PASSWORD"
+    }
+
     /// Where a folder pair keeps its engine (its three trees): one folder per local folder and remote.
     func pairDirectory(local: String, remote: String) -> URL {
         let key = String((local + "\n" + remote).utf8.reduce(UInt64(14_695_981_039_346_656_037)) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }, radix: 16)
@@ -114,8 +224,8 @@ struct Home {
                 NimbusProvider(
                     client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
             }
-        case .local(_, let folder, _):
-            configuration.provider = { state in LocalFolderProvider(root: folder, state: state) }
+        case .named(let name, let remote, let path):
+            configuration.provider = try providerMaker(name, remote, path: path)
         }
         do {
             return try FolderSync(root: local, configuration: configuration, settleTime: 0.5)
@@ -181,31 +291,31 @@ enum RemotePath {
 /// `nimbus remote add` (`NAME:/path`).
 enum RemoteSpec: CustomStringConvertible {
     case nimbus(path: String)
-    case local(name: String, folder: URL, path: String)
+    case named(name: String, remote: Home.RemoteConfig, path: String)
 
     init(_ text: String, config: Home.Config) throws {
         if let colon = text.firstIndex(of: ":"), !text.hasPrefix("/") {
             let name = String(text[..<colon])
             let path = RemotePath.normalized(String(text[text.index(after: colon)...]))
             guard let remote = config.remotes[name] else {
-                throw CLIError("No remote named '\(name)'; see 'nimbus remote list' (add one with 'nimbus remote add \(name) local PATH').")
+                throw CLIError("No remote named '\(name)'; see 'nimbus remote list' (add one with 'nimbus remote add \(name) TYPE ...').")
             }
-            switch remote.type {
-            case "local":
-                let base = URL(fileURLWithPath: remote.path ?? "/")
-                self = .local(name: name, folder: path == "/" ? base : base.appending(path: String(path.dropFirst())), path: path)
-            default:
-                throw CLIError("The remote '\(name)' has an unknown type '\(remote.type)'.")
-            }
+            self = .named(name: name, remote: remote, path: path)
         } else {
             self = .nimbus(path: RemotePath.normalized(text))
         }
     }
 
+    /// The remote's name (nil: the signed-in server).
+    var name: String? {
+        if case .named(let name, _, _) = self { return name }
+        return nil
+    }
+
     var description: String {
         switch self {
         case .nimbus(let path): path
-        case .local(let name, _, let path): "\(name):\(path)"
+        case .named(let name, _, let path): "\(name):\(path)"
         }
     }
 }

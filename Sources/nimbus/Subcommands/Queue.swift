@@ -85,8 +85,26 @@ struct Status: AsyncParsableCommand {
                 var conflicts: Int
                 var unsynced: Int
                 var failed: Int
+                /// Each synced folder and its first remote (see `pairs` for all).
                 var folders: [String: String]
+                var pairs: [PairJSON]
                 var attention: [ItemJSON]
+            }
+            struct PairJSON: Encodable {
+                var local, remote: String
+                var pending, conflicts, failed: Int?
+                var lastSync: Date?
+                var paused: String?
+                var errors: [String]
+            }
+            var pairs: [PairJSON] = []
+            for (local, remote) in config.allPairs {
+                let counts = try? await Self.pairCounts(home, config, local, remote)
+                let last = PairStatus.load(home: home, local: local, remote: remote)
+                pairs.append(
+                    PairJSON(
+                        local: local, remote: remote, pending: counts?.pending, conflicts: counts?.conflicts, failed: counts?.failed,
+                        lastSync: last?.at, paused: last?.paused, errors: last?.errors ?? []))
             }
             var items: [ItemJSON] = []
             for item in attention { items.append(ItemJSON(item, path: try await engine.path(of: item.id) ?? item.name)) }
@@ -94,7 +112,7 @@ struct Status: AsyncParsableCommand {
             return try Output.json(
                 Report(
                     account: account, pending: status.pending, conflicts: status.conflicts, unsynced: status.unsynced, failed: status.failed,
-                    folders: config.pairs, attention: items))
+                    folders: config.pairs.compactMapValues(\.first), pairs: pairs, attention: items))
         }
         if let account = await engine.account {
             print("Logged in as \(account.username) on \(account.server.absoluteString) (device \(config.deviceName))")
@@ -109,16 +127,29 @@ struct Status: AsyncParsableCommand {
         for item in attention {
             print("  ! \(try await engine.path(of: item.id) ?? item.name): \(ItemJSON.describe(item.state))")
         }
-        for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) {
+        for (local, remote) in config.allPairs {
             var line = "  sync \(local) ⇄ \(remote)"
-            if FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path),
-                let pair = try? home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict),
-                let counts = try? await pair.engine.status()
-            {
+            if let counts = try? await Self.pairCounts(home, config, local, remote) {
                 line += ": \(counts.pending) pending, \(counts.conflicts) conflicts, \(counts.failed) failed"
+            }
+            if let last = PairStatus.load(home: home, local: local, remote: remote) {
+                let when = ISO8601DateFormatter().string(from: last.at)
+                if let paused = last.paused {
+                    line += "\n    paused: \(paused)"
+                } else {
+                    line += "; last synced \(when)\(last.errors.isEmpty ? "" : ", \(last.errors.count) error\(last.errors.count == 1 ? "" : "s")")"
+                }
+                for error in last.errors.prefix(3) { line += "\n    error: \(error)" }
             }
             print(line)
         }
+    }
+
+    /// A pair's counts, from its state (nil when it never ran or cannot be opened now).
+    static func pairCounts(_ home: Home, _ config: Home.Config, _ local: String, _ remote: String) async throws -> EngineStatus? {
+        guard FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path) else { return nil }
+        let pair = try home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict)
+        return try await pair.engine.status()
     }
 }
 
@@ -152,7 +183,7 @@ struct Conflicts: AsyncParsableCommand {
         var scopes: [Scope] = []
         let config = try home.loadConfig()
         if FileManager.default.fileExists(atPath: home.libraryURL.path) { scopes.append(Scope(engine: try home.engine())) }
-        for (local, remote) in config.pairs.sorted(by: { $0.key < $1.key }) {
+        for (local, remote) in config.allPairs {
             guard FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path) else { continue }
             let pair = try home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict)
             var remotePath: String?

@@ -1,31 +1,69 @@
 import ArgumentParser
 import Foundation
+import NimbusAPI
 import NimbusSync
 
 /// `nimbus remote`: storage other than the signed-in server that folders can sync with (`nimbus sync DIR NAME:/path`).
 struct RemoteCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "remote", abstract: "Add, list or remove remotes (other places folders can sync with).",
-        subcommands: [AddRemote.self, ListRemotes.self, RemoveRemote.self], defaultSubcommand: ListRemotes.self)
+        commandName: "remote", abstract: "Add, list, inspect or remove remotes (other places folders can sync with).",
+        subcommands: [AddRemote.self, ListRemotes.self, AboutRemote.self, LoginRemote.self, RemoveRemote.self], defaultSubcommand: ListRemotes.self)
 
     enum Kind: String, ExpressibleByArgument, CaseIterable {
-        case local
+        case local, webdav, s3
     }
 
     struct AddRemote: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "add", abstract: "Add a remote: 'local PATH' is a folder on a mounted disk or NAS.")
+            commandName: "add",
+            abstract: "Add a remote: 'local PATH' (a folder on a mounted disk or NAS), 'webdav --url URL --user U', or 's3 --endpoint URL --bucket B'.",
+            discussion: """
+                WebDAV: the password (an app password) is read from standard input with --password-stdin, asked for on a \
+                terminal, or, if neither, read at each use from NIMBUS_REMOTE_<NAME>_PASSWORD. S3: the keys are read from \
+                standard input with --keys-stdin (two lines: access key id, secret key), else at each use from \
+                AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. What is read is stored in $NIMBUS_HOME/remotes/NAME.secret \
+                (mode 0600) and never printed. The remote is tried before it is added.
+                """)
         @Argument(help: "Its name (letters, digits, '-', '_'), used as NAME:/path.")
         var name: String
-        @Argument(help: "Its type: local.")
+        @Argument(help: "Its type: local, webdav or s3.")
         var kind: Kind
         @Argument(help: "For local: the folder.")
-        var path: String
+        var path: String?
+        @Option(help: "For webdav: the folder's URL (https://, or http:// to this machine).")
+        var url: String?
+        @Option(help: "For webdav: the user name.")
+        var user: String?
+        @Flag(help: "For webdav: read the password from standard input.")
+        var passwordStdin = false
+        @Option(help: "For s3: the endpoint URL (https://s3.eu-central-1.amazonaws.com, http://127.0.0.1:9000, …).")
+        var endpoint: String?
+        @Option(help: "For s3: the bucket.")
+        var bucket: String?
+        @Option(help: "For s3: the region (default us-east-1).")
+        var region: String?
+        @Option(help: "For s3: a key prefix inside the bucket (default: the whole bucket).")
+        var prefix: String?
+        @Flag(help: "For s3: read the access key id and the secret key (one per line) from standard input.")
+        var keysStdin = false
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
             guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
                 throw ValidationError("A remote's name is letters, digits, '-' and '_' (it is used as NAME:/path).")
+            }
+            switch kind {
+            case .local:
+                guard path != nil else { throw ValidationError("A local remote needs its folder: nimbus remote add \(name) local PATH") }
+            case .webdav:
+                guard url != nil else { throw ValidationError("A WebDAV remote needs --url URL (and --user U).") }
+            case .s3:
+                guard endpoint != nil, bucket != nil else { throw ValidationError("An S3 remote needs --endpoint URL and --bucket B.") }
+            }
+            if kind != .local, path != nil { throw ValidationError("Only a local remote takes a PATH; \(kind.rawValue) takes options.") }
+            if kind != .webdav, url != nil || user != nil || passwordStdin { throw ValidationError("--url, --user and --password-stdin are for webdav.") }
+            if kind != .s3, endpoint != nil || bucket != nil || region != nil || prefix != nil || keysStdin {
+                throw ValidationError("--endpoint, --bucket, --region, --prefix and --keys-stdin are for s3.")
             }
         }
 
@@ -33,14 +71,71 @@ struct RemoteCommand: AsyncParsableCommand {
             let home = Home.current
             var config = try home.loadConfig()
             guard config.remotes[name] == nil else { throw CLIError("A remote named '\(name)' exists; remove it first ('nimbus remote remove \(name)').") }
-            let folder = URL(fileURLWithPath: path).standardizedFileURL
-            var isFolder: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isFolder), isFolder.boolValue else {
-                throw CLIError("\(folder.path) is not a folder (is the disk mounted?).")
+            var remote = Home.RemoteConfig(type: kind.rawValue)
+            var secret: Home.Secret?
+            switch kind {
+            case .local:
+                let folder = URL(fileURLWithPath: path ?? "").standardizedFileURL
+                var isFolder: ObjCBool = false
+                guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isFolder), isFolder.boolValue else {
+                    throw CLIError("\(folder.path) is not a folder (is the disk mounted?).")
+                }
+                remote.path = folder.path
+            case .webdav:
+                guard let text = url, let parsed = URL(string: text), parsed.host != nil else { throw CLIError("'\(url ?? "")' is not a URL.") }
+                do { try WebDAVProvider.check(url: parsed, username: user) } catch let error as ProviderError { throw CLIError(error.description) }
+                remote.url = text
+                remote.user = user
+                if let user { secret = try Self.password(for: user, name: name, fromStandardInput: passwordStdin).map { Home.Secret(password: $0) } }
+            case .s3:
+                guard let text = endpoint, let parsed = URL(string: text), parsed.scheme == "http" || parsed.scheme == "https", parsed.host != nil else {
+                    throw CLIError("'\(endpoint ?? "")' is not an endpoint URL (https://…).")
+                }
+                remote.endpoint = text
+                remote.bucket = bucket
+                remote.region = region
+                remote.prefix = prefix.map { RemotePath.components($0).joined(separator: "/") }
+                if keysStdin { secret = try Self.keys() }
             }
-            config.remotes[name] = Home.RemoteConfig(type: kind.rawValue, path: folder.path)
+            // Tried before it is kept: a wrong password or a missing bucket is said now, not at the first sync.
+            if let secret { try home.saveSecret(secret, for: name) }
+            do {
+                let provider = try home.providerMaker(name, remote, path: "/")(NimbusProvider.NoState())
+                _ = try await provider.root()
+            } catch let error as ProviderError {
+                if secret != nil { home.removeSecret(for: name) }
+                if case .unauthorized(let detail) = error { throw CLIError("Could not use \(name) (\(remote.location)): \(detail); nothing was added.") }
+                throw CLIError("Could not use \(name) (\(remote.location)): \(error.description)")
+            } catch {
+                if secret != nil { home.removeSecret(for: name) }
+                throw error
+            }
+            config.remotes[name] = remote
             try home.save(config)
-            Output.line("Added \(name): \(kind.rawValue) \(folder.path). Sync a folder with it: nimbus sync DIR \(name):/", options: output)
+            Output.line("Added \(name): \(kind.rawValue) \(remote.location). Sync a folder with it: nimbus sync DIR \(name):/", options: output)
+        }
+
+        /// The password: from standard input, asked for on a terminal, or nil (read from the environment at each use).
+        static func password(for user: String, name: String, fromStandardInput: Bool) throws -> String? {
+            if fromStandardInput {
+                guard let line = readLine(strippingNewline: true), !line.isEmpty else { throw CLIError("No password on standard input.") }
+                return line
+            }
+            if let line = Terminal.readSecret(prompt: "Password for \(user) (an app password where the server has them): ") {
+                return line
+            }
+            guard ProcessInfo.processInfo.environment[Home.passwordVariable(name)] != nil else {
+                throw CLIError("No password: use --password-stdin, or set \(Home.passwordVariable(name)).")
+            }
+            return nil
+        }
+
+        /// The S3 keys from standard input: the access key id, then the secret key.
+        static func keys() throws -> Home.Secret {
+            guard let id = readLine(strippingNewline: true), !id.isEmpty, let secret = readLine(strippingNewline: true), !secret.isEmpty else {
+                throw CLIError("--keys-stdin reads two lines: the access key id, then the secret key.")
+            }
+            return Home.Secret(accessKey: id, secretKey: secret)
         }
     }
 
@@ -51,10 +146,124 @@ struct RemoteCommand: AsyncParsableCommand {
         func run() async throws {
             let config = try Home.current.loadConfig()
             if output.json {
-                return try Output.json(config.remotes.sorted { $0.key < $1.key }.map { ["name": $0.key, "type": $0.value.type, "path": $0.value.path ?? ""] })
+                return try Output.json(
+                    config.remotes.sorted { $0.key < $1.key }.map { RemoteJSON(name: $0.key, remote: $0.value) })
             }
-            if config.remotes.isEmpty { Output.line("No remotes. Add one: nimbus remote add NAME local PATH", options: output) }
-            for (name, remote) in config.remotes.sorted(by: { $0.key < $1.key }) { print("\(name)  \(remote.type)  \(remote.path ?? "")") }
+            if config.remotes.isEmpty { Output.line("No remotes. Add one: nimbus remote add NAME local|webdav|s3 …", options: output) }
+            for (name, remote) in config.remotes.sorted(by: { $0.key < $1.key }) { print("\(name)  \(remote.type)  \(remote.location)") }
+        }
+    }
+
+    /// A remote as JSON (never its secret).
+    struct RemoteJSON: Encodable {
+        var name: String
+        var type: String
+        var path: String
+        var url, user, endpoint, bucket, region, prefix: String?
+
+        init(name: String, remote: Home.RemoteConfig) {
+            self.name = name
+            type = remote.type
+            path = remote.path ?? ""
+            url = remote.url
+            user = remote.user
+            endpoint = remote.endpoint
+            bucket = remote.bucket
+            region = remote.region
+            prefix = remote.prefix
+        }
+    }
+
+    struct AboutRemote: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "about", abstract: "A remote's quota and capabilities (it is asked).")
+        @Argument(help: "Its name.")
+        var name: String
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let home = Home.current
+            let config = try home.loadConfig()
+            guard let remote = config.remotes[name] else { throw CLIError("No remote named '\(name)'; see 'nimbus remote list'.") }
+            let provider = try home.providerMaker(name, remote, path: "/")(NimbusProvider.NoState())
+            var quota: (used: Int64, limit: Int64?)?
+            do {
+                _ = try await provider.root()
+                if let quoted = provider as? any QuotaProvider { quota = try? await quoted.quota() }
+            } catch let error as ProviderError {
+                if case .unauthorized = error { throw CLIError("\(name) refused the credentials; sign in again with 'nimbus remote login \(name)'.") }
+                throw CLIError("\(name) (\(remote.location)): \(error.description)")
+            }
+            let capabilities = Self.names(provider.capabilities)
+            if output.json {
+                struct About: Encodable {
+                    var name, type, location: String
+                    var capabilities: [String]
+                    var used: Int64?
+                    var limit: Int64?
+                }
+                return try Output.json(
+                    About(name: name, type: remote.type, location: remote.location, capabilities: capabilities, used: quota?.used, limit: quota?.limit))
+            }
+            print("\(name): \(remote.type) \(remote.location)")
+            if let quota {
+                print("  space: \(ByteCount.format(quota.used)) used" + (quota.limit.map { " of \(ByteCount.format($0))" } ?? " (no limit reported)"))
+            } else {
+                print("  space: not reported by this remote")
+            }
+            print("  capabilities: \(capabilities.isEmpty ? "none beyond the basics" : capabilities.joined(separator: ", "))")
+            print("  changes are found by: \(provider.capabilities.contains(.changeFeed) ? "its change feed" : "listing it and comparing")")
+        }
+
+        static func names(_ capabilities: ProviderCapabilities) -> [String] {
+            let all: [(ProviderCapabilities, String)] = [
+                (.changeFeed, "change feed"), (.conditionalWrite, "conditional writes"), (.idempotentCreate, "safe retries"),
+                (.resumableUploads, "resumable uploads"), (.revisions, "revisions"), (.trash, "trash"), (.quota, "quota"),
+                (.checksums, "SHA-256 checksums"), (.batchUpload, "batch uploads"),
+            ]
+            return all.filter { capabilities.contains($0.0) }.map(\.1)
+        }
+    }
+
+    struct LoginRemote: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "login", abstract: "Give a remote new credentials (after it refused the old ones: 'sign in again').")
+        @Argument(help: "Its name.")
+        var name: String
+        @Flag(help: "For webdav: read the password from standard input.")
+        var passwordStdin = false
+        @Flag(help: "For s3: read the access key id and the secret key (one per line) from standard input.")
+        var keysStdin = false
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let home = Home.current
+            let config = try home.loadConfig()
+            guard let remote = config.remotes[name] else { throw CLIError("No remote named '\(name)'; see 'nimbus remote list'.") }
+            let secret: Home.Secret
+            switch remote.type {
+            case "webdav":
+                guard let user = remote.user else { throw CLIError("\(name) has no user name; it needs no password.") }
+                guard let password = try AddRemote.password(for: user, name: name, fromStandardInput: passwordStdin) else {
+                    throw CLIError("No password given; \(Home.passwordVariable(name)) is used as it is.")
+                }
+                secret = Home.Secret(password: password)
+            case "s3":
+                guard keysStdin else { throw CLIError("Give the keys with --keys-stdin (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).") }
+                secret = try AddRemote.keys()
+            default:
+                throw CLIError("\(name) is a \(remote.type) remote; it has no credentials.")
+            }
+            let previous = try? Data(contentsOf: home.secretURL(name))
+            try home.saveSecret(secret, for: name)
+            do {
+                _ = try await home.providerMaker(name, remote, path: "/")(NimbusProvider.NoState()).root()
+            } catch let error as ProviderError {
+                // The old secret stays (a typo must not lose a working one).
+                if let previous { try? previous.write(to: home.secretURL(name)) } else { home.removeSecret(for: name) }
+                if case .unauthorized(let detail) = error { throw CLIError("\(name) (\(remote.location)): \(detail); the credentials kept are the ones before.") }
+                throw CLIError("\(name) (\(remote.location)): \(error.description)")
+            }
+            Output.line("Signed in to \(name).", options: output)
         }
     }
 
@@ -69,8 +278,12 @@ struct RemoteCommand: AsyncParsableCommand {
             var config = try home.loadConfig()
             guard config.remotes.removeValue(forKey: name) != nil else { throw CLIError("No remote named '\(name)'; see 'nimbus remote list'.") }
             // Folder pairs with it are forgotten (their folders and the remote's files stay as they are).
-            for (local, remote) in config.pairs where remote.hasPrefix(name + ":") { config.pairs[local] = nil }
+            for (local, remotes) in config.pairs {
+                let kept = remotes.filter { !$0.hasPrefix(name + ":") }
+                config.pairs[local] = kept.isEmpty ? nil : kept
+            }
             try home.save(config)
+            home.removeSecret(for: name)
             Output.line("Removed \(name).", options: output)
         }
     }

@@ -58,31 +58,111 @@ struct SyncCommand: AsyncParsableCommand {
         } else if !isDirectory.boolValue {
             throw CLIError("\(localDirectory) is a file, not a folder.")
         }
+        // With a remote: that pair (remembered beside the folder's other remotes). Without: every remote the folder
+        // syncs with (the signed-in server's root if none yet).
         var config = try home.loadConfig()
-        let spec = try RemoteSpec(remoteDirectory ?? config.pairs[root.path] ?? "/", config: config)
-        try await makeRemoteFolder(spec, home: home)
-        config.pairs[root.path] = spec.description
-        try home.save(config)
-        let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
-        await folder.setConfirmDeletions(confirmDeletions)
-        if watch {
-            Output.line("Watching \(root.path) ⇄ \(spec) (Ctrl-C to stop)", options: output)
-            try await folder.watch { report in
-                self.print(report)
-            }
+        let specs: [RemoteSpec]
+        if let remoteDirectory {
+            specs = [try RemoteSpec(remoteDirectory, config: config)]
         } else {
-            // Files still being written are synced once they settle: the run ends when everything that was here when
-            // it started has been looked at (or after 30 seconds of a file that keeps changing, which is reported).
-            var report = try await cycle(folder)
-            let deadline = Date().addingTimeInterval(30)
-            while report.skipped.contains(where: { $0.hasSuffix("(still being written)") }), Date() < deadline {
-                let settles = await folder.nextSettle ?? Date().addingTimeInterval(0.5)
-                try await Task.sleep(for: .milliseconds(Int64(max(0.05, settles.timeIntervalSinceNow + 0.05) * 1000)))
-                report.absorb(try await cycle(folder))
+            specs = try (config.pairs[root.path] ?? ["/"]).map { try RemoteSpec($0, config: config) }
+        }
+        var pairs: [(spec: RemoteSpec, folder: FolderSync)] = []
+        var failures: [String] = []
+        for spec in specs {
+            do {
+                try await makeRemoteFolder(spec, home: home)
+                let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
+                await folder.setConfirmDeletions(confirmDeletions)
+                pairs.append((spec, folder))
+            } catch let error as CLIError {
+                guard specs.count > 1 else { throw error }
+                failures.append("\(spec): \(error.description)")
+                PairStatus.save(PairStatus(error: error.description), home: home, local: root.path, remote: spec.description)
             }
-            print(report)
-            if output.json { try Output.json(SyncSummary(report)) }
-            if !report.errors.isEmpty { throw ExitCode(1) }
+        }
+        for spec in specs where !(config.pairs[root.path] ?? []).contains(spec.description) {
+            config.pairs[root.path, default: []].append(spec.description)
+        }
+        try home.save(config)
+        for failure in failures { Output.error("error: \(failure)") }
+        let ready = pairs
+        if watch {
+            let names = ready.map(\.spec.description).joined(separator: ", ")
+            Output.line("Watching \(root.path) ⇄ \(names) (Ctrl-C to stop)", options: output)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (spec, folder) in ready {
+                    group.addTask {
+                        do {
+                            try await folder.watch { report in
+                                PairStatus.save(PairStatus(report), home: home, local: root.path, remote: spec.description)
+                                self.print(report, remote: ready.count > 1 ? spec.description : nil)
+                            }
+                        } catch let error as SyncError {
+                            let message = Self.explain(error, spec)
+                            PairStatus.save(PairStatus(error: message), home: home, local: root.path, remote: spec.description)
+                            // One remote failing (signed out, its folder gone) pauses that one; the others go on.
+                            guard ready.count > 1 else { throw CLIError(message) }
+                            Output.error("error: \(spec): \(message) (paused; the other remotes go on)")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            return
+        }
+        // Several remotes: rounds until one changes nothing, so what arrives from one remote reaches the others.
+        var total = FolderSyncReport()
+        var paused: Set<String> = []
+        for pass in 0..<(pairs.count > 1 ? 5 : 1) {
+            var changed = 0
+            for (spec, folder) in pairs where !paused.contains(spec.description) {
+                do {
+                    let report = try await settledCycle(folder, spec)
+                    PairStatus.save(PairStatus(report), home: home, local: root.path, remote: spec.description)
+                    changed += report.changed
+                    if pairs.count > 1 {
+                        if !report.errors.isEmpty || report.changed > 0 || pass == 0 { print(report, remote: spec.description) }
+                    }
+                    let errors = total.errors + report.errors
+                    total.absorb(report)
+                    total.errors = errors
+                } catch let error as CLIError {
+                    PairStatus.save(PairStatus(error: error.description), home: home, local: root.path, remote: spec.description)
+                    guard pairs.count > 1 else { throw error }
+                    paused.insert(spec.description)
+                    failures.append("\(spec): \(error.description)")
+                    Output.error("error: \(spec): \(error.description) (paused; the other remotes go on)")
+                }
+            }
+            if changed == 0 { break }
+        }
+        if pairs.count <= 1 { print(total) }
+        if output.json { try Output.json(SyncSummary(total, failures: failures)) }
+        if !total.errors.isEmpty || !failures.isEmpty { throw ExitCode(1) }
+    }
+
+    /// One cycle; files still being written are synced once they settle: it ends when everything that was here
+    /// when it started has been looked at (or after 30 seconds of a file that keeps changing, which is reported).
+    func settledCycle(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
+        var report = try await cycle(folder, spec)
+        let deadline = Date().addingTimeInterval(30)
+        while report.skipped.contains(where: { $0.hasSuffix("(still being written)") }), Date() < deadline {
+            let settles = await folder.nextSettle ?? Date().addingTimeInterval(0.5)
+            try await Task.sleep(for: .milliseconds(Int64(max(0.05, settles.timeIntervalSinceNow + 0.05) * 1000)))
+            report.absorb(try await cycle(folder, spec))
+        }
+        return report
+    }
+
+    /// What a failure of a whole round means for the user, naming the remote and what to do.
+    static func explain(_ error: SyncError, _ spec: RemoteSpec) -> String {
+        guard let name = spec.name else { return error.description }
+        switch error {
+        case .unauthorized(let detail):
+            return "the remote '\(name)' refused the credentials (\(detail)); sign in again with 'nimbus remote login \(name)'. Nothing was changed."
+        default:
+            return error.description
         }
     }
 
@@ -100,30 +180,53 @@ struct SyncCommand: AsyncParsableCommand {
             } catch let error as ProviderError {
                 throw CLIError("Could not make the folder \(path) there: \(error.description)")
             }
-        case .local(let name, let folder, let path):
-            let config = try home.loadConfig()
-            let base = URL(fileURLWithPath: config.remotes[name]?.path ?? "/")
-            var isFolder: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: base.path, isDirectory: &isFolder), isFolder.boolValue else {
-                throw CLIError("The remote '\(name)' is \(base.path), which is not there (is the disk mounted?).")
+        case .named(let name, let remote, let path):
+            // The remote's own folder must be there (a disk may be unmounted, a folder deleted from a web UI); the
+            // folders below it are made when missing, the first time only (a pair's folder that vanishes later
+            // pauses the pair: it is never made again silently).
+            let base = try home.providerMaker(name, remote, path: "/")(NimbusProvider.NoState())
+            do {
+                _ = try await base.root()
+            } catch let error as ProviderError {
+                if case .unauthorized = error {
+                    throw CLIError(Self.explain(.unauthorized(error.description), spec))
+                }
+                throw CLIError("The remote '\(name)' (\(remote.location)): \(error.description)")
             }
-            if path != "/" { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) }
+            let known = FileManager.default.fileExists(atPath: home.pairDirectory(local: root.path, remote: spec.description).path)
+            guard path != "/", !known else { return }
+            do {
+                var current = try await base.root()
+                for part in RemotePath.components(path) {
+                    if let existing = try await base.children(of: current.id).first(where: { $0.name == part }) {
+                        guard existing.isFolder else { throw CLIError("\(spec): \(part) is a file, not a folder.") }
+                        current = existing
+                    } else {
+                        current = try await base.createFolder(named: part, in: current.id, requestId: UUID().uuidString.lowercased())
+                    }
+                }
+            } catch let error as ProviderError {
+                throw CLIError("Could not make the folder \(path) on '\(name)': \(error.description)")
+            }
         }
     }
 
-    func cycle(_ folder: FolderSync) async throws -> FolderSyncReport {
+    var root: URL { URL(fileURLWithPath: localDirectory).standardizedFileURL }
+
+    func cycle(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
         do {
             return try await folder.syncOnce()
         } catch let error as SyncError {
-            throw CLIError(error.description)
+            throw CLIError(Self.explain(error, spec))
         }
     }
 
-    func print(_ report: FolderSyncReport) {
+    func print(_ report: FolderSyncReport, remote: String? = nil) {
         guard !output.quiet, !output.json else {
-            for error in report.errors { Output.error(error) }
+            for error in report.errors { Output.error((remote.map { "\($0): " } ?? "") + error) }
             return
         }
+        if let remote { Swift.print("[\(remote)]") }
         for path in report.uploaded { Swift.print("↑ \(path)") }
         for path in report.downloaded { Swift.print("↓ \(path)") }
         for path in report.createdFolders { Swift.print("+ \(path)/") }
@@ -141,7 +244,7 @@ struct SyncCommand: AsyncParsableCommand {
 struct SyncSummary: Encodable {
     var uploaded, downloaded, createdFolders, moved, deletedHere, deletedThere, conflicts, kept, skipped, errors: [String]
 
-    init(_ report: FolderSyncReport) {
+    init(_ report: FolderSyncReport, failures: [String] = []) {
         uploaded = report.uploaded
         downloaded = report.downloaded
         createdFolders = report.createdFolders
@@ -151,6 +254,37 @@ struct SyncSummary: Encodable {
         conflicts = report.conflicts
         kept = report.kept
         skipped = report.skipped
+        errors = report.errors + failures
+    }
+}
+
+/// How a folder pair's last run ended, kept beside its state (`status.json`) for `nimbus status`.
+struct PairStatus: Codable {
+    var at = Date()
+    var changed = 0
+    var errors: [String] = []
+    /// The round could not run at all (signed out there, its folder gone): syncing with that remote is paused.
+    var paused: String?
+
+    init(_ report: FolderSyncReport) {
+        changed = report.changed
         errors = report.errors
+    }
+
+    init(error: String) { paused = error }
+
+    static func url(home: Home, local: String, remote: String) -> URL {
+        home.pairDirectory(local: local, remote: remote).appending(path: "status.json")
+    }
+
+    static func save(_ status: PairStatus, home: Home, local: String, remote: String) {
+        let target = url(home: home, local: local, remote: remote)
+        try? FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try? JSONEncoder.nimbus.encode(status).write(to: target, options: .atomic)
+    }
+
+    static func load(home: Home, local: String, remote: String) -> PairStatus? {
+        guard let data = try? Data(contentsOf: url(home: home, local: local, remote: remote)) else { return nil }
+        return try? JSONDecoder.nimbus.decode(PairStatus.self, from: data)
     }
 }
