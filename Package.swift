@@ -148,7 +148,10 @@ let package = Package(
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["NimbusAPI", "NimbusTestSupport", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "NimbusAPI", "NimbusSync", "NimbusS3", "NimbusTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: testSwiftSettings
         ),
         .testTarget(

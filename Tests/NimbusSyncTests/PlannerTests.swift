@@ -117,6 +117,32 @@ struct PlannerTests {
         #expect(plan(trees) == [.upload(here, base: nil)], "a creation whose answer was lost is retried first")
     }
 
+    @Test("linking to a remote that keeps no checksum: the file there is read once when the sizes match, then linked or forked")
+    func bothNewWithoutRemoteChecksum() throws {
+        let here = ItemID("h")
+        let there = ItemID("t")
+        var trees = Trees()
+        trees.local[here] = LocalNode(parent: .root, name: "a.txt", isFolder: false, content: .known(checksum: "same", size: 4))
+        trees.remote[there] = RemoteNode(parent: .root, name: "a.txt", isFolder: false, revision: "etag1", checksum: nil, size: 4)
+        #expect(plan(trees) == [.learnChecksum(there)], "same size, no checksum: it must be read to be compared")
+        trees.remote[there]?.checksum = "same"
+        #expect(plan(trees) == [.link(here, to: there)], "the same bytes: linked, nothing sent or fetched")
+        trees.remote[there]?.checksum = "other"
+        #expect(plan(trees) == [.fork(here, name: "a (conflict from D 2026-11-23).txt")], "different bytes: both kept")
+        trees.remote[there]?.checksum = nil
+        trees.remote[there]?.size = 5
+        #expect(plan(trees) == [.fork(here, name: "a (conflict from D 2026-11-23).txt")], "different sizes: different, nothing read")
+        // Changed on both sides since the merge base, to the same size: read to tell an identical edit from a conflict.
+        var both = PlannerScenario.base([(here, .root, "b.txt", "v1")])
+        both.local[here]?.content = .known(checksum: "v2", size: 2)
+        both.remote[here]?.revision = "etag2"
+        both.remote[here]?.checksum = nil
+        both.remote[here]?.size = 2
+        #expect(plan(both) == [.learnChecksum(here)])
+        both.remote[here]?.checksum = "v2"
+        #expect(plan(both) == [.record(here)])
+    }
+
     @Test("a folder deleted here is deleted there in one step, unless something in it changed there")
     func folderDeletion() throws {
         let folder = ItemID("d")
@@ -630,6 +656,10 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 trees.local[id]?.hold = hold
             case .release(let id):
                 trees.local[id]?.hold = nil
+            case .learnChecksum(let id):
+                // These trees always carry checksums there: reading one is never needed.
+                guard let r = trees.remote[id], r.checksum == nil else { return "reads a checksum it knows" }
+                return "no remote checksum is hidden in these trees"
             }
             return nil
         }

@@ -86,8 +86,8 @@ public struct CLIDevice: Sendable {
 
     /// Runs `nimbus arguments…` to completion.
     @discardableResult
-    public func run(_ arguments: [String], stdin: String? = nil) throws -> Result {
-        let running = start(arguments, stdin: stdin)
+    public func run(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> Result {
+        let running = start(arguments, stdin: stdin, environment: environment)
         // Both streams at once: a child that fills one pipe while we wait on the other would never end.
         let errors = running.process.errors
         let stderrBox = NSLock()
@@ -115,9 +115,10 @@ public struct CLIDevice: Sendable {
     }
 
     /// Starts `nimbus arguments…` without waiting.
-    public func start(_ arguments: [String], stdin: String? = nil) -> Running {
+    public func start(_ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:]) -> Running {
         var environment = ProcessInfo.processInfo.environment
         environment["NIMBUS_HOME"] = home.path
+        environment.merge(extra) { $1 }
         do {
             let process = try Spawned(ChildServer.binary.path, arguments, environment: environment, directory: workingDirectory.path)
             if let stdin { process.write(Data((stdin + "\n").utf8)) }

@@ -408,6 +408,7 @@ extension PlannedOperation {
         case .createRemoteFolder, .createLocalFolder: "createFolder"
         case .upload: "upload"
         case .download: "download"
+        case .learnChecksum: "compare"
         case .moveRemote, .moveLocal: "move"
         case .deleteRemote, .deleteLocal: "delete"
         case .record, .link, .forget, .release: "record"

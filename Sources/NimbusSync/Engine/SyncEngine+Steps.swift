@@ -93,6 +93,8 @@ extension SyncEngine {
             try await createLocalFolder(row)
         case .download:
             try await download(row, provider)
+        case .learnChecksum:
+            try await learnChecksum(row, provider)
         case .moveLocal(_, let parent, let name):
             try await moveLocal(row, to: parent.rawValue, name: name)
         case .deleteLocal:
@@ -652,6 +654,21 @@ extension SyncEngine {
             updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? stored.rModified
             updated.lChanging = false
             if updated.sChecksum == nil { updated.sChecksum = partial.checksum }
+            if updated.rChecksum == nil, updated.rRevision == revision { updated.rChecksum = partial.checksum }
+            try updated.update(db, from: stored)
+        }
+    }
+
+    /// Reads a remote file whose provider keeps no SHA-256 once, to learn it (the provider remembers it for that
+    /// version); the remote tree takes it if the file is still at that version.
+    func learnChecksum(_ row: ItemRow, _ provider: any RemoteProvider) async throws {
+        guard let fileId = row.fileId, let revision = row.rRevision else { return }
+        let fetched = try await fetch(fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: nil, luid: row.luid, provider)
+        try? FileManager.default.removeItem(at: fetched.url)
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: row.luid), stored.rRevision == revision, stored.rChecksum == nil else { return }
+            var updated = stored
+            updated.rChecksum = fetched.checksum
             try updated.update(db, from: stored)
         }
     }

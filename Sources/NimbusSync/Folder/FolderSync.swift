@@ -105,7 +105,7 @@ public actor FolderSync {
                 report.conflicts.append("\(path(step.item)): changed here and there; resolve with 'nimbus conflicts resolve'")
             case .hold(_, .unsynced):
                 report.conflicts.append("\(path(step.item)): deleted there but changed here; resolve with 'nimbus conflicts resolve'")
-            case .record, .link, .release:
+            case .record, .link, .release, .learnChecksum:
                 break
             }
         }

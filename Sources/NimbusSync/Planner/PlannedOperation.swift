@@ -15,6 +15,10 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// Deletes the item there (to the provider's trash where it has one); a folder with its whole remote subtree,
     /// every item of which is deleted here too and unchanged there.
     case deleteRemote(ItemID)
+    /// The remote file's SHA-256 is not known (a provider that keeps none, such as WebDAV) and it must be compared
+    /// with a file here: its content is read once to learn it (the provider remembers it for that version). Nothing
+    /// changes on either side; the remote tree gets the checksum.
+    case learnChecksum(ItemID)
 
     // Here
     /// Creates the folder here, where the remote node is.
@@ -50,6 +54,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .createRemoteFolder(let id), .upload(let id, _), .moveRemote(let id, _, _), .deleteRemote(let id), .createLocalFolder(let id),
             .download(let id), .moveLocal(let id, _, _), .deleteLocal(let id), .record(let id), .link(let id, _), .forget(let id),
+            .learnChecksum(let id),
             .fork(let id, _), .hold(let id, _), .release(let id):
             id
         }
@@ -66,7 +71,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// Moves content bytes (may take long; runs beside other transfers).
     var isTransfer: Bool {
         switch self {
-        case .upload, .download: true
+        case .upload, .download, .learnChecksum: true
         default: false
         }
     }
@@ -77,6 +82,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         case .upload(let id, let base): "upload(\(id), base: \(base ?? "nil"))"
         case .moveRemote(let id, let parent, let name): "moveRemote(\(id) → \(parent)/\(name))"
         case .deleteRemote(let id): "deleteRemote(\(id))"
+        case .learnChecksum(let id): "learnChecksum(\(id))"
         case .createLocalFolder(let id): "createLocalFolder(\(id))"
         case .download(let id): "download(\(id))"
         case .moveLocal(let id, let parent, let name): "moveLocal(\(id) → \(parent)/\(name))"

@@ -142,6 +142,7 @@ struct Planner {
             if !other.isFolder && !r.isFolder && trees.synced[id] == nil, let checksum = other.content.checksum, checksum == r.checksum {
                 return .link(occupant, to: id)
             }
+            if !other.isFolder && !r.isFolder && trees.synced[id] == nil, mustLearnChecksum(r, other) { return .learnChecksum(id) }
             // Two different things under one name: this side's moves aside (it is sent under its new name).
             return .fork(occupant, name: conflictName(for: other.name, in: place.parent))
         }
@@ -208,6 +209,7 @@ struct Planner {
         if r.isFolder != l.isFolder { return fork(id, l) }
         if !l.isFolder {
             if case .changing = l.content { return nil }
+            if mustLearnChecksum(r, l) { return .learnChecksum(id) }
             if l.content.checksum != r.checksum { return conflict(id, r, l) }
         }
         return .record(id)
@@ -228,6 +230,7 @@ struct Planner {
             let changedHere = l.content.checksum != s.checksum
             let changedThere = remoteContentChanged(r, s)
             if changedHere && changedThere {
+                if mustLearnChecksum(r, l) { return .learnChecksum(id) }
                 return l.content.checksum == r.checksum ? .record(id) : conflict(id, r, l)
             }
             // (A new revision there with the very bytes of the merge base is no change: the upload is based on it.)
@@ -475,6 +478,13 @@ struct Planner {
     /// Moved, renamed or new content there since the merge base.
     func remoteChanged(_ r: RemoteNode, _ s: RemoteNode) -> Bool {
         !r.isAt(s) || r.isFolder != s.isFolder || (!r.isFolder && remoteContentChanged(r, s))
+    }
+
+    /// A remote file without a known SHA-256 that may hold the very bytes of the local file (same size): they can
+    /// only be told apart by reading it once. (Different sizes are different contents: no read.)
+    func mustLearnChecksum(_ r: RemoteNode, _ l: LocalNode) -> Bool {
+        guard !r.isFolder, r.checksum == nil, r.revision != nil, case .known(_, let size) = l.content else { return false }
+        return size == r.size
     }
 
     /// New content there: a new revision, unless it is known to hold the same bytes.

@@ -144,16 +144,17 @@ struct Home {
 
     func removeSecret(for name: String) { unlink(secretURL(name).path) }
 
-    /// A remote's secret from the environment (`NIMBUS_REMOTE_<NAME>_PASSWORD`, or `AWS_ACCESS_KEY_ID` /
-    /// `AWS_SECRET_ACCESS_KEY` for S3), else from its 0600 file; nil when neither has it.
+    /// A remote's secret. WebDAV: `NIMBUS_REMOTE_<NAME>_PASSWORD` (named for this remote, so it wins), else the
+    /// 0600 file. S3: the file's keys (given for this remote), else `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+    /// Nil when none has it.
     func secret(for name: String, type: String) -> Secret? {
         let environment = ProcessInfo.processInfo.environment
         if type == "webdav", let password = environment[Self.passwordVariable(name)], !password.isEmpty { return Secret(password: password) }
+        if let data = try? Data(contentsOf: secretURL(name)), let stored = try? JSONDecoder().decode(Secret.self, from: data) { return stored }
         if type == "s3", let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"], !key.isEmpty, !secret.isEmpty {
             return Secret(accessKey: key, secretKey: secret)
         }
-        guard let data = try? Data(contentsOf: secretURL(name)) else { return nil }
-        return try? JSONDecoder().decode(Secret.self, from: data)
+        return nil
     }
 
     /// What makes the provider of remote `name` at `path` (`/` its root) for a state store: everything it needs

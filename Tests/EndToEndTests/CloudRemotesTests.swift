@@ -1,0 +1,262 @@
+import Crypto
+import Foundation
+import NIOCore
+import NimbusS3
+import NimbusSync
+import NimbusTestSupport
+import Testing
+
+/// WebDAV and S3 remotes through the real `nimbus` binary, against real servers started by the tests: two WebDAV
+/// servers (`rclone serve webdav`, `wsgidav`) and two S3 implementations (`rclone serve s3`, `moto_server`).
+/// Changes "made there by someone else" go through the same protocol with the library's providers, as a web UI or
+/// another client would make them.
+@Suite("End to end: WebDAV and S3 remotes", .serialized)
+struct CloudRemotesTests {
+    @Test("two devices sync a folder through the remote; changes made there arrive; a mass deletion there is held", arguments: CloudServer.allCases)
+    func twoDevices(server: CloudServer) async throws {
+        let bench = try Workbench()
+        let a = bench.device("A")
+        let b = bench.device("B")
+        let folder = "Shared-\(UUID().uuidString.prefix(6))"
+        // A wrong secret is refused and nothing is added.
+        if server == .s3Moto { _ = try await server.client() }  // its bucket exists before anyone adds it
+        let wrong = try a.run(server.addArguments("bad", wrongSecret: true), stdin: server.stdin(wrongSecret: true))
+        #expect(wrong.status != 0 && wrong.stderr.contains("Could not use bad"), "\(wrong.stdout)\(wrong.stderr)")
+        #expect(try a.run(["remote", "list"]).stdout.contains("No remotes"))
+        for device in [a, b] {
+            let added = try device.run(server.addArguments("cloud"), stdin: server.stdin())
+            #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        }
+        // The secret is stored for this user only and never shown.
+        let secretFile = bench.root.appending(path: "home-A/remotes/cloud.secret")
+        let mode = try FileManager.default.attributesOfItem(atPath: secretFile.path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        for listing in [try a.run(["remote", "list"]), try a.run(["remote", "list", "--json"]), try a.run(["remote", "about", "cloud"])] {
+            #expect(listing.status == 0 && !listing.stdout.contains(server.secret), "\(listing.stdout)")
+        }
+        #expect(try a.run(["remote", "about", "cloud"]).stdout.contains("capabilities"))
+
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        try write("alpha", to: folderA.appending(path: "alpha.txt"))
+        try write("inner", to: folderA.appending(path: "docs/inner.md"))
+        try Data(count: 3 * 1024 * 1024 + 17).write(to: folderA.appending(path: "big.bin"))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folderA.appending(path: "big.bin").path)
+        let up = try a.run(["sync", folderA.path, "cloud:/\(folder)", "--once"])
+        #expect(up.status == 0, "\(up.stdout)\(up.stderr)")
+        let down = try b.run(["sync", folderB.path, "cloud:/\(folder)", "--once"])
+        #expect(down.status == 0, "\(down.stdout)\(down.stderr)")
+        #expect(tree(folderB) == tree(folderA))
+
+        // Someone else changes things there: a new file, an edit, a deletion.
+        let there = try await server.provider(folder)
+        let root = try await there.root()
+        _ = try await there.upload(try source("from the web", bench), to: .new(parentId: root.id, name: "web.txt", mimeType: nil), requestId: "w1") { _ in }
+        let alpha = try await there.children(of: root.id).first { $0.name == "alpha.txt" }
+        _ = try await there.upload(try source("alpha, edited there", bench), to: .version(of: alpha!.id, base: alpha!.revision), requestId: "w2") { _ in }
+        let docs = try await there.children(of: root.id).first { $0.name == "docs" }
+        try await there.delete(try await there.children(of: docs!.id).first { $0.name == "inner.md" }!.id)
+        let pulled = try b.run(["sync", folderB.path, "--once"])
+        #expect(pulled.status == 0, "\(pulled.stdout)\(pulled.stderr)")
+        #expect(try String(contentsOf: folderB.appending(path: "web.txt"), encoding: .utf8) == "from the web")
+        #expect(try String(contentsOf: folderB.appending(path: "alpha.txt"), encoding: .utf8) == "alpha, edited there")
+        #expect(!FileManager.default.fileExists(atPath: folderB.appending(path: "docs/inner.md").path))
+
+        // Edits here travel there; A catches up.
+        try write("beta", to: folderB.appending(path: "beta.txt"))
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(tree(folderA) == tree(folderB))
+
+        // Everything deleted there (an emptied bucket, a wiped share): held, nothing deleted here.
+        for i in 0..<12 { try write("n\(i)", to: folderA.appending(path: "many/n\(i).txt")) }
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        for item in try await there.children(of: root.id) { try await there.delete(item.id) }
+        let held = try b.run(["sync", folderB.path, "--once"])
+        #expect(held.status != 0 && held.stderr.contains("--confirm-deletions"), "\(held.stdout)\(held.stderr)")
+        #expect(FileManager.default.fileExists(atPath: folderB.appending(path: "many/n3.txt").path), "nothing deleted here")
+        #expect(FileManager.default.fileExists(atPath: folderB.appending(path: "beta.txt").path))
+    }
+
+    @Test("linking a folder to a remote folder that already holds files: same content linked, different kept both, the rest sent", arguments: CloudServer.allCases)
+    func hashMergeOnLink(server: CloudServer) async throws {
+        let bench = try Workbench()
+        let a = bench.device("A")
+        if server == .s3Moto { _ = try await server.client() }  // its bucket exists before anyone adds it
+        #expect(try a.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
+        let folder = "Existing-\(UUID().uuidString.prefix(6))"
+        try await server.makeFolder(folder)
+        let there = try await server.provider(folder)
+        let root = try await there.root()
+        // Put there by something else, with no checksum of ours (S3: plain PUTs without `x-amz-meta-sha256`).
+        for (name, text) in [("same.txt", "same bytes"), ("diff.txt", "theirs!"), ("remote-only.txt", "only there")] {
+            if server.isWebDAV {
+                _ = try await there.upload(try source(text, bench), to: .new(parentId: root.id, name: name, mimeType: nil), requestId: name) { _ in }
+            } else {
+                try await server.client().put("\(folder)/\(name)", body: ByteBuffer(string: text))
+            }
+        }
+        let local = try bench.folder("A")
+        try write("same bytes", to: local.appending(path: "same.txt"))
+        try write("mine!!!", to: local.appending(path: "diff.txt"))
+        try write("only here", to: local.appending(path: "local-only.txt"))
+
+        let linked = try a.run(["sync", local.path, "cloud:/\(folder)", "--once", "--json"])
+        #expect(linked.status == 0, "\(linked.stdout)\(linked.stderr)")
+        let report = try JSONDecoder().decode(Summary.self, from: Data(linked.stdout.utf8))
+        #expect(!report.uploaded.contains("same.txt") && !report.downloaded.contains("same.txt"), "the same bytes are linked: \(report)")
+        #expect(report.uploaded.contains("local-only.txt"))
+        #expect(report.downloaded.contains("remote-only.txt"))
+        #expect(report.conflicts.contains { $0.hasPrefix("diff.txt") }, "\(report)")
+        #expect(try String(contentsOf: local.appending(path: "diff.txt"), encoding: .utf8) == "theirs!")
+        let copies = try FileManager.default.contentsOfDirectory(atPath: local.path).filter { $0.hasPrefix("diff (conflict from") }
+        #expect(copies.count == 1, "both kept: \(copies)")
+        let names = Set(try await there.children(of: root.id).map(\.name))
+        #expect(names.isSuperset(of: ["same.txt", "diff.txt", "remote-only.txt", "local-only.txt"] + copies), "\(names)")
+        // Linked for good: the next run reads and sends nothing.
+        let again = try a.run(["sync", local.path, "--once", "--json"])
+        let second = try JSONDecoder().decode(Summary.self, from: Data(again.stdout.utf8))
+        #expect(second.uploaded.isEmpty && second.downloaded.isEmpty && second.conflicts.isEmpty, "\(second)")
+    }
+
+    @Test("one folder with several remotes: changes reach every remote; one remote signed out or gone pauses only that one")
+    func severalRemotes() async throws {
+        let bench = try Workbench()
+        let a = bench.device("A")
+        let dav = CloudServer.webdavRclone
+        let s3 = CloudServer.s3Moto
+        _ = try await s3.client()
+        #expect(try a.run(dav.addArguments("dav"), stdin: dav.stdin()).status == 0)
+        #expect(try a.run(s3.addArguments("bucket"), stdin: s3.stdin()).status == 0)
+        let folder = "Multi-\(UUID().uuidString.prefix(6))"
+        let local = try bench.folder("A")
+        try write("first", to: local.appending(path: "first.txt"))
+        #expect(try a.run(["sync", local.path, "dav:/\(folder)", "--once"]).status == 0)
+        #expect(try a.run(["sync", local.path, "bucket:/\(folder)", "--once"]).status == 0)
+        let onDAV = try await dav.provider(folder)
+        let onS3 = try await s3.provider(folder)
+        func names(_ provider: any RemoteProvider) async throws -> Set<String> { Set(try await provider.children(of: try await provider.root().id).map(\.name)) }
+        #expect(try await names(onS3) == ["first.txt"])
+
+        // Arriving from one remote, it reaches the other; made here, it reaches both.
+        _ = try await onDAV.upload(try source("via dav", bench), to: .new(parentId: "/", name: "from-dav.txt", mimeType: nil), requestId: "d") { _ in }
+        try write("here", to: local.appending(path: "here.txt"))
+        let both = try a.run(["sync", local.path, "--once"])
+        #expect(both.status == 0, "\(both.stdout)\(both.stderr)")
+        #expect(try await names(onS3) == ["first.txt", "from-dav.txt", "here.txt"])
+        #expect(try await names(onDAV) == ["first.txt", "from-dav.txt", "here.txt"])
+        let status = try a.run(["status"])
+        #expect(status.stdout.contains("dav:/\(folder)") && status.stdout.contains("bucket:/\(folder)"), "\(status.stdout)")
+
+        // The WebDAV password no longer works: that remote asks to sign in again; the other goes on.
+        try write("while signed out", to: local.appending(path: "later.txt"))
+        let refused = try a.run(["sync", local.path, "--once"], environment: ["NIMBUS_REMOTE_DAV_PASSWORD": "wrong"])
+        #expect(refused.status != 0 && refused.stderr.contains("nimbus remote login dav"), "\(refused.stdout)\(refused.stderr)")
+        #expect(try await names(onS3).contains("later.txt"))
+
+        // The folder is deleted there (from the web UI): that pair pauses, nothing here is deleted, the other goes on.
+        let top = try await dav.provider(nil)
+        try await top.delete(folder)
+        try write("after", to: local.appending(path: "after.txt"))
+        let gone = try a.run(["sync", local.path, "--once"])
+        #expect(gone.status != 0 && gone.stderr.contains("paused"), "\(gone.stdout)\(gone.stderr)")
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: local.path)).isSuperset(of: ["first.txt", "from-dav.txt", "here.txt", "later.txt", "after.txt"]))
+        #expect(try await names(onS3).contains("after.txt"))
+        let paused = try a.run(["status"])
+        #expect(paused.stdout.contains("paused"), "\(paused.stdout)")
+    }
+
+    struct Summary: Decodable {
+        var uploaded, downloaded, conflicts: [String]
+    }
+
+    func source(_ text: String, _ bench: Workbench) throws -> UploadSource {
+        let url = bench.root.appending(path: "src-\(UUID().uuidString)")
+        try Data(text.utf8).write(to: url)
+        return UploadSource(url: url, size: Int64(text.utf8.count), checksum: SHA256.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined())
+    }
+}
+
+/// Devices without a Nimbus server (remotes only).
+final class Workbench: @unchecked Sendable {
+    let root: URL
+
+    init() throws {
+        root = FileManager.default.temporaryDirectory.appending(path: "nimbus-cloud-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: root) }
+
+    func device(_ name: String) -> CLIDevice {
+        let work = root.appending(path: "work-\(name)")
+        try? FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        return CLIDevice(home: root.appending(path: "home-\(name)"), workingDirectory: work)
+    }
+
+    func folder(_ name: String) throws -> URL {
+        let url = root.appending(path: name)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}
+
+/// The servers remotes are tested against.
+enum CloudServer: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case webdavRclone, webdavWsgidav, s3Rclone, s3Moto
+
+    var testDescription: String { rawValue }
+    var isWebDAV: Bool { self == .webdavRclone || self == .webdavWsgidav }
+
+    var webdav: TestServices.WebDAV { get throws { try TestServices.webdav(self == .webdavRclone ? "rclone" : "wsgidav") } }
+    var s3: TestServices.S3 { get throws { self == .s3Rclone ? try TestServices.s3() : try TestServices.moto() } }
+
+    var secret: String { isWebDAV ? "dav-secret" : "nimbus-secret" }
+
+    func addArguments(_ name: String, wrongSecret: Bool = false) throws -> [String] {
+        if isWebDAV {
+            let server = try webdav
+            return ["remote", "add", name, "webdav", "--url", server.url, "--user", server.username, "--password-stdin"]
+        }
+        let server = try s3
+        // moto takes any keys: what it refuses is a bucket that is not there.
+        let bucket = wrongSecret && self == .s3Moto ? "no-such-bucket-nimbus" : server.bucket
+        return ["remote", "add", name, "s3", "--endpoint", server.endpoint, "--bucket", bucket, "--region", server.region, "--keys-stdin"]
+    }
+
+    func stdin(wrongSecret: Bool = false) throws -> String {
+        if isWebDAV { return (wrongSecret ? "nope" : try webdav.password) + "\n" }
+        return "\(try s3.accessKey)\n\(wrongSecret ? "wrong-secret" : try s3.secretKey)\n"
+    }
+
+    func client() async throws -> S3Client {
+        let server = try s3
+        let client = S3Client(
+            endpoint: URL(string: server.endpoint)!, bucket: server.bucket,
+            signer: SigV4Signer(accessKey: server.accessKey, secretKey: server.secretKey, region: server.region))
+        if self == .s3Moto { try await client.createBucket() }
+        return client
+    }
+
+    /// The remote's folder `path` (nil: its top) as another client sees it.
+    func provider(_ path: String?) async throws -> any RemoteProvider {
+        if isWebDAV {
+            let server = try webdav
+            return WebDAVProvider(
+                url: URL(string: server.url + (path.map { $0 + "/" } ?? ""))!, username: server.username, password: server.password, state: Memory())
+        }
+        return S3Provider(client: try await client(), prefix: path ?? "", state: Memory())
+    }
+
+    func makeFolder(_ path: String) async throws {
+        _ = try await provider(nil).createFolder(named: path, in: "/", requestId: UUID().uuidString)
+    }
+}
+
+final class Memory: ProviderStateStore, @unchecked Sendable {
+    private let lock = NSLock()
+    private var values: [String: String] = [:]
+    func value(for key: String) throws -> String? { lock.withLock { values[key] } }
+    func setValue(_ value: String?, for key: String) throws { lock.withLock { values[key] = value } }
+}
