@@ -62,6 +62,16 @@ struct CloudRemotesTests {
         #expect(try String(contentsOf: folderB.appending(path: "alpha.txt"), encoding: .utf8) == "alpha, edited there")
         #expect(!FileManager.default.fileExists(atPath: folderB.appending(path: "docs/inner.md").path))
 
+        // Renamed there: with the content's SHA-256 known there (S3 keeps it with the object), a move here too;
+        // without (WebDAV), a deletion and a new file — either way the bytes are here under the new name.
+        let web = try await there.children(of: root.id).first { $0.name == "web.txt" }
+        _ = try await there.move(web!.id, to: docs!.id, name: "web-moved.txt")
+        let renamed = try b.run(["sync", folderB.path, "--once"])
+        #expect(renamed.status == 0, "\(renamed.stdout)\(renamed.stderr)")
+        #expect(try String(contentsOf: folderB.appending(path: "docs/web-moved.txt"), encoding: .utf8) == "from the web")
+        #expect(!FileManager.default.fileExists(atPath: folderB.appending(path: "web.txt").path))
+        if !server.isWebDAV { #expect(renamed.stdout.contains("→ web.txt → docs/web-moved.txt"), "a move: \(renamed.stdout)") }
+
         // Edits here travel there; A catches up.
         try write("beta", to: folderB.appending(path: "beta.txt"))
         #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)

@@ -158,6 +158,33 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a whole-tree listing holds what a walk folder by folder finds, parents first", arguments: ProviderKind.selected)
+    func treeListing(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            guard let tree = provider as? any TreeListingProvider else { return }
+            let root = try await provider.root()
+            let a = try await provider.createFolder(named: "a", in: root.id, requestId: "a")
+            let b = try await provider.createFolder(named: "b", in: a.id, requestId: "b")
+            _ = try await provider.createFolder(named: "empty", in: root.id, requestId: "e")
+            for (name, parent) in [("x.txt", root.id), ("y.txt", a.id), ("z.txt", b.id)] {
+                _ = try await provider.upload(try source(name, kind), to: .new(parentId: parent, name: name, mimeType: nil), requestId: name) { _ in }
+            }
+            var walked: [RemoteItem] = []
+            var folders = [root.id]
+            while let folder = folders.popLast() {
+                for item in try await provider.children(of: folder) {
+                    walked.append(item)
+                    if item.isFolder { folders.append(item.id) }
+                }
+            }
+            let listed = try await tree.listTree()
+            func shape(_ items: [RemoteItem]) -> [String] { items.map { "\($0.id) \($0.parentId ?? "-") \($0.isFolder) \($0.size) \($0.checksum ?? "")" }.sorted() }
+            #expect(shape(listed) == shape(walked))
+            let order = Dictionary(uniqueKeysWithValues: listed.enumerated().map { ($0.element.id, $0.offset) })
+            for item in listed { if let parent = item.parentId, parent != root.id { #expect((order[parent] ?? .max) < (order[item.id] ?? 0)) } }
+        }
+    }
+
     @Test("a change feed reports what changed after its cursor", arguments: ProviderKind.selected.filter(\.hasChangeFeed))
     func changeFeed(kind: ProviderKind) async throws {
         try await kind.with { provider in

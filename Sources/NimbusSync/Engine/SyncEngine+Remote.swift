@@ -91,17 +91,12 @@ extension SyncEngine {
     func relist(_ provider: any RemoteProvider) async throws {
         let cursor = provider.capabilities.contains(.changeFeed) ? try await provider.startCursor() : nil
         let root = try await currentRoot(provider)
-        var listed: [RemoteItem] = []
-        var folders = [root.id]
-        while let folder = folders.popLast() {
-            for item in try await provider.children(of: folder) {
-                listed.append(item)
-                if item.isFolder { folders.append(item.id) }
-            }
-        }
-        let seen = Set(listed.map(\.id)).union([root.id])
-        let items = listed
+        let items = try await listTree(provider, from: root)
+        let seen = Set(items.map(\.id)).union([root.id])
         try await database.pool.write { db in
+            // Files that left one place and appeared at another with the same content (moved there, by a provider
+            // whose ids are paths) keep their identity: a move, not a deletion and a new file.
+            if cursor == nil { try self.recognizeMoves(db, listed: items, seen: seen) }
             // Parents come before children in `listed`, so each parent's LUID exists when a child needs it.
             for item in items { try self.applyChange(db, .upsert(item)) }
             let known = try String.fetchAll(db, sql: "SELECT file_id FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND luid != 'root'")
@@ -112,6 +107,51 @@ extension SyncEngine {
                 try self.applyChange(db, .remove(id: fileId))
             }
             if let cursor { try db.setMeta("cursor", cursor) }
+        }
+    }
+
+    /// Every item under `root`, parents before their children: in one go where the provider can
+    /// (``TreeListingProvider``), else folder by folder, a few folders at a time.
+    func listTree(_ provider: any RemoteProvider, from root: RemoteItem) async throws -> [RemoteItem] {
+        if let tree = provider as? any TreeListingProvider { return try await tree.listTree() }
+        var listed: [RemoteItem] = []
+        var level = [root.id]
+        while !level.isEmpty {
+            var next: [String] = []
+            for start in stride(from: 0, to: level.count, by: 8) {
+                let batch = Array(level[start..<min(start + 8, level.count)])
+                let found = try await withThrowingTaskGroup(of: (Int, [RemoteItem]).self) { group in
+                    for (index, folder) in batch.enumerated() { group.addTask { (index, try await provider.children(of: folder)) } }
+                    return try await group.reduce(into: [(Int, [RemoteItem])]()) { $0.append($1) }.sorted { $0.0 < $1.0 }.flatMap(\.1)
+                }
+                listed += found
+                next += found.filter(\.isFolder).map(\.id)
+            }
+            level = next
+        }
+        return listed
+    }
+
+    /// A known file missing from a listing whose content (size and SHA-256) is that of exactly one new file in it,
+    /// and of no other missing file, moved there: the new id is taken by its row.
+    nonisolated func recognizeMoves(_ db: Database, listed: [RemoteItem], seen: Set<String>) throws {
+        var new: [String: [RemoteItem]] = [:]
+        for item in listed where !item.isFolder {
+            guard let checksum = item.checksum, try ItemRow.luid(db, fileId: item.id) == nil else { continue }
+            new["\(checksum) \(item.size)", default: []].append(item)
+        }
+        guard !new.isEmpty else { return }
+        var gone: [String: [String]] = [:]
+        for row in try Row.fetchAll(
+            db, sql: "SELECT file_id, r_checksum, r_size FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND is_folder = 0 AND r_checksum IS NOT NULL")
+        {
+            let fileId: String = row[0]
+            guard !seen.contains(fileId) else { continue }
+            gone["\(row[1] as String) \(row[2] as Int64? ?? 0)", default: []].append(fileId)
+        }
+        for (content, before) in gone {
+            guard before.count == 1, let after = new[content], after.count == 1 else { continue }
+            try db.execute(sql: "UPDATE items SET file_id = ? WHERE file_id = ?", arguments: [after[0].id, before[0]])
         }
     }
 

@@ -236,6 +236,13 @@ public protocol ChangeSignaling: RemoteProvider {
     func waitForChanges(after cursor: String, seconds: Int) async throws -> Bool
 }
 
+/// A provider that lists its whole tree more cheaply than folder by folder (S3: one flat listing of the prefix, a
+/// request per 1,000 keys however many folders there are).
+public protocol TreeListingProvider: RemoteProvider {
+    /// Every item under the root, each folder before what is in it.
+    func listTree() async throws -> [RemoteItem]
+}
+
 /// Older versions of a file (``ProviderCapabilities/revisions``).
 public protocol RevisionsProvider: RemoteProvider {
     func revisions(of id: String) async throws -> [FileRevision]

@@ -20,7 +20,7 @@ import NimbusS3
 /// version) for stores that honour them, and compare with `HEAD` just before for those that do not. There is no
 /// rename in S3: a move copies then deletes (a folder, each object under it; a retry after a crash goes on).
 /// `SlowDown` and 503 are retried with backoff here (twice) and then handed to the engine's.
-public final class S3Provider: RemoteProvider {
+public final class S3Provider: TreeListingProvider {
     public let client: S3Client
     /// Key prefix of the remote's root: empty (the whole bucket) or ending in `/`.
     public let prefix: String
@@ -176,15 +176,47 @@ public final class S3Provider: RemoteProvider {
             let id = id(ofKey: prefix)
             return RemoteItem(id: id, parentId: folderId, name: ProviderPath.name(of: id), isFolder: true)
         }
-        var unknown: [(Int, String)] = []
         for object in objects where object.key != folder && !object.key.hasSuffix("/") && object.key != folder + Self.markerName {
             let id = id(ofKey: object.key)
             guard ProviderPath.parent(of: id) == folderId else { continue }
-            if checksums.checksum(of: id, revision: object.etag) == nil { unknown.append((items.count, id)) }
             items.append(file(id, object))
         }
-        // Files listed without a known SHA-256 (put there by something else): read once per ETag with HEAD, a few at
-        // a time (what has none is remembered as unknown, so it is not asked again).
+        try await learnStoredChecksums(&items)
+        return items.sorted { $0.name < $1.name }
+    }
+
+    /// The whole tree in one flat listing of the prefix (1,000 keys a request); folders are the paths of keys.
+    public func listTree() async throws -> [RemoteItem] {
+        let objects = try await call("listing the remote") { try await client.listAll(prefix: prefix) }
+        var folders: Set<String> = []
+        var items: [RemoteItem] = []
+        for object in objects {
+            let relative = String(object.key.dropFirst(prefix.count))
+            var parts = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+            let isMarker = relative.hasSuffix("/") || parts.last == Self.markerName
+            if isMarker { parts.removeLast() }
+            guard !parts.isEmpty, !parts.contains(where: \.isEmpty) else { continue }
+            for depth in 1..<(parts.count + (isMarker ? 1 : 0)) where depth <= parts.count {
+                folders.insert(parts[0..<depth].joined(separator: "/"))
+            }
+            if !isMarker { items.append(file(parts.joined(separator: "/"), object)) }
+        }
+        let folderItems = folders.sorted().map { RemoteItem(id: $0, parentId: ProviderPath.parent(of: $0), name: ProviderPath.name(of: $0), isFolder: true) }
+        // A key that is also a folder's path (`a` and `a/b`) cannot be both here: the folder wins.
+        items.removeAll { folders.contains($0.id) }
+        try await learnStoredChecksums(&items)
+        // Parents first: by depth, then by path.
+        return (folderItems + items).sorted {
+            let (a, b) = ($0.id.split(separator: "/").count, $1.id.split(separator: "/").count)
+            return a == b ? $0.id < $1.id : a < b
+        }
+    }
+
+    /// Files listed without a known SHA-256 (put there by something else): read once per ETag with HEAD, a few at
+    /// a time (what has none is remembered as unknown, so it is not asked again).
+    func learnStoredChecksums(_ items: inout [RemoteItem]) async throws {
+        let unknown = items.enumerated().filter { !$0.element.isFolder && checksums.checksum(of: $0.element.id, revision: $0.element.revision) == nil }
+            .map { ($0.offset, $0.element.id) }
         for batch in stride(from: 0, to: unknown.count, by: 16).map({ Array(unknown[$0..<min($0 + 16, unknown.count)]) }) {
             let found = try await withThrowingTaskGroup(of: (Int, S3Object?).self) { group in
                 for (index, id) in batch { group.addTask { (index, try await self.head(id)) } }
@@ -196,7 +228,6 @@ public final class S3Provider: RemoteProvider {
                 items[index] = file(items[index].id, object)
             }
         }
-        return items.sorted { $0.name < $1.name }
     }
 
     public func startCursor() async throws -> String {
