@@ -296,11 +296,14 @@ public final class S3Provider: TreeListingProvider {
             }
             throw ProviderError.versionConflict(current: current.map { file(id, $0) })
         }
-        checksums.remember(source.checksum, of: id, revision: etag)
-        guard !etag.isEmpty else {
+        // A single PUT's answer names the object's ETag; a multipart join's answer may not be what HEAD says later
+        // (rclone), so that one is looked at.
+        guard !etag.isEmpty, source.size <= singlePutLimit else {
             guard let stored = try await head(id) else { throw ProviderError.notFound }
+            checksums.remember(source.checksum, of: id, revision: stored.etag)
             return file(id, stored)
         }
+        checksums.remember(source.checksum, of: id, revision: etag)
         return file(id, S3Object(key: key(id), size: source.size, etag: etag, metadata: ["sha256": source.checksum], modified: Date()))
     }
 
