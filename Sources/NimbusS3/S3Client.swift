@@ -5,6 +5,17 @@ import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
 
+extension HTTPClient {
+    /// `.shared`'s settings without transparent decompression: `.shared` asks for gzip and refuses an answer that
+    /// inflates more than 25× (`DecompressionError.limit`), which a big WebDAV listing (repetitive XML) does; and a
+    /// stored object must arrive as stored. The S3 client and the storage providers use it.
+    public static let storage: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        configuration.decompression = .disabled
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
+}
+
 /// What an S3-compatible store answered when it did not do what was asked.
 public struct S3Error: Error, Sendable, CustomStringConvertible {
     /// The HTTP status (0: the store could not be reached).
@@ -60,7 +71,7 @@ public struct S3Client: Sendable {
     let http: HTTPClient
     let timeout: TimeAmount
 
-    public init(endpoint: URL, bucket: String, signer: SigV4Signer, http: HTTPClient = .shared, timeout: TimeAmount = .seconds(60)) {
+    public init(endpoint: URL, bucket: String, signer: SigV4Signer, http: HTTPClient = .storage, timeout: TimeAmount = .seconds(60)) {
         self.endpoint = endpoint
         self.bucket = bucket
         self.signer = signer

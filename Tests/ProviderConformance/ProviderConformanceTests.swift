@@ -158,6 +158,25 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a folder of 400 files is listed whole (a big listing, compressed on the wire by some servers)", arguments: ProviderKind.selected)
+    func bigListing(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let sent = try source("x", kind)
+            for start in stride(from: 0, to: 400, by: 16) {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for index in start..<start + 16 {
+                        group.addTask {
+                            _ = try await provider.upload(sent, to: .new(parentId: root.id, name: "file-\(index).txt", mimeType: nil), requestId: "b\(index)") { _ in }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            #expect(try await provider.children(of: root.id).count == 400)
+        }
+    }
+
     @Test("a whole-tree listing holds what a walk folder by folder finds, parents first", arguments: ProviderKind.selected)
     func treeListing(kind: ProviderKind) async throws {
         try await kind.with { provider in

@@ -35,7 +35,7 @@ public final class WebDAVProvider: QuotaProvider {
     ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`); see
     ///     ``check(url:username:)``, which an app calls first.
     ///   - username/password: Basic auth.
-    public init(url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .shared) {
+    public init(url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .storage) {
         var text = url.absoluteString
         if !text.hasSuffix("/") { text += "/" }
         self.url = URL(string: text) ?? url
@@ -102,10 +102,16 @@ public final class WebDAVProvider: QuotaProvider {
     func execute(_ request: HTTPClientRequest, timeout: TimeAmount = .seconds(300)) async throws -> HTTPClientResponse {
         do {
             return try await http.execute(request, timeout: timeout)
+        } catch let error as HTTPClientError where error == .remoteConnectionClosed && Self.repeatable.contains(request.method.rawValue) {
+            // A kept-alive connection the server had just closed (cheroot does under load): once more, on a new one.
+            // Only requests that can be repeated as they are (not MOVE, not a streamed PUT).
+            do { return try await http.execute(request, timeout: timeout) } catch { throw ProviderError.network("\(error)") }
         } catch {
             throw ProviderError.network("\(error)")
         }
     }
+
+    static let repeatable: Set<String> = ["GET", "HEAD", "PROPFIND", "MKCOL", "DELETE"]
 
     /// A short request whose body is read whole; a status outside 2xx is thrown as what it means (see ``failure``).
     func send(_ method: String, _ address: String, headers: [(String, String)] = [], body: String? = nil) async throws -> (HTTPClientResponse, Data) {
