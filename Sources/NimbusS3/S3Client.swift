@@ -138,7 +138,7 @@ public struct S3Client: Sendable {
             for (name, value) in head.headers where name.lowercased().hasPrefix("x-amz-meta-") {
                 metadata[String(name.lowercased().dropFirst("x-amz-meta-".count))] = value
             }
-            let modified = head.headers.first(name: "last-modified").flatMap { Self.httpDate.date(from: $0) }
+            let modified = head.headers.first(name: "last-modified").flatMap(HTTPDate.parse)
             return S3Object(key: key, size: size, etag: Self.etag(head.headers), metadata: metadata, modified: modified)
         } catch let error as S3Error where error.status == 404 {
             return nil
@@ -286,14 +286,6 @@ public struct S3Client: Sendable {
     }
 
     static func etag(_ headers: HTTPHeaders) -> String { unquoted(headers.first(name: "etag") ?? "") }
-
-    static let httpDate: DateFormatter = {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter
-    }()
 
     static func parseISO8601(_ text: String) -> Date? {
         (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)) ?? (try? Date.ISO8601FormatStyle().parse(text))

@@ -146,3 +146,22 @@ enum RcloneS3 {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 }
+
+@Suite("HTTP dates")
+struct HTTPDateTests {
+    @Test("IMF-fixdate is read as DateFormatter reads it; anything else is nil")
+    func parse() {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        for text in ["Tue, 24 Nov 2026 05:21:30 GMT", "Thu, 01 Jan 1970 00:00:00 GMT", "Tue, 29 Feb 2000 23:59:59 GMT", "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Fri, 31 Dec 2100 12:00:01 GMT"]
+        {
+            #expect(HTTPDate.parse(text) == formatter.date(from: text), "\(text)")
+        }
+        for bad in ["", "Tue, 24 Nov 2026 05:21:30", "Tue, 32 Nov 2026 05:21:30 GMT", "Tue, 24 Foo 2026 05:21:30 GMT", "2026-11-24T05:21:30Z"] {
+            #expect(HTTPDate.parse(bad) == nil, "\(bad)")
+        }
+    }
+}

@@ -199,13 +199,16 @@ extension SyncEngine {
                     sql: "SELECT r_present, r_parent, r_name, r_revision, r_checksum, r_size, r_mime, r_modified, is_folder FROM items WHERE file_id = ?"),
                 arguments: [item.id]),
                 known[0] as Bool, known[1] as String? == parent, known[2] as String? == item.name, known[3] as String? == item.revision,
-                known[4] as String? == item.checksum, known[5] as Int64? == item.size, known[6] as String? == item.mimeType,
+                item.checksum == nil || known[4] as String? == item.checksum, known[5] as Int64? == item.size, known[6] as String? == item.mimeType,
                 known[7] as Int64? == item.modifiedAt.millis, known[8] as Bool == item.isFolder
             {
                 return
             }
             let stored = try ItemRow.fetch(db, fileId: item.id)
             var row = stored ?? ItemRow.empty(ItemID.make().rawValue, isFolder: item.isFolder)
+            var item = item
+            // A provider that keeps no checksum reports none: what this side learned of the same version stays.
+            if item.checksum == nil, let stored, stored.rRevision == item.revision { item.checksum = stored.rChecksum }
             row.setRemote(item, parentLuid: parent)
             if let stored { try row.update(db, from: stored) } else { try row.save(db) }
         }

@@ -453,14 +453,26 @@ final class DatabaseStateStore: ProviderStateStore, @unchecked Sendable {
         try pool.read { db in try String.fetchOne(db, sql: "SELECT value FROM provider_state WHERE key = ?", arguments: [key]) }
     }
 
-    func setValue(_ value: String?, for key: String) throws {
+    func setValue(_ value: String?, for key: String) throws { try setValues([key: value]) }
+
+    func values(withPrefix prefix: String) throws -> [String: String]? {
+        try pool.read { db in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT key, value FROM provider_state WHERE key >= ? AND key < ?", arguments: [prefix, prefix + "\u{10FFFF}"])
+            return Dictionary(rows.map { ($0[0] as String, $0[1] as String) }, uniquingKeysWith: { $1 })
+        }
+    }
+
+    func setValues(_ values: [String: String?]) throws {
         try pool.write { db in
-            if let value {
-                try db.execute(
-                    sql: "INSERT INTO provider_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    arguments: [key, value])
-            } else {
-                try db.execute(sql: "DELETE FROM provider_state WHERE key = ?", arguments: [key])
+            for (key, value) in values {
+                if let value {
+                    try db.execute(
+                        sql: "INSERT INTO provider_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        arguments: [key, value])
+                } else {
+                    try db.execute(sql: "DELETE FROM provider_state WHERE key = ?", arguments: [key])
+                }
             }
         }
     }

@@ -236,7 +236,8 @@ struct Planner {
             // (A new revision there with the very bytes of the merge base is no change: the upload is based on it.)
             if changedHere { return .upload(id, base: r.revision) }
             if changedThere { return .download(id) }
-            if r.revision != s.revision || r.checksum != s.checksum { return .record(id) }  // same bytes, new version
+            // Same bytes, new version. (No checksum there is "unknown", not "different".)
+            if r.revision != s.revision || (r.checksum != nil && r.checksum != s.checksum) { return .record(id) }
         }
         if movedThere && movedHere {
             if r.isAt(l) { return .record(id) }

@@ -33,22 +33,70 @@ enum ProviderPath {
 
 /// SHA-256s of a provider's files that the provider itself cannot give, kept in the ``ProviderStateStore`` by id
 /// and version (ETag): learned when this device uploads or downloads the bytes (or hashes them once to link a
-/// folder), and trusted only while the version is unchanged.
-struct ChecksumMemory: Sendable {
+/// folder), and trusted only while the version is unchanged. Read once into memory (a listing asks for every
+/// file); written behind, 256 at a time and when the provider goes — it is a cache: what a crash loses is learned
+/// again (S3 keeps the hash with the object; the engine keeps what it knew while a version is unchanged).
+final class ChecksumMemory: @unchecked Sendable {
     let state: any ProviderStateStore
     let prefix: String
+    private let lock = NSLock()
+    /// Everything stored, once read (nil: not read yet, or a store that cannot read by prefix).
+    private var known: [String: String]?
+    private var readWhole = false
+    private var pending: [String: String?] = [:]
+
+    init(state: any ProviderStateStore, prefix: String) {
+        self.state = state
+        self.prefix = prefix
+    }
+
+    deinit { flush() }
+
+    /// Reads the store whole the first time (where it can).
+    private func load() {
+        guard !readWhole else { return }
+        readWhole = true
+        known = (try? state.values(withPrefix: prefix)) ?? nil
+    }
 
     func checksum(of id: String, revision: String?) -> String? {
-        guard let revision, let stored = try? state.value(for: prefix + id), stored.hasPrefix(revision + " ") else { return nil }
+        guard let revision else { return nil }
+        let key = prefix + id
+        let stored: String? = lock.withLock {
+            load()
+            if let known { return known[key] }
+            if let waiting = pending[key] { return waiting }
+            return try? state.value(for: key)  // a store without prefix reads: one key at a time
+        }
+        guard let stored, stored.hasPrefix(revision + " ") else { return nil }
         return String(stored.dropFirst(revision.count + 1))
     }
 
     func remember(_ checksum: String, of id: String, revision: String?) {
         guard let revision else { return }
-        try? state.setValue(revision + " " + checksum, for: prefix + id)
+        set(revision + " " + checksum, for: prefix + id)
     }
 
-    func forget(_ id: String) { try? state.setValue(nil, for: prefix + id) }
+    func forget(_ id: String) { set(nil, for: prefix + id) }
+
+    private func set(_ value: String?, for key: String) {
+        let full: Bool = lock.withLock {
+            load()
+            known?[key] = value
+            pending[key] = .some(value)
+            return pending.count >= 256
+        }
+        if full { flush() }
+    }
+
+    /// Writes what was learned since the last write.
+    func flush() {
+        let batch: [String: String?] = lock.withLock {
+            defer { pending = [:] }
+            return pending
+        }
+        if !batch.isEmpty { try? state.setValues(batch) }
+    }
 }
 
 /// A file read in pieces for an HTTP body: hashed on the way, progress reported per piece. The body is checked

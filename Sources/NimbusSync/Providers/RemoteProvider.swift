@@ -173,6 +173,18 @@ public enum UploadTarget: Sendable, Equatable {
 public protocol ProviderStateStore: Sendable {
     func value(for key: String) throws -> String?
     func setValue(_ value: String?, for key: String) throws
+    /// Every key starting with `prefix`, with its value (one read instead of one per key); nil when this store
+    /// cannot (then keys are read one by one).
+    func values(withPrefix prefix: String) throws -> [String: String]?
+    /// Several keys at once (one write).
+    func setValues(_ values: [String: String?]) throws
+}
+
+extension ProviderStateStore {
+    public func values(withPrefix prefix: String) throws -> [String: String]? { nil }
+    public func setValues(_ values: [String: String?]) throws {
+        for (key, value) in values { try setValue(value, for: key) }
+    }
 }
 
 /// A storage back-end the sync engine can sync with: the Nimbus server, a folder on a mounted disk, and later

@@ -173,7 +173,7 @@ public final class WebDAVProvider: QuotaProvider {
         if properties.isEmpty { return nil }
         let isFolder = properties["resourcetype"]?.child("collection") != nil
         let name = ProviderPath.name(of: id)
-        let modified = properties["getlastmodified"].flatMap { Self.httpDate.date(from: $0.text.trimmingCharacters(in: .whitespaces)) }
+        let modified = properties["getlastmodified"].flatMap { HTTPDate.parse($0.text.trimmingCharacters(in: .whitespaces)) }
             ?? Date(timeIntervalSince1970: 0)
         if isFolder {
             return RemoteItem(id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: true, modifiedAt: modified)
@@ -193,14 +193,6 @@ public final class WebDAVProvider: QuotaProvider {
         if value.hasPrefix("W/") { value.removeFirst(2) }
         return value.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
     }
-
-    static let httpDate: DateFormatter = {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter
-    }()
 
     // MARK: Reading
 
