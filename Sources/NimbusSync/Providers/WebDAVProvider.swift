@@ -173,15 +173,15 @@ public final class WebDAVProvider: QuotaProvider {
         if properties.isEmpty { return nil }
         let isFolder = properties["resourcetype"]?.child("collection") != nil
         let name = ProviderPath.name(of: id)
-        let modified = properties["getlastmodified"].flatMap { HTTPDate.parse($0.text.trimmingCharacters(in: .whitespaces)) }
+        let modified = properties["getlastmodified"].flatMap { HTTPDate.parse(Self.trimmed($0.text)) }
             ?? Date(timeIntervalSince1970: 0)
         if isFolder {
             return RemoteItem(id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: true, modifiedAt: modified)
         }
-        let size = Int64(properties["getcontentlength"]?.text.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+        let size = Int64(Self.trimmed(properties["getcontentlength"]?.text ?? "")) ?? 0
         var revision = properties["getetag"].map { Self.unquoted($0.text) } ?? ""
         if revision.isEmpty { revision = Self.syntheticPrefix + "\(Int64(modified.timeIntervalSince1970 * 1000))-\(size)" }
-        let type = properties["getcontenttype"]?.text.trimmingCharacters(in: .whitespaces)
+        let type = properties["getcontenttype"].map { Self.trimmed($0.text) }
         return RemoteItem(
             id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: false, size: size, revision: revision,
             checksum: checksums.checksum(of: id, revision: revision), mimeType: (type?.isEmpty ?? true) ? MimeType.guess(forName: name) : type,
@@ -189,9 +189,21 @@ public final class WebDAVProvider: QuotaProvider {
     }
 
     static func unquoted(_ etag: String) -> String {
-        var value = etag.trimmingCharacters(in: .whitespacesAndNewlines)
-        if value.hasPrefix("W/") { value.removeFirst(2) }
-        return value.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        var value = Substring(trimmed(etag))
+        if value.hasPrefix("W/") { value = value.dropFirst(2) }
+        if value.hasPrefix("\"") { value = value.dropFirst() }
+        if value.hasSuffix("\"") { value = value.dropLast() }
+        return String(value)
+    }
+
+    /// Without spaces and line breaks around it (Foundation's `trimmingCharacters` was a tenth of a listing's CPU).
+    static func trimmed(_ text: String) -> String {
+        let scalars = text.unicodeScalars
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
+            let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })
+        else { return "" }
+        if first == scalars.startIndex && last == scalars.index(before: scalars.endIndex) { return text }
+        return String(scalars[first...last])
     }
 
     // MARK: Reading
