@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 import NimbusAPI
 import NimbusS3
 import NimbusServer
-import NimbusSync
+@_spi(Testing) import NimbusSync
 import NimbusTestSupport
 import Testing
 
@@ -201,6 +201,41 @@ struct ProviderConformanceTests {
             #expect(shape(listed) == shape(walked))
             let order = Dictionary(uniqueKeysWithValues: listed.enumerated().map { ($0.element.id, $0.offset) })
             for item in listed { if let parent = item.parentId, parent != root.id { #expect((order[parent] ?? .max) < (order[item.id] ?? 0)) } }
+        }
+    }
+
+    @Test("S3: a multipart upload cut off half-way goes on after a restart with the parts not yet there", arguments: [ProviderKind.s3Rclone, .s3Moto])
+    func multipartResume(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        let state = MemoryStateStore()
+        try await kind.with { _ in
+            let first = try await ProviderKind.fresh(kind, state: state)
+            guard let s3 = first as? S3Provider else { return }
+            let root = try await first.root()
+            let bytes = randomBytes(23 * 1024 * 1024)  // five 5 MiB parts (the test's part size)
+            let sent = try source(bytes, kind)
+            let reached = AsyncStream<Void>.makeStream()
+            let upload = Task {
+                try await first.upload(sent, to: .new(parentId: root.id, name: "big.bin", mimeType: nil), requestId: "resume-me") { done in
+                    if done >= 10 * 1024 * 1024 { reached.continuation.yield() }
+                }
+            }
+            for await _ in reached.stream { break }
+            upload.cancel()
+            _ = try? await upload.value
+            let sentBefore = s3.partsSent.withLock { $0 }
+            #expect(sentBefore >= 2 && sentBefore < 5, "cut off half-way: \(sentBefore) parts")
+            #expect(try state.value(for: "s3.upload.resume-me") != nil, "the session is kept for the restart")
+            #expect(try await first.children(of: root.id).isEmpty, "nothing visible before it is whole")
+
+            // A new provider on the same state (a restart): only the missing parts go.
+            let again = S3Provider(client: s3.client, prefix: s3.prefix, state: state, singlePutLimit: 2 << 20, partSize: 5 << 20)
+            let item = try await again.upload(sent, to: .new(parentId: root.id, name: "big.bin", mimeType: nil), requestId: "resume-me") { _ in }
+            #expect(again.partsSent.withLock { $0 } <= 5 - sentBefore + 1, "resumed, not restarted: \(again.partsSent.withLock { $0 }) more parts")
+            #expect(try state.value(for: "s3.upload.resume-me") == nil)
+            let back = kind.scratch.appending(path: "big.back")
+            try await again.download(item.id, revision: item.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == bytes)
         }
     }
 

@@ -28,6 +28,8 @@ public final class S3Provider: TreeListingProvider {
     let checksums: ChecksumMemory
     let singlePutLimit: Int64
     let partSize: Int64
+    /// Parts sent by multipart uploads (for tests: a resumed upload sends only what is missing).
+    @_spi(Testing) public let partsSent = LockedBox(0)
     /// Whether the store takes `If-None-Match`/`If-Match` on writes (until one is refused as not implemented).
     let conditionsWork = LockedBox(true)
 
@@ -386,6 +388,7 @@ public final class S3Provider: TreeListingProvider {
                 let etag = try await call("sending \(ProviderPath.name(of: key))") {
                     try await client.uploadPart(key, uploadId: session.uploadId, number: partNumber, body: ByteBuffer(data: data))
                 }
+                partsSent.withLock { $0 += 1 }
                 parts.append((number, etag))
             }
             offset += Int64(data.count)

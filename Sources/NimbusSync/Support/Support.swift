@@ -2,13 +2,13 @@ import Crypto
 import Foundation
 
 /// A value behind a lock, for state that synchronous callbacks (stream terminations) must reach.
-final class LockedBox<Value>: @unchecked Sendable {
+public final class LockedBox<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
 
     init(_ value: Value) { self.value = value }
 
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
