@@ -92,7 +92,11 @@ struct FolderSimulation {
         configuration.randomSeed = seed &* 7 &+ UInt64(index) &+ UInt64(counter)
         configuration.maxConcurrentOperations = Simulation.width(seed)
         configuration.tokenStore = tokens
-        configuration.provider = { state in NimbusProvider(client: client, state: state) }
+        if seed % 4 == 3 {
+            configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state)) }
+        } else {
+            configuration.provider = { state in NimbusProvider(client: client, state: state) }
+        }
         return try FolderSync(root: URL(fileURLWithPath: "/sim/device\(index)"), configuration: configuration, settleTime: 1, fileSystem: disk)
     }
 
@@ -100,7 +104,9 @@ struct FolderSimulation {
     mutating func content(for path: String? = nil) -> Data {
         counter += 1
         if let path, random.below(5) == 0, let earlier = ledger.earlier(path) { return earlier }
-        let size = random.below(6) == 0 ? 70_000 + random.below(300_000) : 20 + random.below(400)
+        var size = random.below(6) == 0 ? 70_000 + random.below(300_000) : 20 + random.below(400)
+        // Against the listed provider, contents of one size: a file there can only be told from one here by reading it.
+        if seed % 4 == 3 { size = 64 }
         return randomBytes(size, seed: random.next())
     }
 
@@ -366,4 +372,40 @@ final class LockedCounter: @unchecked Sendable {
         value += 1
         return value
     }
+}
+
+/// The Nimbus provider as a remote with neither a change feed nor checksums (what WebDAV and foreign S3 objects look
+/// like to the engine): every round lists the tree, and files are compared by reading them (`learnChecksum`). Seeds
+/// ≡ 3 (mod 4) of the folder simulation run with it, so those paths run inside the simulation too.
+final class ListedProvider: RemoteProvider, @unchecked Sendable {
+    let inner: NimbusProvider
+
+    init(inner: NimbusProvider) { self.inner = inner }
+
+    var capabilities: ProviderCapabilities { inner.capabilities.subtracting([.changeFeed, .checksums, .batchUpload]) }
+
+    func hidden(_ item: RemoteItem) -> RemoteItem {
+        var item = item
+        item.checksum = nil
+        return item
+    }
+
+    func root() async throws -> RemoteItem { hidden(try await inner.root()) }
+    func item(_ id: String) async throws -> RemoteItem { hidden(try await inner.item(id)) }
+    func children(of folderId: String) async throws -> [RemoteItem] { try await inner.children(of: folderId).map(hidden) }
+    func startCursor() async throws -> String { throw ProviderError.invalid(code: "unsupported", message: "listed") }
+    func changes(since cursor: String) async throws -> ChangePage { throw ProviderError.invalid(code: "unsupported", message: "listed") }
+    func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
+        hidden(try await inner.createFolder(named: name, in: parentId, requestId: requestId))
+    }
+    func upload(_ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void) async throws
+        -> RemoteItem
+    {
+        hidden(try await inner.upload(source, to: target, requestId: requestId, progress: progress))
+    }
+    func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        try await inner.download(id, revision: revision, to: destination, progress: progress)
+    }
+    func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem { hidden(try await inner.move(id, to: parentId, name: name)) }
+    func delete(_ id: String) async throws { try await inner.delete(id) }
 }
