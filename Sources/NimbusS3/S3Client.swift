@@ -9,9 +9,14 @@ extension HTTPClient {
     /// `.shared`'s settings without transparent decompression: `.shared` asks for gzip and refuses an answer that
     /// inflates more than 25× (`DecompressionError.limit`), which a big WebDAV listing (repetitive XML) does; and a
     /// stored object must arrive as stored. The S3 client and the storage providers use it.
+    ///
+    /// Idle connections are dropped after 4 s (`.shared` keeps them 10 minutes): servers close theirs sooner (Apache
+    /// after 5 s, cheroot under load at once), and a request sent on a connection the server is closing fails with
+    /// `remoteConnectionClosed`, which for a `MOVE` or a streamed `PUT` cannot be repeated blindly.
     public static let storage: HTTPClient = {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.decompression = .disabled
+        configuration.connectionPool = .init(idleTimeout: .seconds(4))
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 }

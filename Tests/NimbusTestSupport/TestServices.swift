@@ -120,6 +120,8 @@ public enum TestServices {
                 host: 127.0.0.1
                 port: \(port)
                 server: cheroot
+                server_args:
+                  numthreads: 32
                 verbose: 0
                 logging:
                   enable: false

@@ -14,7 +14,7 @@ import Testing
 /// in-process on an ephemeral port, through the real HTTP client), a local folder (a temporary directory), two
 /// WebDAV servers (`rclone serve webdav`, `wsgidav`) and two S3 implementations (`rclone serve s3`, `moto_server`),
 /// started by the tests. A new provider joins by adding a case to ``ProviderKind``.
-@Suite("Provider conformance")
+@Suite("Provider conformance", .serialized)
 struct ProviderConformanceTests {
     @Test("the root is an empty folder; an unknown id is notFound", arguments: ProviderKind.selected)
     func emptyRoot(kind: ProviderKind) async throws {
@@ -158,12 +158,12 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("a folder of 400 files is listed whole (a big listing, compressed on the wire by some servers)", arguments: ProviderKind.selected)
+    @Test("a folder of 160 files is listed whole (a big listing, compressed on the wire by some servers)", arguments: ProviderKind.selected)
     func bigListing(kind: ProviderKind) async throws {
         try await kind.with { provider in
             let root = try await provider.root()
             let sent = try source("x", kind)
-            for start in stride(from: 0, to: 400, by: 16) {
+            for start in stride(from: 0, to: 160, by: 16) {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for index in start..<start + 16 {
                         group.addTask {
@@ -173,7 +173,7 @@ struct ProviderConformanceTests {
                     try await group.waitForAll()
                 }
             }
-            #expect(try await provider.children(of: root.id).count == 400)
+            #expect(try await provider.children(of: root.id).count == 160)
         }
     }
 
@@ -214,17 +214,16 @@ struct ProviderConformanceTests {
             let root = try await first.root()
             let bytes = randomBytes(23 * 1024 * 1024)  // five 5 MiB parts (the test's part size)
             let sent = try source(bytes, kind)
-            let reached = AsyncStream<Void>.makeStream()
+            // Cut off right after the second part: the upload's own task is cancelled from its progress report, so
+            // the next part's request fails (deterministically, whatever the load).
             let upload = Task {
                 try await first.upload(sent, to: .new(parentId: root.id, name: "big.bin", mimeType: nil), requestId: "resume-me") { done in
-                    if done >= 10 * 1024 * 1024 { reached.continuation.yield() }
+                    if done >= 10 * 1024 * 1024 { withUnsafeCurrentTask { $0?.cancel() } }
                 }
             }
-            for await _ in reached.stream { break }
-            upload.cancel()
             _ = try? await upload.value
             let sentBefore = s3.partsSent.withLock { $0 }
-            #expect(sentBefore >= 2 && sentBefore < 5, "cut off half-way: \(sentBefore) parts")
+            #expect(sentBefore == 2, "cut off half-way: \(sentBefore) parts")
             #expect(try state.value(for: "s3.upload.resume-me") != nil, "the session is kept for the restart")
             #expect(try await first.children(of: root.id).isEmpty, "nothing visible before it is whole")
 
