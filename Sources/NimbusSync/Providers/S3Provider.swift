@@ -486,8 +486,13 @@ public final class S3Provider: TreeListingProvider {
         let objects = try await call("listing \(id)") { try await client.listAll(prefix: folderPrefix(id)) }
         guard !objects.isEmpty else { throw ProviderError.notFound }
         seenFolders.withLock { seen in seen = seen.filter { !ProviderPath.isWithin($0.key, id) } }
-        // Deepest first, the folder's own marker last: an interrupted deletion leaves the folder, not orphans.
-        for object in objects.sorted(by: { $0.key.count > $1.key.count }) { try await call("deleting \(id)") { try await client.delete(object.key) } }
+        // Markers last (deepest first among them): an interrupted deletion leaves the folders, never a file whose
+        // folder was made to vanish.
+        let ordered = objects.sorted { a, b in
+            let (aMarker, bMarker) = (a.key.hasSuffix("/" + Self.markerName) || a.key.hasSuffix("/"), b.key.hasSuffix("/" + Self.markerName) || b.key.hasSuffix("/"))
+            return aMarker == bMarker ? a.key.count > b.key.count : !aMarker
+        }
+        for object in ordered { try await call("deleting \(id)") { try await client.delete(object.key) } }
     }
 
     /// Makes the folders of `path` (markers), so that an empty remote folder exists.
