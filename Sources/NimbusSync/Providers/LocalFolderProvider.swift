@@ -30,23 +30,9 @@ public final class LocalFolderProvider: RemoteProvider {
 
     // MARK: Paths
 
-    static let rootId = "/"
+    static let rootId = ProviderPath.root
 
     func url(_ id: String) -> URL { id == Self.rootId ? root : root.appending(path: id) }
-
-    func childId(_ name: String, in parentId: String) -> String { parentId == Self.rootId ? name : parentId + "/" + name }
-
-    func parentId(of id: String) -> String? {
-        guard id != Self.rootId else { return nil }
-        guard let slash = id.lastIndex(of: "/") else { return Self.rootId }
-        return String(id[..<slash])
-    }
-
-    func validated(_ name: String) throws -> String {
-        do { return try FileName.validated(name) } catch {
-            throw ProviderError.invalid(code: APIErrorCode.invalidName.rawValue, message: error.description)
-        }
-    }
 
     // MARK: Reading
 
@@ -71,7 +57,7 @@ public final class LocalFolderProvider: RemoteProvider {
         for name in names.sorted() {
             if folderId == Self.rootId && name == Self.trashName { continue }
             if name.hasPrefix(Self.partialPrefix) { continue }
-            if let item = try describe(childId(name, in: folderId)) { items.append(item) }
+            if let item = try describe(ProviderPath.child(name, in: folderId)) { items.append(item) }
         }
         return items
     }
@@ -82,9 +68,9 @@ public final class LocalFolderProvider: RemoteProvider {
         let path = url(id).path
         guard let info = Self.lstat(path) else { return nil }
         let type = info.st_mode & S_IFMT
-        let name = id == Self.rootId ? "" : String(id.split(separator: "/").last ?? "")
+        let name = ProviderPath.name(of: id)
         if type == S_IFDIR {
-            return RemoteItem(id: id, parentId: parentId(of: id), name: name, isFolder: true, modifiedAt: Self.modified(info))
+            return RemoteItem(id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: true, modifiedAt: Self.modified(info))
         }
         guard type == S_IFREG else { return nil }
         let revision = Self.revision(info)
@@ -100,7 +86,7 @@ public final class LocalFolderProvider: RemoteProvider {
             try state.setValue(revision + " " + hash, for: key)
         }
         return RemoteItem(
-            id: id, parentId: parentId(of: id), name: name, isFolder: false, size: Int64(info.st_size), revision: revision, checksum: checksum,
+            id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: false, size: Int64(info.st_size), revision: revision, checksum: checksum,
             mimeType: MimeType.guess(forName: name), modifiedAt: Self.modified(info))
     }
 
@@ -115,8 +101,8 @@ public final class LocalFolderProvider: RemoteProvider {
     // MARK: Writing
 
     public func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
-        let name = try validated(name)
-        let id = childId(name, in: parentId)
+        let name = try ProviderPath.validated(name)
+        let id = ProviderPath.child(name, in: parentId)
         guard let parent = Self.lstat(url(parentId).path), parent.st_mode & S_IFMT == S_IFDIR else { throw ProviderError.notFound }
         if mkdir(url(id).path, 0o755) != 0 {
             guard errno == EEXIST else { throw Self.posixError("create \(id)") }
@@ -134,7 +120,7 @@ public final class LocalFolderProvider: RemoteProvider {
         let id: String
         switch target {
         case .new(let parentId, let name, _):
-            id = childId(try validated(name), in: parentId)
+            id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
             guard let parent = Self.lstat(url(parentId).path), parent.st_mode & S_IFMT == S_IFDIR else { throw ProviderError.notFound }
         case .version(let fileId, _):
             id = fileId
@@ -217,8 +203,8 @@ public final class LocalFolderProvider: RemoteProvider {
     }
 
     public func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
-        let name = try validated(name)
-        let destination = childId(name, in: parentId)
+        let name = try ProviderPath.validated(name)
+        let destination = ProviderPath.child(name, in: parentId)
         guard Self.lstat(url(id).path) != nil else { throw ProviderError.notFound }
         guard let parent = Self.lstat(url(parentId).path), parent.st_mode & S_IFMT == S_IFDIR else { throw ProviderError.notFound }
         if destination == id { return try await item(id) }
