@@ -11,8 +11,9 @@ import ServiceLifecycle
 /// `LISTEN`s on one connection of its own and wakes its local long-polls and event streams.
 ///
 /// A commit on this replica wakes local listeners at once, without waiting for the notification's round trip.
-/// While the listening connection is down it reconnects every second; when it is back, every local listener is
-/// woken to look again, so a change committed meanwhile is not left waiting for a timeout.
+/// While the listening connection is down it reconnects every second; whenever `LISTEN` is (re-)established —
+/// at start-up too — every local listener whose user has newer changes is woken, so a change committed meanwhile
+/// is not left waiting for a timeout.
 final class PostgresChangeNotifier: ChangeNotifier, Service {
     static let channel = "nimbus_changes"
 
@@ -32,17 +33,16 @@ final class PostgresChangeNotifier: ChangeNotifier, Service {
     func latest(userId: String) -> Int64 { local.latest(userId: userId) }
 
     func run() async throws {
-        var connected = false
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
                 let connection = try await PostgresConnection.connect(
                     on: MultiThreadedEventLoopGroup.singleton.next(), configuration: location.configuration, id: 0, logger: logger)
-                let reconnected = connected
-                connected = true
                 do {
                     try await cancelWhenGracefulShutdown {
                         try await connection.listen(on: Self.channel) { notifications in
-                            if reconnected { await self.catchUp() }
+                            // Listening now: whoever started waiting before (at start-up, or while the connection
+                            // was down) looks again, so a commit made meanwhile is not left for the timeout.
+                            await self.catchUp()
                             for try await notification in notifications {
                                 let parts = notification.payload.split(separator: " ")
                                 if parts.count == 2, let seq = Int64(parts[1]) { self.local.notify(userId: String(parts[0]), seq: seq) }
@@ -62,7 +62,7 @@ final class PostgresChangeNotifier: ChangeNotifier, Service {
         }
     }
 
-    /// After a reconnection: whoever listens here learns of changes committed while notifications were lost.
+    /// Once listening: whoever waits here learns of changes committed while notifications could not arrive.
     func catchUp() async {
         guard let latestSeq = latestSeq.withLockedValue({ $0 }) else { return }
         for user in local.subscribedUsers {
