@@ -71,23 +71,54 @@ public struct SigV4Signer: Sendable {
     /// RFC 3986 percent-encoding as SigV4 wants it: everything but `A-Z a-z 0-9 - _ . ~` (and `/` when `slash`
     /// is false, for object keys in a path).
     public static func encode(_ text: String, slash: Bool = true) -> String {
-        var result = ""
-        result.reserveCapacity(text.utf8.count)
+        let hexDigits: StaticString = "0123456789ABCDEF"
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count + 8)
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
-                result.unicodeScalars.append(Unicode.Scalar(byte))
+                bytes.append(byte)
             case UInt8(ascii: "/") where !slash:
-                result.append("/")
+                bytes.append(byte)
             default:
-                let digits = Array("0123456789ABCDEF")
-                result.append("%")
-                result.append(digits[Int(byte >> 4)])
-                result.append(digits[Int(byte & 0x0F)])
+                bytes.append(UInt8(ascii: "%"))
+                hexDigits.withUTF8Buffer { digits in
+                    bytes.append(digits[Int(byte >> 4)])
+                    bytes.append(digits[Int(byte & 0x0F)])
+                }
             }
         }
-        return result
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The reverse of ``encode(_:slash:)`` for any percent-encoded text: `%XX` sequences become their bytes
+    /// (nil when one is malformed or the bytes are not UTF-8); everything else is kept as it is.
+    public static func decode(_ text: String) -> String? {
+        guard text.utf8.contains(UInt8(ascii: "%")) else { return text }
+        func value(_ byte: UInt8) -> UInt8? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        let source = Array(text.utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(source.count)
+        var index = 0
+        while index < source.count {
+            if source[index] == UInt8(ascii: "%") {
+                guard index + 2 < source.count, let high = value(source[index + 1]), let low = value(source[index + 2]) else { return nil }
+                bytes.append(high << 4 | low)
+                index += 3
+            } else {
+                bytes.append(source[index])
+                index += 1
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
     }
 
     static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {

