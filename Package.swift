@@ -109,7 +109,9 @@ let package = Package(
         ),
         .executableTarget(
             name: "nimbus-bench",
-            dependencies: ["NimbusAPI", "NimbusSync", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "NimbusAPI", "NimbusSync", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

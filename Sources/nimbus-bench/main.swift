@@ -1,6 +1,7 @@
 // NimbusSync benchmarks (issue 4), each against a peer measured in the same run:
 //   swift build -c release --product nimbus-bench --scratch-path .build-release
 //   .build-release/release/nimbus-bench [--items 100000] [--operations 10000]
+import Crypto
 import Foundation
 import GRDB
 import NimbusAPI
@@ -17,6 +18,31 @@ func argument(_ name: String, _ fallback: Int) -> Int {
     let arguments = CommandLine.arguments
     guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count, let value = Int(arguments[index + 1]) else { return fallback }
     return value
+}
+
+// `nimbus-bench chunking --file F` (issue 14, B7): FastCDC alone and FastCDC + SHA-256 per chunk over F's bytes in
+// memory, on one core; scripts/bench/chunking.py runs it beside the `fastcdc` package from PyPI on the same file.
+if CommandLine.arguments.dropFirst().first == "chunking" {
+    let path = CommandLine.arguments.firstIndex(of: "--file").map { CommandLine.arguments[$0 + 1] } ?? ""
+    let data = try Data(contentsOf: URL(fileURLWithPath: path))
+    var chunks = 0
+    let chunking = await seconds {
+        data.withUnsafeBytes { chunks = FastCDC.lengths(of: $0).count }
+    }
+    var digests = 0
+    let hashing = await seconds {
+        data.withUnsafeBytes { all in
+            var offset = 0
+            for length in FastCDC.lengths(of: all) {
+                let digest = SHA256.hash(data: UnsafeRawBufferPointer(rebasing: all[offset..<offset + length]))
+                digests &+= Int(digest.withUnsafeBytes { $0[0] })
+                offset += length
+            }
+        }
+    }
+    let gigabytes = Double(data.count) / 1e9
+    print("nimbus FastCDC: \(chunks) chunks; chunking \(String(format: "%.2f", gigabytes / chunking)) GB/s; chunking + SHA-256 \(String(format: "%.2f", gigabytes / hashing)) GB/s (\(digests % 2))")
+    exit(0)
 }
 
 let items = argument("--items", 100_000)
