@@ -10,19 +10,22 @@ public struct APIErrorBody: Codable, Sendable, Hashable, Error {
         public var message: String
         public var existingId: String?
         public var file: File?
+        /// With `blocks_missing`: the hashes of the blocks to send before committing again.
+        public var missing: [String]?
 
-        public init(code: String, message: String, existingId: String? = nil, file: File? = nil) {
+        public init(code: String, message: String, existingId: String? = nil, file: File? = nil, missing: [String]? = nil) {
             self.code = code
             self.message = message
             self.existingId = existingId
             self.file = file
+            self.missing = missing
         }
     }
 
     public var error: Detail
 
-    public init(code: String, message: String, existingId: String? = nil, file: File? = nil) {
-        self.error = Detail(code: code, message: message, existingId: existingId, file: file)
+    public init(code: String, message: String, existingId: String? = nil, file: File? = nil, missing: [String]? = nil) {
+        self.error = Detail(code: code, message: message, existingId: existingId, file: file, missing: missing)
     }
 }
 

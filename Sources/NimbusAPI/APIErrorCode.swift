@@ -30,6 +30,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     /// The request id already made something else (`existingId` names the file it made, when it made one).
     case requestIdReused = "request_id_reused"
     case usernameTaken = "username_taken"
+    /// A block commit names blocks the store lacks (`missing` lists them): send them, then commit again.
+    case blocksMissing = "blocks_missing"
     case conflict
     // 410
     case gone
@@ -40,6 +42,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case tooLarge = "too_large"
     case rangeNotSatisfiable = "range_not_satisfiable"
     case checksumMismatch = "checksum_mismatch"
+    /// 415: a `Content-Encoding` the route does not take.
+    case unsupportedEncoding = "unsupported_encoding"
     case rateLimited = "rate_limited"
     case internalError = "internal_error"
     /// 503: a store the server needs is unreachable; retry after `Retry-After` seconds.

@@ -84,6 +84,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     ContentController(drive: drive).register(&routes)
     UploadController(drive: drive, resumable: ResumableUploadController(drive: drive, hashes: RunningHashes())).register(&routes)
     ChangesController(drive: drive).register(&routes)
+    BlocksController(drive: drive).register(&routes)
     ServiceController(drive: drive, registry: registry).register(&routes)
     WebController().register(&routes)
 

@@ -23,6 +23,7 @@ tags:
   - name: content
   - name: revisions
   - name: uploads
+  - name: blocks
   - name: changes
   - name: service
   - name: web
@@ -426,6 +427,120 @@ paths:
         "422": { $ref: "#/components/responses/Error" }
         "507": { $ref: "#/components/responses/Error" }
         "503": { $ref: "#/components/responses/Error" }
+  /v1/blocks/missing:
+    post:
+      tags: [blocks]
+      summary: Which of these blocks (SHA-256 of content-defined chunks) the user's store lacks
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/MissingBlocksRequest" }
+      responses:
+        "200":
+          description: The hashes not stored, in the order asked, each once
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/MissingBlocksResponse" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+  /v1/blocks/{hash}:
+    parameters:
+      - { name: hash, in: path, required: true, schema: { type: string, pattern: "^[0-9a-f]{64}$" }, description: "The block's SHA-256, lowercase hex" }
+    put:
+      tags: [blocks]
+      summary: Store one block; its bytes must hash to the path's SHA-256. Idempotent (200 when already stored)
+      requestBody:
+        required: true
+        content:
+          application/octet-stream:
+            schema: { type: string, format: binary }
+      responses:
+        "200":
+          description: Already stored
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/StoredBlock" }
+        "201":
+          description: Stored now (until a commit references it, it is swept after the grace period)
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/StoredBlock" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+        "415": { $ref: "#/components/responses/Error" }
+        "422": { $ref: "#/components/responses/Error" }
+        "503": { $ref: "#/components/responses/Error" }
+    get:
+      tags: [blocks]
+      summary: A block's bytes (one the user's files, revisions, trash or uploads reference)
+      parameters:
+        - { $ref: "#/components/parameters/IfNoneMatch" }
+      responses:
+        "200":
+          description: The bytes
+          headers:
+            ETag: { schema: { type: string }, description: '"<sha256>"' }
+          content:
+            application/octet-stream: { schema: { type: string, format: binary } }
+        "304": { description: Not modified }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+  /v1/blocks/commit:
+    post:
+      tags: [blocks]
+      summary: A new file (name, parentId) or a new version (fileId + If-Match) made of stored blocks in order
+      parameters:
+        - { $ref: "#/components/parameters/OnConflict" }
+        - { name: If-Match, in: header, required: false, schema: { type: string }, description: 'With fileId: "<revisionId>" the version is based on (412 otherwise)' }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/BlockCommitRequest" }
+      responses:
+        "201":
+          description: The committed file
+          headers:
+            ETag: { $ref: "#/components/headers/ETag" }
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/File" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "409":
+          description: "name_conflict, request_id_reused, or blocks_missing (error.missing lists the blocks to send first)"
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Error" }
+        "412": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+        "422": { $ref: "#/components/responses/Error" }
+        "503": { $ref: "#/components/responses/Error" }
+        "507": { $ref: "#/components/responses/Error" }
+  /v1/files/{fileId}/blocks:
+    parameters:
+      - { $ref: "#/components/parameters/FileId" }
+    get:
+      tags: [blocks]
+      summary: The blocks of the file's head revision, or of revisionId, in order (for delta downloads)
+      parameters:
+        - { name: revisionId, in: query, required: false, schema: { type: string } }
+      responses:
+        "200":
+          description: The manifest
+          headers:
+            ETag: { schema: { type: string }, description: '"<revisionId>"' }
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/BlockManifest" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
   /v1/changes/start:
     get:
       tags: [changes]
@@ -616,6 +731,62 @@ components:
             message: { type: string }
             existingId: { type: string, description: "409 name_conflict: the item holding the name; 409 version_conflict: the file; 409 request_id_reused: the file that requestId made (with other content)" }
             file: { $ref: "#/components/schemas/File", description: "409 version_conflict / 412: the item's current state" }
+            missing: { type: array, items: { type: string }, description: "409 blocks_missing: the blocks to send before committing again" }
+    MissingBlocksRequest:
+      type: object
+      required: [hashes]
+      properties:
+        hashes: { type: array, maxItems: 10000, items: { type: string, pattern: "^[0-9a-f]{64}$" } }
+    MissingBlocksResponse:
+      type: object
+      required: [missing]
+      properties:
+        missing: { type: array, items: { type: string } }
+    StoredBlock:
+      type: object
+      required: [hash, size]
+      properties:
+        hash: { type: string }
+        size: { type: integer, format: int64 }
+    BlockCommitRequest:
+      type: object
+      required: [size, checksum, blocks]
+      properties:
+        name: { type: string, description: "A new file's name (with parentId)" }
+        parentId: { type: string }
+        mimeType: { type: string }
+        requestId: { type: string, description: "Makes a retried creation return the file the first one made" }
+        fileId: { type: string, description: "A new version of this file (guarded by If-Match)" }
+        baseRevisionId: { type: string, description: "The revision that {from, count} entries take blocks from" }
+        size: { type: integer, format: int64, minimum: 0 }
+        checksum: { type: string, pattern: "^[0-9a-f]{64}$", description: "SHA-256 of the whole content" }
+        blocks:
+          type: array
+          items:
+            oneOf:
+              - { type: string, pattern: "^[0-9a-f]{64}$", description: "A stored block" }
+              - type: object
+                required: [from, count]
+                properties:
+                  from: { type: integer, minimum: 0 }
+                  count: { type: integer, minimum: 1 }
+                description: "count blocks of the base revision, from index from"
+    BlockManifest:
+      type: object
+      required: [fileId, revisionId, size, checksum, blocks]
+      properties:
+        fileId: { type: string }
+        revisionId: { type: string }
+        size: { type: integer, format: int64 }
+        checksum: { type: string }
+        blocks:
+          type: array
+          items:
+            type: object
+            required: [hash, size]
+            properties:
+              hash: { type: string }
+              size: { type: integer, format: int64 }
     Credentials:
       type: object
       required: [username, password]

@@ -53,6 +53,16 @@ protocol MetadataStore: Sendable {
     func blocks(ofRevision revisionId: String) async throws -> [BlockRef]
     func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord
 
+    // MARK: Blocks (`/v1/blocks/…`)
+    /// The user's blocks among `hashes` with bytes in the store (live, or orphaned and not yet swept).
+    func storedBlocks(userId: String, hashes: [String]) async throws -> [String: (block: BlockRef, live: Bool)]
+    /// A revision of the user's and its blocks in order; 404 if it is not the user's.
+    func revisionWithBlocks(userId: String, revisionId: String) async throws -> (revision: RevisionRecord, blocks: [BlockRef])
+    /// Commits content made of blocks already stored (as ``commitContent(userId:target:content:now:)``, no put).
+    func commitStoredContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord
+    /// Puts staged blocks in the blob store with their rows marked orphaned until a commit adopts them.
+    func putBlocks(_ blocks: [StagedBlock], userId: String, now: Date) async throws
+
     // MARK: Resumable uploads
     /// Opens a session, or returns the one already opened with the same `requestId` (`created == false`).
     func createUpload(_ upload: UploadRecord, now: Date) async throws -> (upload: UploadRecord, created: Bool)

@@ -23,6 +23,10 @@ public enum DriveError: Error, Sendable {
     case tooManyRequests(String, retryAfter: Int)
     case quotaExceeded(used: Int64, limit: Int64, needed: Int64)
     case methodNotAllowed
+    /// A block commit names blocks the store lacks: 409 `blocks_missing` with their hashes.
+    case blocksMissing([String])
+    /// A body in an encoding this route does not take: 415.
+    case unsupportedEncoding(String)
     /// A store the server needs (database, blob store) cannot be reached: 503 + `Retry-After`.
     case unavailable(String, retryAfter: Int = 5)
     case internalError(String)
@@ -42,6 +46,8 @@ public enum DriveError: Error, Sendable {
         case .tooManyRequests: .tooManyRequests
         case .quotaExceeded: .init(code: 507, reasonPhrase: "Insufficient Storage")
         case .methodNotAllowed: .methodNotAllowed
+        case .blocksMissing: .conflict
+        case .unsupportedEncoding: .unsupportedMediaType
         case .unavailable: .serviceUnavailable
         case .internalError: .internalServerError
         }
@@ -77,6 +83,12 @@ public enum DriveError: Error, Sendable {
                 .quotaExceeded,
                 message: "Not enough storage: \(needed) bytes needed, \(max(0, limit - used)) of \(limit) left. Free space by emptying the trash or deleting files.")
         case .methodNotAllowed: APIErrorBody(.methodNotAllowed, message: "This route does not accept that method.")
+        case .blocksMissing(let hashes):
+            APIErrorBody(
+                code: APIErrorCode.blocksMissing.rawValue,
+                message: "\(hashes.count) of the blocks are not stored (listed in 'missing'); send them with PUT /v1/blocks/{sha256}, then commit again.",
+                missing: hashes)
+        case .unsupportedEncoding(let message): APIErrorBody(.unsupportedEncoding, message: message)
         case .unavailable(let message, _): APIErrorBody(.unavailable, message: message)
         case .internalError(let message): APIErrorBody(.internalError, message: message)
         }

@@ -1,0 +1,217 @@
+import Crypto
+import Foundation
+import Hummingbird
+import NIOCore
+import NIOFoundationCompat
+import NimbusAPI
+
+/// Block-level sync: `POST /v1/blocks/missing`, `PUT|GET /v1/blocks/{sha256}`, `POST /v1/blocks/commit`,
+/// `GET /v1/files/{id}/blocks`. Blocks are the user's own (the store's per-user namespace); a block sent and never
+/// committed is swept after the grace period like any other unreferenced block.
+struct BlocksController: Sendable {
+    let drive: Drive
+
+    /// A commit's JSON: 160,000 blocks (a 10 GiB file of 64 KiB chunks) as hashes is about 11 MB.
+    static let maxCommitBytes = 32 * 1024 * 1024
+
+    func register(_ routes: inout RouteTable) {
+        routes.on(.post, "/v1/blocks/missing", use: missing)
+        routes.on(.post, "/v1/blocks/commit", use: commit)
+        routes.on(.put, "/v1/blocks/{hash}", use: put)
+        routes.on(.get, "/v1/blocks/{hash}", use: get)
+        routes.on(.get, "/v1/files/{fileId}/blocks", use: manifest)
+    }
+
+    static func validHash(_ raw: String, what: String = "The block's hash") throws -> String {
+        guard raw.isBlockHash else { throw DriveError.badRequest("\(what) must be a SHA-256 as 64 lowercase hex digits; '\(raw.prefix(80))' is not.") }
+        return raw
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ request: Request, limit: Int) async throws -> T {
+        let body: ByteBuffer
+        do { body = try await request.body.collect(upTo: limit) } catch {
+            throw DriveError.tooLarge("This request's JSON can be at most \(limit) bytes.")
+        }
+        do { return try JSONDecoder.nimbus.decode(T.self, from: Data(buffer: body)) } catch let error as DecodingError {
+            throw DriveError.badRequest("The JSON body is not valid: \(error.readableDescription)")
+        }
+    }
+
+    /// Which of the given hashes the user's store lacks, in the order asked, each once.
+    @Sendable func missing(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let asked = try await Self.decode(MissingBlocksRequest.self, request, limit: MissingBlocksRequest.maxHashes * 80 + 1024)
+        guard asked.hashes.count <= MissingBlocksRequest.maxHashes else {
+            throw DriveError.badRequest("Ask about at most \(MissingBlocksRequest.maxHashes) blocks at a time; this request has \(asked.hashes.count).")
+        }
+        for hash in asked.hashes { _ = try Self.validHash(hash) }
+        let stored = try await drive.store.storedBlocks(userId: me.userId, hashes: asked.hashes)
+        var seen: Set<String> = []
+        let missing = asked.hashes.filter { stored[$0] == nil && seen.insert($0).inserted }
+        return try JSONResponse.make(MissingBlocksResponse(missing: missing))
+    }
+
+    /// Stores one block: its bytes must hash to the path's SHA-256 (422 otherwise, nothing kept). Idempotent:
+    /// 201 when stored now, 200 when the user's store already had it.
+    @Sendable func put(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let hash = try Self.validHash(try context.parameter("hash"))
+        if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
+            throw DriveError.unsupportedEncoding("Blocks are taken uncompressed for now (Content-Encoding: \(encoding) is not supported yet).")
+        }
+        let limit = drive.blobs.blockSize
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit {
+            throw DriveError.tooLarge("A block can be at most \(limit) bytes; this one is \(declared).")
+        }
+        let known = try await drive.store.storedBlocks(userId: me.userId, hashes: [hash])[hash]
+        if let known, known.live {
+            // Already kept: the body is read (and checked) so the connection stays usable, then dropped.
+            var digest = SHA256()
+            var size = 0
+            for try await buffer in request.body {
+                size += buffer.readableBytes
+                guard size <= limit else { throw DriveError.tooLarge("A block can be at most \(limit) bytes.") }
+                buffer.withUnsafeReadableBytes { digest.update(bufferPointer: $0) }
+            }
+            let actual = digest.finalize().hexString
+            guard actual == hash else { throw DriveError.checksumMismatch(expected: hash, actual: actual) }
+            return try JSONResponse.make(StoredBlock(hash: hash, size: known.block.size))
+        }
+        let staged = try await UploadController.stage(request.body, blobs: drive.blobs, max: Int64(limit), mimeType: "application/octet-stream").content
+        guard staged.size > 0, staged.blocks.count == 1 else {
+            drive.blobs.discard(staged.blocks)
+            throw DriveError.badRequest("A block holds at least one byte.")
+        }
+        guard staged.checksum == hash else {
+            drive.blobs.discard(staged.blocks)
+            throw DriveError.checksumMismatch(expected: hash, actual: staged.checksum)
+        }
+        do {
+            try await drive.store.putBlocks(staged.blocks, userId: me.userId, now: drive.now)
+        } catch {
+            drive.blobs.discard(staged.blocks)
+            throw error
+        }
+        return try JSONResponse.make(StoredBlock(hash: hash, size: staged.size), status: known == nil ? .created : .ok)
+    }
+
+    /// A block's bytes (the user's own, part of a live file, revision, trashed item or upload).
+    @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let hash = try Self.validHash(try context.parameter("hash"))
+        guard let found = try await drive.store.storedBlocks(userId: me.userId, hashes: [hash])[hash], found.live else {
+            throw DriveError.notFound("No such block.")
+        }
+        let headers: HTTPFields = [
+            .eTag: "\"\(hash)\"", .contentType: "application/octet-stream", .contentLength: String(found.block.size),
+            .cacheControl: "private, max-age=31536000, immutable",
+        ]
+        if let condition = request.headers[.ifNoneMatch], ETag.matches(condition, hash) {
+            return Response(status: .notModified, headers: headers)
+        }
+        let blobs = drive.blobs
+        let userId = me.userId
+        let body = ResponseBody(contentLength: Int(found.block.size)) { writer in
+            try await blobs.read([found.block], user: userId, range: 0..<found.block.size) { try await writer.write($0) }
+            try await writer.finish(nil)
+        }
+        return Response(status: .ok, headers: headers, body: body)
+    }
+
+    /// The blocks of a file's head revision, or of `?revisionId=`, in order.
+    @Sendable func manifest(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        guard !file.isFolder, let head = file.headRevisionId else {
+            throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
+        }
+        let (revision, blocks) = try await drive.store.revisionWithBlocks(userId: me.userId, revisionId: request.query("revisionId") ?? head)
+        guard revision.fileId == file.id else { throw DriveError.notFound("No such revision.") }
+        let manifest = BlockManifest(
+            fileId: file.id, revisionId: revision.id, size: revision.size, checksum: revision.checksum,
+            blocks: blocks.map { BlockManifest.Block(hash: $0.hash, size: $0.size) })
+        return try JSONResponse.make(manifest, etag: revision.id)
+    }
+
+    /// A new file or version from an ordered block list. Every block must be stored (409 `blocks_missing` names
+    /// the others), their sizes must add up to `size` and their bytes hash to `checksum` (422), then the commit
+    /// follows the rules of every upload (name clash, `If-Match`, quota, 10 GiB, `requestId`).
+    @Sendable func commit(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let body = try await Self.decode(BlockCommitRequest.self, request, limit: Self.maxCommitBytes)
+        let checksum = try Self.validHash(body.checksum, what: "'checksum'")
+        let max = drive.configuration.maxUploadSize
+        guard body.size >= 0 else { throw DriveError.badRequest("'size' must be the content's length in bytes.") }
+        guard body.size <= max else { throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(body.size).") }
+
+        // The target, checked as a simple upload checks it.
+        let target: ContentTarget
+        var mimeType: String
+        let requestId = try FilesController.validRequestId(body.requestId)
+        if let fileId = body.fileId {
+            guard requestId == nil, body.name == nil, body.parentId == nil else {
+                throw DriveError.badRequest("A new version names only 'fileId' (guarded by If-Match); 'name', 'parentId' and 'requestId' are for a new file.")
+            }
+            let file = try await drive.file(fileId, for: me)
+            guard !file.isFolder else { throw DriveError.badRequest("'\(file.name)' is a folder.", code: .isAFolder) }
+            target = .existing(fileId: file.id, ifMatch: request.headers[.ifMatch])
+            mimeType = body.mimeType ?? file.mimeType
+        } else {
+            guard let rawName = body.name else { throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).") }
+            let name = try FilesController.validName(rawName)
+            let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
+            target = .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId)
+            mimeType = body.mimeType ?? MimeType.guess(forName: name)
+        }
+        mimeType = try FilesController.validMimeType(mimeType)
+
+        // The block list, with the base revision's runs expanded.
+        var base: [BlockRef] = []
+        if let baseRevisionId = body.baseRevisionId {
+            base = try await drive.store.revisionWithBlocks(userId: me.userId, revisionId: baseRevisionId).blocks
+        }
+        var hashes: [String] = []
+        for entry in body.blocks {
+            if case .block(let hash) = entry { hashes.append(try Self.validHash(hash)) }
+        }
+        let stored = try await drive.store.storedBlocks(userId: me.userId, hashes: hashes)
+        var missing: [String] = []
+        var seenMissing: Set<String> = []
+        var blocks: [BlockRef] = []
+        blocks.reserveCapacity(body.blocks.count)
+        for entry in body.blocks {
+            switch entry {
+            case .block(let hash):
+                if let found = stored[hash] {
+                    blocks.append(found.block)
+                } else if seenMissing.insert(hash).inserted {
+                    missing.append(hash)
+                }
+            case .base(let from, let count):
+                guard body.baseRevisionId != nil else { throw DriveError.badRequest("A {from, count} entry takes blocks of 'baseRevisionId'; name it.") }
+                guard from >= 0, count >= 1, from <= base.count - count else {
+                    throw DriveError.badRequest("The entry {from: \(from), count: \(count)} is outside the base revision's \(base.count) blocks.")
+                }
+                blocks += base[from..<from + count]
+            }
+        }
+        guard missing.isEmpty else { throw DriveError.blocksMissing(missing) }
+        let total = blocks.reduce(Int64(0)) { $0 + $1.size }
+        guard total == body.size else {
+            throw DriveError.badRequest("The blocks add up to \(total) bytes, not the 'size' of \(body.size); nothing was changed.")
+        }
+        // The content must be what the client says: its bytes are read back once and hashed.
+        var digest = SHA256()
+        try await drive.blobs.read(blocks, user: me.userId, range: 0..<total) { buffer in
+            buffer.withUnsafeReadableBytes { digest.update(bufferPointer: $0) }
+        }
+        let actual = digest.finalize().hexString
+        guard actual == checksum else { throw DriveError.checksumMismatch(expected: checksum, actual: actual) }
+
+        let content = StagedContent(
+            blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
+            checksum: checksum, size: total, mimeType: mimeType)
+        let file = try await drive.store.commitStoredContent(userId: me.userId, target: target, content: content, now: drive.now)
+        return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+    }
+}

@@ -1,0 +1,220 @@
+import Crypto
+import Foundation
+import NimbusAPI
+import NimbusServer
+import Testing
+
+/// The block API (`/v1/blocks/…`): content as content-defined chunks, sent only when missing, committed as a list.
+@Suite("Block-level sync API")
+struct BlocksTests {
+    /// `content` cut by FastCDC: each chunk's bytes and hash.
+    static func chunks(_ content: Data) -> [(hash: String, bytes: Data)] {
+        let lengths = content.withUnsafeBytes { FastCDC.lengths(of: $0) }
+        var offset = 0
+        return lengths.map { length in
+            defer { offset += length }
+            let bytes = content.subdata(in: offset..<offset + length)
+            return (sha256(bytes), bytes)
+        }
+    }
+
+    static func missing(_ client: APIClient, _ hashes: [String]) async throws -> [String] {
+        let reply = try await client.send(.POST, "/v1/blocks/missing", json: MissingBlocksRequest(hashes: hashes))
+        #expect(reply.status == 200, "\(reply.text)")
+        return try reply.decode(MissingBlocksResponse.self).missing
+    }
+
+    static func put(_ client: APIClient, _ hash: String, _ bytes: Data) async throws -> APIClient.Reply {
+        try await client.send(.PUT, "/v1/blocks/\(hash)", body: bytes, headers: ["Content-Type": "application/octet-stream"])
+    }
+
+    /// Sends what the server lacks, then commits: the new file.
+    static func upload(_ client: APIClient, _ content: Data, commit: BlockCommitRequest, ifMatch: String? = nil) async throws -> (file: File, sent: Int) {
+        let pieces = chunks(content)
+        let lacking = Set(try await missing(client, pieces.map(\.hash)))
+        var sent = 0
+        var done: Set<String> = []
+        for piece in pieces where lacking.contains(piece.hash) && done.insert(piece.hash).inserted {
+            let reply = try await put(client, piece.hash, piece.bytes)
+            #expect(reply.status == 201, "\(reply.text)")
+            sent += piece.bytes.count
+        }
+        var request = commit
+        request.blocks = pieces.map { .block($0.hash) }
+        request.size = Int64(content.count)
+        request.checksum = sha256(content)
+        let reply = try await client.send(.POST, "/v1/blocks/commit", json: request, headers: ifMatch.map { ["If-Match": "\"\($0)\""] } ?? [:])
+        #expect(reply.status == 201, "\(reply.text)")
+        return (try reply.decode(File.self), sent)
+    }
+
+    @Test("a file sent as blocks reads back whole; a second copy and an edited version send only the blocks the store lacks")
+    func deltaUploads() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = randomData(3 * 1024 * 1024 + 777)
+            let (file, sent) = try await Self.upload(alice, content, commit: BlockCommitRequest(name: "big.bin", size: 0, checksum: "", blocks: []))
+            #expect(sent == content.count)
+            #expect(file.size == Int64(content.count) && file.checksum == sha256(content) && file.name == "big.bin")
+            #expect(try await alice.content(file.id) == content)
+
+            // The same bytes under another name: nothing to send, and the quota counts them once.
+            let (copy, copySent) = try await Self.upload(alice, content, commit: BlockCommitRequest(name: "copy.bin", size: 0, checksum: "", blocks: []))
+            #expect(copySent == 0)
+            #expect(try await alice.content(copy.id) == content)
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == Int64(content.count))
+
+            // 100 KiB inserted in the middle: a new version sends about that much, not the file.
+            var edited = content
+            edited.insert(contentsOf: randomData(100 * 1024), at: 1_500_000)
+            let (version, editSent) = try await Self.upload(
+                alice, edited, commit: BlockCommitRequest(fileId: file.id, size: 0, checksum: "", blocks: []), ifMatch: file.revisionId)
+            #expect(version.id == file.id && version.revisionId != file.revisionId)
+            #expect(editSent < 100 * 1024 + 600 * 1024, "sent \(editSent) bytes for a 100 KiB insertion")
+            #expect(try await alice.content(file.id) == edited)
+            // A version based on the old head is refused, as any upload's.
+            let stale = try await alice.send(
+                .POST, "/v1/blocks/commit", json: BlockCommitRequest(fileId: file.id, size: 0, checksum: sha256(Data()), blocks: []),
+                headers: ["If-Match": "\"\(file.revisionId!)\""])
+            #expect(stale.status == 412 || stale.status == 409, "\(stale.text)")
+
+            // Manifests: the head's blocks in order, and an older revision's by id.
+            let manifest: BlockManifest = try await alice.get("/v1/files/\(file.id)/blocks").decode()
+            #expect(manifest.revisionId == version.revisionId && manifest.size == Int64(edited.count))
+            #expect(manifest.blocks.map(\.hash) == Self.chunks(edited).map(\.hash))
+            let old: BlockManifest = try await alice.get("/v1/files/\(file.id)/blocks?revisionId=\(file.revisionId!)").decode()
+            #expect(old.blocks.map(\.hash) == Self.chunks(content).map(\.hash))
+            // A block by hash, and a conditional request for it.
+            let first = try #require(manifest.blocks.first)
+            let block = try await alice.get("/v1/blocks/\(first.hash)")
+            #expect(block.status == 200 && sha256(block.body) == first.hash && block.header("ETag") == "\"\(first.hash)\"")
+            #expect(try await alice.get("/v1/blocks/\(first.hash)", headers: ["If-None-Match": "\"\(first.hash)\""]).status == 304)
+        }
+    }
+
+    @Test("a commit can take runs of a base revision's blocks, so a small edit commits a short list")
+    func baseRuns() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = randomData(2 * 1024 * 1024)
+            let (file, _) = try await Self.upload(alice, content, commit: BlockCommitRequest(name: "a.bin", size: 0, checksum: "", blocks: []))
+            var edited = content
+            edited[1_000_000] ^= 0xFF
+            let before = Self.chunks(content), after = Self.chunks(edited)
+            let changed = after.filter { piece in !before.contains(where: { $0.hash == piece.hash }) }
+            #expect(!changed.isEmpty && changed.count <= 2)
+            for piece in changed { #expect(try await Self.put(alice, piece.hash, piece.bytes).status == 201) }
+            // Entries: runs of unchanged blocks by index, the changed ones by hash.
+            var entries: [BlockListEntry] = []
+            var index = 0
+            while index < after.count {
+                if let at = before.firstIndex(where: { $0.hash == after[index].hash }) {
+                    var count = 1
+                    while index + count < after.count, at + count < before.count, before[at + count].hash == after[index + count].hash { count += 1 }
+                    entries.append(.base(from: at, count: count))
+                    index += count
+                } else {
+                    entries.append(.block(after[index].hash))
+                    index += 1
+                }
+            }
+            #expect(entries.count <= 5)
+            let reply = try await alice.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(fileId: file.id, baseRevisionId: file.revisionId, size: Int64(edited.count), checksum: sha256(edited), blocks: entries),
+                headers: ["If-Match": "\"\(file.revisionId!)\""])
+            #expect(reply.status == 201, "\(reply.text)")
+            #expect(try await alice.content(file.id) == edited)
+            // A run outside the base is refused.
+            let outside = try await alice.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "x.bin", baseRevisionId: file.revisionId, size: 1, checksum: sha256(Data([1])), blocks: [.base(from: before.count - 1, count: 2)]))
+            #expect(outside.status == 400 && outside.errorCode == "invalid_request")
+        }
+    }
+
+    @Test("bad input changes nothing: wrong hash, missing blocks, wrong size or checksum, bad hashes, encodings, oversize")
+    func refusals() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let bytes = randomData(70_000)
+            let hash = sha256(bytes)
+            // A body that does not hash to its path: 422, nothing kept.
+            let wrong = try await Self.put(alice, sha256(Data("other".utf8)), bytes)
+            #expect(wrong.status == 422 && wrong.errorCode == "checksum_mismatch")
+            #expect(try await Self.missing(alice, [hash, sha256(Data("other".utf8))]).count == 2)
+            // Stored once (201), again (200): idempotent.
+            #expect(try await Self.put(alice, hash, bytes).status == 201)
+            #expect(try await Self.missing(alice, [hash]).isEmpty)
+            let again = try await Self.put(alice, hash, bytes)
+            #expect(again.status == 201 || again.status == 200, "\(again.text)")
+            // Until committed a block is not readable.
+            #expect(try await alice.get("/v1/blocks/\(hash)").status == 404)
+
+            let unknown = sha256(Data("never sent".utf8))
+            let files = try await alice.list().files.count
+            let missing = try await alice.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "m.bin", size: Int64(bytes.count) + 10, checksum: sha256(bytes), blocks: [.block(hash), .block(unknown), .block(unknown)]))
+            #expect(missing.status == 409 && missing.errorCode == "blocks_missing")
+            #expect(try missing.decode(APIErrorBody.self).error.missing == [unknown])
+            let size = try await alice.send(.POST, "/v1/blocks/commit", json: BlockCommitRequest(name: "s.bin", size: 5, checksum: hash, blocks: [.block(hash)]))
+            #expect(size.status == 400, "\(size.text)")
+            let checksum = try await alice.send(
+                .POST, "/v1/blocks/commit", json: BlockCommitRequest(name: "c.bin", size: Int64(bytes.count), checksum: unknown, blocks: [.block(hash)]))
+            #expect(checksum.status == 422 && checksum.errorCode == "checksum_mismatch")
+            #expect(try await alice.list().files.count == files, "nothing was made")
+
+            #expect(try await alice.send(.POST, "/v1/blocks/missing", json: MissingBlocksRequest(hashes: ["ABC"])).status == 400)
+            #expect(try await alice.send(.POST, "/v1/blocks/missing", json: MissingBlocksRequest(hashes: [String(repeating: "A", count: 64)])).status == 400)
+            let tooMany = MissingBlocksRequest(hashes: Array(repeating: hash, count: MissingBlocksRequest.maxHashes + 1))
+            #expect(try await alice.send(.POST, "/v1/blocks/missing", json: tooMany).status == 400)
+            #expect(try await alice.send(.POST, "/v1/blocks/missing", body: Data("{".utf8), headers: ["Content-Type": "application/json"]).status == 400)
+            #expect(try await alice.send(.PUT, "/v1/blocks/nothex", body: bytes).status == 400)
+            let gzip = try await alice.send(.PUT, "/v1/blocks/\(hash)", body: bytes, headers: ["Content-Encoding": "gzip"])
+            #expect(gzip.status == 415 && gzip.errorCode == "unsupported_encoding")
+            #expect(try await alice.send(.PUT, "/v1/blocks/\(sha256(Data()))", body: Data()).status == 400)
+            let big = randomData(4 * 1024 * 1024 + 1)
+            #expect(try await Self.put(alice, sha256(big), big).status == 413)
+            #expect(try await alice.send(.POST, "/v1/blocks/commit", json: BlockCommitRequest(size: 0, checksum: sha256(Data()), blocks: [])).status == 400)
+            #expect(try await APIClient(baseURL: server.baseURL).send(.POST, "/v1/blocks/missing", json: MissingBlocksRequest(hashes: [hash])).status == 401)
+        }
+    }
+
+    @Test("blocks are per user: another user's blocks are missing for you, unreadable and uncommittable")
+    func perUser() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp(), bob = try await server.signUp()
+            let content = randomData(200_000)
+            let (file, _) = try await Self.upload(alice, content, commit: BlockCommitRequest(name: "a.bin", size: 0, checksum: "", blocks: []))
+            let hashes = Self.chunks(content).map(\.hash)
+            #expect(try await Self.missing(bob, hashes) == hashes, "never deduplicated across users")
+            #expect(try await bob.get("/v1/blocks/\(hashes[0])").status == 404)
+            #expect(try await bob.get("/v1/files/\(file.id)/blocks").status == 404)
+            let steal = try await bob.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "mine.bin", size: Int64(content.count), checksum: sha256(content), blocks: hashes.map { .block($0) }))
+            #expect(steal.status == 409 && steal.errorCode == "blocks_missing")
+            let base = try await bob.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "mine.bin", baseRevisionId: file.revisionId, size: Int64(content.count), checksum: sha256(content), blocks: [.base(from: 0, count: hashes.count)]))
+            #expect(base.status == 404, "another user's revision is not a base: \(base.text)")
+        }
+    }
+
+    @Test("a block sent and never committed is swept after the grace period; one committed stays")
+    func sweepUncommitted() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("sweeper")
+            let kept = randomData(100_000), dropped = randomData(90_000)
+            #expect(try await Self.put(alice, sha256(dropped), dropped).status == 201)
+            let (file, _) = try await Self.upload(alice, kept, commit: BlockCommitRequest(name: "k.bin", size: 0, checksum: "", blocks: []))
+            #expect(try await alice.get("/v1/about").decode(About.self).quota.used == Int64(kept.count), "an uncommitted block costs no quota")
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            let later = try await server.logIn("sweeper")
+            #expect(try await Self.missing(later, [sha256(dropped)]) == [sha256(dropped)])
+            #expect(try await later.content(file.id) == kept)
+        }
+    }
+}
