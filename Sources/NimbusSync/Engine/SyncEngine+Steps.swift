@@ -615,7 +615,10 @@ extension SyncEngine {
             }
             relative = above.isEmpty ? name : above + "/" + name
         }
-        let partial = try await fetch(fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider)
+        // The file it replaces likely holds much of the new content: a provider that can reuse it fetches the rest.
+        let seeds = row.lPresent && provider is any DeltaDownloadProvider ? [try? disk.fileSystem.exportFile(disk.absolute(relative))].compactMap { $0 } : []
+        let partial = try await fetch(
+            fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         let target = disk.absolute(relative)
         let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
         try disk.fileSystem.importFile(partial.url, to: temporary)
@@ -676,7 +679,7 @@ extension SyncEngine {
     /// Downloads a revision into the engine's store (resuming a partial earlier download of it), checked against
     /// its checksum when the provider gives one; free space is checked first.
     func fetch(
-        fileId: String, revision: String, size: Int64, checksum: String?, luid: String, _ provider: any RemoteProvider
+        fileId: String, revision: String, size: Int64, checksum: String?, luid: String, _ provider: any RemoteProvider, seeds: [URL] = []
     ) async throws -> (url: URL, checksum: String) {
         let key = FileHasher.hex(SHA256.hash(data: Data("\(fileId)\n\(revision)".utf8))).prefix(32)
         let partial = stagingDirectory.appending(path: "download-\(key).partial")
@@ -686,8 +689,13 @@ extension SyncEngine {
         }
         let progress = progressBox
         defer { progressBox.withLock { _ = $0.removeValue(forKey: luid) } }
-        try await provider.download(fileId, revision: revision, to: partial) { written in
+        let report: @Sendable (Int64) -> Void = { written in
             progress.withLock { $0[luid] = .downloading(progress: min(1, Double(written) / Double(max(size, 1)))) }
+        }
+        if let delta = provider as? any DeltaDownloadProvider, !seeds.isEmpty {
+            try await delta.download(fileId, revision: revision, to: partial, reusing: seeds, progress: report)
+        } else {
+            try await provider.download(fileId, revision: revision, to: partial, progress: report)
         }
         let (actual, actualSize) = try FileHasher.sha256(of: partial)
         if let checksum, actual != checksum || actualSize != size {
@@ -705,7 +713,10 @@ extension SyncEngine {
         let provider = try requireProvider()
         let fetched: (url: URL, checksum: String)
         do {
-            fetched = try await fetch(fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider)
+            // An older version kept here may hold most of the new one.
+            let seeds = row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? [URL(fileURLWithPath: $0)] : nil } ?? []
+            fetched = try await fetch(
+                fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         } catch let error as ProviderError {
             throw SyncError(error)
         }

@@ -1,0 +1,350 @@
+import Crypto
+import Foundation
+import NimbusAPI
+
+/// A provider that can build a download from content this device already has (``DeltaDownloadProvider``).
+public protocol DeltaDownloadProvider: RemoteProvider {
+    /// As ``RemoteProvider/download(_:revision:to:progress:)``, taking from `seeds` (local files that may hold
+    /// much of the same content, such as the previous version) every block they hold, checked by its SHA-256, and
+    /// fetching only the rest.
+    func download(_ id: String, revision: String?, to destination: URL, reusing seeds: [URL], progress: @escaping @Sendable (Int64) -> Void) async throws
+}
+
+/// One content-defined chunk of a local file.
+struct LocalChunk: Sendable, Hashable {
+    var offset: Int64
+    var length: Int
+    var hash: String
+}
+
+enum LocalChunking {
+    /// The file's FastCDC chunks with their SHA-256, and the whole content's SHA-256 and size, in one read of
+    /// 1 MiB at a time.
+    static func chunks(of url: URL) throws -> (chunks: [LocalChunk], checksum: String, size: Int64) {
+        let handle = try FileHandle(forReadingFrom: url)
+        defer { try? handle.close() }
+        var scanner = FastCDC.Scanner()
+        var whole = SHA256()
+        var part = SHA256()
+        var chunks: [LocalChunk] = []
+        var start: Int64 = 0
+        var offset: Int64 = 0
+        var cuts: [Int] = []
+        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
+            data.withUnsafeBytes { raw in
+                whole.update(bufferPointer: raw)
+                cuts.removeAll(keepingCapacity: true)
+                scanner.scan(raw, cuts: &cuts)
+                var from = 0
+                for cut in cuts {
+                    part.update(bufferPointer: UnsafeRawBufferPointer(rebasing: raw[from..<cut]))
+                    let end = offset + Int64(cut)
+                    chunks.append(LocalChunk(offset: start, length: Int(end - start), hash: FileHasher.hex(part.finalize())))
+                    part = SHA256()
+                    start = end
+                    from = cut
+                }
+                part.update(bufferPointer: UnsafeRawBufferPointer(rebasing: raw[from...]))
+            }
+            offset += Int64(data.count)
+        }
+        if offset > start { chunks.append(LocalChunk(offset: start, length: Int(offset - start), hash: FileHasher.hex(part.finalize()))) }
+        return (chunks, FileHasher.hex(whole.finalize()), offset)
+    }
+
+    /// `length` bytes of `url` at `offset`, or nil when the file no longer has them.
+    static func read(_ url: URL, offset: Int64, length: Int) -> Data? {
+        guard let handle = try? FileHandle(forReadingFrom: url) else { return nil }
+        defer { try? handle.close() }
+        guard (try? handle.seek(toOffset: UInt64(offset))) != nil, let data = try? handle.read(upToCount: length), data.count == length else { return nil }
+        return data
+    }
+}
+
+/// Block-level transfers against the server's `/v1/blocks/…` API (issue 14): a new version or a big new file is
+/// cut into content-defined chunks, only the chunks the server lacks are sent, then the file is committed as the
+/// list of its chunks — runs of the base revision's chunks by index, so a small edit of a big file commits a short
+/// list. Resumable by nature: chunks sent before a crash are still there (for the grace period) and are not sent
+/// again. A server without the block API (404) is remembered, and uploads go the whole-file way.
+extension NimbusProvider: DeltaDownloadProvider {
+    /// Uploads of at least this size use blocks: big new files, and new versions of files worth a delta.
+    static let blockUploadMinimum: Int64 = 1 << 20
+
+    func shouldUploadBlocks(_ source: UploadSource, _ target: UploadTarget) -> Bool {
+        guard blocksSupported.withLock({ $0 }) != false else { return false }
+        switch target {
+        case .new: return source.size > simpleUploadLimit
+        case .version(_, let base): return base != nil ? source.size >= Self.blockUploadMinimum : source.size > simpleUploadLimit
+        }
+    }
+
+    /// A revision's blocks; nil when the server has no block API.
+    func manifest(_ fileId: String, revision: String?) async throws -> BlockManifest? {
+        let path = "/v1/files/\(fileId)/blocks" + (revision.map { "?revisionId=\($0.queryEscaped)" } ?? "")
+        let (head, data) = try await send(TransportRequest(method: "GET", path: path))
+        if head.status == 404 { return nil }
+        try Self.check(head, data)
+        return try Self.decode(BlockManifest.self, data)
+    }
+
+    /// The blocks of the last revision of `fileId` this device sent or fetched as blocks, kept in the provider's
+    /// state (one entry per file, about 65 bytes per 64 KiB of content): a new version based on it needs neither
+    /// its manifest (hundreds of KiB for a big file) nor to ask about the blocks it already has.
+    func rememberedBlocks(_ fileId: String, revision: String) -> [BlockManifest.Block]? {
+        guard let text = try? state.value(for: "nimbus.blocks.\(fileId)") else { return nil }
+        var lines = text.split(separator: "\n")
+        guard lines.first.map(String.init) == revision else { return nil }
+        lines.removeFirst()
+        var blocks: [BlockManifest.Block] = []
+        blocks.reserveCapacity(lines.count)
+        for line in lines {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let size = Int64(parts[1]) else { return nil }
+            blocks.append(BlockManifest.Block(hash: String(parts[0]), size: size))
+        }
+        return blocks
+    }
+
+    func rememberBlocks(_ fileId: String, revision: String?, _ blocks: [BlockManifest.Block]) {
+        guard let revision else { return }
+        var text = revision
+        text.reserveCapacity(revision.count + blocks.count * 72)
+        for block in blocks { text += "\n\(block.hash) \(block.size)" }
+        try? state.setValue(text, for: "nimbus.blocks.\(fileId)")
+    }
+
+    /// The hashes among `hashes` that the server lacks; nil when it has no block API.
+    func missingBlocks(_ hashes: [String]) async throws -> Set<String>? {
+        var missing: Set<String> = []
+        for start in stride(from: 0, to: hashes.count, by: MissingBlocksRequest.maxHashes) {
+            let part = Array(hashes[start..<min(start + MissingBlocksRequest.maxHashes, hashes.count)])
+            let (head, data) = try await send(
+                TransportRequest(method: "POST", path: "/v1/blocks/missing", body: try JSONEncoder.nimbus.encode(MissingBlocksRequest(hashes: part))),
+                json: true)
+            if head.status == 404 || head.status == 405 {
+                blocksSupported.withLock { $0 = false }
+                return nil
+            }
+            try Self.check(head, data)
+            missing.formUnion(try Self.decode(MissingBlocksResponse.self, data).missing)
+        }
+        blocksSupported.withLock { $0 = true }
+        return missing
+    }
+
+    /// Sends the chunks (read again from the file; the server checks each hash, so a file changed meanwhile is a
+    /// checksum mismatch, never a wrong block), four at a time.
+    func sendBlocks(_ chunks: [LocalChunk], from url: URL, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var running = 0
+            for chunk in chunks {
+                if running == 4 {
+                    try await group.next()
+                    running -= 1
+                }
+                group.addTask {
+                    guard let bytes = LocalChunking.read(url, offset: chunk.offset, length: chunk.length) else { throw ProviderError.checksumMismatch }
+                    let (head, data) = try await self.send(
+                        TransportRequest(method: "PUT", path: "/v1/blocks/\(chunk.hash)", headers: ["Content-Type": "application/octet-stream"], body: bytes))
+                    try Self.check(head, data)
+                    progress(sent.withLock { $0 += Int64(chunk.length); return $0 })
+                }
+                running += 1
+            }
+            try await group.waitForAll()
+        }
+        bytesSent.withLock { $0 += chunks.reduce(0) { $0 + Int64($1.length) } }
+    }
+
+    /// The upload as blocks; nil when the server turns out to have no block API (the caller sends the file whole).
+    func blockUpload(
+        _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> RemoteItem? {
+        let local: (chunks: [LocalChunk], checksum: String, size: Int64)
+        do { local = try LocalChunking.chunks(of: source.url) } catch { throw ProviderError.checksumMismatch }
+        guard local.size == source.size, local.checksum == source.checksum else { throw ProviderError.checksumMismatch }
+
+        // The base revision's blocks: what the server surely has, and what the list can name by index.
+        var baseRevision: String?
+        var baseBlocks: [BlockManifest.Block] = []
+        if case .version(let fileId, let revision?) = target {
+            if let known = rememberedBlocks(fileId, revision: revision) {
+                (baseRevision, baseBlocks) = (revision, known)
+            } else if let fetched = try? await manifest(fileId, revision: revision) {
+                (baseRevision, baseBlocks) = (fetched.revisionId, fetched.blocks)
+            }
+        }
+        var baseIndex: [String: Int] = [:]
+        for (index, block) in baseBlocks.enumerated() where baseIndex[block.hash] == nil { baseIndex[block.hash] = index }
+
+        var seen: Set<String> = []
+        let asked = local.chunks.map(\.hash).filter { baseIndex[$0] == nil && seen.insert($0).inserted }
+        guard let missing = try await missingBlocks(asked.isEmpty ? [] : asked) else { return nil }
+        var toSend: [LocalChunk] = []
+        var queued: Set<String> = []
+        for chunk in local.chunks where missing.contains(chunk.hash) && queued.insert(chunk.hash).inserted { toSend.append(chunk) }
+        let skipped = source.size - toSend.reduce(0) { $0 + Int64($1.length) }
+        let sent = LockedBox(skipped)
+        progress(skipped)
+        try await sendBlocks(toSend, from: source.url, sent: sent, progress: progress)
+
+        // The list: runs of the base's blocks where the content follows the base, hashes elsewhere.
+        var entries: [BlockListEntry] = []
+        var index = 0
+        while index < local.chunks.count {
+            if let at = baseIndex[local.chunks[index].hash] {
+                var count = 1
+                while index + count < local.chunks.count, at + count < baseBlocks.count, baseBlocks[at + count].hash == local.chunks[index + count].hash {
+                    count += 1
+                }
+                entries.append(.base(from: at, count: count))
+                index += count
+            } else {
+                entries.append(.block(local.chunks[index].hash))
+                index += 1
+            }
+        }
+        var request = BlockCommitRequest(
+            baseRevisionId: baseRevision, size: source.size, checksum: source.checksum, blocks: entries)
+        var headers: [String: String] = [:]
+        switch target {
+        case .new(let parentId, let name, let mimeType):
+            request.name = name
+            request.parentId = parentId
+            request.mimeType = mimeType ?? MimeType.guess(forName: name)
+            request.requestId = requestId
+        case .version(let fileId, let revision):
+            request.fileId = fileId
+            if let revision { headers["If-Match"] = "\"\(revision)\"" }
+        }
+        for attempt in 0..<2 {
+            let (head, data) = try await send(
+                TransportRequest(method: "POST", path: "/v1/blocks/commit", headers: headers, body: try JSONEncoder.nimbus.encode(request)), json: true)
+            if head.status == 409, attempt == 0, let body = try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data),
+                body.error.knownCode == .blocksMissing, let lacking = body.error.missing
+            {
+                // Swept between the question and the commit (a day-old upload taken up again): send them, once.
+                let again = Set(lacking)
+                var resend: [LocalChunk] = []
+                var queued: Set<String> = []
+                for chunk in local.chunks where again.contains(chunk.hash) && queued.insert(chunk.hash).inserted { resend.append(chunk) }
+                try await sendBlocks(resend, from: source.url, sent: LockedBox(0)) { _ in }
+                continue
+            }
+            try Self.check(head, data)
+            progress(source.size)
+            let file = try Self.decode(File.self, data)
+            if file.checksum == source.checksum {
+                rememberBlocks(file.id, revision: file.revisionId, local.chunks.map { BlockManifest.Block(hash: $0.hash, size: Int64($0.length)) })
+            }
+            return Self.item(file)
+        }
+        throw ProviderError.server(status: 409, code: APIErrorCode.blocksMissing.rawValue, message: "The server kept losing the blocks just sent.")
+    }
+
+    public func download(
+        _ id: String, revision: String?, to destination: URL, reusing seeds: [URL], progress: @escaping @Sendable (Int64) -> Void
+    ) async throws {
+        // A partial download goes on the usual way (Range); so does everything when no seed can help.
+        let existing = FileHasher.regularFileSize(destination.path) ?? 0
+        guard existing == 0, !seeds.isEmpty, blocksSupported.withLock({ $0 }) != false,
+            let manifest = try await manifest(id, revision: revision)
+        else {
+            return try await download(id, revision: revision, to: destination, progress: progress)
+        }
+        let wanted = Set(manifest.blocks.map(\.hash))
+        var local: [String: (url: URL, offset: Int64, length: Int)] = [:]
+        for seed in seeds {
+            guard let chunks = try? LocalChunking.chunks(of: seed).chunks else { continue }
+            for chunk in chunks where wanted.contains(chunk.hash) && local[chunk.hash] == nil { local[chunk.hash] = (seed, chunk.offset, chunk.length) }
+        }
+        guard !local.isEmpty else { return try await download(id, revision: revision, to: destination, progress: progress) }
+
+        if !FileManager.default.fileExists(atPath: destination.path) {
+            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        let handle = try FileHandle(forWritingTo: destination)
+        defer { try? handle.close() }
+        let contentPath = "/v1/files/\(id)/revisions/\(manifest.revisionId)/content"
+        var written: Int64 = 0
+        var index = 0
+        do {
+            while index < manifest.blocks.count {
+                let block = manifest.blocks[index]
+                if let found = local[block.hash], let bytes = LocalChunking.read(found.url, offset: found.offset, length: found.length),
+                    FileHasher.hex(SHA256.hash(data: bytes)) == block.hash
+                {
+                    try handle.write(contentsOf: bytes)
+                    written += Int64(bytes.count)
+                    index += 1
+                    progress(written)
+                    continue
+                }
+                // A run of blocks not here: one ranged request for all of them, each block checked as it comes.
+                var end = index + 1
+                while end < manifest.blocks.count, local[manifest.blocks[end].hash] == nil { end += 1 }
+                let run = Array(manifest.blocks[index..<end])
+                let length = run.reduce(Int64(0)) { $0 + $1.size }
+                let verifier = LockedBox(RunVerifier(blocks: run))
+                let start = written
+                let head = try await client.authorizedStream(
+                    TransportRequest(method: "GET", path: contentPath, headers: ["Range": "bytes=\(start)-\(start + length - 1)", "If-Range": "\"\(manifest.revisionId)\""])
+                ) { data in
+                    try verifier.withLock { try $0.take(data) }
+                    try handle.write(contentsOf: data)
+                    progress(start + verifier.withLock { $0.received })
+                }
+                guard head.status == 206 || (head.status == 200 && start == 0 && length == manifest.size) else {
+                    throw ProviderError.network("the server did not send the range asked for (HTTP \(head.status))")
+                }
+                guard try verifier.withLock({ try $0.finish() }) == length else { throw ProviderError.network("a block's range ended early") }
+                bytesReceived.withLock { $0 += length }
+                written += length
+                index = end
+            }
+        } catch let error as SyncError {
+            try? handle.truncate(atOffset: 0)
+            throw Self.providerError(error)
+        } catch {
+            try? handle.truncate(atOffset: 0)
+            throw error
+        }
+        try handle.synchronize()
+        rememberBlocks(id, revision: manifest.revisionId, manifest.blocks)
+    }
+}
+
+/// Checks a stream of bytes against the blocks it should be, block by block.
+struct RunVerifier {
+    let blocks: [BlockManifest.Block]
+    var current = 0
+    var inBlock: Int64 = 0
+    var hasher = SHA256()
+    var received: Int64 = 0
+
+    init(blocks: [BlockManifest.Block]) { self.blocks = blocks }
+
+    mutating func take(_ data: Data) throws {
+        var rest = data[...]
+        while !rest.isEmpty {
+            guard current < blocks.count else { throw ProviderError.checksumMismatch }
+            let take = Int(min(Int64(rest.count), blocks[current].size - inBlock))
+            hasher.update(data: rest.prefix(take))
+            rest = rest.dropFirst(take)
+            inBlock += Int64(take)
+            received += Int64(take)
+            if inBlock == blocks[current].size {
+                guard FileHasher.hex(hasher.finalize()) == blocks[current].hash else { throw ProviderError.checksumMismatch }
+                hasher = SHA256()
+                inBlock = 0
+                current += 1
+            }
+        }
+    }
+
+    /// The bytes received, once every block came whole.
+    func finish() throws -> Int64 {
+        guard current == blocks.count else { throw ProviderError.checksumMismatch }
+        return received
+    }
+}
