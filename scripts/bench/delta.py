@@ -44,13 +44,16 @@ class CountingProxy:
         while True:
             client, _ = self.listener.accept()
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            # Without this, Nagle's algorithm and delayed ACKs stall each small write by 40 ms.
+            for end in (client, upstream):
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self.pump, args=(source, sink), daemon=True).start()
 
     def pump(self, source, sink):
         try:
             while True:
-                data = source.recv(1 << 16)
+                data = source.recv(1 << 20)
                 if not data:
                     break
                 with self.lock:
@@ -92,7 +95,8 @@ def main():
         rsync_port = free_port()
         os.makedirs(f"{work}/rsync-module")
         with open(f"{work}/rsyncd.conf", "w") as conf:
-            conf.write(f"use chroot = no\n[m]\npath = {work}/rsync-module\nread only = no\n")
+            # The daemon writes as this user (its default, nobody, could not write to the module's folder).
+            conf.write(f"use chroot = no\nuid = {os.getuid()}\ngid = {os.getgid()}\n[m]\npath = {work}/rsync-module\nread only = no\n")
         processes.append(subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={work}/rsyncd.conf", f"--port={rsync_port}",
                                            "--address=127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(1)
@@ -131,6 +135,8 @@ def main():
                   f"bytes ratio {ours[0] / max(theirs[0], 1):.2f}, time ratio {ours[1] / theirs[1]:.2f}", flush=True)
 
         report(f"initial {args.mib} MiB", nimbus_sync(), rsync())
+        noop = nimbus_sync()
+        print(f"no-op sync (what every round costs: feed, listing): nimbus {noop[0]:,} bytes in {noop[1]:.2f} s", flush=True)
         with open(path, "ab") as handle:
             handle.write(os.urandom(1 << 20))
         report("(a) append 1 MiB", nimbus_sync(), rsync())

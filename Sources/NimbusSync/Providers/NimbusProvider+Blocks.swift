@@ -18,9 +18,9 @@ struct LocalChunk: Sendable, Hashable {
 }
 
 enum LocalChunking {
-    /// The file's FastCDC chunks with their SHA-256, and the whole content's SHA-256 and size, in one read of
-    /// 1 MiB at a time.
-    static func chunks(of url: URL) throws -> (chunks: [LocalChunk], checksum: String, size: Int64) {
+    /// The file's FastCDC chunks with their SHA-256, the whole content's SHA-256 (when asked for) and size, in one
+    /// read of 1 MiB at a time.
+    static func chunks(of url: URL, wholeChecksum: Bool = true) throws -> (chunks: [LocalChunk], checksum: String?, size: Int64) {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
         var scanner = FastCDC.Scanner()
@@ -32,7 +32,7 @@ enum LocalChunking {
         var cuts: [Int] = []
         while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
             data.withUnsafeBytes { raw in
-                whole.update(bufferPointer: raw)
+                if wholeChecksum { whole.update(bufferPointer: raw) }
                 cuts.removeAll(keepingCapacity: true)
                 scanner.scan(raw, cuts: &cuts)
                 var from = 0
@@ -49,7 +49,7 @@ enum LocalChunking {
             offset += Int64(data.count)
         }
         if offset > start { chunks.append(LocalChunk(offset: start, length: Int(offset - start), hash: FileHasher.hex(part.finalize()))) }
-        return (chunks, FileHasher.hex(whole.finalize()), offset)
+        return (chunks, wholeChecksum ? FileHasher.hex(whole.finalize()) : nil, offset)
     }
 
     /// `length` bytes of `url` at `offset`, or nil when the file no longer has them.
@@ -160,9 +160,12 @@ extension NimbusProvider: DeltaDownloadProvider {
     func blockUpload(
         _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> RemoteItem? {
-        let local: (chunks: [LocalChunk], checksum: String, size: Int64)
-        do { local = try LocalChunking.chunks(of: source.url) } catch { throw ProviderError.checksumMismatch }
-        guard local.size == source.size, local.checksum == source.checksum else { throw ProviderError.checksumMismatch }
+        // No whole-file hash here (one SHA-256 pass per byte, not two): the server hashes the committed blocks and
+        // refuses a checksum they do not have (422 → checksumMismatch), so a file changed since it was scanned
+        // cannot be committed under the old checksum.
+        let local: (chunks: [LocalChunk], checksum: String?, size: Int64)
+        do { local = try LocalChunking.chunks(of: source.url, wholeChecksum: false) } catch { throw ProviderError.checksumMismatch }
+        guard local.size == source.size else { throw ProviderError.checksumMismatch }
 
         // The base revision's blocks: what the server surely has, and what the list can name by index.
         var baseRevision: String?
@@ -255,7 +258,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         let wanted = Set(manifest.blocks.map(\.hash))
         var local: [String: (url: URL, offset: Int64, length: Int)] = [:]
         for seed in seeds {
-            guard let chunks = try? LocalChunking.chunks(of: seed).chunks else { continue }
+            guard let chunks = try? LocalChunking.chunks(of: seed, wholeChecksum: false).chunks else { continue }
             for chunk in chunks where wanted.contains(chunk.hash) && local[chunk.hash] == nil { local[chunk.hash] = (seed, chunk.offset, chunk.length) }
         }
         guard !local.isEmpty else { return try await download(id, revision: revision, to: destination, progress: progress) }
