@@ -31,6 +31,16 @@ public struct StoredBlock: Codable, Sendable, Hashable {
     }
 }
 
+/// `POST /v1/blocks` (many blocks in one request) answers `200` with the blocks stored, in order.
+public struct StoredBlocks: Codable, Sendable, Hashable {
+    public var stored: [StoredBlock]
+
+    public init(stored: [StoredBlock]) { self.stored = stored }
+
+    /// The body's media type: for each block a line `<sha256 hex> <length>\n`, then its bytes.
+    public static let contentType = "application/x-nimbus-blocks"
+}
+
 /// One entry of a commit's block list: a block by hash, or a run of the base revision's blocks (`from` is the
 /// index of the first, `count` how many), so that a small edit of a big file commits a short list.
 public enum BlockListEntry: Codable, Sendable, Hashable {

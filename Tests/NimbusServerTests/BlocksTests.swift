@@ -181,6 +181,51 @@ struct BlocksTests {
         }
     }
 
+    static func framed(_ blocks: [(hash: String, bytes: Data)]) -> Data {
+        var body = Data()
+        for block in blocks {
+            body.append(Data("\(block.hash) \(block.bytes.count)\n".utf8))
+            body.append(block.bytes)
+        }
+        return body
+    }
+
+    @Test("many blocks in one request: all stored, or none when one is wrong, cut short or malformed")
+    func manyPerRequest() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = randomData(1_500_000)
+            let pieces = Self.chunks(content)
+            #expect(pieces.count > 5)
+            let headers = ["Content-Type": StoredBlocks.contentType]
+            // One wrong block (its bytes are not its hash) spoils the request: nothing of it is kept.
+            var spoiled = pieces.map { (hash: $0.hash, bytes: $0.bytes) }
+            spoiled[3].bytes = spoiled[2].bytes
+            let refused = try await alice.send(.POST, "/v1/blocks", body: Self.framed(spoiled), headers: headers)
+            #expect(refused.status == 422 && refused.errorCode == "checksum_mismatch", "\(refused.text)")
+            #expect(try await Self.missing(alice, pieces.map(\.hash)).count == pieces.count, "nothing was kept")
+            // Cut short, or a bad header line: 400, nothing kept.
+            let whole = Self.framed(pieces.map { (hash: $0.hash, bytes: $0.bytes) })
+            #expect(try await alice.send(.POST, "/v1/blocks", body: whole.prefix(whole.count - 10), headers: headers).status == 400)
+            #expect(try await alice.send(.POST, "/v1/blocks", body: Data("nothex 12\nabcdefghijkl".utf8), headers: headers).status == 400)
+            #expect(try await alice.send(.POST, "/v1/blocks", body: Data(), headers: headers).status == 400)
+            #expect(try await Self.missing(alice, pieces.map(\.hash)).count == pieces.count)
+            // All well: 200 with every block, in order; the commit then finds them all.
+            let stored = try await alice.send(.POST, "/v1/blocks", body: whole, headers: headers)
+            #expect(stored.status == 200, "\(stored.text)")
+            #expect(try stored.decode(StoredBlocks.self).stored.map(\.hash) == pieces.map(\.hash))
+            #expect(try await Self.missing(alice, pieces.map(\.hash)).isEmpty)
+            let commit = try await alice.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "many.bin", size: Int64(content.count), checksum: sha256(content), blocks: pieces.map { .block($0.hash) }))
+            #expect(commit.status == 201, "\(commit.text)")
+            #expect(try await alice.content(try commit.decode(File.self).id) == content)
+            // A block over the size limit in the framing: 413.
+            let big = randomData(4 * 1024 * 1024 + 1)
+            #expect(try await alice.send(.POST, "/v1/blocks", body: Self.framed([(sha256(big), big)]), headers: headers).status == 413)
+        }
+    }
+
     @Test("blocks are per user: another user's blocks are missing for you, unreadable and uncommittable")
     func perUser() async throws {
         try await TestServer.run { server in

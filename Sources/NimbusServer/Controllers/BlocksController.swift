@@ -5,6 +5,61 @@ import NIOCore
 import NIOFoundationCompat
 import NimbusAPI
 
+/// Reads the `application/x-nimbus-blocks` framing: `<sha256 hex> <length>\n` then the bytes, again and again.
+struct BlockBatchParser {
+    enum Event {
+        case start(hash: String, length: Int)
+        case bytes(ByteBuffer)
+        case end(hash: String)
+    }
+
+    let maxBlock: Int
+    private var line: [UInt8] = []
+    private var current: (hash: String, remaining: Int)?
+
+    init(maxBlock: Int) { self.maxBlock = maxBlock }
+
+    /// Consumes the whole buffer; what it held, in order.
+    mutating func feed(_ buffer: inout ByteBuffer) throws -> [Event] {
+        var events: [Event] = []
+        while buffer.readableBytes > 0 {
+            if let block = current {
+                let take = min(block.remaining, buffer.readableBytes)
+                guard let slice = buffer.readSlice(length: take) else { break }
+                events.append(.bytes(slice))
+                if take == block.remaining {
+                    events.append(.end(hash: block.hash))
+                    current = nil
+                } else {
+                    current = (block.hash, block.remaining - take)
+                }
+                continue
+            }
+            guard let byte = buffer.readInteger(as: UInt8.self) else { break }
+            guard byte == UInt8(ascii: "\n") else {
+                line.append(byte)
+                guard line.count <= 100 else { throw DriveError.badRequest("A block's header line is longer than '<sha256 hex> <length>'.") }
+                continue
+            }
+            let text = String(decoding: line, as: UTF8.self)
+            line.removeAll(keepingCapacity: true)
+            let parts = text.split(separator: " ", omittingEmptySubsequences: false)
+            guard parts.count == 2, String(parts[0]).isBlockHash, let length = Int(parts[1]), length >= 1 else {
+                throw DriveError.badRequest("Each block starts with a line '<sha256 hex> <length>'; '\(text.prefix(100))' is not one.")
+            }
+            guard length <= maxBlock else { throw DriveError.tooLarge("A block can be at most \(maxBlock) bytes; one is \(length).") }
+            current = (String(parts[0]), length)
+            events.append(.start(hash: String(parts[0]), length: length))
+        }
+        return events
+    }
+
+    /// At the end of the body: a block cut short or a dangling header line is an error.
+    func finish() throws {
+        guard current == nil, line.isEmpty else { throw DriveError.badRequest("The body ends in the middle of a block.") }
+    }
+}
+
 /// Block-level sync: `POST /v1/blocks/missing`, `PUT|GET /v1/blocks/{sha256}`, `POST /v1/blocks/commit`,
 /// `GET /v1/files/{id}/blocks`. Blocks are the user's own (the store's per-user namespace); a block sent and never
 /// committed is swept after the grace period like any other unreferenced block.
@@ -15,6 +70,7 @@ struct BlocksController: Sendable {
     static let maxCommitBytes = 32 * 1024 * 1024
 
     func register(_ routes: inout RouteTable) {
+        routes.on(.post, "/v1/blocks", use: putMany)
         routes.on(.post, "/v1/blocks/missing", use: missing)
         routes.on(.post, "/v1/blocks/commit", use: commit)
         routes.on(.put, "/v1/blocks/{hash}", use: put)
@@ -94,6 +150,62 @@ struct BlocksController: Sendable {
         }
         return try JSONResponse.make(StoredBlock(hash: hash, size: staged.size), status: known == nil ? .created : .ok)
     }
+
+    /// Many blocks in one request (`Content-Type: application/x-nimbus-blocks`): for each, a line
+    /// `<sha256 hex> <length>\n` then its bytes. Every block is checked before any is kept: one whose bytes do not
+    /// hash to its line's SHA-256 fails the request (422) and none of them is stored. Up to ``maxBatchBlocks``
+    /// blocks and ``maxBatchBytes`` bytes a request; answers 200 with the blocks stored, in order.
+    @Sendable func putMany(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
+            throw DriveError.unsupportedEncoding("Blocks are taken uncompressed for now (Content-Encoding: \(encoding) is not supported yet).")
+        }
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > Self.maxBatchBytes + Self.maxBatchBlocks * 80 {
+            throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
+        }
+        let limit = drive.blobs.blockSize
+        var parser = BlockBatchParser(maxBlock: limit)
+        var staged: [StagedBlock] = []
+        var stager: BlockStager?
+        var total = 0
+        do {
+            for try await buffer in request.body {
+                var buffer = buffer
+                for event in try parser.feed(&buffer) {
+                    switch event {
+                    case .start(_, let length):
+                        guard staged.count < Self.maxBatchBlocks else {
+                            throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBlocks) blocks; send the rest in another.")
+                        }
+                        total += length
+                        guard total <= Self.maxBatchBytes else {
+                            throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
+                        }
+                        stager = drive.blobs.makeStager(runningHash: SHA256())
+                    case .bytes(let slice):
+                        try await stager?.append(slice)
+                    case .end(let hash):
+                        guard var current = stager else { continue }
+                        stager = nil
+                        let (blocks, checksum, _, _) = try await current.finish()
+                        staged += blocks
+                        guard checksum == hash else { throw DriveError.checksumMismatch(expected: hash, actual: checksum) }
+                    }
+                }
+            }
+            try parser.finish()
+            guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
+            try await drive.store.putBlocks(staged, userId: me.userId, now: drive.now)
+        } catch {
+            if var stager { stager.abandon() }
+            drive.blobs.discard(staged)
+            throw error
+        }
+        return try JSONResponse.make(StoredBlocks(stored: staged.map { StoredBlock(hash: $0.ref.hash, size: $0.ref.size) }))
+    }
+
+    static let maxBatchBlocks = 1000
+    static let maxBatchBytes = 64 * 1024 * 1024
 
     /// A block's bytes (the user's own, part of a live file, revision, trashed item or upload).
     @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {

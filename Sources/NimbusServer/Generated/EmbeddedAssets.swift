@@ -427,6 +427,27 @@ paths:
         "422": { $ref: "#/components/responses/Error" }
         "507": { $ref: "#/components/responses/Error" }
         "503": { $ref: "#/components/responses/Error" }
+  /v1/blocks:
+    post:
+      tags: [blocks]
+      summary: "Store many blocks in one request: for each, a line '<sha256 hex> <length>\\n' then its bytes; all are checked before any is kept"
+      requestBody:
+        required: true
+        content:
+          application/x-nimbus-blocks:
+            schema: { type: string, format: binary }
+      responses:
+        "200":
+          description: The blocks stored, in order
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/StoredBlocks" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+        "415": { $ref: "#/components/responses/Error" }
+        "422": { $ref: "#/components/responses/Error" }
+        "503": { $ref: "#/components/responses/Error" }
   /v1/blocks/missing:
     post:
       tags: [blocks]
@@ -742,6 +763,11 @@ components:
       required: [missing]
       properties:
         missing: { type: array, items: { type: string } }
+    StoredBlocks:
+      type: object
+      required: [stored]
+      properties:
+        stored: { type: array, items: { $ref: "#/components/schemas/StoredBlock" } }
     StoredBlock:
       type: object
       required: [hash, size]

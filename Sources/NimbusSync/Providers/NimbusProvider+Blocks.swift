@@ -133,21 +133,46 @@ extension NimbusProvider: DeltaDownloadProvider {
     }
 
     /// Sends the chunks (read again from the file; the server checks each hash, so a file changed meanwhile is a
-    /// checksum mismatch, never a wrong block), four at a time.
+    /// checksum mismatch, never a wrong block): many to a request (`POST /v1/blocks`, up to 8 MiB or 128 blocks),
+    /// three requests at a time.
     func sendBlocks(_ chunks: [LocalChunk], from url: URL, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        var batches: [[LocalChunk]] = []
+        var batch: [LocalChunk] = []
+        var bytes = 0
+        for chunk in chunks {
+            if !batch.isEmpty && (bytes + chunk.length > 8 << 20 || batch.count == 128) {
+                batches.append(batch)
+                batch = []
+                bytes = 0
+            }
+            batch.append(chunk)
+            bytes += chunk.length
+        }
+        if !batch.isEmpty { batches.append(batch) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             var running = 0
-            for chunk in chunks {
-                if running == 4 {
+            for batch in batches {
+                if running == 3 {
                     try await group.next()
                     running -= 1
                 }
                 group.addTask {
-                    guard let bytes = LocalChunking.read(url, offset: chunk.offset, length: chunk.length) else { throw ProviderError.checksumMismatch }
+                    var body = Data()
+                    body.reserveCapacity(batch.reduce(0) { $0 + $1.length + 80 })
+                    guard let handle = try? FileHandle(forReadingFrom: url) else { throw ProviderError.checksumMismatch }
+                    defer { try? handle.close() }
+                    for chunk in batch {
+                        guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let bytes = try? handle.read(upToCount: chunk.length),
+                            bytes.count == chunk.length
+                        else { throw ProviderError.checksumMismatch }
+                        body.append(contentsOf: Array("\(chunk.hash) \(chunk.length)\n".utf8))
+                        body.append(bytes)
+                    }
                     let (head, data) = try await self.send(
-                        TransportRequest(method: "PUT", path: "/v1/blocks/\(chunk.hash)", headers: ["Content-Type": "application/octet-stream"], body: bytes))
+                        TransportRequest(method: "POST", path: "/v1/blocks", headers: ["Content-Type": StoredBlocks.contentType], body: body))
                     try Self.check(head, data)
-                    progress(sent.withLock { $0 += Int64(chunk.length); return $0 })
+                    let length = batch.reduce(Int64(0)) { $0 + Int64($1.length) }
+                    progress(sent.withLock { $0 += length; return $0 })
                 }
                 running += 1
             }
