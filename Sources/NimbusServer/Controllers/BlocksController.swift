@@ -181,7 +181,10 @@ struct BlocksController: Sendable {
                         guard total <= Self.maxBatchBytes else {
                             throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
                         }
-                        stager = drive.blobs.makeStager(runningHash: SHA256())
+                        var made = drive.blobs.makeStager(runningHash: SHA256())
+                        made.deferSync = true  // made durable together below
+                        made.blocksOnly = true  // one block: its hash is the checksum
+                        stager = made
                     case .bytes(let slice):
                         try await stager?.append(slice)
                     case .end(let hash):
@@ -195,6 +198,7 @@ struct BlocksController: Sendable {
             }
             try parser.finish()
             guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
+            try await drive.blobs.syncStaged(staged)
             try await drive.store.putBlocks(staged, userId: me.userId, now: drive.now)
         } catch {
             if var stager { stager.abandon() }

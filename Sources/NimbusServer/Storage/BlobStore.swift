@@ -49,6 +49,9 @@ protocol BlobStore: Sendable {
     func deleteBlocking(_ hashes: [String], user: String) throws
     /// Drops staging files of blocks that will not be put (failed or duplicate uploads).
     func discard(_ blocks: [StagedBlock])
+    /// Makes staged blocks written by stagers with ``BlockStager/deferSync`` durable, all at once (many small blocks
+    /// cost one file-system sync instead of one fsync each).
+    func syncStaged(_ blocks: [StagedBlock]) async throws
     /// Reads `range` (offsets within the whole content) of content made of `blocks`, in pieces.
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws
     /// Removes this replica's staging files (left over from a crash); called once at start.
@@ -90,6 +93,7 @@ extension BlobStore {
 /// A store whose staging files live in a local folder (request-scoped, this replica's): both stores so far.
 protocol LocallyStaged: BlobStore {
     var stagingDirectory: String { get }
+    var threadPool: NIOThreadPool { get }
 }
 
 extension LocallyStaged {
@@ -97,6 +101,13 @@ extension LocallyStaged {
         for block in blocks where block.data == nil {
             try? POSIXFile.remove(block.path)
         }
+    }
+
+    func syncStaged(_ blocks: [StagedBlock]) async throws {
+        let paths = blocks.filter { $0.data == nil }.map(\.path)
+        guard !paths.isEmpty else { return }
+        let directory = stagingDirectory
+        try await threadPool.runIfActive { try POSIXFile.syncFiles(paths, in: directory) }
     }
 
     func clearStaging() throws {
@@ -197,6 +208,12 @@ struct BlockStager {
     let blockSize: Int
     let threadPool: NIOThreadPool
     private let flushThreshold = 1024 * 1024
+    /// Seal blocks without fsyncing each: the caller makes them durable together with
+    /// ``BlobStore/syncStaged(_:)`` before they are put.
+    var deferSync = false
+    /// Hash only each block, not the whole content too (for one block the two are the same: the block API's
+    /// stagers); ``finish()`` then reports the last block's hash as the checksum.
+    var blocksOnly = false
 
     private var whole = SHA256()
     private var blockHash = SHA256()
@@ -219,7 +236,7 @@ struct BlockStager {
             let take = min(buffer.readableBytes, blockSize - blockLength)
             guard let slice = buffer.readSlice(length: take) else { break }
             slice.withUnsafeReadableBytes { raw in
-                whole.update(bufferPointer: raw)
+                if !blocksOnly { whole.update(bufferPointer: raw) }
                 blockHash.update(bufferPointer: raw)
                 pending.append(contentsOf: raw)
             }
@@ -241,6 +258,7 @@ struct BlockStager {
         }
         let running = whole
         let copy = whole
+        if blocksOnly { return (blocks, blocks.last?.ref.hash ?? SHA256.hash(data: [UInt8]()).hexString, running, totalSize) }
         return (blocks, copy.finalize().hexString, running, totalSize)
     }
 
@@ -274,8 +292,10 @@ struct BlockStager {
     private mutating func sealBlock() async throws {
         try await flush()
         guard let current else { return }
-        try await threadPool.runIfActive {
-            try POSIXFile.sync(current.fd, path: current.path)
+        if !deferSync {
+            try await threadPool.runIfActive {
+                try POSIXFile.sync(current.fd, path: current.path)
+            }
         }
         POSIXFile.closeFile(current.fd)
         self.current = nil

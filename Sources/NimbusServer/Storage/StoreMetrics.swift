@@ -79,6 +79,8 @@ struct MeteredBlobStore: BlobStore {
 
     func discard(_ blocks: [StagedBlock]) { base.discard(blocks) }
 
+    func syncStaged(_ blocks: [StagedBlock]) async throws { try await base.syncStaged(blocks) }
+
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
         let start = ContinuousClock.now
         var first = true
