@@ -317,11 +317,7 @@ struct BlocksController: Sendable {
             throw DriveError.badRequest("The blocks add up to \(total) bytes, not the 'size' of \(body.size); nothing was changed.")
         }
         // The content must be what the client says: its bytes are read back once and hashed.
-        var digest = SHA256()
-        try await drive.blobs.read(blocks, user: me.userId, range: 0..<total) { buffer in
-            buffer.withUnsafeReadableBytes { digest.update(bufferPointer: $0) }
-        }
-        let actual = digest.finalize().hexString
+        let actual = try await drive.blobs.checksum(of: blocks, user: me.userId)
         guard actual == checksum else { throw DriveError.checksumMismatch(expected: checksum, actual: actual) }
 
         let content = StagedContent(

@@ -45,6 +45,21 @@ enum POSIXFile {
     }
 
     /// Reads up to `count` bytes at `offset` into a new array (shorter only at end of file).
+    /// Reads up to `count` bytes at `offset` into `into`; fewer only at the end of the file.
+    static func readInto(_ fd: Int32, _ into: UnsafeMutableRawPointer, count: Int, at offset: Int64, path: String) throws -> Int {
+        var filled = 0
+        while filled < count {
+            let n = pread(fd, into + filled, count - filled, off_t(offset) + off_t(filled))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw Failure(call: "pread", path: path, code: errno)
+            }
+            if n == 0 { break }
+            filled += n
+        }
+        return filled
+    }
+
     static func read(_ fd: Int32, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
         var filled = 0
