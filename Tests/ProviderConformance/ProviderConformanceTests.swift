@@ -294,6 +294,15 @@ struct ProviderConformanceTests {
             let whole = ProviderKind.nimbus.scratch.appending(path: "whole.bin")
             try await nimbus.download(first.id, revision: first.revision, to: whole, reusing: [back]) { _ in }
             #expect(try Data(contentsOf: whole) == original)
+            // Text goes compressed: far fewer bytes on the wire than in the file.
+            let text = Data((0..<60_000).map { "row \($0), a value, another value, \($0 * 7)\n" }.joined().utf8)
+            let wireBefore = nimbus.bytesOnWire.withLock { $0 }
+            let doc = try await provider.upload(try source(text, .nimbus), to: .new(parentId: root.id, name: "table.csv", mimeType: nil), requestId: "t1") { _ in }
+            let wire = nimbus.bytesOnWire.withLock { $0 } - wireBefore
+            #expect(doc.size == Int64(text.count) && wire < Int64(text.count) / 3, "\(text.count) bytes of text went as \(wire)")
+            let textBack = ProviderKind.nimbus.scratch.appending(path: "table.csv")
+            try await provider.download(doc.id, revision: nil, to: textBack) { _ in }
+            #expect(try Data(contentsOf: textBack) == text)
             // A retried version upload of the same bytes sends nothing new.
             let third = try await provider.upload(try source(edited, .nimbus), to: .version(of: first.id, base: second.revision), requestId: "b3") { _ in }
             #expect(third.checksum == second.checksum)

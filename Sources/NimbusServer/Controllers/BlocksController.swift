@@ -112,19 +112,46 @@ struct BlocksController: Sendable {
     @Sendable func put(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
         let hash = try Self.validHash(try context.parameter("hash"))
-        if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
-            throw DriveError.unsupportedEncoding("Blocks are taken uncompressed for now (Content-Encoding: \(encoding) is not supported yet).")
-        }
         let limit = drive.blobs.blockSize
-        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit {
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit + Self.encodingSlack {
             throw DriveError.tooLarge("A block can be at most \(limit) bytes; this one is \(declared).")
         }
-        let known = try await drive.store.storedBlocks(userId: me.userId, hashes: [hash])[hash]
+        if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
+            let decoded = try await Self.decoded(request, encoding: encoding, maxSize: limit)
+            return try await put(hash, body: Self.stream(decoded), userId: me.userId, limit: limit)
+        }
+        return try await put(hash, body: request.body, userId: me.userId, limit: limit)
+    }
+
+    /// A compressed body (`Content-Encoding: gzip` or `deflate`), decoded: at most `maxSize` bytes once decoded.
+    static func decoded(_ request: Request, encoding: String, maxSize: Int) async throws -> ByteBuffer {
+        guard BodyEncoding.algorithm(encoding) != nil else {
+            throw DriveError.unsupportedEncoding("Content-Encoding: \(encoding) is not taken here; send gzip, deflate or identity.")
+        }
+        let body: ByteBuffer
+        do { body = try await request.body.collect(upTo: maxSize + encodingSlack) } catch {
+            throw DriveError.tooLarge("The body can be at most \(maxSize) bytes.")
+        }
+        return try BodyEncoding.decode(body, encoding: encoding, maxSize: maxSize)
+    }
+
+    /// Incompressible bytes grow a little when compressed: room for that.
+    static let encodingSlack = 64 * 1024
+
+    static func stream(_ buffer: ByteBuffer) -> AsyncThrowingStream<ByteBuffer, any Error> {
+        AsyncThrowingStream { continuation in
+            continuation.yield(buffer)
+            continuation.finish()
+        }
+    }
+
+    func put(_ hash: String, body: some AsyncSequence<ByteBuffer, any Error>, userId: String, limit: Int) async throws -> Response {
+        let known = try await drive.store.storedBlocks(userId: userId, hashes: [hash])[hash]
         if let known, known.live {
             // Already kept: the body is read (and checked) so the connection stays usable, then dropped.
             var digest = SHA256()
             var size = 0
-            for try await buffer in request.body {
+            for try await buffer in body {
                 size += buffer.readableBytes
                 guard size <= limit else { throw DriveError.tooLarge("A block can be at most \(limit) bytes.") }
                 buffer.withUnsafeReadableBytes { digest.update(bufferPointer: $0) }
@@ -133,7 +160,7 @@ struct BlocksController: Sendable {
             guard actual == hash else { throw DriveError.checksumMismatch(expected: hash, actual: actual) }
             return try JSONResponse.make(StoredBlock(hash: hash, size: known.block.size))
         }
-        let staged = try await UploadController.stage(request.body, blobs: drive.blobs, max: Int64(limit), mimeType: "application/octet-stream").content
+        let staged = try await UploadController.stage(body, blobs: drive.blobs, max: Int64(limit), mimeType: "application/octet-stream").content
         guard staged.size > 0, staged.blocks.count == 1 else {
             drive.blobs.discard(staged.blocks)
             throw DriveError.badRequest("A block holds at least one byte.")
@@ -143,7 +170,7 @@ struct BlocksController: Sendable {
             throw DriveError.checksumMismatch(expected: hash, actual: staged.checksum)
         }
         do {
-            try await drive.store.putBlocks(staged.blocks, userId: me.userId, now: drive.now)
+            try await drive.store.putBlocks(staged.blocks, userId: userId, now: drive.now)
         } catch {
             drive.blobs.discard(staged.blocks)
             throw error
@@ -154,22 +181,29 @@ struct BlocksController: Sendable {
     /// Many blocks in one request (`Content-Type: application/x-nimbus-blocks`): for each, a line
     /// `<sha256 hex> <length>\n` then its bytes. Every block is checked before any is kept: one whose bytes do not
     /// hash to its line's SHA-256 fails the request (422) and none of them is stored. Up to ``maxBatchBlocks``
-    /// blocks and ``maxBatchBytes`` bytes a request; answers 200 with the blocks stored, in order.
+    /// blocks and ``maxBatchBytes`` bytes a request; answers 200 with the blocks stored, in order. The body may come
+    /// compressed (`Content-Encoding: gzip` or `deflate`).
     @Sendable func putMany(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
-        if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
-            throw DriveError.unsupportedEncoding("Blocks are taken uncompressed for now (Content-Encoding: \(encoding) is not supported yet).")
-        }
-        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > Self.maxBatchBytes + Self.maxBatchBlocks * 80 {
+        let framed = Self.maxBatchBytes + Self.maxBatchBlocks * 80
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > framed + Self.encodingSlack {
             throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
         }
+        if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
+            let decoded = try await Self.decoded(request, encoding: encoding, maxSize: framed)
+            return try await putMany(Self.stream(decoded), userId: me.userId)
+        }
+        return try await putMany(request.body, userId: me.userId)
+    }
+
+    func putMany(_ body: some AsyncSequence<ByteBuffer, any Error>, userId: String) async throws -> Response {
         let limit = drive.blobs.blockSize
         var parser = BlockBatchParser(maxBlock: limit)
         var staged: [StagedBlock] = []
         var stager: BlockStager?
         var total = 0
         do {
-            for try await buffer in request.body {
+            for try await buffer in body {
                 var buffer = buffer
                 for event in try parser.feed(&buffer) {
                     switch event {
@@ -199,7 +233,7 @@ struct BlocksController: Sendable {
             try parser.finish()
             guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
             try await drive.blobs.syncStaged(staged)
-            try await drive.store.putBlocks(staged, userId: me.userId, now: drive.now)
+            try await drive.store.putBlocks(staged, userId: userId, now: drive.now)
         } catch {
             if var stager { stager.abandon() }
             drive.blobs.discard(staged)
@@ -209,7 +243,8 @@ struct BlocksController: Sendable {
     }
 
     static let maxBatchBlocks = 1000
-    static let maxBatchBytes = 64 * 1024 * 1024
+    /// 16 MiB: a compressed request is decoded in memory.
+    static let maxBatchBytes = 16 * 1024 * 1024
 
     /// A block's bytes (the user's own, part of a live file, revision, trashed item or upload).
     @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -218,15 +253,29 @@ struct BlocksController: Sendable {
         guard let found = try await drive.store.storedBlocks(userId: me.userId, hashes: [hash])[hash], found.live else {
             throw DriveError.notFound("No such block.")
         }
-        let headers: HTTPFields = [
+        var headers: HTTPFields = [
             .eTag: "\"\(hash)\"", .contentType: "application/octet-stream", .contentLength: String(found.block.size),
-            .cacheControl: "private, max-age=31536000, immutable",
+            .cacheControl: "private, max-age=31536000, immutable", .vary: "Accept-Encoding",
         ]
         if let condition = request.headers[.ifNoneMatch], ETag.matches(condition, hash) {
             return Response(status: .notModified, headers: headers)
         }
         let blobs = drive.blobs
         let userId = me.userId
+        if let encoding = BodyEncoding.accepted(request.headers[.acceptEncoding]) {
+            // Compressed on the wire when that saves a tenth (text, not photos): the block is read whole (≤ 4 MiB).
+            var whole = ByteBuffer()
+            try await blobs.read([found.block], user: userId, range: 0..<found.block.size) { piece in
+                var piece = piece
+                whole.writeBuffer(&piece)
+            }
+            if let encoded = BodyEncoding.encode(whole, as: encoding) {
+                headers[.contentEncoding] = encoding
+                headers[.contentLength] = String(encoded.readableBytes)
+                return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: encoded))
+            }
+            return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: whole))
+        }
         let body = ResponseBody(contentLength: Int(found.block.size)) { writer in
             try await blobs.read([found.block], user: userId, range: 0..<found.block.size) { try await writer.write($0) }
             try await writer.finish(nil)

@@ -430,7 +430,7 @@ paths:
   /v1/blocks:
     post:
       tags: [blocks]
-      summary: "Store many blocks in one request: for each, a line '<sha256 hex> <length>\\n' then its bytes; all are checked before any is kept"
+      summary: "Store many blocks in one request: for each, a line '<sha256 hex> <length>\\n' then its bytes; all are checked before any is kept. The body may be sent with Content-Encoding gzip or deflate (at most 16 MiB of blocks a request)"
       requestBody:
         required: true
         content:
@@ -471,7 +471,7 @@ paths:
       - { name: hash, in: path, required: true, schema: { type: string, pattern: "^[0-9a-f]{64}$" }, description: "The block's SHA-256, lowercase hex" }
     put:
       tags: [blocks]
-      summary: Store one block; its bytes must hash to the path's SHA-256. Idempotent (200 when already stored)
+      summary: Store one block; its bytes must hash to the path's SHA-256. Idempotent (200 when already stored). The body may be sent with Content-Encoding gzip or deflate
       requestBody:
         required: true
         content:
@@ -496,9 +496,10 @@ paths:
         "503": { $ref: "#/components/responses/Error" }
     get:
       tags: [blocks]
-      summary: A block's bytes (one the user's files, revisions, trash or uploads reference)
+      summary: A block's bytes (one the user's files, revisions, trash or uploads reference); gzip or deflate with Accept-Encoding when that saves a tenth
       parameters:
         - { $ref: "#/components/parameters/IfNoneMatch" }
+        - { name: Accept-Encoding, in: header, required: false, schema: { type: string }, example: "gzip" }
       responses:
         "200":
           description: The bytes

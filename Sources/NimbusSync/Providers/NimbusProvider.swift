@@ -22,6 +22,10 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     /// Bytes sent as blocks and bytes of blocks fetched (tests and benchmarks count what a delta transfer moved).
     @_spi(Testing) public let bytesSent = LockedBox<Int64>(0)
     @_spi(Testing) public let bytesReceived = LockedBox<Int64>(0)
+    /// Bytes of block uploads as sent (compressed when that helped).
+    @_spi(Testing) public let bytesOnWire = LockedBox<Int64>(0)
+    /// Whether the server takes compressed block uploads (nil: not refused yet).
+    let compressesBlocks = LockedBox<Bool?>(nil)
 
     public var capabilities: ProviderCapabilities {
         [.changeFeed, .conditionalWrite, .idempotentCreate, .resumableUploads, .revisions, .trash, .quota, .checksums, .batchUpload]
