@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NimbusAPI
 import NimbusSync
 import Testing
@@ -87,8 +88,11 @@ struct EngineTests {
         try await SyncWorld.run { world in
             try await world.register("cy")
             let directory = world.root.appending(path: "device-crashy")
-            // Resumable sessions even for this small file (small new files otherwise go in one request).
-            var device = try world.device("A", directory: directory) { $0.simpleUploadLimit = 0 }
+            // Resumable sessions even for this small file (small new files otherwise go in one request, big ones as blocks).
+            var device = try world.device("A", directory: directory) {
+                $0.simpleUploadLimit = 0
+                $0.blockUploads = false
+            }
             var a = device.engine
             let faults = device.faults
             try await a.signIn(server: world.server, username: "cy", password: "correct horse")
@@ -327,8 +331,11 @@ struct EngineTests {
         try await SyncWorld.run { world in
             try await world.register("dee")
             let directory = world.root.appending(path: "device-resume")
-            // Resumable sessions even for this small file (small new files otherwise go in one request).
-            var device = try world.device("A", directory: directory) { $0.simpleUploadLimit = 0 }
+            // Resumable sessions even for this small file (small new files otherwise go in one request, big ones as blocks).
+            var device = try world.device("A", directory: directory) {
+                $0.simpleUploadLimit = 0
+                $0.blockUploads = false
+            }
             var a = device.engine
             let faults = device.faults
             try await a.signIn(server: world.server, username: "dee", password: "correct horse")
@@ -337,7 +344,10 @@ struct EngineTests {
             faults.fail(.refuse, count: 100) { ($0.headers["Content-Range"] ?? "").hasPrefix("bytes 524288-") }
             _ = try? await a.syncOnce()
             let sentBefore = faults.log.filter { $0.method == "PUT" }.count
-            device = try world.device("A", directory: directory, clock: device.clock) { $0.simpleUploadLimit = 0 }
+            device = try world.device("A", directory: directory, clock: device.clock) {
+                $0.simpleUploadLimit = 0
+                $0.blockUploads = false
+            }
             a = device.engine
             try await device.settle()
             let fresh = try #require(try await a.item(atPath: "/video.mp4"))
@@ -345,6 +355,33 @@ struct EngineTests {
             #expect(sentBefore >= 3, "chunks 0 and 1 went before the failure")
             let checker = try await world.api("dee")
             #expect(try await checker.tree() == ["/video.mp4": sha256(content)])
+        }
+    }
+
+    @Test("an interrupted block upload goes on after a restart with only the blocks the server lacks")
+    func blockUploadResume() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("bea")
+            let directory = world.root.appending(path: "device-blocks")
+            var device = try world.device("A", directory: directory)
+            var a = device.engine
+            try await a.signIn(server: world.server, username: "bea", password: "correct horse")
+            let content = randomBytes(20 * 1024 * 1024)
+            _ = try await a.upload(from: try world.file("big.bin", content))
+            // The first request of blocks goes through, then the link breaks.
+            let batches = NIOLockedValueBox(0)
+            device.faults.fail(.refuse, count: 1000) { request in
+                request.path == "/v1/blocks" && batches.withLockedValue { $0 += 1; return $0 > 1 }
+            }
+            _ = try? await a.syncOnce()
+            #expect(batches.withLockedValue { $0 } >= 2, "the upload was cut off")
+            device = try world.device("A", directory: directory, clock: device.clock)
+            a = device.engine
+            try await device.settle()
+            #expect(try await a.item(atPath: "/big.bin")?.state == .synced)
+            #expect(try await world.api("bea").tree() == ["/big.bin": sha256(content)])
+            let resent = device.faults.log.filter { $0.path == "/v1/blocks" }.reduce(0) { $0 + ($1.body?.count ?? 0) }
+            #expect(resent > 0 && resent < content.count - 6 * 1024 * 1024, "after the restart \(resent) bytes went; the first 8 MiB were not sent again")
         }
     }
 

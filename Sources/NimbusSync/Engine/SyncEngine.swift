@@ -112,7 +112,7 @@ public actor SyncEngine {
     static func nimbusProvider(_ client: ServerClient, _ state: any ProviderStateStore, _ configuration: SyncConfiguration) -> NimbusProvider {
         NimbusProvider(
             client: client, state: state, simpleUploadLimit: configuration.simpleUploadLimit,
-            batchLimits: (configuration.batchFileLimit, configuration.maxBatchFiles, configuration.maxBatchBytes))
+            batchLimits: (configuration.batchFileLimit, configuration.maxBatchFiles, configuration.maxBatchBytes), blockUploads: configuration.blockUploads)
     }
 
     nonisolated var now: Date { configuration.clock.now() }

@@ -144,8 +144,11 @@ public struct SyncConfiguration: Sendable {
     /// comes in a later plan); 1 runs everything in turn.
     public var maxConcurrentOperations: Int = 4
     /// New files up to this size go in one request (a simple upload with the item's request id, so a retry never
-    /// makes a second file); bigger ones use resumable sessions.
+    /// makes a second file); bigger ones go as blocks (or, without ``blockUploads``, in resumable sessions).
     public var simpleUploadLimit: Int64 = 4 * 1024 * 1024
+    /// New files over ``simpleUploadLimit`` and new versions of 1 MiB or more go to a Nimbus server as blocks: only
+    /// the content-defined chunks it lacks, then a commit (resumable by nature). Off: sent whole, in resumable sessions.
+    public var blockUploads = true
     /// New files up to `batchFileLimit` bytes that are ready together go up in one request
     /// (`uploadType=batch`), at most `maxBatchFiles` files and `maxBatchBytes` bytes per request: a tree of small
     /// files costs a round trip and a server commit per batch, not per file. `maxBatchFiles` 1 turns batching off.

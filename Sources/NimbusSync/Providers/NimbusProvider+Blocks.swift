@@ -21,38 +21,50 @@ struct LocalChunk: Sendable, Hashable {
 }
 
 enum LocalChunking {
-    /// The file's FastCDC chunks with their SHA-256, the whole content's SHA-256 (when asked for) and size, in one
-    /// read of 1 MiB at a time.
-    static func chunks(of url: URL, wholeChecksum: Bool = true) throws -> (chunks: [LocalChunk], checksum: String?, size: Int64) {
+    /// The file's FastCDC chunks with their SHA-256, and its size: read 8 MiB at a time, the chunks of each window
+    /// hashed on every core (the cut points, at 2 GB/s, are found on one).
+    static func chunks(of url: URL) throws -> (chunks: [LocalChunk], size: Int64) {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
         var scanner = FastCDC.Scanner()
-        var whole = SHA256()
-        var part = SHA256()
         var chunks: [LocalChunk] = []
-        var start: Int64 = 0
-        var offset: Int64 = 0
+        var carry = Data()  // the bytes of the chunk still going on
+        var carryStart: Int64 = 0  // where they are in the file
         var cuts: [Int] = []
-        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
-            data.withUnsafeBytes { raw in
-                if wholeChecksum { whole.update(bufferPointer: raw) }
-                cuts.removeAll(keepingCapacity: true)
-                scanner.scan(raw, cuts: &cuts)
-                var from = 0
-                for cut in cuts {
-                    part.update(bufferPointer: UnsafeRawBufferPointer(rebasing: raw[from..<cut]))
-                    let end = offset + Int64(cut)
-                    chunks.append(LocalChunk(offset: start, length: Int(end - start), hash: FileHasher.hex(part.finalize())))
-                    part = SHA256()
-                    start = end
-                    from = cut
-                }
-                part.update(bufferPointer: UnsafeRawBufferPointer(rebasing: raw[from...]))
+        while let data = try handle.read(upToCount: 8 << 20), !data.isEmpty {
+            cuts.removeAll(keepingCapacity: true)
+            data.withUnsafeBytes { scanner.scan($0, cuts: &cuts) }
+            var window = carry
+            window.append(data)
+            var ranges: [Range<Int>] = []
+            var from = 0
+            for cut in cuts {
+                ranges.append(from..<carry.count + cut)
+                from = carry.count + cut
             }
-            offset += Int64(data.count)
+            for (range, hash) in zip(ranges, hashes(of: window, ranges)) {
+                chunks.append(LocalChunk(offset: carryStart + Int64(range.lowerBound), length: range.count, hash: hash))
+            }
+            carryStart += Int64(from)
+            carry = window.subdata(in: from..<window.count)
         }
-        if offset > start { chunks.append(LocalChunk(offset: start, length: Int(offset - start), hash: FileHasher.hex(part.finalize()))) }
-        return (chunks, wholeChecksum ? FileHasher.hex(whole.finalize()) : nil, offset)
+        if !carry.isEmpty { chunks.append(LocalChunk(offset: carryStart, length: carry.count, hash: FileHasher.hex(SHA256.hash(data: carry)))) }
+        return (chunks, carryStart + Int64(carry.count))
+    }
+
+    static func hashes(of window: Data, _ ranges: [Range<Int>]) -> [String] {
+        /// Pointers the worker threads share: each writes its own slot, all read the same window.
+        struct Shared<T>: @unchecked Sendable { let value: T }
+        var results = [String](repeating: "", count: ranges.count)
+        window.withUnsafeBytes { raw in
+            results.withUnsafeMutableBufferPointer { out in
+                let source = Shared(value: raw), target = Shared(value: out)
+                DispatchQueue.concurrentPerform(iterations: ranges.count) { index in
+                    target.value[index] = FileHasher.hex(SHA256.hash(data: UnsafeRawBufferPointer(rebasing: source.value[ranges[index]])))
+                }
+            }
+        }
+        return results
     }
 
     /// `length` bytes of `url` at `offset`, or nil when the file no longer has them.
@@ -74,7 +86,7 @@ extension NimbusProvider: DeltaDownloadProvider {
     static let blockUploadMinimum: Int64 = 1 << 20
 
     func shouldUploadBlocks(_ source: UploadSource, _ target: UploadTarget) -> Bool {
-        guard blocksSupported.withLock({ $0 }) != false else { return false }
+        guard blockUploads, blocksSupported.withLock({ $0 }) != false else { return false }
         switch target {
         case .new: return source.size > simpleUploadLimit
         case .version(_, let base): return base != nil ? source.size >= Self.blockUploadMinimum : source.size > simpleUploadLimit
@@ -203,8 +215,8 @@ extension NimbusProvider: DeltaDownloadProvider {
         // No whole-file hash here (one SHA-256 pass per byte, not two): the server hashes the committed blocks and
         // refuses a checksum they do not have (422 → checksumMismatch), so a file changed since it was scanned
         // cannot be committed under the old checksum.
-        let local: (chunks: [LocalChunk], checksum: String?, size: Int64)
-        do { local = try LocalChunking.chunks(of: source.url, wholeChecksum: false) } catch { throw ProviderError.checksumMismatch }
+        let local: (chunks: [LocalChunk], size: Int64)
+        do { local = try LocalChunking.chunks(of: source.url) } catch { throw ProviderError.checksumMismatch }
         guard local.size == source.size else { throw ProviderError.checksumMismatch }
 
         // The base revision's blocks: what the server surely has, and what the list can name by index.
@@ -298,7 +310,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         let wanted = Set(manifest.blocks.map(\.hash))
         var local: [String: (url: URL, offset: Int64, length: Int)] = [:]
         for seed in seeds {
-            guard let chunks = try? LocalChunking.chunks(of: seed, wholeChecksum: false).chunks else { continue }
+            guard let chunks = try? LocalChunking.chunks(of: seed).chunks else { continue }
             for chunk in chunks where wanted.contains(chunk.hash) && local[chunk.hash] == nil { local[chunk.hash] = (seed, chunk.offset, chunk.length) }
         }
         guard !local.isEmpty else { return try await download(id, revision: revision, to: destination, progress: progress) }

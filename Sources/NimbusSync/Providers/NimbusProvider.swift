@@ -17,6 +17,8 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     let simpleUploadLimit: Int64
     public let batchLimits: (fileSize: Int64, files: Int, bytes: Int64)
     let rootId = LockedBox<String?>(nil)
+    /// Whether big new files and new versions go as blocks (see `NimbusProvider+Blocks.swift`).
+    let blockUploads: Bool
     /// Whether the server has the block API (nil: not asked yet).
     let blocksSupported = LockedBox<Bool?>(nil)
     /// Bytes sent as blocks and bytes of blocks fetched (tests and benchmarks count what a delta transfer moved).
@@ -33,8 +35,9 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     public init(
         client: ServerClient, state: any ProviderStateStore, rootPath: String = "/", simpleUploadLimit: Int64 = 4 * 1024 * 1024,
-        batchLimits: (fileSize: Int64, files: Int, bytes: Int64) = (256 * 1024, 100, 8 * 1024 * 1024)
+        batchLimits: (fileSize: Int64, files: Int, bytes: Int64) = (256 * 1024, 100, 8 * 1024 * 1024), blockUploads: Bool = true
     ) {
+        self.blockUploads = blockUploads
         self.client = client
         self.state = state
         self.rootPath = rootPath
