@@ -83,20 +83,12 @@ struct BlocksController: Sendable {
         return raw
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, _ request: Request, limit: Int) async throws -> T {
-        let body: ByteBuffer
-        do { body = try await request.body.collect(upTo: limit) } catch {
-            throw DriveError.tooLarge("This request's JSON can be at most \(limit) bytes.")
-        }
-        do { return try JSONDecoder.nimbus.decode(T.self, from: Data(buffer: body)) } catch let error as DecodingError {
-            throw DriveError.badRequest("The JSON body is not valid: \(error.readableDescription)")
-        }
-    }
-
     /// Which of the given hashes the user's store lacks, in the order asked, each once.
     @Sendable func missing(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
-        let asked = try await Self.decode(MissingBlocksRequest.self, request, limit: MissingBlocksRequest.maxHashes * 80 + 1024)
+        let asked = try await request.decodeJSON(
+            MissingBlocksRequest.self, limit: MissingBlocksRequest.maxHashes * 80 + 1024,
+            tooLarge: "Ask about at most \(MissingBlocksRequest.maxHashes) blocks at a time.")
         guard asked.hashes.count <= MissingBlocksRequest.maxHashes else {
             throw DriveError.badRequest("Ask about at most \(MissingBlocksRequest.maxHashes) blocks at a time; this request has \(asked.hashes.count).")
         }
@@ -303,32 +295,20 @@ struct BlocksController: Sendable {
     /// follows the rules of every upload (name clash, `If-Match`, quota, 10 GiB, `requestId`).
     @Sendable func commit(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
-        let body = try await Self.decode(BlockCommitRequest.self, request, limit: Self.maxCommitBytes)
+        let body = try await request.decodeJSON(
+            BlockCommitRequest.self, limit: Self.maxCommitBytes, tooLarge: "A commit's JSON can be at most \(Self.maxCommitBytes) bytes.")
         let checksum = try Self.validHash(body.checksum, what: "'checksum'")
         let max = drive.configuration.maxUploadSize
         guard body.size >= 0 else { throw DriveError.badRequest("'size' must be the content's length in bytes.") }
         guard body.size <= max else { throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(body.size).") }
 
-        // The target, checked as a simple upload checks it.
-        let target: ContentTarget
-        var mimeType: String
-        let requestId = try FilesController.validRequestId(body.requestId)
-        if let fileId = body.fileId {
-            guard requestId == nil, body.name == nil, body.parentId == nil else {
-                throw DriveError.badRequest("A new version names only 'fileId' (guarded by If-Match); 'name', 'parentId' and 'requestId' are for a new file.")
-            }
-            let file = try await drive.file(fileId, for: me)
-            guard !file.isFolder else { throw DriveError.badRequest("'\(file.name)' is a folder.", code: .isAFolder) }
-            target = .existing(fileId: file.id, ifMatch: request.headers[.ifMatch])
-            mimeType = body.mimeType ?? file.mimeType
-        } else {
-            guard let rawName = body.name else { throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).") }
-            let name = try FilesController.validName(rawName)
-            let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
-            target = .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId)
-            mimeType = body.mimeType ?? MimeType.guess(forName: name)
+        // The target, checked as a simple upload checks it (a folder or trashed file is refused by the commit).
+        if body.fileId != nil, body.requestId != nil || body.name != nil || body.parentId != nil {
+            throw DriveError.badRequest("A new version names only 'fileId' (guarded by If-Match); 'name', 'parentId' and 'requestId' are for a new file.")
         }
-        mimeType = try FilesController.validMimeType(mimeType)
+        let (target, mimeType) = try await UploadController.target(
+            drive, for: me, request: request, fileId: body.fileId, name: body.name, parentId: body.parentId,
+            requestId: try FilesController.validRequestId(body.requestId), sentType: body.mimeType)
 
         // The block list, with the base revision's runs expanded.
         var base: [BlockRef] = []

@@ -13,14 +13,9 @@ extension UploadController {
         let me = try await drive.identity(request)
         // Base64 is 4/3 of the bytes; the JSON around each entry is small.
         let limit = BatchUploadRequest.maxContentBytes / 3 * 4 + BatchUploadRequest.maxFiles * 2048
-        let body: ByteBuffer
-        do { body = try await request.body.collect(upTo: limit) } catch {
-            throw DriveError.tooLarge("A batch can carry at most \(BatchUploadRequest.maxContentBytes) bytes of content; send the rest in another.")
-        }
-        let batch: BatchUploadRequest
-        do { batch = try JSONDecoder.nimbus.decode(BatchUploadRequest.self, from: Data(buffer: body)) } catch let error as DecodingError {
-            throw DriveError.badRequest("The JSON body is not valid: \(error.readableDescription)")
-        }
+        let batch = try await request.decodeJSON(
+            BatchUploadRequest.self, limit: limit,
+            tooLarge: "A batch can carry at most \(BatchUploadRequest.maxContentBytes) bytes of content; send the rest in another.")
         guard !batch.files.isEmpty, batch.files.count <= BatchUploadRequest.maxFiles else {
             throw DriveError.badRequest("A batch holds 1 to \(BatchUploadRequest.maxFiles) files; this one has \(batch.files.count).")
         }

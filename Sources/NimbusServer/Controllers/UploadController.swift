@@ -38,25 +38,10 @@ struct UploadController: Sendable {
         let sentType = request.query("mimeType") ?? request.headers[.contentType].flatMap { type in
             ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
         }
-        var mimeType: String
-        let requestId = try FilesController.validRequestId(request.query("requestId"))
-        if let fileId = request.query("fileId") {
-            guard requestId == nil else {
-                throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by If-Match.")
-            }
-            let file = try await drive.file(fileId, for: me)
-            target = .existing(fileId: file.id, ifMatch: request.headers[.ifMatch])
-            mimeType = sentType ?? file.mimeType
-        } else {
-            guard let rawName = request.query("name") else {
-                throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).")
-            }
-            let name = try FilesController.validName(rawName)
-            let parentId = try await drive.resolve(request.query("parentId") ?? "root", for: me)
-            target = .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId)
-            mimeType = sentType ?? MimeType.guess(forName: name)
-        }
-        mimeType = try FilesController.validMimeType(mimeType)
+        let mimeType: String
+        (target, mimeType) = try await Self.target(
+            drive, for: me, request: request, fileId: request.query("fileId"), name: request.query("name"), parentId: request.query("parentId"),
+            requestId: try FilesController.validRequestId(request.query("requestId")), sentType: sentType)
         if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
             throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
         }
@@ -75,6 +60,31 @@ struct UploadController: Sendable {
         }
         let file = try await drive.store.commitContent(userId: me.userId, target: target, content: content, now: drive.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+    }
+
+    /// Where an upload's content goes, and its MIME type: a new version of `fileId` (guarded by `If-Match`), or a new
+    /// file `name` in `parentId` (the root by default; `onConflict` from the query, `requestId` to make a retry
+    /// return the first file). A type the client sent wins over the file's own or the one its name suggests.
+    /// Simple uploads and block commits (`POST /v1/blocks/commit`) both come here.
+    static func target(
+        _ drive: Drive, for me: Identity, request: Request, fileId: String?, name: String?, parentId: String?, requestId: String?, sentType: String?
+    ) async throws -> (target: ContentTarget, mimeType: String) {
+        if let fileId {
+            guard requestId == nil else {
+                throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by If-Match.")
+            }
+            let file = try await drive.file(fileId, for: me)
+            return (.existing(fileId: file.id, ifMatch: request.headers[.ifMatch]), try FilesController.validMimeType(sentType ?? file.mimeType))
+        }
+        guard let rawName = name else {
+            throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).")
+        }
+        let name = try FilesController.validName(rawName)
+        let parentId = try await drive.resolve(parentId ?? "root", for: me)
+        return (
+            .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId),
+            try FilesController.validMimeType(sentType ?? MimeType.guess(forName: name))
+        )
     }
 
     /// Streams a body into staged blocks; on any failure nothing stays behind.

@@ -62,17 +62,9 @@ enum POSIXFile {
 
     static func read(_ fd: Int32, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
-        var filled = 0
-        try buffer.withUnsafeMutableBytes { raw in
-            while filled < count {
-                let n = pread(fd, raw.baseAddress! + filled, count - filled, off_t(offset) + off_t(filled))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw Failure(call: "pread", path: path, code: errno)
-                }
-                if n == 0 { break }
-                filled += n
-            }
+        let filled = try buffer.withUnsafeMutableBytes { raw in
+            guard let base = raw.baseAddress else { return 0 }
+            return try readInto(fd, base, count: count, at: offset, path: path)
         }
         buffer.removeLast(count - filled)
         return buffer

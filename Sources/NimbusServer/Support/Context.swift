@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import NIOFoundationCompat
 import NimbusAPI
 
 /// The per-request context: JSON coding with the API's date format and a 1 MiB cap on JSON bodies.
@@ -59,6 +60,16 @@ extension NimbusRequestContext {
     func parameter(_ name: String) throws -> String {
         guard let value = parameters.get(name) else { throw DriveError.badRequest("Missing path parameter '\(name)'.") }
         return value
+    }
+}
+
+extension Request {
+    /// The JSON body, read up to `limit` bytes (`tooLarge` says what to do beyond, as a 413). A body that does not
+    /// decode is a 400 through ``DriveError``'s mapping of `DecodingError`.
+    func decodeJSON<T: Decodable>(_ type: T.Type, limit: Int, tooLarge: String) async throws -> T {
+        let bytes: ByteBuffer
+        do { bytes = try await body.collect(upTo: limit) } catch { throw DriveError.tooLarge(tooLarge) }
+        return try JSONDecoder.nimbus.decode(T.self, from: Data(buffer: bytes))
     }
 }
 
