@@ -234,10 +234,13 @@ extension NimbusProvider: DeltaDownloadProvider {
 
         var seen: Set<String> = []
         let asked = local.chunks.map(\.hash).filter { baseIndex[$0] == nil && seen.insert($0).inserted }
-        guard let missing = try await missingBlocks(asked.isEmpty ? [] : asked) else { return nil }
-        var toSend: [LocalChunk] = []
-        var queued: Set<String> = []
-        for chunk in local.chunks where missing.contains(chunk.hash) && queued.insert(chunk.hash).inserted { toSend.append(chunk) }
+        guard let missing = try await missingBlocks(asked) else { return nil }
+        /// The file's chunks with these hashes, each once.
+        func chunks(among hashes: Set<String>) -> [LocalChunk] {
+            var queued: Set<String> = []
+            return local.chunks.filter { hashes.contains($0.hash) && queued.insert($0.hash).inserted }
+        }
+        let toSend = chunks(among: missing)
         let skipped = source.size - toSend.reduce(0) { $0 + Int64($1.length) }
         let sent = LockedBox(skipped)
         progress(skipped)
@@ -279,11 +282,7 @@ extension NimbusProvider: DeltaDownloadProvider {
                 body.error.knownCode == .blocksMissing, let lacking = body.error.missing
             {
                 // Swept between the question and the commit (a day-old upload taken up again): send them, once.
-                let again = Set(lacking)
-                var resend: [LocalChunk] = []
-                var queued: Set<String> = []
-                for chunk in local.chunks where again.contains(chunk.hash) && queued.insert(chunk.hash).inserted { resend.append(chunk) }
-                try await sendBlocks(resend, from: source.url, sent: LockedBox(0)) { _ in }
+                try await sendBlocks(chunks(among: Set(lacking)), from: source.url, sent: LockedBox(0)) { _ in }
                 continue
             }
             try Self.check(head, data)
