@@ -1,4 +1,5 @@
 import Foundation
+import NimbusAPI
 import Hummingbird
 import Logging
 import Metrics

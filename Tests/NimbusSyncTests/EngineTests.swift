@@ -385,6 +385,59 @@ struct EngineTests {
         }
     }
 
+    @Test("a download takes the blocks other files of the device already hold (the block index), fetching only the rest")
+    func deltaDownloadFromOtherFiles() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("ida")
+            let a = try world.device("A").engine
+            let deviceB = try world.device("B")
+            let b = deviceB.engine
+            try await a.signIn(server: world.server, username: "ida", password: "correct horse")
+            try await b.signIn(server: world.server, username: "ida", password: "correct horse")
+            let original = randomBytes(6 * 1024 * 1024)
+            var edited = original
+            edited.insert(contentsOf: randomBytes(64 * 1024), at: 3_000_000)
+            _ = try await a.upload(from: try world.file("take1.mov", original))
+            _ = try await a.upload(from: try world.file("take2.mov", edited))
+            try await Device(engine: a, faults: deviceB.faults, clock: deviceB.clock).settle()
+            try await deviceB.settle()
+            let first = try #require(try await b.item(atPath: "/take1.mov"))
+            let second = try #require(try await b.item(atPath: "/take2.mov"))
+            /// Bytes of `name`'s content asked for since `start` in the log (a request without Range asks for all).
+            func fetched(_ fileId: String, since start: Int, size: Int) -> Int {
+                deviceB.faults.log.dropFirst(start).filter { $0.method == "GET" && $0.path.hasPrefix("/v1/files/\(fileId)/") && $0.path.hasSuffix("/content") }
+                    .reduce(0) { total, request in
+                        guard let range = request.headers["Range"], let spec = range.split(separator: "=").last else { return total + size }
+                        let bounds = spec.split(separator: "-").compactMap { Int($0) }
+                        return total + (bounds.count == 2 ? bounds[1] - bounds[0] + 1 : size)
+                    }
+            }
+            let firstId = try #require(first.fileId), secondId = try #require(second.fileId)
+            var start = deviceB.faults.log.count
+            try await b.download(first.id)
+            #expect(fetched(firstId, since: start, size: original.count) == original.count, "nothing here yet: the whole file")
+            start = deviceB.faults.log.count
+            try await b.download(second.id)
+            let asked = fetched(secondId, since: start, size: edited.count)
+            #expect(asked > 0 && asked < 512 * 1024, "take2 shares all but 64 KiB with take1, which is here: \(asked) bytes fetched")
+            let local = try #require(try await b.item(atPath: "/take2.mov"))
+            #expect(local.isAvailableOffline)
+            #expect(try Data(contentsOf: try #require(try await b.contentURL(of: local.id))) == edited)
+            // Copies here that no longer hold what the index says are not trusted: the blocks are fetched instead.
+            for item in [first, second] { try randomBytes(original.count).write(to: try #require(try await b.contentURL(of: item.id))) }
+            var third = original
+            third.insert(contentsOf: randomBytes(64 * 1024), at: 1_000_000)
+            _ = try await a.upload(from: try world.file("take3.mov", third))
+            try await Device(engine: a, faults: deviceB.faults, clock: deviceB.clock).settle()
+            try await deviceB.settle()
+            let last = try #require(try await b.item(atPath: "/take3.mov"))
+            start = deviceB.faults.log.count
+            try await b.download(last.id)
+            #expect(try Data(contentsOf: try #require(try await b.contentURL(of: last.id))) == third)
+            #expect(fetched(try #require(last.fileId), since: start, size: third.count) == third.count)
+        }
+    }
+
     @Test("revision lists are cached: shown offline, refreshed online")
     func revisionsCache() async throws {
         try await SyncWorld.run { world in

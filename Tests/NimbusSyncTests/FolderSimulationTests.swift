@@ -94,6 +94,10 @@ struct FolderSimulation {
         configuration.tokenStore = tokens
         if seed % 4 == 3 {
             configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state)) }
+        } else if seed % 4 == 1 {
+            // Thresholds low enough for these small files: new files over 100 KB go as blocks, new versions and
+            // downloads over 60 KB by blocks too, taking what the device's other files hold (the block index).
+            configuration.provider = { state in NimbusProvider(client: client, state: state, simpleUploadLimit: 100_000, deltaMinimum: 60_000) }
         } else {
             configuration.provider = { state in NimbusProvider(client: client, state: state) }
         }
@@ -101,9 +105,23 @@ struct FolderSimulation {
     }
 
     /// A fresh content (or, now and then, one this path had before: an undo).
-    mutating func content(for path: String? = nil) -> Data {
+    mutating func content(for path: String? = nil, current: Data? = nil) -> Data {
         counter += 1
         if let path, random.below(5) == 0, let earlier = ledger.earlier(path) { return earlier }
+        if seed % 4 == 1 {
+            // Block transfers: big files, edited in place (some bytes inserted, replaced or cut) so that versions
+            // share most of their chunks, and now and then a copy of another file's content with an edit.
+            if var edited = current ?? (random.below(4) == 0 ? ledger.anyBig() : nil), edited.count > 1000 {
+                let at = random.below(edited.count)
+                switch random.below(3) {
+                case 0: edited.insert(contentsOf: randomBytes(1 + random.below(20_000), seed: random.next()), at: at)
+                case 1: edited.replaceSubrange(at..<min(edited.count, at + 1 + random.below(100)), with: randomBytes(1 + random.below(100), seed: random.next()))
+                default: edited.removeSubrange(at..<min(edited.count, at + 1 + random.below(30_000)))
+                }
+                return edited
+            }
+            if random.below(2) == 0 { return randomBytes(70_000 + random.below(300_000), seed: random.next()) }
+        }
         var size = random.below(6) == 0 ? 70_000 + random.below(300_000) : 20 + random.below(400)
         // Against the listed provider, contents of one size: a file there can only be told from one here by reading it.
         if seed % 4 == 3 { size = 64 }
@@ -134,7 +152,9 @@ struct FolderSimulation {
                 counter += 1
                 path = (folder.isEmpty ? "" : folder + "/") + "f\(counter)-d\(index).txt"
             }
-            let data = content(for: path)
+            var current: Data?
+            if case .file(_, let old, _) = device.disk.node(device.root + "/" + path) { current = old }
+            let data = content(for: path, current: current)
             ledger.write(device, path, data, by: "D\(index)")
             log.append("D\(index) write \(path)")
         case 52..<57:
@@ -341,6 +361,18 @@ final class ContentLedger: @unchecked Sendable {
         lock.lock()
         excused.insert(sha256(data))
         lock.unlock()
+    }
+
+    /// The biggest content over 64 KiB that a path was last given (first path in order on a tie: seeds replay),
+    /// for a copy with an edit.
+    func anyBig() -> Data? {
+        lock.lock()
+        defer { lock.unlock() }
+        var best: Data?
+        for (_, contents) in history.sorted(by: { $0.key < $1.key }) {
+            if let last = contents.last, last.count > 65_536, last.count > best?.count ?? 0 { best = last }
+        }
+        return best
     }
 
     func earlier(_ path: String) -> Data? {

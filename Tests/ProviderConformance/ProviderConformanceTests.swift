@@ -286,13 +286,13 @@ struct ProviderConformanceTests {
             let seed = ProviderKind.nimbus.scratch.appending(path: "old.bin")
             try original.write(to: seed)
             let back = ProviderKind.nimbus.scratch.appending(path: "new.bin")
-            try await nimbus.download(first.id, revision: second.revision, to: back, reusing: [seed]) { _ in }
+            try await nimbus.download(first.id, revision: second.revision, to: back, reusing: [seed], locate: { _ in nil }) { _ in }
             #expect(try Data(contentsOf: back) == edited)
             let fetched = nimbus.bytesReceived.withLock { $0 }
             #expect(fetched > 0 && fetched < 1024 * 1024, "fetched \(fetched) bytes")
             // A seed holding another version serves too: what it has is copied (each block checked), the rest fetched.
             let whole = ProviderKind.nimbus.scratch.appending(path: "whole.bin")
-            try await nimbus.download(first.id, revision: first.revision, to: whole, reusing: [back]) { _ in }
+            try await nimbus.download(first.id, revision: first.revision, to: whole, reusing: [back], locate: { _ in nil }) { _ in }
             #expect(try Data(contentsOf: whole) == original)
             // Text goes compressed: far fewer bytes on the wire than in the file.
             let text = Data((0..<60_000).map { "row \($0), a value, another value, \($0 * 7)\n" }.joined().utf8)

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import JWTKit
+import NimbusAPI
 
 /// Who a request acts for, from a verified access token.
 struct Identity: Sendable, Equatable {
@@ -109,21 +110,5 @@ enum SecretFile {
         try POSIXFile.move(temporary, to: url.path)
         try POSIXFile.syncDirectory(url.deletingLastPathComponent().path)
         return bytes
-    }
-}
-
-extension Array where Element == UInt8 {
-    init?(hex: String) {
-        guard hex.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(hex.count / 2)
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
-        }
-        self = bytes
     }
 }

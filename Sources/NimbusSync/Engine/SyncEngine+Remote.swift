@@ -256,6 +256,7 @@ extension SyncEngine {
             try db.setMeta("account", key)
             try db.setMeta("cursor", nil)
             try db.execute(sql: "DELETE FROM provider_state")
+            try db.execute(sql: "DELETE FROM block_index")
             try db.execute(sql: "DELETE FROM failures")
             try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
             try db.execute(

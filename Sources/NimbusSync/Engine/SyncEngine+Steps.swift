@@ -692,8 +692,8 @@ extension SyncEngine {
         let report: @Sendable (Int64) -> Void = { written in
             progress.withLock { $0[luid] = .downloading(progress: min(1, Double(written) / Double(max(size, 1)))) }
         }
-        if let delta = provider as? any DeltaDownloadProvider, !seeds.isEmpty {
-            try await delta.download(fileId, revision: revision, to: partial, reusing: seeds, progress: report)
+        if let delta = provider as? any DeltaDownloadProvider, size >= delta.deltaMinimum {
+            try await delta.download(fileId, revision: revision, to: partial, reusing: seeds, locate: { [weak self] in await self?.localCopy(of: $0) }, progress: report)
         } else {
             try await provider.download(fileId, revision: revision, to: partial, progress: report)
         }
@@ -703,6 +703,15 @@ extension SyncEngine {
             throw SyncError.checksumMismatch(expected: checksum, actual: actual)
         }
         return (partial, actual)
+    }
+
+    /// The local copy of a file of this device, for a download to take blocks from: the file in the synced folder,
+    /// or the content kept in the store (the app library). Its bytes are checked block by block on use.
+    func localCopy(of fileId: String) async -> URL? {
+        guard let row = try? await database.pool.read({ db in try ItemRow.fetch(db, fileId: fileId) }), !row.isFolder else { return nil }
+        guard let disk else { return row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? URL(fileURLWithPath: $0) : nil } }
+        guard row.lPresent, let path = try? await database.pool.read({ db in try self.localPath(db, row.luid) }) else { return nil }
+        return try? disk.fileSystem.exportFile(disk.absolute(path))
     }
 
     /// Puts the item's current content in the engine's store (the app library: pinned files, `download(_:)`).

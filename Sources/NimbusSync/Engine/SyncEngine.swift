@@ -443,8 +443,8 @@ public actor SyncEngine {
     }
 }
 
-/// The provider's small state (resumable sessions), in the engine's database.
-final class DatabaseStateStore: ProviderStateStore, @unchecked Sendable {
+/// The provider's small state (resumable sessions) and the device's block index, in the engine's database.
+final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked Sendable {
     let pool: DatabasePool
 
     init(pool: DatabasePool) { self.pool = pool }
@@ -460,6 +460,41 @@ final class DatabaseStateStore: ProviderStateStore, @unchecked Sendable {
             let rows = try Row.fetchAll(
                 db, sql: "SELECT key, value FROM provider_state WHERE key >= ? AND key < ?", arguments: [prefix, prefix + "\u{10FFFF}"])
             return Dictionary(rows.map { ($0[0] as String, $0[1] as String) }, uniquingKeysWith: { $1 })
+        }
+    }
+
+    func setBlocks(_ blocks: [BlockManifest.Block], of fileId: String, revision: String) throws {
+        try pool.write { db in
+            try db.execute(sql: "DELETE FROM block_index WHERE file_id = ?", arguments: [fileId])
+            let insert = try db.cachedStatement(
+                sql: "INSERT INTO block_index (file_id, position, revision, hash, offset, size) VALUES (?, ?, ?, ?, ?, ?)")
+            var offset: Int64 = 0
+            for (position, block) in blocks.enumerated() {
+                guard let hash = [UInt8](hex: block.hash).map({ Data($0) }) else { continue }
+                try insert.execute(arguments: [fileId, position, revision, hash, offset, block.size])
+                offset += block.size
+            }
+        }
+    }
+
+    func blocks(of fileId: String) throws -> (revision: String, blocks: [BlockManifest.Block])? {
+        try pool.read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT revision, hash, size FROM block_index WHERE file_id = ? ORDER BY position", arguments: [fileId])
+            guard let revision = rows.first?[0] as String? else { return nil }
+            return (revision, rows.map { BlockManifest.Block(hash: FileHasher.hex($0[1] as Data), size: $0[2]) })
+        }
+    }
+
+    func locations(of hashes: Set<String>) throws -> [String: [BlockLocation]] {
+        try pool.read { db in
+            var found: [String: [BlockLocation]] = [:]
+            let statement = try db.cachedStatement(sql: "SELECT file_id, offset, size FROM block_index WHERE hash = ? LIMIT 4")
+            for hash in hashes {
+                guard let key = [UInt8](hex: hash).map({ Data($0) }) else { continue }
+                let rows = try Row.fetchAll(statement, arguments: [key])
+                if !rows.isEmpty { found[hash] = rows.map { BlockLocation(fileId: $0[0], offset: $0[1], size: $0[2]) } }
+            }
+            return found
         }
     }
 

@@ -186,6 +186,25 @@ struct LocalDatabase: Sendable {
                     CREATE INDEX items_file_id ON items(file_id);
                     """)
         }
+        migrator.registerMigration("7-block-index") { db in
+            // The device's block index (issue 14): the content-defined chunks of every file this device sent or
+            // fetched as blocks, by file and by hash, so a download takes what any synced file here already holds.
+            // It replaces the per-file lists kept in provider_state until now.
+            try db.execute(
+                sql: """
+                    CREATE TABLE block_index (
+                        file_id TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        revision TEXT NOT NULL,
+                        hash BLOB NOT NULL,
+                        offset INTEGER NOT NULL,
+                        size INTEGER NOT NULL,
+                        PRIMARY KEY (file_id, position)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX block_index_hash ON block_index(hash);
+                    DELETE FROM provider_state WHERE key >= 'nimbus.blocks.' AND key < 'nimbus.blocks/';
+                    """)
+        }
         return migrator
     }
 }

@@ -7,10 +7,16 @@ import NimbusAPI
 
 /// A provider that can build a download from content this device already has (``DeltaDownloadProvider``).
 public protocol DeltaDownloadProvider: RemoteProvider {
-    /// As ``RemoteProvider/download(_:revision:to:progress:)``, taking from `seeds` (local files that may hold
-    /// much of the same content, such as the previous version) every block they hold, checked by its SHA-256, and
-    /// fetching only the rest.
-    func download(_ id: String, revision: String?, to destination: URL, reusing seeds: [URL], progress: @escaping @Sendable (Int64) -> Void) async throws
+    /// Downloads at least this big are worth a manifest request.
+    var deltaMinimum: Int64 { get }
+    /// As ``RemoteProvider/download(_:revision:to:progress:)``, taking every block some local file already holds —
+    /// `seeds` (files that may hold much of the same content, such as the version being replaced), and files of
+    /// this device that the block index says hold one (`locate` gives the local copy of a file by id, or nil) —
+    /// each checked by its SHA-256, and fetching only the rest.
+    func download(
+        _ id: String, revision: String?, to destination: URL, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
+        progress: @escaping @Sendable (Int64) -> Void
+    ) async throws
 }
 
 /// One content-defined chunk of a local file.
@@ -82,14 +88,11 @@ enum LocalChunking {
 /// list. Resumable by nature: chunks sent before a crash are still there (for the grace period) and are not sent
 /// again. A server without the block API (404) is remembered, and uploads go the whole-file way.
 extension NimbusProvider: DeltaDownloadProvider {
-    /// Uploads of at least this size use blocks: big new files, and new versions of files worth a delta.
-    static let blockUploadMinimum: Int64 = 1 << 20
-
     func shouldUploadBlocks(_ source: UploadSource, _ target: UploadTarget) -> Bool {
         guard blockUploads, blocksSupported.withLock({ $0 }) != false else { return false }
         switch target {
         case .new: return source.size > simpleUploadLimit
-        case .version(_, let base): return base != nil ? source.size >= Self.blockUploadMinimum : source.size > simpleUploadLimit
+        case .version(_, let base): return base != nil ? source.size >= deltaMinimum : source.size > simpleUploadLimit
         }
     }
 
@@ -106,6 +109,10 @@ extension NimbusProvider: DeltaDownloadProvider {
     /// state (one entry per file, about 65 bytes per 64 KiB of content): a new version based on it needs neither
     /// its manifest (hundreds of KiB for a big file) nor to ask about the blocks it already has.
     func rememberedBlocks(_ fileId: String, revision: String) -> [BlockManifest.Block]? {
+        if let index = state as? any BlockIndexStore {
+            guard let known = try? index.blocks(of: fileId), known.revision == revision else { return nil }
+            return known.blocks
+        }
         guard let text = try? state.value(for: "nimbus.blocks.\(fileId)") else { return nil }
         var lines = text.split(separator: "\n")
         guard lines.first.map(String.init) == revision else { return nil }
@@ -122,6 +129,10 @@ extension NimbusProvider: DeltaDownloadProvider {
 
     func rememberBlocks(_ fileId: String, revision: String?, _ blocks: [BlockManifest.Block]) {
         guard let revision else { return }
+        if let index = state as? any BlockIndexStore {
+            try? index.setBlocks(blocks, of: fileId, revision: revision)
+            return
+        }
         var text = revision
         text.reserveCapacity(revision.count + blocks.count * 72)
         for block in blocks { text += "\n\(block.hash) \(block.size)" }
@@ -297,22 +308,42 @@ extension NimbusProvider: DeltaDownloadProvider {
     }
 
     public func download(
-        _ id: String, revision: String?, to destination: URL, reusing seeds: [URL], progress: @escaping @Sendable (Int64) -> Void
+        _ id: String, revision: String?, to destination: URL, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
+        progress: @escaping @Sendable (Int64) -> Void
     ) async throws {
-        // A partial download goes on the usual way (Range); so does everything when no seed can help.
+        // A partial download goes on the usual way (Range).
         let existing = FileHasher.regularFileSize(destination.path) ?? 0
-        guard existing == 0, !seeds.isEmpty, blocksSupported.withLock({ $0 }) != false,
-            let manifest = try await manifest(id, revision: revision)
-        else {
+        guard existing == 0, blocksSupported.withLock({ $0 }) != false, let manifest = try await manifest(id, revision: revision) else {
             return try await download(id, revision: revision, to: destination, progress: progress)
         }
-        let wanted = Set(manifest.blocks.map(\.hash))
+        var wanted = Set(manifest.blocks.map(\.hash))
         var local: [String: (url: URL, offset: Int64, length: Int)] = [:]
-        for seed in seeds {
-            guard let chunks = try? LocalChunking.chunks(of: seed).chunks else { continue }
-            for chunk in chunks where wanted.contains(chunk.hash) && local[chunk.hash] == nil { local[chunk.hash] = (seed, chunk.offset, chunk.length) }
+        // Files the index knows to hold some of the blocks (one local copy asked for per file)…
+        if let index = state as? any BlockIndexStore, let found = try? index.locations(of: wanted) {
+            var copies: [String: URL?] = [:]
+            for (hash, places) in found {
+                for place in places {
+                    if copies[place.fileId] == nil { copies[place.fileId] = .some(await locate(place.fileId)) }
+                    guard let url = copies[place.fileId] ?? nil else { continue }
+                    local[hash] = (url, place.offset, Int(place.size))
+                    break
+                }
+            }
+            wanted.subtract(local.keys)
         }
-        guard !local.isEmpty else { return try await download(id, revision: revision, to: destination, progress: progress) }
+        // …then the seeds, cut into chunks here, for what is still wanted.
+        for seed in seeds where !wanted.isEmpty {
+            guard let chunks = try? LocalChunking.chunks(of: seed).chunks else { continue }
+            for chunk in chunks where wanted.contains(chunk.hash) {
+                local[chunk.hash] = (seed, chunk.offset, chunk.length)
+                wanted.remove(chunk.hash)
+            }
+        }
+        guard !local.isEmpty else {
+            try await download(id, revision: manifest.revisionId, to: destination, progress: progress)
+            rememberBlocks(id, revision: manifest.revisionId, manifest.blocks)
+            return
+        }
 
         if !FileManager.default.fileExists(atPath: destination.path) {
             _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])

@@ -19,6 +19,9 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     let rootId = LockedBox<String?>(nil)
     /// Whether big new files and new versions go as blocks (see `NimbusProvider+Blocks.swift`).
     let blockUploads: Bool
+    /// New versions (of a known base) and downloads at least this big go by blocks (1 MiB; less in the simulation,
+    /// whose files are small, so block transfers run inside it too).
+    public let deltaMinimum: Int64
     /// Whether the server has the block API (nil: not asked yet).
     let blocksSupported = LockedBox<Bool?>(nil)
     /// Bytes sent as blocks and bytes of blocks fetched (tests and benchmarks count what a delta transfer moved).
@@ -35,9 +38,11 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     public init(
         client: ServerClient, state: any ProviderStateStore, rootPath: String = "/", simpleUploadLimit: Int64 = 4 * 1024 * 1024,
-        batchLimits: (fileSize: Int64, files: Int, bytes: Int64) = (256 * 1024, 100, 8 * 1024 * 1024), blockUploads: Bool = true
+        batchLimits: (fileSize: Int64, files: Int, bytes: Int64) = (256 * 1024, 100, 8 * 1024 * 1024), blockUploads: Bool = true,
+        deltaMinimum: Int64 = 1 << 20
     ) {
         self.blockUploads = blockUploads
+        self.deltaMinimum = deltaMinimum
         self.client = client
         self.state = state
         self.rootPath = rootPath

@@ -180,6 +180,25 @@ public protocol ProviderStateStore: Sendable {
     func setValues(_ values: [String: String?]) throws
 }
 
+/// Where content-defined chunks are on this device (issue 14): for each file a provider sent or fetched as blocks,
+/// the chunks of that revision in order. A state store that keeps one (the engine's database does) lets a download
+/// take every chunk some synced file here already holds, and a new version name its base's chunks without asking.
+public protocol BlockIndexStore: Sendable {
+    /// Replaces what is known of `fileId`'s chunks with those of `revision`.
+    func setBlocks(_ blocks: [BlockManifest.Block], of fileId: String, revision: String) throws
+    /// The chunks recorded for `fileId`, and the revision they are of.
+    func blocks(of fileId: String) throws -> (revision: String, blocks: [BlockManifest.Block])?
+    /// For each of `hashes` that some file here is recorded to hold: files and offsets where it is (a few each).
+    func locations(of hashes: Set<String>) throws -> [String: [BlockLocation]]
+}
+
+/// A chunk in a file of this device, as recorded (the file may have changed since: the bytes are checked on use).
+public struct BlockLocation: Sendable, Hashable {
+    public var fileId: String
+    public var offset: Int64
+    public var size: Int64
+}
+
 extension ProviderStateStore {
     public func values(withPrefix prefix: String) throws -> [String: String]? { nil }
     public func setValues(_ values: [String: String?]) throws {
