@@ -76,7 +76,8 @@ public enum Migration {
                     let staged = dataDirectory.appending(path: "tmp").path + "/migrate-" + randomToken()
                     let from = sourceBlobs.path(of: block.hash, user: block.user)
                     try await NIOThreadPool.singleton.runIfActive {
-                        let bytes = try POSIXFile.readAll(from)
+                        // As the block is, not as the local store may keep it (compressed at rest).
+                        let bytes = try StoredBlockCodec.expand(try POSIXFile.readAll(from), size: block.size, hash: block.hash)
                         let fd = try POSIXFile.openForWriting(staged)
                         defer { POSIXFile.closeFile(fd) }
                         try bytes.withUnsafeBytes { try POSIXFile.writeAll(fd, $0, path: staged) }

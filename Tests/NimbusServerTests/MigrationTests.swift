@@ -16,7 +16,10 @@ struct MigrationTests {
         var trashedId: String
         var v1: Data
         var v2: Data
+        var textId: String
     }
+
+    static let text = Data((0..<3000).map { "row \($0): some text that compresses well\n" }.joined().utf8)
 
     @Test("admin migrate copies everything and verifies it; tokens, refresh tokens and cursors keep working; a second run copies nothing")
     func migrate() async throws {
@@ -39,11 +42,19 @@ struct MigrationTests {
             let small = try await mia.upload("small.txt", Data("small".utf8))
             let old = try await mia.upload("old.txt", Data("old".utf8))
             #expect(try await mia.send(.DELETE, "/v1/files/\(old.id)").status == 204)
+            // A block kept compressed at rest in the local store goes to S3 as the block's own bytes.
+            let hash = sha256(Self.text)
+            #expect(try await mia.send(.PUT, "/v1/blocks/\(hash)", body: Self.text).status == 201)
+            let text = try await mia.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "text.txt", size: Int64(Self.text.count), checksum: hash, blocks: [.block(hash)]))
+            #expect(text.status == 201, "\(text.text)")
+            let textId = try text.decode(File.self).id
             let cursor: ChangeCursor = try await mia.get("/v1/changes/start").decode()
             let after = try await mia.upload("after.txt", Data("after the cursor".utf8))
             before.withLockedValue {
                 $0 = Before(
-                    tokens: tokens, cursor: cursor.cursor, bigId: big.id, smallId: small.id, afterId: after.id, trashedId: old.id, v1: v1, v2: v2)
+                    tokens: tokens, cursor: cursor.cursor, bigId: big.id, smallId: small.id, afterId: after.id, trashedId: old.id, v1: v1, v2: v2, textId: textId)
             }
         }
         let was = try #require(before.withLockedValue { $0 })
@@ -51,9 +62,9 @@ struct MigrationTests {
         let blobs = try TestServices.s3().blobsURL()
         let report = try await Migration.migrate(dataDirectory: directory, toDatabase: database, toBlobs: blobs)
         #expect(report.rows.allSatisfy { $0.table == "settings" || $0.source == $0.target }, "\(report)")
-        #expect(report.rows.first { $0.table == "files" }?.target == 5, "root, big, small, old, after")
-        #expect(report.blocksCopied == 2, "two versions of the big file; small content rides in the rows")
-        #expect(report.blocksVerified == 2)
+        #expect(report.rows.first { $0.table == "files" }?.target == 6, "root, big, small, old, text, after")
+        #expect(report.blocksCopied == 3, "two versions of the big file and the text's block; small content rides in the rows")
+        #expect(report.blocksVerified == 3)
         let again = try await Migration.migrate(dataDirectory: directory, toDatabase: database, toBlobs: blobs)
         #expect(again.blocksCopied == 0, "interrupted or repeated: nothing is sent twice")
         #expect(again.rows.map(\.target) == report.rows.map(\.target))
@@ -74,9 +85,10 @@ struct MigrationTests {
             let first = try #require(revisions.revisions.last)
             #expect(try await mia.get("/v1/files/\(was.bigId)/revisions/\(first.revisionId)/content").body == was.v1)
             #expect(try await mia.content(was.smallId) == Data("small".utf8))
+            #expect(try await mia.content(was.textId) == Self.text)
             let trash: FileList = try await mia.get("/v1/trash").decode()
             #expect(trash.files.map(\.id) == [was.trashedId])
-            #expect(try await mia.get("/v1/about").decode(About.self).quota.used == 600_000 + 5 + 3 + 16)
+            #expect(try await mia.get("/v1/about").decode(About.self).quota.used == 600_000 + 5 + 3 + 16 + Int64(Self.text.count))
             let refreshed = try await APIClient(baseURL: server.baseURL).send(
                 .POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: was.tokens.refreshToken))
             #expect(refreshed.status == 200, "the device stays signed in: \(refreshed.text)")

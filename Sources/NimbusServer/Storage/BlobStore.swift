@@ -1,3 +1,4 @@
+import CompressNIO
 import Crypto
 import Foundation
 import NIOCore
@@ -62,6 +63,53 @@ protocol BlobStore: Sendable {
     func checkReachable() async throws
     /// How many blocks the store holds, all users together (tests and `nimbus admin`).
     func storedBlockCount() async throws -> Int
+    /// Staged blocks of the block API made smaller where that saves space at rest (see ``StoredBlockCodec``), before
+    /// ``syncStaged(_:)``; a store that keeps blocks as they are returns them unchanged.
+    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock]
+}
+
+/// Blocks kept compressed at rest (issue 14), in the local store: a block of the block API whose bytes shrink by a
+/// tenth or more under zlib (RFC 1950, level 1: text, documents, source code — not photos, video or archives) is
+/// stored as that zlib stream. Nothing records which blocks are: a stored file shorter than its block is
+/// compressed, one of the block's size is its bytes — so a block put raw once and compressed later (or the other
+/// way round) reads right whichever copy the last rename left.
+enum StoredBlockCodec {
+    static let algorithm = CompressionAlgorithm.zlib(configuration: ZlibConfiguration(compressionLevel: 1))
+
+    /// Whether a block starting with `sample` (its first 4 KiB) may be worth compressing: the bytes' order-0
+    /// entropy is under 7 bits a byte. Random, encrypted and already-compressed data (photos, video, archives) is
+    /// near 8 and is not read a second time; this costs microseconds, a trial compression a millisecond.
+    static func worthTrying(_ sample: [UInt8]) -> Bool {
+        guard sample.count >= 1024 else { return false }
+        var counts = [Int](repeating: 0, count: 256)
+        for byte in sample { counts[Int(byte)] += 1 }
+        let total = Double(sample.count)
+        var entropy = 0.0
+        for count in counts where count > 0 {
+            let p = Double(count) / total
+            entropy -= p * log2(p)
+        }
+        return entropy < 7
+    }
+
+    /// `bytes` compressed, or nil when that does not save a tenth.
+    static func compress(_ bytes: [UInt8]) -> [UInt8]? {
+        guard bytes.count >= 4096 else { return nil }
+        var whole = ByteBuffer(bytes: bytes)
+        guard let compressed = try? whole.compress(with: algorithm), compressed.readableBytes < bytes.count * 9 / 10 else { return nil }
+        return Array(buffer: compressed)
+    }
+
+    /// The block's bytes from what the store holds for it (`size` is the block's length).
+    static func expand(_ stored: [UInt8], size: Int64, hash: String) throws -> [UInt8] {
+        if stored.count == Int(size) { return stored }
+        guard stored.count < Int(size) else { throw DriveError.internalError("Block \(hash) is longer than its manifest says.") }
+        var buffer = ByteBuffer(bytes: stored)
+        guard let expanded = try? buffer.decompress(with: algorithm, maxSize: Int(size)), expanded.readableBytes == Int(size) else {
+            throw DriveError.internalError("Block \(hash) is shorter than its manifest says.")
+        }
+        return Array(buffer: expanded)
+    }
 }
 
 /// A store's inline blocks and ranges, shared by every implementation.
@@ -188,6 +236,15 @@ struct LocalBlobStore: LocallyStaged {
             let path = path(of: block.hash, user: user)
             let fd = try await threadPool.runIfActive { try POSIXFile.openForReading(path) }
             defer { POSIXFile.closeFile(fd) }
+            if let whole = try await threadPool.runIfActive({ try Self.expanded(fd, block, path: path) }) {
+                var offset = Int(from)
+                while offset < Int(end) {
+                    let upper = min(offset + pieceSize, Int(end))
+                    try await body(ByteBuffer(bytes: whole[offset..<upper]))
+                    offset = upper
+                }
+                return
+            }
             var offset = from
             while offset < end {
                 let count = Int(min(Int64(pieceSize), end - offset))
@@ -216,6 +273,10 @@ struct LocalBlobStore: LocallyStaged {
                 let path = path(of: block.hash, user: user)
                 let fd = try POSIXFile.openForReading(path)
                 defer { POSIXFile.closeFile(fd) }
+                if let whole = try Self.expanded(fd, block, path: path) {
+                    digest.update(data: whole)
+                    continue
+                }
                 var done: Int64 = 0
                 while done < block.size {
                     let want = Int(min(Int64(buffer.count), block.size - done))
@@ -233,6 +294,37 @@ struct LocalBlobStore: LocallyStaged {
 
     func storedBlockCount() async throws -> Int {
         (FileManager.default.subpaths(atPath: blobsDirectory) ?? []).filter { $0.contains("/") }.count
+    }
+
+    /// The block's bytes when its file holds them compressed (shorter than the block); nil when it holds them as
+    /// they are (read them in place).
+    static func expanded(_ fd: Int32, _ block: BlockRef, path: String) throws -> [UInt8]? {
+        let stored = try POSIXFile.size(fd, path: path)
+        guard stored < block.size else { return nil }
+        let bytes = try POSIXFile.read(fd, count: Int(stored), at: 0, path: path)
+        return try StoredBlockCodec.expand(bytes, size: block.size, hash: block.hash)
+    }
+
+    /// The block API's staged blocks, each replaced by its zlib stream where that saves a tenth (see
+    /// ``StoredBlockCodec``); not yet durable — ``syncStaged(_:)`` comes next.
+    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock] {
+        try await threadPool.runIfActive {
+            try blocks.map { block in
+                guard block.data == nil, block.ref.size >= 4096 else { return block }
+                let fd = try POSIXFile.openForReading(block.path)
+                defer { POSIXFile.closeFile(fd) }
+                guard StoredBlockCodec.worthTrying(try POSIXFile.read(fd, count: 4096, at: 0, path: block.path)) else { return block }
+                let bytes = try POSIXFile.read(fd, count: Int(block.ref.size), at: 0, path: block.path)
+                guard bytes.count == Int(block.ref.size), let compressed = StoredBlockCodec.compress(bytes) else { return block }
+                var smaller = block
+                smaller.path = block.path + ".z"
+                let out = try POSIXFile.openForWriting(smaller.path)
+                defer { POSIXFile.closeFile(out) }
+                try compressed.withUnsafeBytes { try POSIXFile.writeAll(out, $0, path: smaller.path) }
+                try POSIXFile.remove(block.path)
+                return smaller
+            }
+        }
     }
 
     func checkReachable() async throws {

@@ -44,7 +44,6 @@ enum POSIXFile {
         }
     }
 
-    /// Reads up to `count` bytes at `offset` into a new array (shorter only at end of file).
     /// Reads up to `count` bytes at `offset` into `into`; fewer only at the end of the file.
     static func readInto(_ fd: Int32, _ into: UnsafeMutableRawPointer, count: Int, at offset: Int64, path: String) throws -> Int {
         var filled = 0
@@ -60,6 +59,7 @@ enum POSIXFile {
         return filled
     }
 
+    /// Reads up to `count` bytes at `offset` into a new array (shorter only at end of file).
     static func read(_ fd: Int32, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
         let filled = try buffer.withUnsafeMutableBytes { raw in
@@ -80,6 +80,13 @@ enum POSIXFile {
             if piece.isEmpty { return result }
             result += piece
         }
+    }
+
+    /// The size of the open file.
+    static func size(_ fd: Int32, path: String) throws -> Int64 {
+        let end = lseek(fd, 0, SEEK_END)
+        guard end >= 0 else { throw Failure(call: "lseek", path: path, code: errno) }
+        return Int64(end)
     }
 
     static func sync(_ fd: Int32, path: String) throws {

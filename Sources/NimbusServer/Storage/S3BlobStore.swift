@@ -54,6 +54,9 @@ struct S3BlobStore: LocallyStaged {
         discard(blocks)
     }
 
+    /// Kept as they are: a block is read by ranges of its object (compression at rest is the local store's).
+    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock] { blocks }
+
     func containsBlocking(_ hash: String, user: String) throws -> Bool {
         try Self.blocking { try await mapped { try await client.head(key(of: hash, user: user)) != nil } }
     }
