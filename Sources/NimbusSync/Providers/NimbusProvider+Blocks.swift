@@ -105,9 +105,9 @@ extension NimbusProvider: DeltaDownloadProvider {
         return try Self.decode(BlockManifest.self, data)
     }
 
-    /// The blocks of the last revision of `fileId` this device sent or fetched as blocks, kept in the provider's
-    /// state (one entry per file, about 65 bytes per 64 KiB of content): a new version based on it needs neither
-    /// its manifest (hundreds of KiB for a big file) nor to ask about the blocks it already has.
+    /// The blocks of the last revision of `fileId` this device sent or fetched as blocks — in the device's block
+    /// index when the state store keeps one (the engine's does), else one state entry per file: a new version based
+    /// on it needs neither its manifest (hundreds of KiB for a big file) nor to ask about the blocks it already has.
     func rememberedBlocks(_ fileId: String, revision: String) -> [BlockManifest.Block]? {
         if let index = state as? any BlockIndexStore {
             guard let known = try? index.blocks(of: fileId), known.revision == revision else { return nil }
