@@ -45,6 +45,13 @@ struct AuthTests {
             let malformed = try await anonymous.send(.POST, "/v1/auth/register", body: Data("{not json".utf8), headers: ["Content-Type": "application/json"])
             #expect(malformed.status == 400)
             #expect(malformed.errorCode == "invalid_request")
+            // A JSON body too big to read is 413 with the usual error body, signed in or not — never a 500.
+            let huge = Data(("{\"username\":\"" + String(repeating: "x", count: 2 << 20) + "\",\"password\":\"long enough\"}").utf8)
+            for (client, path) in [(anonymous, "/v1/auth/register"), (anonymous, "/v1/auth/login"), (try await server.signUp(), "/v1/files")] {
+                let reply = try await client.send(.POST, path, body: huge, headers: ["Content-Type": "application/json"])
+                #expect(reply.status == 413, "\(path): \(reply.status) \(reply.text)")
+                #expect(reply.errorCode == "too_large", "\(path)")
+            }
         }
     }
 

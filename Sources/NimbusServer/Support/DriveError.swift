@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import NIOCore
 import NimbusAPI
 
 /// Every failure the server reports, mapped to a status and a JSON body in one place (`response(from:context:)`).
@@ -129,6 +130,9 @@ extension DriveError {
             }
         case let error as DecodingError:
             return .badRequest("The JSON body is not valid: \(error.readableDescription)")
+        case is NIOTooManyBytesError:
+            // A JSON body over what `Request.decode` collects (1 MiB), on any route, signed in or not.
+            return .tooLarge("The request body is too large for this route.")
         default:
             return .internalError("Something went wrong on the server; it has been logged. Try again.")
         }
