@@ -37,7 +37,11 @@ struct SimulationTests {
     static func runSeeds(_ simulate: @escaping @Sendable (UInt64) async throws -> Void) async throws {
         let seeds = Self.seeds
         let failures = LockedSeeds()
+        let trace = ProcessInfo.processInfo.environment["NIMBUS_SIM_TRACE"] != nil
         @Sendable func one(_ seed: UInt64) async throws {
+            // NIMBUS_SIM_TRACE=1: which seeds were running when a process died (stderr, unbuffered).
+            if trace { FileHandle.standardError.write(Data("seed \(seed) start\n".utf8)) }
+            defer { if trace { FileHandle.standardError.write(Data("seed \(seed) end\n".utf8)) } }
             do {
                 try await simulate(seed)
             } catch let failure as SimulationFailure {
