@@ -1,0 +1,149 @@
+import Crypto
+import Foundation
+@testable import NimbusSync
+import Testing
+
+/// Encryption at rest (issue 15): segmented AES-256-GCM content and passphrase-wrapped data keys.
+@Suite("Encryption at rest")
+struct EncryptionTests {
+    let directory: URL
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-crypto-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    func plainFile(_ data: Data) throws -> URL {
+        let url = directory.appending(path: "plain-\(UUID().uuidString)")
+        try data.write(to: url)
+        return url
+    }
+
+    @Test("content round-trips at every size around segment edges, reads at any offset, and never shows its plaintext")
+    func roundTrip() throws {
+        let cipher = SegmentedEncryption(key: WrappedKey.newDataKey())
+        let segment = SegmentedEncryption.segmentSize
+        for size in [0, 1, segment - 1, segment, segment + 1, 3 * segment, 3 * segment + 17] {
+            let plain = randomBytes(size)
+            let encrypted = directory.appending(path: "enc-\(size)")
+            try cipher.encryptFile(at: try plainFile(plain), to: encrypted, context: "item-\(size)")
+            let stored = try Data(contentsOf: encrypted)
+            #expect(Int64(stored.count) == SegmentedEncryption.encryptedSize(ofPlain: Int64(size)), "size \(size)")
+            #expect(try cipher.plainSize(of: encrypted) == Int64(size))
+            if size >= 64 { #expect(stored.range(of: plain.prefix(64)) == nil, "no plaintext in the file") }
+            let back = directory.appending(path: "dec-\(size)")
+            try cipher.decryptFile(at: encrypted, to: back, context: "item-\(size)")
+            #expect(try Data(contentsOf: back) == plain, "size \(size)")
+            if size > 10 {
+                for (offset, length) in [(0, 10), (size / 2, segment), (size - 5, 100), (max(0, segment - 3), 6)] where offset < size {
+                    let part = try cipher.read(encrypted, context: "item-\(size)", offset: Int64(offset), length: length)
+                    #expect(part == plain.subdata(in: offset..<min(size, offset + length)), "size \(size) at \(offset)")
+                }
+            }
+        }
+        // Written as it comes, in pieces of every size (a download): the same file format.
+        for pieces in [[1000, 64_536, 1, 70_000, 131_072, 5], [65_536, 65_536], [65_535, 1, 65_536, 0, 3]] {
+            let plain = randomBytes(pieces.reduce(0, +))
+            let url = directory.appending(path: "pieces-\(UUID().uuidString)")
+            let writer = try SegmentedEncryption.Writer(creating: url, key: cipher.key, context: "streamed")
+            var offset = 0
+            for piece in pieces {
+                try writer.append(plain.subdata(in: offset..<offset + piece))
+                offset += piece
+            }
+            try writer.finish()
+            #expect(try cipher.read(url, context: "streamed", offset: 0, length: plain.count) == plain, "\(pieces)")
+            #expect(Int64(try Data(contentsOf: url).count) == SegmentedEncryption.encryptedSize(ofPlain: Int64(plain.count)))
+        }
+        // The same content twice encrypts differently (random file id and nonces).
+        let plain = randomBytes(1000)
+        let one = directory.appending(path: "one"), two = directory.appending(path: "two")
+        try cipher.encryptFile(at: try plainFile(plain), to: one, context: "x")
+        try cipher.encryptFile(at: try plainFile(plain), to: two, context: "x")
+        #expect(try Data(contentsOf: one) != Data(contentsOf: two))
+    }
+
+    @Test("a flipped byte, swapped or reordered segments, a file cut short, another item's context or another key: reported, never returned")
+    func tampering() throws {
+        let key = WrappedKey.newDataKey()
+        let cipher = SegmentedEncryption(key: key)
+        let segment = SegmentedEncryption.segmentSize
+        let plain = randomBytes(3 * segment + 100)
+        let encrypted = directory.appending(path: "enc")
+        try cipher.encryptFile(at: try plainFile(plain), to: encrypted, context: "item-1")
+        let stored = try Data(contentsOf: encrypted)
+        let header = SegmentedEncryption.headerSize, full = segment + SegmentedEncryption.overhead
+
+        func expectTampered(_ bytes: Data, context: String = "item-1", with cipher: SegmentedEncryption? = nil, _ what: String) throws {
+            let url = directory.appending(path: "bad-\(UUID().uuidString)")
+            try bytes.write(to: url)
+            let out = directory.appending(path: "out-\(UUID().uuidString)")
+            #expect(throws: EncryptionError.self, "\(what)") { try (cipher ?? SegmentedEncryption(key: key)).decryptFile(at: url, to: out, context: context) }
+            #expect(!FileManager.default.fileExists(atPath: out.path), "nothing half-decrypted is left: \(what)")
+        }
+        var flipped = stored
+        flipped[header + full + 500] ^= 0x01
+        try expectTampered(flipped, "a flipped byte in segment 1")
+        #expect(throws: EncryptionError.tampered("segment 1")) {
+            let url = directory.appending(path: "flipped")
+            try flipped.write(to: url)
+            _ = try cipher.read(url, context: "item-1", offset: Int64(segment) + 10, length: 10)
+        }
+        // Reading elsewhere still works: segments are independent.
+        let url = directory.appending(path: "flipped-ok")
+        try flipped.write(to: url)
+        #expect(try cipher.read(url, context: "item-1", offset: 0, length: 100) == plain.prefix(100))
+
+        var swapped = stored
+        let first = stored.subdata(in: header..<header + full), second = stored.subdata(in: header + full..<header + 2 * full)
+        swapped.replaceSubrange(header..<header + full, with: second)
+        swapped.replaceSubrange(header + full..<header + 2 * full, with: first)
+        try expectTampered(swapped, "segments 0 and 1 swapped")
+        try expectTampered(stored.prefix(header + 3 * full), "cut at a segment boundary (the last segment dropped)")
+        try expectTampered(stored.prefix(stored.count - 7), "cut inside the last segment")
+        try expectTampered(stored, context: "item-2", "another item's context")
+        try expectTampered(stored, with: SegmentedEncryption(key: WrappedKey.newDataKey()), "another key")
+        // A segment from another file of the same item (its previous version) does not fit either.
+        let other = directory.appending(path: "other")
+        try cipher.encryptFile(at: try plainFile(plain), to: other, context: "item-1")
+        var mixed = stored
+        mixed.replaceSubrange(header..<header + full, with: try Data(contentsOf: other).subdata(in: header..<header + full))
+        try expectTampered(mixed, "segment 0 from another version")
+        #expect(throws: EncryptionError.self) {
+            let plainURL = try plainFile(plain)
+            _ = try cipher.plainSize(of: plainURL)
+        }
+    }
+
+    @Test("a wrapped key opens with its passphrase only; re-wrapping keeps the data key; key stores keep it 0600")
+    func wrappedKeys() throws {
+        let dataKey = WrappedKey.newDataKey()
+        let wrapped = try WrappedKey.wrap(dataKey, passphrase: "correct horse battery", iterations: WrappedKey.minimumIterations)
+        #expect(wrapped.iterations == WrappedKey.minimumIterations)
+        let opened = try wrapped.unwrap(passphrase: "correct horse battery")
+        #expect(opened == dataKey)
+        #expect(throws: EncryptionError.wrongPassphrase) { try wrapped.unwrap(passphrase: "correct horse batterY") }
+        // JSON round trip, and a changed passphrase: the same data key, the old passphrase refused.
+        let stored = try JSONDecoder().decode(WrappedKey.self, from: try JSONEncoder().encode(wrapped))
+        let moved = try stored.rewrapped(from: "correct horse battery", to: "new phrase", iterations: WrappedKey.minimumIterations)
+        #expect(try moved.unwrap(passphrase: "new phrase") == dataKey)
+        #expect(throws: EncryptionError.wrongPassphrase) { try moved.unwrap(passphrase: "correct horse battery") }
+        // A key file lowered to few rounds is refused, not tried.
+        var weak = wrapped
+        weak.iterations = 1000
+        #expect(throws: EncryptionError.self) { try weak.unwrap(passphrase: "correct horse battery") }
+        #expect(WrappedKey.defaultIterations >= 600_000)
+
+        let file = FileKeyStore(url: directory.appending(path: "data.key"))
+        #expect(try file.loadKey() == nil)
+        try file.storeKey(dataKey)
+        #expect(try file.loadKey() == dataKey)
+        let mode = try FileManager.default.attributesOfItem(atPath: file.url.path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        try file.deleteKey()
+        #expect(try file.loadKey() == nil)
+        let environment = EnvironmentKeyStore(environment: ["NIMBUS_DATA_KEY": dataKey.withUnsafeBytes { Data($0).base64EncodedString() }])
+        #expect(try environment.loadKey() == dataKey)
+        #expect(throws: EncryptionError.self) { try EnvironmentKeyStore(environment: ["NIMBUS_DATA_KEY": "short"]).loadKey() }
+    }
+}
