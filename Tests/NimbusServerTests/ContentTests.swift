@@ -81,6 +81,17 @@ struct ContentTests {
             // Renamed since: the retry still answers with that file, under its new name.
             let renamed: File = try await alice.send(.PATCH, "/v1/files/\(first.id)", json: ["name": "s.txt"]).decode()
             #expect(try await alice.upload("r.txt", content, query: "&requestId=op-1").id == renamed.id)
+            // Another device's version since: the retry answers with the revision the request made (its bytes), not
+            // that newer head — the client then sees the newer one as a change, never as its own.
+            let newer = try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(first.id)", body: Data("another device".utf8))
+            #expect(newer.status == 201 || newer.status == 200, "\(newer.text)")
+            let head = try newer.decode(File.self)
+            let late = try await alice.uploadReply("r.txt", content, query: "&requestId=op-1")
+            let answered = try late.decode(File.self)
+            #expect(answered.id == first.id && answered.revisionId == first.revisionId && answered.checksum == checksum)
+            #expect(answered.size == Int64(content.count) && head.revisionId != first.revisionId)
+            #expect(late.header("ETag") == "\"\(first.revisionId ?? "")\"", "an If-Match with it is stale, as it should be")
+            #expect(try await alice.get("/v1/files/\(first.id)").decode(File.self).revisionId == head.revisionId, "the head is untouched")
 
             let reused = try await alice.uploadReply("other.txt", Data("different".utf8), query: "&requestId=op-1")
             #expect(reused.status == 409)
@@ -94,7 +105,7 @@ struct ContentTests {
             #expect(try await alice.send(.POST, "/v1/upload?uploadType=media&fileId=\(first.id)&requestId=op-2", body: content).status == 400)
             #expect(try await alice.list().files.contains { $0.name == "bad.txt" } == false, "refused uploads leave nothing")
             let about: About = try await alice.get("/v1/about").decode()
-            #expect(about.quota.used == Int64(content.count), "only the one stored copy counts")
+            #expect(about.quota.used == Int64(content.count + "another device".utf8.count), "each stored revision counts once, retries nothing")
         }
     }
 

@@ -540,12 +540,21 @@ final class SQLMetadataStore: MetadataStore {
         case nil: earlier = try fileMade(db, by: requestId, userId: userId)
         }
         guard let earlier else { return nil }
+        // The answer is the file as the request made it: the (first) revision with the request's bytes, even when
+        // the file has newer ones since (another device's version). A client that lost the first answer must not
+        // take someone else's version for the one it sent — with no checksum to compare (a provider that keeps
+        // none), it could not tell, and would believe its own bytes are that version.
         guard
-            try db.fetchOne("SELECT 1 FROM revisions WHERE file_id = ? AND checksum = ? LIMIT 1", [earlier.id, checksum]) != nil
+            let made = try db.fetchOne(
+                "SELECT id, size FROM revisions WHERE file_id = ? AND checksum = ? ORDER BY ordinal LIMIT 1", [earlier.id, checksum])
         else {
             throw DriveError.requestIdReused("This requestId already made a file with different content (id \(earlier.id)); use a new requestId.", existingId: earlier.id)
         }
-        return earlier
+        var answer = earlier
+        answer.headRevisionId = try made.get("id", as: String.self)
+        answer.size = try made.get("size", as: Int64.self)
+        answer.checksum = checksum
+        return answer
     }
 
     /// One content commit inside a write transaction: a retried `requestId` returns its first file
