@@ -76,10 +76,11 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     let registry = MetricsRegistry.shared
     let router = Router(context: NimbusRequestContext.self)
     router.add(middleware: SecurityHeadersMiddleware())
-    router.add(middleware: ErrorMiddleware())
+    let index = RouteIndex()
+    router.add(middleware: ErrorMiddleware(routes: index))
     router.add(middleware: MetricsMiddleware())
     router.add(middleware: LogRequestsMiddleware(.debug))
-    var routes = RouteTable(router: router)
+    var routes = RouteTable(router: router, index: index)
     AuthController(drive: drive).register(&routes)
     FilesController(drive: drive).register(&routes)
     ContentController(drive: drive).register(&routes)

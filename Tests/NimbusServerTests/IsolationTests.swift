@@ -107,6 +107,37 @@ struct OpenAPITests {
         }
     }
 
+    @Test("HEAD answers as GET without a body; a path that exists with other methods, or a method no route takes, is 405; + in a query is a space")
+    func methodsAndQueries() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let content = Data(repeating: 0x41, count: 12_345)
+            let made = try await alice.send(.POST, "/v1/upload?uploadType=media&name=a+b%2Bc.txt", body: content)
+            #expect(made.status == 201, "\(made.text)")
+            let file = try made.decode(File.self)
+            #expect(file.name == "a b+c.txt", "+ is a space, %2B a plus (as forms and URLSearchParams write them): \(file.name)")
+            for path in ["/healthz", "/v1/files/\(file.id)/content", "/v1/files/\(file.id)", "/openapi.yaml"] {
+                let get = try await alice.send(.GET, path)
+                let head = try await alice.send(.HEAD, path)
+                #expect(head.status == get.status && head.status == 200, "HEAD \(path): \(head.status)")
+                #expect(head.body.isEmpty, "HEAD \(path) sends no body")
+                #expect(head.header("Content-Length") == get.header("Content-Length") && head.header("Content-Length") != nil, "HEAD \(path)")
+                #expect(head.header("ETag") == get.header("ETag"), "HEAD \(path)")
+            }
+            #expect(try await alice.send(.HEAD, "/v1/files/\(file.id)/content").header("Content-Length") == String(content.count))
+            #expect(try await alice.send(.HEAD, "/v1/files/nothere/content").status == 404)
+            for (method, path) in [(HTTPMethod.PUT, "/v1/files/\(file.id)"), (.POST, "/healthz"), (.DELETE, "/v1/changes"), (.TRACE, "/v1/files/root"), (.TRACE, "/nothing/here")] {
+                let reply = try await alice.send(method, path)
+                #expect(reply.status == 405, "\(method) \(path): \(reply.status)")
+                #expect(reply.errorCode == "method_not_allowed", "\(method) \(path)")
+            }
+            let put = try await alice.send(.PUT, "/v1/files/\(file.id)")
+            #expect(put.header("Allow").map { Set($0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }) } == ["GET", "HEAD", "PATCH", "DELETE"])
+            #expect(try await alice.send(.GET, "/v1/no/such/route").status == 404, "a path no route has is still 404")
+            #expect(try await alice.get("/v1/files/\(file.id)").decode(File.self).name == "a b+c.txt")
+        }
+    }
+
     /// `method path` for every operation under `paths:` (a line-based read of the document's own layout).
     static func operations(in yaml: String) -> Set<String> {
         var result: Set<String> = []

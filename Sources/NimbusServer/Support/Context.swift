@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOFoundationCompat
 import NimbusAPI
@@ -31,24 +32,75 @@ public struct RouteTable {
 
     let router: Router<NimbusRequestContext>
     public private(set) var routes: [Route] = []
+    /// The same routes, for the error middleware to tell "no such path" (404) from "not with this method" (405).
+    let index: RouteIndex
 
-    init(router: Router<NimbusRequestContext>) {
+    init(router: Router<NimbusRequestContext>, index: RouteIndex) {
         self.router = router
+        self.index = index
     }
 
-    /// Adds a route; `path` uses OpenAPI's `{name}` captures, which Hummingbird understands too.
+    /// Adds a route; `path` uses OpenAPI's `{name}` captures, which Hummingbird understands too. A `GET` route
+    /// answers `HEAD` too: the same status and headers (`Content-Length` included), no body — curl -I, rclone and
+    /// browsers ask that way.
     mutating func on(
         _ method: HTTPRequest.Method, _ path: String,
         use handler: @escaping @Sendable (Request, NimbusRequestContext) async throws -> Response
     ) {
         router.on(RouterPath(path), method: method, use: handler)
         routes.append(Route(method: method.rawValue, path: path))
+        index.add(method.rawValue, path)
+        if method == .get {
+            router.on(RouterPath(path), method: .head) { request, context in
+                let response = try await handler(request, context)
+                var headers = response.headers
+                if headers[.contentLength] == nil, let length = response.body.contentLength { headers[.contentLength] = String(length) }
+                // A new response, not `body =`: that would reset Content-Length to the empty body's.
+                return Response(status: response.status, headers: headers, body: ResponseBody())
+            }
+            index.add("HEAD", path)
+        }
     }
 }
 
+/// The methods each route path takes (`{name}` matches one segment), filled as routes are added.
+final class RouteIndex: Sendable {
+    private let routes = NIOLockedValueBox<[(method: String, segments: [Substring])]>([])
+
+    func add(_ method: String, _ path: String) {
+        routes.withLockedValue { $0.append((method, path.split(separator: "/"))) }
+    }
+
+    /// The methods some route with this path takes; empty when no route has it.
+    func methods(for path: String) -> Set<String> {
+        let segments = path.split(separator: "/")
+        return routes.withLockedValue { routes in
+            Set(routes.filter { route in
+                route.segments.count == segments.count
+                    && zip(route.segments, segments).allSatisfy { pattern, segment in pattern.hasPrefix("{") || pattern == segment }
+            }.map(\.method))
+        }
+    }
+
+    /// Every method some route takes.
+    var allMethods: Set<String> { routes.withLockedValue { Set($0.map(\.method)) } }
+}
+
 extension Request {
+    /// A query parameter, read as HTML forms and `URLSearchParams` write them: `+` is a space, `%2B` a plus.
     func query(_ name: String) -> String? {
-        uri.queryParameters.get(name)
+        guard let raw = uri.query else { return nil }
+        for pair in raw.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard Self.formDecoded(parts[0]) == name else { continue }
+            return parts.count > 1 ? Self.formDecoded(parts[1]) : ""
+        }
+        return nil
+    }
+
+    static func formDecoded(_ text: Substring) -> String {
+        let spaced = text.replacingOccurrences(of: "+", with: " ")
+        return spaced.removingPercentEncoding ?? spaced
     }
 
     func header(_ name: HTTPField.Name) -> String? {

@@ -154,9 +154,22 @@ extension DecodingError {
 
 /// Turns every thrown error into the JSON error shape, so no route (or unknown route) answers otherwise.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// The routes, to answer 405 (with `Allow`) rather than 404 for a path that exists with other methods, and for
+    /// a method no route takes (TRACE, CONNECT, …).
+    var routes: RouteIndex?
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound && routes != nil {
+            guard let routes else { throw error }
+            let allowed = routes.methods(for: request.uri.path)
+            guard !allowed.isEmpty || !routes.allMethods.contains(request.method.rawValue) else {
+                return try DriveError.from(error).response(from: request, context: context)
+            }
+            var response = try DriveError.methodNotAllowed.response(from: request, context: context)
+            if !allowed.isEmpty { response.headers[.allow] = allowed.sorted().joined(separator: ", ") }
+            return response
         } catch {
             let driveError = DriveError.from(error)
             if case .internalError = driveError {
