@@ -105,6 +105,21 @@ struct FilesTests {
             #expect(again.status == 201)
             #expect(try again.decode(File.self).id == first.id)
             #expect(try await alice.list().files.count == 1)
+            // A requestId that made something else is 409 request_id_reused naming it, and makes nothing.
+            let file = try await alice.upload("notes.txt", Data("content".utf8), query: "&requestId=req-2")
+            for (name, mime, requestId, madeId) in [
+                ("Notes", folderMimeType, "req-2", file.id), ("empty.txt", "text/plain", "req-1", first.id), ("empty.txt", "text/plain", "req-2", file.id),
+            ] {
+                let reused = try await alice.send(.POST, "/v1/files", json: CreateFileRequest(name: name, mimeType: mime, requestId: requestId))
+                #expect(reused.status == 409, "\(name) with \(requestId): \(reused.text)")
+                #expect(reused.errorCode == "request_id_reused")
+                #expect(try reused.decode(APIErrorBody.self).error.existingId == madeId)
+            }
+            #expect(try await alice.list().files.count == 2)
+            // An empty file made by POST /v1/files: its retry answers with it.
+            let empty = CreateFileRequest(name: "empty.txt", mimeType: "text/plain", requestId: "req-3")
+            let made: File = try await alice.send(.POST, "/v1/files", json: empty).decode()
+            #expect(try await alice.send(.POST, "/v1/files", json: empty).decode(File.self) == made)
         }
     }
 

@@ -301,11 +301,21 @@ final class SQLMetadataStore: MetadataStore {
         now: Date
     ) async throws -> (file: FileRecord, created: Bool) {
         try await write(user: userId) { db, effects in
+            let isFolder = mimeType == folderMimeType
             if let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
+                // A retry answers with what the request made; a requestId that made something else (a file, for
+                // a folder; content, for an empty file) was reused: 409, as uploads answer.
+                guard earlier.isFolder == isFolder else {
+                    throw DriveError.requestIdReused(
+                        "This requestId already made a \(earlier.isFolder ? "folder" : "file") (id \(earlier.id)); use a new requestId.",
+                        existingId: earlier.id)
+                }
+                if !isFolder, let made = try Self.retried(db, requestId, userId: userId, checksum: emptyChecksum, known: .present(earlier)) {
+                    return (made, false)
+                }
                 return (earlier, false)
             }
             let parent = try Self.liveFolder(db, id: parentId, userId: userId)
-            let isFolder = mimeType == folderMimeType
             var finalName = name
             if let existing = try Self.liveChild(db, parentId: parent.id, name: name, userId: userId) {
                 switch policy {
