@@ -468,9 +468,11 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
             try db.execute(sql: "DELETE FROM block_index WHERE file_id = ?", arguments: [fileId])
             let insert = try db.cachedStatement(
                 sql: "INSERT INTO block_index (file_id, position, revision, hash, offset, size) VALUES (?, ?, ?, ?, ?, ?)")
+            // All or nothing: positions name the server's blocks by index (a base revision's runs).
+            let hashes = blocks.compactMap { [UInt8](hex: $0.hash).map { Data($0) } }
+            guard hashes.count == blocks.count else { return }
             var offset: Int64 = 0
-            for (position, block) in blocks.enumerated() {
-                guard let hash = [UInt8](hex: block.hash).map({ Data($0) }) else { continue }
+            for (position, (block, hash)) in zip(blocks, hashes).enumerated() {
                 try insert.execute(arguments: [fileId, position, revision, hash, offset, block.size])
                 offset += block.size
             }
