@@ -88,7 +88,7 @@ struct AuthTests {
         }
     }
 
-    @Test("wrong passwords are 401, and repeated failures lock the account with 429 and Retry-After")
+    @Test("wrong passwords are 401, and repeated failures lock the account from that address with 429 and Retry-After")
     func loginRateLimit() async throws {
         try await TestServer.run { server in
             _ = try await server.signUp("frank")
@@ -110,6 +110,24 @@ struct AuthTests {
             #expect(after.status == 200)
             let unknown = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "nobody", password: "correct horse"))
             #expect(unknown.status == 401)
+
+            // Per account and source address: a stranger at 127.0.0.2 locks out only 127.0.0.2.
+            func curlLogin(_ password: String, from address: String) throws -> Int {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+                let body = "{\"username\":\"frank\",\"password\":\"\(password)\"}"
+                process.arguments = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "--interface", address, "-H", "Content-Type: application/json",
+                    "-d", body, server.baseURL + "/v1/auth/login"]
+                let output = Pipe()
+                process.standardOutput = output
+                try process.run()
+                process.waitUntilExit()
+                return Int(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)) ?? -1
+            }
+            for _ in 0..<5 { #expect(try curlLogin("wrong password", from: "127.0.0.2") == 401) }
+            #expect(try curlLogin("correct horse", from: "127.0.0.2") == 429, "the stranger's address is locked")
+            let owner = try await anonymous.send(.POST, "/v1/auth/login", json: Credentials(username: "frank", password: "correct horse"))
+            #expect(owner.status == 200, "the owner, from their own address, is not: \(owner.status)")
         }
     }
 

@@ -28,9 +28,11 @@ struct AuthController: Sendable {
 
     @Sendable func login(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let credentials = try await request.decode(as: Credentials.self, context: context)
-        let key = "user:" + credentials.username.lowercased()
+        // Counted per account *and* source address: a stranger guessing from elsewhere locks out only themself,
+        // never the owner signing in from their own machine.
+        let key = "user:" + credentials.username.lowercased() + "|ip:" + context.remoteIP
         if let wait = try await drive.store.loginLockout(key: key, now: drive.now) {
-            throw DriveError.tooManyRequests("Too many failed logins for this account; try again in \(wait) s.", retryAfter: wait)
+            throw DriveError.tooManyRequests("Too many failed logins for this account from this address; try again in \(wait) s.", retryAfter: wait)
         }
         let user = try await drive.store.user(username: credentials.username)
         // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
