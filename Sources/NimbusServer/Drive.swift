@@ -14,6 +14,14 @@ struct Drive: Sendable {
     let notifier: any ChangeNotifier
     let configuration: ServerConfiguration
     private let rootIds = NIOLockedValueBox<[String: String]>([:])
+    /// Devices signed out here: their open long-polls and event streams end at once.
+    let signOuts = SignOuts()
+
+    /// Signs the device out: its tokens stop working, and what it holds open (long-polls, event streams) ends.
+    func signOut(deviceId: String) async throws {
+        try await store.revokeDevice(id: deviceId, now: now)
+        signOuts.signedOut(deviceId)
+    }
 
     var now: Date { configuration.clock.now() }
 

@@ -128,4 +128,42 @@ struct ChangesTests {
             #expect(try await readUntil(": heartbeat"))
         }
     }
+
+    @Test("a device that logs out gets nothing more: its long-poll answers 401 at once, its event stream ends, other devices go on")
+    func logoutEndsOpenRequests() async throws {
+        try await TestServer.run(configure: { $0.heartbeatInterval = .seconds(30) }) { server in
+            let phone = try await server.signUp("quinn")
+            let laptop = try await server.logIn("quinn", device: "laptop")
+            let start: ChangeCursor = try await laptop.get("/v1/changes/start").decode()
+            // The laptop's event stream and long-poll are open when it logs out.
+            var request = HTTPClientRequest(url: server.baseURL + "/v1/events")
+            request.headers.add(name: "Authorization", value: "Bearer \(laptop.token!)")
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+            var iterator = response.body.makeAsyncIterator()
+            var text = ""
+            while !text.contains(": connected") {
+                guard let buffer = try await iterator.next() else { break }
+                text += String(buffer: buffer)
+            }
+            let began = ContinuousClock.now
+            async let poll = laptop.get("/v1/changes?cursor=\(start.cursor)&timeout=50")
+            async let phonePoll = phone.get("/v1/changes?cursor=\(start.cursor)&timeout=50")
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await laptop.send(.POST, "/v1/auth/logout").status == 204)
+            let reply = try await poll
+            #expect(reply.status == 401, "the long-poll of a signed-out device: \(reply.status) \(reply.text)")
+            #expect(ContinuousClock.now - began < .seconds(20), "ended by the logout, not by its 50 s timeout")
+            // The stream ends without another event, even when a change follows.
+            let folder = try await phone.mkdir("After logout")
+            text = ""
+            while let buffer = try await iterator.next() { text += String(buffer: buffer) }
+            #expect(!text.contains("event: change"), "no event after the logout: \(text)")
+            #expect(ContinuousClock.now - began < .seconds(25), "the stream ended at the logout, not at a heartbeat")
+            // The other device is not affected.
+            let phoneReply = try await phonePoll
+            #expect(phoneReply.status == 200)
+            #expect(try phoneReply.decode(ChangeList.self).changes.map(\.fileId) == [folder.id])
+            #expect(try await laptop.get("/v1/files/root").status == 401)
+        }
+    }
 }

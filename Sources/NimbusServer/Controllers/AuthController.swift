@@ -65,7 +65,7 @@ struct AuthController: Sendable {
     @Sendable func logout(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         if request.headers[.authorization] != nil {
             let identity = try await drive.identity(request)
-            try await drive.store.revokeDevice(id: identity.deviceId, now: drive.now)
+            try await drive.signOut(deviceId: identity.deviceId)
             return Response(status: .noContent)
         }
         let body = try await request.decode(as: RefreshRequest.self, context: context)
@@ -73,7 +73,7 @@ struct AuthController: Sendable {
         let device = try await drive.store.rotateRefreshToken(
             presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: TokenService.makeRefreshToken().hash,
             now: drive.now, maxIdle: .infinity)
-        try await drive.store.revokeDevice(id: device.id, now: drive.now)
+        try await drive.signOut(deviceId: device.id)
         return Response(status: .noContent)
     }
 

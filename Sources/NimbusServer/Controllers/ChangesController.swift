@@ -42,12 +42,22 @@ struct ChangesController: Sendable {
         guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
         if page.changes.isEmpty && timeout > 0 {
             let notifier = drive.notifier
+            let signOuts = drive.signOuts
             let userId = me.userId
+            let deviceId = me.deviceId
             let wait = Duration.milliseconds(Int64(timeout * 1000))
-            // A server shutting down answers now rather than holding its shutdown for the long-poll.
+            // A server shutting down answers now rather than holding its shutdown for the long-poll; so does this
+            // device signing out.
             await cancelWhenGracefulShutdown {
-                await notifier.wait(userId: userId, after: seq, timeout: wait)
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await notifier.wait(userId: userId, after: seq, timeout: wait) }
+                    group.addTask { await signOuts.wait(for: deviceId) }
+                    await group.next()
+                    group.cancelAll()
+                }
             }
+            // Still signed in? A device signed out meanwhile (here or on another replica) gets 401, not data.
+            _ = try await drive.identity(request)
             guard let again = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
             page = again
         }
@@ -65,8 +75,12 @@ struct ChangesController: Sendable {
         let notifier = drive.notifier
         let heartbeat = drive.configuration.heartbeatInterval
         let subscription = notifier.subscribe(userId: me.userId)
+        let signedOut = drive.signOuts.stream(for: me.deviceId)
+        let drive = drive
         let body = ResponseBody { writer in
-            try await Self.stream(subscription, heartbeat: heartbeat, into: &writer)
+            try await Self.stream(
+                subscription, heartbeat: heartbeat, signedOut: signedOut,
+                stillSignedIn: { (try? await drive.identity(request)) != nil }, into: &writer)
             try await writer.finish(nil)
         }
         return Response(
@@ -75,7 +89,12 @@ struct ChangesController: Sendable {
             body: body)
     }
 
-    static func stream(_ subscription: AsyncStream<Int64>, heartbeat: Duration, into writer: inout any ResponseBodyWriter) async throws {
+    /// The event stream: ends when the server shuts down, when the device signs out here (`signedOut` finishes),
+    /// or when a change or heartbeat finds it signed out elsewhere (`stillSignedIn`) — never an event after that.
+    static func stream(
+        _ subscription: AsyncStream<Int64>, heartbeat: Duration, signedOut: AsyncStream<Void>,
+        stillSignedIn: @escaping @Sendable () async -> Bool, into writer: inout any ResponseBodyWriter
+    ) async throws {
         enum Event: Sendable {
             case change(Int64)
             case heartbeat
@@ -94,8 +113,13 @@ struct ChangesController: Sendable {
                         continuation.yield(.heartbeat)
                     }
                 }
+                group.addTask {
+                    for await _ in signedOut {}
+                    continuation.finish()
+                }
                 try await writer.write(ByteBuffer(string: "retry: 3000\n: connected\n\n"))
                 for await event in events {
+                    guard await stillSignedIn() else { break }
                     switch event {
                     case .change(let seq):
                         try await writer.write(ByteBuffer(string: "event: change\ndata: {\"cursor\":\"\(Cursor.encode(seq))\"}\n\n"))
