@@ -35,6 +35,9 @@ public struct ServerConfiguration: Sendable {
     public var accessTokenLifetime: Duration = .seconds(15 * 60)
     /// Refresh tokens expire when unused for this long.
     public var refreshTokenLifetime: Duration = .seconds(90 * 24 * 3600)
+    /// A refresh retried this soon with the token it exchanged (its answer was lost, or parallel refreshes raced)
+    /// gets the same new refresh token back instead of signing the device out as a replay.
+    public var refreshRetryGrace: Duration = .seconds(60)
     /// Failed logins before a username is locked out for a while (429 + Retry-After).
     public var loginFailuresAllowed: Int = 5
     public var loginLockout: Duration = .seconds(60)

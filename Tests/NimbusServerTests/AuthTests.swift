@@ -131,7 +131,7 @@ struct AuthTests {
         }
     }
 
-    @Test("refresh rotates the refresh token; replaying the old one signs the device out")
+    @Test("refresh rotates the refresh token; a retry within a minute gets the same new one; a later replay signs the device out")
     func refreshRotation() async throws {
         try await TestServer.run { server in
             let client = try await server.signUp()
@@ -143,6 +143,20 @@ struct AuthTests {
             #expect(second.refreshToken != first.refreshToken)
             #expect(second.deviceId == first.deviceId)
 
+            // Retried within the grace window (the answer was lost; refreshes raced): the same new refresh token,
+            // nothing revoked — eight at once all get it.
+            let retried = try await withThrowingTaskGroup(of: APIClient.Reply.self) { group in
+                for _ in 0..<8 { group.addTask { try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: first.refreshToken)) } }
+                return try await group.reduce(into: [APIClient.Reply]()) { $0.append($1) }
+            }
+            for reply in retried {
+                #expect(reply.status == 200, "\(reply.text)")
+                #expect(try reply.decode(TokenPair.self).refreshToken == second.refreshToken)
+            }
+            #expect(try await APIClient(baseURL: server.baseURL, token: second.accessToken).get("/v1/about").status == 200)
+
+            // Later than that, the old token is a replay: someone else has it, and the device is signed out.
+            server.clock.advance(by: 61)
             let replay = try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: first.refreshToken))
             #expect(replay.status == 401)
             // The replay revoked the device: the new tokens are dead too.

@@ -29,12 +29,22 @@ struct AccessClaims: JWTPayload, Equatable {
 struct TokenService: Sendable {
     let keys: JWTKeyCollection
     let lifetime: TimeInterval
+    /// Derives a refresh token's successor (every replica shares it: it comes from the signing secret).
+    let rotationKey: SymmetricKey
 
     init(secret: [UInt8], lifetime: TimeInterval) async {
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(key: SymmetricKey(data: secret)), digestAlgorithm: .sha256)
         self.keys = keys
         self.lifetime = lifetime
+        rotationKey = SymmetricKey(data: HMAC<SHA256>.authenticationCode(for: Data("nimbus refresh rotation".utf8), using: SymmetricKey(data: secret)))
+    }
+
+    /// The refresh token that replaces `token`: HMAC of it under a server key, so the same exchange retried gets the
+    /// same successor (and only the server can compute it).
+    func successor(of token: String) -> (token: String, hash: String) {
+        let next = Data(HMAC<SHA256>.authenticationCode(for: Data(("refresh:" + token).utf8), using: rotationKey)).base64URLEncodedString()
+        return (next, Self.hashRefreshToken(next))
     }
 
     func accessToken(for identity: Identity, now: Date) async throws -> (token: String, expiresAt: Date) {

@@ -54,10 +54,10 @@ struct AuthController: Sendable {
 
     @Sendable func refresh(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let body = try await request.decode(as: RefreshRequest.self, context: context)
-        let next = TokenService.makeRefreshToken()
+        let next = drive.tokens.successor(of: body.refreshToken)
         let device = try await drive.store.rotateRefreshToken(
             presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: next.hash, now: drive.now,
-            maxIdle: drive.configuration.refreshTokenLifetime.timeInterval)
+            maxIdle: drive.configuration.refreshTokenLifetime.timeInterval, grace: drive.configuration.refreshRetryGrace.timeInterval)
         return try await tokens(userId: device.userId, deviceId: device.id, refreshToken: next.token)
     }
 
@@ -72,7 +72,7 @@ struct AuthController: Sendable {
         // Rotating proves the token is current; the device is then revoked.
         let device = try await drive.store.rotateRefreshToken(
             presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: TokenService.makeRefreshToken().hash,
-            now: drive.now, maxIdle: .infinity)
+            now: drive.now, maxIdle: .infinity, grace: 0)
         try await drive.signOut(deviceId: device.id)
         return Response(status: .noContent)
     }

@@ -17,7 +17,10 @@ protocol MetadataStore: Sendable {
     func device(id: String) async throws -> DeviceRecord?
     /// Swaps a device's refresh token for a new one. A token that was already rotated away revokes the device
     /// (it has leaked); an unknown, revoked or idle-expired one is a 401.
-    func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord
+    /// Exchanges the presented refresh token for `newHash`. The token exchanged last, presented again within
+    /// `grace` while `newHash` is still current (a retry: the successor is derived from the token), answers the same
+    /// device unchanged; presented later, or after a further rotation, it is a replay and signs the device out.
+    func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval, grace: TimeInterval) async throws -> DeviceRecord
     func revokeDevice(id: String, now: Date) async throws
     /// Seconds until `key` may try to log in again, or `nil` if it may now.
     func loginLockout(key: String, now: Date) async throws -> Int?

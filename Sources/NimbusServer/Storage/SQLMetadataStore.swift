@@ -182,7 +182,7 @@ final class SQLMetadataStore: MetadataStore {
         }
     }
 
-    func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval) async throws -> DeviceRecord {
+    func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval, grace: TimeInterval) async throws -> DeviceRecord {
         // Locked on the token: two replicas refreshing the same token at once serialize, so the second sees it
         // rotated away (a replay) exactly as on one replica.
         let rotated = try await write(user: "refresh:" + presentedHash) { db, _ -> DeviceRecord? in
@@ -197,9 +197,15 @@ final class SQLMetadataStore: MetadataStore {
                 device.lastUsedAt = now
                 return device
             }
-            if let row = try db.fetchOne("SELECT id FROM devices WHERE previous_refresh_hash = ?", [presentedHash]) {
+            if let row = try db.fetchOne("SELECT * FROM devices WHERE previous_refresh_hash = ?", [presentedHash]) {
+                let device = try Self.device(row)
+                // The same exchange retried moments later (its answer lost, or refreshes racing): the successor it
+                // asks for is still the current token, so it gets that token again.
+                if device.revokedAt == nil, device.refreshHash == newHash, now.timeIntervalSince(device.lastUsedAt) <= grace {
+                    return device
+                }
                 // A token that was already exchanged is being replayed: someone else has it. Sign the device out.
-                let id: String = try row.get("id")
+                let id = device.id
                 try db.perform("UPDATE devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now.millis, id])
                 return nil as DeviceRecord?
             }
