@@ -42,16 +42,16 @@ struct ChangesController: Sendable {
         guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
         if page.changes.isEmpty && timeout > 0 {
             let notifier = drive.notifier
-            let signOuts = drive.signOuts
             let userId = me.userId
-            let deviceId = me.deviceId
             let wait = Duration.milliseconds(Int64(timeout * 1000))
             // A server shutting down answers now rather than holding its shutdown for the long-poll; so does this
-            // device signing out.
+            // device signing out (listened for first, then checked: a sign-out in between is not missed).
+            let signedOut = drive.signOuts.stream(for: me.deviceId)
+            _ = try await drive.identity(request)
             await cancelWhenGracefulShutdown {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await notifier.wait(userId: userId, after: seq, timeout: wait) }
-                    group.addTask { await signOuts.wait(for: deviceId) }
+                    group.addTask { for await _ in signedOut {} }
                     await group.next()
                     group.cancelAll()
                 }
@@ -116,6 +116,11 @@ struct ChangesController: Sendable {
                 group.addTask {
                     for await _ in signedOut {}
                     continuation.finish()
+                }
+                // Signed out between the request's check and `signedOut` being there: end now.
+                guard await stillSignedIn() else {
+                    group.cancelAll()
+                    return
                 }
                 try await writer.write(ByteBuffer(string: "retry: 3000\n: connected\n\n"))
                 for await event in events {

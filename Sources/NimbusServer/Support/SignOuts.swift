@@ -27,9 +27,4 @@ final class SignOuts: Sendable {
         let continuations = waiters.withLockedValue { $0.removeValue(forKey: deviceId) } ?? [:]
         for continuation in continuations.values { continuation.finish() }
     }
-
-    /// Returns when `deviceId` is signed out here, or when the task is cancelled.
-    func wait(for deviceId: String) async {
-        for await _ in stream(for: deviceId) {}
-    }
 }
