@@ -35,6 +35,8 @@ public struct ServerConfiguration: Sendable {
     public var accessTokenLifetime: Duration = .seconds(15 * 60)
     /// Refresh tokens expire when unused for this long.
     public var refreshTokenLifetime: Duration = .seconds(90 * 24 * 3600)
+    /// `/healthz` answers 503 when the database or the blob store does not answer within this.
+    public var healthCheckBudget: Duration = .seconds(3)
     /// A refresh retried this soon with the token it exchanged (its answer was lost, or parallel refreshes raced)
     /// gets the same new refresh token back instead of signing the device out as a replay.
     public var refreshRetryGrace: Duration = .seconds(60)

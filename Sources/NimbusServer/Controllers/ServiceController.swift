@@ -28,8 +28,9 @@ struct ServiceController: Sendable {
     /// `Retry-After` and, per store, `"ok"` or why it is not (a load balancer takes the replica out meanwhile).
     @Sendable func health(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let store = drive.store, blobs = drive.blobs
-        async let database = Self.problem { _ = try await store.latestSeq(userId: "") }
-        async let blobStore = Self.problem { try await blobs.checkReachable() }
+        let budget = drive.configuration.healthCheckBudget
+        async let database = Self.problem(within: budget) { _ = try await store.latestSeq(userId: "") }
+        async let blobStore = Self.problem(within: budget) { try await blobs.checkReachable() }
         let (databaseProblem, blobProblem) = await (database, blobStore)
         guard databaseProblem != nil || blobProblem != nil else { return try JSONResponse.make(["status": "ok"]) }
         var response = try JSONResponse.make(
@@ -38,8 +39,8 @@ struct ServiceController: Sendable {
         return response
     }
 
-    /// Why `check` failed or did not answer within 3 s, or `nil` if it answered.
-    static func problem(_ check: @escaping @Sendable () async throws -> Void) async -> String? {
+    /// Why `check` failed or did not answer within `budget`, or `nil` if it answered.
+    static func problem(within budget: Duration, _ check: @escaping @Sendable () async throws -> Void) async -> String? {
         await withTaskGroup(of: String?.self) { group in
             group.addTask {
                 do {
@@ -52,8 +53,8 @@ struct ServiceController: Sendable {
                 }
             }
             group.addTask {
-                try? await Task.sleep(for: .seconds(3))
-                return "no answer within 3 s"
+                try? await Task.sleep(for: budget)
+                return "no answer within \(budget)"
             }
             let first = await group.next() ?? nil
             group.cancelAll()
