@@ -123,8 +123,9 @@ public struct SegmentedEncryption: Sendable {
     }
 
     /// Writes an encrypted file as plaintext comes, in order (downloads, staged uploads): bounded memory, one
-    /// segment buffered.
+    /// segment buffered. Calls from several threads are serialized (a lock), not interleaved.
     public final class Writer: @unchecked Sendable {
+        private let lock = NSLock()
         let handle: FileHandle
         let url: URL
         let key: SymmetricKey
@@ -152,6 +153,8 @@ public struct SegmentedEncryption: Sendable {
         }
 
         public func append(_ data: Data) throws {
+            lock.lock()
+            defer { lock.unlock() }
             let size = SegmentedEncryption.segmentSize
             var rest = data[...]
             if !pending.isEmpty {
@@ -172,6 +175,8 @@ public struct SegmentedEncryption: Sendable {
 
         /// Seals the last segment (what is buffered, maybe nothing), fsyncs and closes.
         public func finish() throws {
+            lock.lock()
+            defer { lock.unlock() }
             try seal(pending[...], last: true)
             pending = Data()
             try handle.synchronize()
@@ -193,8 +198,10 @@ public struct SegmentedEncryption: Sendable {
         }
     }
 
-    /// Reads segments of an encrypted file, each authenticated before any of its bytes is returned.
+    /// Reads segments of an encrypted file, each authenticated before any of its bytes is returned. Reads from
+    /// several threads are serialized (one file offset, behind a lock).
     public final class Reader: @unchecked Sendable {
+        private let lock = NSLock()
         let handle: FileHandle
         let key: SymmetricKey
         let context: String
@@ -232,8 +239,10 @@ public struct SegmentedEncryption: Sendable {
             let last = index == segmentCount - 1
             let plainLength = last ? Int(plainSize - index * Int64(SegmentedEncryption.segmentSize)) : SegmentedEncryption.segmentSize
             let offset = UInt64(SegmentedEncryption.headerSize) + UInt64(index) * UInt64(SegmentedEncryption.segmentSize + SegmentedEncryption.overhead)
-            try handle.seek(toOffset: offset)
-            let stored = try handle.read(upToCount: plainLength + SegmentedEncryption.overhead) ?? Data()
+            let stored = try lock.withLock {
+                try handle.seek(toOffset: offset)
+                return try handle.read(upToCount: plainLength + SegmentedEncryption.overhead) ?? Data()
+            }
             guard stored.count == plainLength + SegmentedEncryption.overhead else { throw EncryptionError.tampered("segment \(index) is cut short") }
             let aad = SegmentedEncryption.associatedData(context: context, fileId: fileId, index: UInt64(index), last: last)
             do {
