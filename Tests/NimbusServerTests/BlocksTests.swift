@@ -73,7 +73,9 @@ struct BlocksTests {
             let (version, editSent) = try await Self.upload(
                 alice, edited, commit: BlockCommitRequest(fileId: file.id, size: 0, checksum: "", blocks: []), ifMatch: file.revisionId)
             #expect(version.id == file.id && version.revisionId != file.revisionId)
-            #expect(editSent < 100 * 1024 + 600 * 1024, "sent \(editSent) bytes for a 100 KiB insertion")
+            // At most the insertion and three chunks of at most 256 KiB: the one it lands in, the next, and one more
+            // where FastCDC's minimum-size skip delays resynchronisation (random content: CI once saw 789 KB).
+            #expect(editSent < 100 * 1024 + 3 * 256 * 1024, "sent \(editSent) bytes for a 100 KiB insertion")
             #expect(try await alice.content(file.id) == edited)
             // A version based on the old head is refused, as any upload's.
             let stale = try await alice.send(
