@@ -94,10 +94,7 @@ enum StoredBlockCodec {
 
     /// `bytes` compressed, or nil when that does not save a tenth.
     static func compress(_ bytes: [UInt8]) -> [UInt8]? {
-        guard bytes.count >= 4096 else { return nil }
-        var whole = ByteBuffer(bytes: bytes)
-        guard let compressed = try? whole.compress(with: algorithm), compressed.readableBytes < bytes.count * 9 / 10 else { return nil }
-        return Array(buffer: compressed)
+        BodyEncoding.compressIfWorthIt(ByteBuffer(bytes: bytes), with: algorithm, minimumSize: 4096).map { Array(buffer: $0) }
     }
 
     /// The block's bytes from what the store holds for it (`size` is the block's length).

@@ -43,7 +43,15 @@ enum BodyEncoding {
 
     /// `bytes` encoded, or nil when that does not save at least a tenth (photos, video, archives).
     static func encode(_ bytes: ByteBuffer, as name: String) -> ByteBuffer? {
-        guard bytes.readableBytes >= 1024, let algorithm = algorithm(name) else { return nil }
+        guard let algorithm = algorithm(name) else { return nil }
+        return compressIfWorthIt(bytes, with: algorithm, minimumSize: 1024)
+    }
+
+    /// `bytes` compressed with `algorithm`, or nil when they are shorter than `minimumSize` or compressing does not
+    /// save at least a tenth. The one rule both the wire (``encode(_:as:)``) and storage at rest
+    /// (``StoredBlockCodec``) follow.
+    static func compressIfWorthIt(_ bytes: ByteBuffer, with algorithm: CompressionAlgorithm, minimumSize: Int) -> ByteBuffer? {
+        guard bytes.readableBytes >= minimumSize else { return nil }
         var source = bytes
         guard let encoded = try? source.compress(with: algorithm), encoded.readableBytes < bytes.readableBytes * 9 / 10 else { return nil }
         return encoded
