@@ -708,9 +708,13 @@ extension SyncEngine {
     /// The local copy of a file of this device, for a download to take blocks from: the file in the synced folder,
     /// or the content kept in the store (the app library). Its bytes are checked block by block on use.
     func localCopy(of fileId: String) async -> URL? {
-        guard let row = try? await database.pool.read({ db in try ItemRow.fetch(db, fileId: fileId) }), !row.isFolder else { return nil }
-        guard let disk else { return row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? URL(fileURLWithPath: $0) : nil } }
-        guard row.lPresent, let path = try? await database.pool.read({ db in try self.localPath(db, row.luid) }) else { return nil }
+        let found = try? await database.pool.read { db -> (row: ItemRow, path: String?)? in
+            guard let row = try ItemRow.fetch(db, fileId: fileId), !row.isFolder else { return nil }
+            return (row, row.lPresent ? try self.localPath(db, row.luid) : nil)
+        }
+        guard let found else { return nil }
+        guard let disk else { return found.row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? URL(fileURLWithPath: $0) : nil } }
+        guard let path = found.path else { return nil }
         return try? disk.fileSystem.exportFile(disk.absolute(path))
     }
 
