@@ -163,9 +163,10 @@ const state = { folderId: "root", path: [], page: 0, nextPage: 1, loading: false
 
 function show(view) {
   state.view = view;
-  for (const id of ["login-view", "files-view", "trash-view", "revisions-view"]) $(id).hidden = id !== `${view}-view`;
+  for (const id of ["login-view", "files-view", "trash-view", "revisions-view", "settings-view"]) $(id).hidden = id !== `${view}-view`;
   const signedIn = Boolean(session.tokens);
   $("sign-out").hidden = !signedIn;
+  $("settings-button").hidden = !signedIn;
   $("whoami").textContent = signedIn ? session.username() : "";
 }
 
@@ -364,6 +365,52 @@ async function restoreFromTrash(file) {
     await api("POST", `/v1/files/${file.id}/untrash`);
     showAlert(`Restored “${file.name}”.`, "info");
     await openTrash();
+  } catch (error) { reportError(error); }
+}
+
+// ---------------------------------------------------------------- settings: app passwords
+
+async function openSettings() {
+  show("settings");
+  $("app-password-new").hidden = true;
+  await loadAppPasswords();
+}
+
+async function loadAppPasswords() {
+  const rows = $("app-password-rows");
+  try {
+    const list = await api("GET", "/v1/auth/app-passwords");
+    rows.replaceChildren(...list.appPasswords.map((entry) => element("tr", { "data-id": entry.id, "data-name": entry.label },
+      element("td", { class: "name" }, entry.label),
+      element("td", { class: "date" }, formatDate(entry.createdAt)),
+      element("td", { class: "date" }, entry.lastUsedAt ? formatDate(entry.lastUsedAt) : "never"),
+      element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => revokeAppPassword(entry), "aria-label": `Revoke ${entry.label}` }, "Revoke")))));
+    $("no-app-passwords").hidden = list.appPasswords.length > 0;
+  } catch (error) { reportError(error); }
+}
+
+async function createAppPassword(event) {
+  event.preventDefault();
+  const label = $("app-password-label").value.trim();
+  if (!label) { showAlert("Give the app password a label: what it is for."); return; }
+  $("app-password-create").disabled = true;
+  try {
+    const made = await api("POST", "/v1/auth/app-passwords", { json: { label } });
+    $("app-password-new-label").textContent = made.label;
+    $("app-password-secret").textContent = made.password;
+    $("app-password-new").hidden = false;
+    $("app-password-label").value = "";
+    await loadAppPasswords();
+  } catch (error) { reportError(error); } finally { $("app-password-create").disabled = false; }
+}
+
+async function revokeAppPassword(entry) {
+  if (!confirm(`Revoke the app password “${entry.label}”? Apps using it will be refused.`)) return;
+  try {
+    await api("DELETE", `/v1/auth/app-passwords/${encodeURIComponent(entry.id)}`);
+    showAlert(`Revoked “${entry.label}”.`, "info");
+    $("app-password-new").hidden = true;
+    await loadAppPasswords();
   } catch (error) { reportError(error); }
 }
 
@@ -590,6 +637,9 @@ function setUp() {
   $("upload-close").addEventListener("click", () => $("upload-dialog").close());
   $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files); });
   $("trash-button").addEventListener("click", openTrash);
+  $("settings-button").addEventListener("click", openSettings);
+  $("back-from-settings").addEventListener("click", () => openFolder(state.folderId, state.path));
+  $("app-password-form").addEventListener("submit", createAppPassword);
   $("back-to-files").addEventListener("click", () => openFolder(state.folderId, state.path));
   $("back-from-revisions").addEventListener("click", () => openFolder(state.folderId, state.path));
   $("load-more").addEventListener("click", loadPage);

@@ -47,3 +47,35 @@ public struct RefreshRequest: Codable, Sendable, Hashable {
 
     public init(refreshToken: String) { self.refreshToken = refreshToken }
 }
+
+/// `POST /v1/auth/app-passwords` body: what the password is for ("Finder on the laptop").
+public struct AppPasswordRequest: Codable, Sendable, Hashable {
+    public var label: String
+
+    public init(label: String) { self.label = label }
+}
+
+/// An app password: a per-device secret for clients that sign in with a user name and password (WebDAV's Basic
+/// auth), never the account password. `password` is in the answer to its creation only; the server keeps a hash.
+public struct AppPassword: Codable, Sendable, Hashable {
+    public var id: String
+    public var label: String
+    public var password: String?
+    public var createdAt: Date
+    public var lastUsedAt: Date?
+
+    public init(id: String, label: String, password: String? = nil, createdAt: Date, lastUsedAt: Date? = nil) {
+        self.id = id
+        self.label = label
+        self.password = password
+        self.createdAt = createdAt
+        self.lastUsedAt = lastUsedAt
+    }
+}
+
+/// `GET /v1/auth/app-passwords` answer, newest first.
+public struct AppPasswordList: Codable, Sendable, Hashable {
+    public var appPasswords: [AppPassword]
+
+    public init(appPasswords: [AppPassword]) { self.appPasswords = appPasswords }
+}

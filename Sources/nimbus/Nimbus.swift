@@ -13,6 +13,6 @@ struct Nimbus: AsyncParsableCommand {
         subcommands: [
             Serve.self, User.self, Login.self, Logout.self, WhoAmI.self, AboutCommand.self, List.self, MakeDirectory.self, Remove.self,
             Move.self, Put.self, Get.self, Versions.self, Restore.self, Trash.self, Untrash.self, Uploads.self, Status.self,
-            Conflicts.self, SyncCommand.self, RemoteCommand.self, AdminCommand.self,
+            Conflicts.self, SyncCommand.self, RemoteCommand.self, AppPasswordCommand.self, AdminCommand.self,
         ])
 }

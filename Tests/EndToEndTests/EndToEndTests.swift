@@ -124,6 +124,34 @@ struct EndToEndTests {
         #expect(about.stdout.contains("\"username\" : \"ana\""))
     }
 
+    @Test("app passwords from the CLI: add prints the secret once, list shows it without, revoke removes it; errors are clear")
+    func appPasswords() throws {
+        let bench = try Bench()
+        let device = try bench.device("laptop")
+        let added = try device.run(["app-password", "add", "Finder on the laptop", "--json"])
+        #expect(added.status == 0, "\(added.stderr)")
+        let made = try JSONDecoder.nimbus.decode(AppPassword.self, from: Data(added.stdout.utf8))
+        let secret = try #require(made.password)
+        let quiet = try device.run(["app-password", "add", "phone", "--quiet"])
+        #expect(quiet.status == 0 && quiet.stdout.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "-").count == 5, "\(quiet.stdout)")
+
+        let listed = try device.run(["app-password", "list"])
+        #expect(listed.status == 0)
+        #expect(listed.stdout.contains("Finder on the laptop") && listed.stdout.contains("phone") && listed.stdout.contains(made.id))
+        #expect(!listed.stdout.contains(secret), "the secret is never listed")
+
+        let revoked = try device.run(["app-password", "revoke", made.id])
+        #expect(revoked.status == 0, "\(revoked.stderr)")
+        let after = try JSONDecoder.nimbus.decode(AppPasswordList.self, from: Data(try device.run(["app-password", "list", "--json"]).stdout.utf8))
+        #expect(after.appPasswords.map(\.label) == ["phone"])
+        let again = try device.run(["app-password", "revoke", made.id])
+        #expect(again.status != 0)
+        #expect(again.stderr.contains("No app password \(made.id)"), "\(again.stderr)")
+        let empty = try device.run(["app-password", "add", "   "])
+        #expect(empty.status != 0)
+        #expect(empty.stderr.contains("label"), "\(empty.stderr)")
+    }
+
     @Test("two devices sync two folders: creates, edits, renames, moves and deletes on both sides converge")
     func twoDevices() throws {
         let bench = try Bench()

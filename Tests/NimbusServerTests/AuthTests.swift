@@ -184,6 +184,62 @@ struct AuthTests {
         }
     }
 
+    @Test("app passwords: created with a label (the secret shown once, kept hashed), listed, revoked; per user; bad input changes nothing")
+    func appPasswords() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("alice")
+            let made = try await alice.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "  Finder on the laptop "))
+            #expect(made.status == 201, "\(made.text)")
+            #expect(made.header("Cache-Control") == "no-store")
+            let first: AppPassword = try made.decode()
+            let secret = try #require(first.password)
+            #expect(first.label == "Finder on the laptop")
+            #expect(secret.count == 29 && secret.split(separator: "-").count == 5, "\(secret)")
+            server.clock.advance(by: 1)
+            let second: AppPassword = try await alice.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "phone")).decode()
+            #expect(second.id != first.id && second.password != secret)
+
+            // Listed newest first, never with the secret; the store keeps only its SHA-256.
+            let listed = try await alice.get("/v1/auth/app-passwords")
+            #expect(listed.status == 200)
+            #expect(!listed.text.contains(secret) && !listed.text.contains("\"password\""), "\(listed.text)")
+            let list: AppPasswordList = try listed.decode()
+            #expect(list.appPasswords.map(\.label) == ["phone", "Finder on the laptop"])
+            let stored = try await server.parts.drive.store.appPasswords(userId: try #require(alice.tokens).userId)
+            #expect(stored.allSatisfy { $0.passwordHash != secret })
+            #expect(stored.contains { $0.passwordHash == sha256(Data(secret.utf8)) })
+
+            // Bad labels and bodies are 400 and make nothing; no token is 401.
+            for body in [#"{"label":""}"#, #"{"label":"   "}"#, #"{"label":"a\nb"}"#, "{\"label\":\"\(String(repeating: "x", count: 101))\"}", #"{}"#, "not json"] {
+                let reply = try await alice.send(.POST, "/v1/auth/app-passwords", body: Data(body.utf8), headers: ["Content-Type": "application/json"])
+                #expect(reply.status == 400, "\(body): \(reply.status) \(reply.text)")
+            }
+            let anonymous = APIClient(baseURL: server.baseURL)
+            #expect(try await anonymous.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "x")).status == 401)
+            #expect(try await anonymous.get("/v1/auth/app-passwords").status == 401)
+            #expect(try await anonymous.send(.DELETE, "/v1/auth/app-passwords/\(first.id)").status == 401)
+            #expect(try await alice.get("/v1/auth/app-passwords").decode(AppPasswordList.self).appPasswords.count == 2)
+
+            // Another user neither sees nor revokes them (404, as for anything of someone else's).
+            let bob = try await server.signUp("bob")
+            #expect(try await bob.get("/v1/auth/app-passwords").decode(AppPasswordList.self).appPasswords.isEmpty)
+            let foreign = try await bob.send(.DELETE, "/v1/auth/app-passwords/\(first.id)")
+            #expect(foreign.status == 404)
+            #expect(foreign.errorCode == "not_found")
+
+            // Revoked: gone from the list and from the store; a second revoke is 404.
+            #expect(try await alice.send(.DELETE, "/v1/auth/app-passwords/\(first.id)").status == 204)
+            #expect(try await alice.send(.DELETE, "/v1/auth/app-passwords/\(first.id)").status == 404)
+            #expect(try await alice.get("/v1/auth/app-passwords").decode(AppPasswordList.self).appPasswords.map(\.id) == [second.id])
+            #expect(try await server.parts.drive.store.useAppPassword(passwordHash: sha256(Data(secret.utf8)), now: server.clock.now()) == nil)
+            let used = try await server.parts.drive.store.useAppPassword(passwordHash: sha256(Data(try #require(second.password).utf8)), now: server.clock.now())
+            #expect(used?.id == second.id && used?.lastUsedAt != nil)
+            // A new account password deletes the app passwords made under the old one.
+            try await server.parts.drive.store.setPassword(userId: try #require(alice.tokens).userId, passwordHash: Accounts.dummyHash)
+            #expect(try await server.parts.drive.store.appPasswords(userId: try #require(alice.tokens).userId).isEmpty)
+        }
+    }
+
     @Test("missing, malformed, tampered, expired, unsigned and foreign tokens are all 401")
     func badTokens() async throws {
         try await TestServer.run { server in

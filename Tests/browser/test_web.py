@@ -280,6 +280,28 @@ def test_change_from_elsewhere_appears_live(browser, server):
     row(browser, "Made elsewhere")
 
 
+def test_app_passwords_in_settings(browser, server):
+    browser.find_element(By.ID, "settings-button").click()
+    field = wait(browser, EC.visibility_of_element_located((By.ID, "app-password-label")))
+    field.send_keys("Finder on the laptop")
+    browser.find_element(By.ID, "app-password-create").click()
+    secret = wait(browser, EC.visibility_of_element_located((By.ID, "app-password-secret"))).text
+    assert len(secret) == 29 and secret.count("-") == 4, secret
+    assert "Finder on the laptop" in row_text(browser, "Finder on the laptop", table="app-password-rows")
+    assert secret not in browser.find_element(By.ID, "app-password-rows").text
+    _, _, body = call(server["base"], "GET", "/v1/auth/app-passwords", token=server["token"])
+    listed = json.loads(body)["appPasswords"]
+    assert [entry["label"] for entry in listed] == ["Finder on the laptop"] and "password" not in listed[0]
+    screenshot(browser, "app-passwords")
+    click_in_row(browser, "Finder on the laptop", "Revoke", table="app-password-rows")
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, '#app-password-rows tr[data-name="Finder on the laptop"]'))
+    _, _, body = call(server["base"], "GET", "/v1/auth/app-passwords", token=server["token"])
+    assert json.loads(body)["appPasswords"] == []
+    browser.find_element(By.ID, "back-from-settings").click()
+    row(browser, "Projects")
+
+
 def test_phone_width(browser, server):
     browser.set_window_size(390, 844)
     time.sleep(0.3)

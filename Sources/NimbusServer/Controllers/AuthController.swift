@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Hummingbird
 import NimbusAPI
@@ -11,6 +12,38 @@ struct AuthController: Sendable {
         routes.on(.post, "/v1/auth/login", use: login)
         routes.on(.post, "/v1/auth/refresh", use: refresh)
         routes.on(.post, "/v1/auth/logout", use: logout)
+        routes.on(.post, "/v1/auth/app-passwords", use: createAppPassword)
+        routes.on(.get, "/v1/auth/app-passwords", use: listAppPasswords)
+        routes.on(.delete, "/v1/auth/app-passwords/{id}", use: revokeAppPassword)
+    }
+
+    /// A new app password for this account (the access token's): its secret is in this answer only.
+    @Sendable func createAppPassword(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let body = try await request.decode(as: AppPasswordRequest.self, context: context)
+        let label = body.label.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard (1...100).contains(label.count), !label.contains(where: { $0.isNewline || $0.asciiValue.map { $0 < 32 } == true }) else {
+            throw DriveError.badRequest("'label' names what the password is for (\"Finder on my laptop\"): 1 to 100 characters on one line.")
+        }
+        let secret = AppPasswords.make()
+        let record = try await drive.store.createAppPassword(
+            userId: me.userId, label: label, passwordHash: AppPasswords.hash(secret), now: drive.now)
+        return try JSONResponse.make(
+            AppPassword(id: record.id, label: record.label, password: secret, createdAt: record.createdAt), status: .created,
+            headers: [.cacheControl: "no-store"])
+    }
+
+    @Sendable func listAppPasswords(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let records = try await drive.store.appPasswords(userId: me.userId)
+        return try JSONResponse.make(
+            AppPasswordList(appPasswords: records.map { AppPassword(id: $0.id, label: $0.label, createdAt: $0.createdAt, lastUsedAt: $0.lastUsedAt) }))
+    }
+
+    @Sendable func revokeAppPassword(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        try await drive.store.revokeAppPassword(userId: me.userId, id: try context.parameter("id"))
+        return Response(status: .noContent)
     }
 
     @Sendable func registerUser(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -82,6 +115,21 @@ struct AuthController: Sendable {
         let pair = TokenPair(
             accessToken: access.token, refreshToken: refreshToken, expiresAt: access.expiresAt, userId: userId, deviceId: deviceId)
         return try JSONResponse.make(pair, headers: [.cacheControl: "no-store"])
+    }
+}
+
+/// App passwords: 25 characters from a 31-letter alphabet (124 random bits) in five groups, easy to type from one
+/// screen into another; kept as SHA-256 (a slow hash adds nothing to 124 random bits, and a sign-in looks it up).
+enum AppPasswords {
+    static func make() -> String {
+        let alphabet = Array("abcdefghjkmnpqrstuvwxyz23456789")  // no 0/o, 1/l/i: read off a screen
+        var generator = SystemRandomNumberGenerator()
+        let letters = (0..<25).map { _ in alphabet[Int(generator.next(upperBound: UInt32(alphabet.count)))] }
+        return stride(from: 0, to: 25, by: 5).map { String(letters[$0..<$0 + 5]) }.joined(separator: "-")
+    }
+
+    static func hash(_ password: String) -> String {
+        SHA256.hash(data: Data(password.utf8)).hexString
     }
 }
 

@@ -9,7 +9,8 @@ info:
   version: "1"
   description: |
     The API of `nimbus serve`: files and folders, content, revisions, resumable uploads, the change feed and
-    live events. Every `/v1` route except `/v1/auth/*` needs `Authorization: Bearer <accessToken>`.
+    live events. Every `/v1` route except register, login, refresh and logout (`/v1/auth/*`) needs
+    `Authorization: Bearer <accessToken>`; app passwords (`/v1/auth/app-passwords`) need it too.
     Every error is `{"error": {"code": "...", "message": "..."}}`. Timestamps are ISO-8601 UTC with
     milliseconds; ids are opaque strings; checksums are lowercase hex SHA-256 of the whole content.
     A user never sees another user's items: their ids answer 404.
@@ -98,6 +99,47 @@ paths:
         "204": { description: Signed out }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+  /v1/auth/app-passwords:
+    post:
+      tags: [auth]
+      summary: Make an app password (for WebDAV's Basic auth); the password is in this answer only
+      description: >-
+        At most 100 per account. Kept as a SHA-256 hash; changing the account's password deletes them all.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/AppPasswordRequest" }
+      responses:
+        "201":
+          description: Made; `password` is shown this once
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/AppPassword" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "409": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+    get:
+      tags: [auth]
+      summary: The account's app passwords, newest first (never their secrets)
+      responses:
+        "200":
+          description: The app passwords
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/AppPasswordList" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/auth/app-passwords/{id}:
+    delete:
+      tags: [auth]
+      summary: Revoke an app password (a client using it is refused from then on)
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Revoked }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
   /v1/files/root:
     get:
       tags: [files]
@@ -841,6 +883,27 @@ components:
       required: [refreshToken]
       properties:
         refreshToken: { type: string }
+    AppPasswordRequest:
+      type: object
+      required: [label]
+      properties:
+        label: { type: string, minLength: 1, maxLength: 100, description: "What it is for, e.g. \"Finder on the laptop\" (one line)." }
+    AppPassword:
+      type: object
+      required: [id, label, createdAt]
+      properties:
+        id: { type: string }
+        label: { type: string }
+        password: { type: string, description: "Only in the answer to its creation: 25 letters and digits in five groups." }
+        createdAt: { type: string, format: date-time }
+        lastUsedAt: { type: string, format: date-time }
+    AppPasswordList:
+      type: object
+      required: [appPasswords]
+      properties:
+        appPasswords:
+          type: array
+          items: { $ref: "#/components/schemas/AppPassword" }
     File:
       type: object
       required: [id, name, mimeType, parentId, size, createdAt, modifiedAt, trashed]
@@ -1233,9 +1296,10 @@ const state = { folderId: "root", path: [], page: 0, nextPage: 1, loading: false
 
 function show(view) {
   state.view = view;
-  for (const id of ["login-view", "files-view", "trash-view", "revisions-view"]) $(id).hidden = id !== `${view}-view`;
+  for (const id of ["login-view", "files-view", "trash-view", "revisions-view", "settings-view"]) $(id).hidden = id !== `${view}-view`;
   const signedIn = Boolean(session.tokens);
   $("sign-out").hidden = !signedIn;
+  $("settings-button").hidden = !signedIn;
   $("whoami").textContent = signedIn ? session.username() : "";
 }
 
@@ -1434,6 +1498,52 @@ async function restoreFromTrash(file) {
     await api("POST", `/v1/files/${file.id}/untrash`);
     showAlert(`Restored “${file.name}”.`, "info");
     await openTrash();
+  } catch (error) { reportError(error); }
+}
+
+// ---------------------------------------------------------------- settings: app passwords
+
+async function openSettings() {
+  show("settings");
+  $("app-password-new").hidden = true;
+  await loadAppPasswords();
+}
+
+async function loadAppPasswords() {
+  const rows = $("app-password-rows");
+  try {
+    const list = await api("GET", "/v1/auth/app-passwords");
+    rows.replaceChildren(...list.appPasswords.map((entry) => element("tr", { "data-id": entry.id, "data-name": entry.label },
+      element("td", { class: "name" }, entry.label),
+      element("td", { class: "date" }, formatDate(entry.createdAt)),
+      element("td", { class: "date" }, entry.lastUsedAt ? formatDate(entry.lastUsedAt) : "never"),
+      element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => revokeAppPassword(entry), "aria-label": `Revoke ${entry.label}` }, "Revoke")))));
+    $("no-app-passwords").hidden = list.appPasswords.length > 0;
+  } catch (error) { reportError(error); }
+}
+
+async function createAppPassword(event) {
+  event.preventDefault();
+  const label = $("app-password-label").value.trim();
+  if (!label) { showAlert("Give the app password a label: what it is for."); return; }
+  $("app-password-create").disabled = true;
+  try {
+    const made = await api("POST", "/v1/auth/app-passwords", { json: { label } });
+    $("app-password-new-label").textContent = made.label;
+    $("app-password-secret").textContent = made.password;
+    $("app-password-new").hidden = false;
+    $("app-password-label").value = "";
+    await loadAppPasswords();
+  } catch (error) { reportError(error); } finally { $("app-password-create").disabled = false; }
+}
+
+async function revokeAppPassword(entry) {
+  if (!confirm(`Revoke the app password “${entry.label}”? Apps using it will be refused.`)) return;
+  try {
+    await api("DELETE", `/v1/auth/app-passwords/${encodeURIComponent(entry.id)}`);
+    showAlert(`Revoked “${entry.label}”.`, "info");
+    $("app-password-new").hidden = true;
+    await loadAppPasswords();
   } catch (error) { reportError(error); }
 }
 
@@ -1660,6 +1770,9 @@ function setUp() {
   $("upload-close").addEventListener("click", () => $("upload-dialog").close());
   $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files); });
   $("trash-button").addEventListener("click", openTrash);
+  $("settings-button").addEventListener("click", openSettings);
+  $("back-from-settings").addEventListener("click", () => openFolder(state.folderId, state.path));
+  $("app-password-form").addEventListener("submit", createAppPassword);
   $("back-to-files").addEventListener("click", () => openFolder(state.folderId, state.path));
   $("back-from-revisions").addEventListener("click", () => openFolder(state.folderId, state.path));
   $("load-more").addEventListener("click", loadPage);
@@ -1699,6 +1812,7 @@ document.addEventListener("DOMContentLoaded", setUp);
   <a class="brand" href="#/" id="home-link">Nimbus</a>
   <span class="spacer"></span>
   <span id="whoami" class="muted"></span>
+  <button id="settings-button" type="button" hidden>Settings</button>
   <button id="sign-out" type="button" hidden>Sign out</button>
 </header>
 <div id="alert" role="alert" class="alert" hidden></div>
@@ -1740,6 +1854,24 @@ document.addEventListener("DOMContentLoaded", setUp);
     <tbody id="trash-rows"></tbody>
   </table>
   <p id="empty-trash" class="muted center" hidden>The trash is empty.</p>
+</section>
+
+<section id="settings-view" hidden>
+  <div class="toolbar"><button type="button" id="back-from-settings">← Back to files</button><h1>Settings</h1></div>
+  <h2>App passwords</h2>
+  <p class="muted">For apps that sign in with a user name and password (WebDAV: Finder, Windows Explorer, GNOME Files,
+    davfs2, rclone) — never give them your account password. Each is shown once; revoke one and that app is refused.</p>
+  <form id="app-password-form" class="toolbar">
+    <label>Label <input id="app-password-label" maxlength="100" required placeholder="Finder on the laptop"></label>
+    <button type="submit" class="primary" id="app-password-create">Create app password</button>
+  </form>
+  <p id="app-password-new" class="card" hidden>Your new app password for <strong id="app-password-new-label"></strong>
+    (copy it now; it is not shown again): <code id="app-password-secret"></code></p>
+  <table class="files" aria-label="App passwords">
+    <thead><tr><th>Label</th><th class="date">Created</th><th class="date">Last used</th><th class="actions">Actions</th></tr></thead>
+    <tbody id="app-password-rows"></tbody>
+  </table>
+  <p id="no-app-passwords" class="muted center" hidden>No app passwords yet.</p>
 </section>
 
 <section id="revisions-view" hidden>

@@ -27,6 +27,15 @@ protocol MetadataStore: Sendable {
     func recordLoginFailure(key: String, now: Date, allowed: Int, lockout: TimeInterval) async throws
     func clearLoginFailures(key: String) async throws
 
+    /// A new app password for the user (at most ``appPasswordLimit``; more is a 409).
+    func createAppPassword(userId: String, label: String, passwordHash: String, now: Date) async throws -> AppPasswordRecord
+    /// The user's app passwords, newest first.
+    func appPasswords(userId: String) async throws -> [AppPasswordRecord]
+    /// Deletes one of the user's app passwords; another user's or an unknown id is a 404.
+    func revokeAppPassword(userId: String, id: String) async throws
+    /// The app password with this hash, if any, its last use set to `now` (at most once a minute).
+    func useAppPassword(passwordHash: String, now: Date) async throws -> AppPasswordRecord?
+
     /// The shared setting `key`, stored as `value` by the first caller (every replica then reads the same one).
     func sharedSetting(_ key: String, orStore value: String) async throws -> String
 

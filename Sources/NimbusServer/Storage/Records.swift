@@ -23,6 +23,17 @@ struct DeviceRecord: Sendable, Equatable {
     var revokedAt: Date?
 }
 
+/// An app password (for WebDAV's Basic auth): only its SHA-256 is kept — it is 124 random bits, so a fast hash
+/// is as safe as a slow one, and a sign-in finds it by its hash.
+struct AppPasswordRecord: Sendable, Equatable {
+    var id: String
+    var userId: String
+    var label: String
+    var passwordHash: String
+    var createdAt: Date
+    var lastUsedAt: Date?
+}
+
 /// A file or folder row.
 struct FileRecord: Sendable, Equatable {
     var id: String

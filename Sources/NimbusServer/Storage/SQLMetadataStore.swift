@@ -165,6 +165,8 @@ final class SQLMetadataStore: MetadataStore {
         try await write(user: userId) { db, _ in
             try db.perform("UPDATE users SET password_hash = ? WHERE id = ?", [passwordHash, userId])
             try db.perform("UPDATE devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", [Date().millis, userId])
+            // A new password is a fresh start: app passwords made with the old one go too.
+            try db.perform("DELETE FROM app_passwords WHERE user_id = ?", [userId])
         }
     }
 
@@ -263,6 +265,57 @@ final class SQLMetadataStore: MetadataStore {
         try await write { db, _ in
             try db.perform("DELETE FROM login_failures WHERE key = ?", [key])
         }
+    }
+
+    static let appPasswordLimit = 100
+
+    func createAppPassword(userId: String, label: String, passwordHash: String, now: Date) async throws -> AppPasswordRecord {
+        try await write(user: userId) { db, _ in
+            let count = try db.value("SELECT COUNT(*) FROM app_passwords WHERE user_id = ?", [userId], as: Int64.self) ?? 0
+            guard count < Self.appPasswordLimit else {
+                throw DriveError.conflict("This account has \(Self.appPasswordLimit) app passwords; revoke one you no longer use first.")
+            }
+            let record = AppPasswordRecord(id: "ap" + randomToken(), userId: userId, label: label, passwordHash: passwordHash, createdAt: now)
+            try db.perform(
+                "INSERT INTO app_passwords (id, user_id, label, password_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                [record.id, userId, label, passwordHash, now.millis])
+            return record
+        }
+    }
+
+    func appPasswords(userId: String) async throws -> [AppPasswordRecord] {
+        try await database.read { db in
+            try db.fetchAll("SELECT * FROM app_passwords WHERE user_id = ? ORDER BY created_at DESC, id", [userId]).map(Self.appPassword)
+        }
+    }
+
+    func revokeAppPassword(userId: String, id: String) async throws {
+        try await write(user: userId) { db, _ in
+            guard try db.execute("DELETE FROM app_passwords WHERE id = ? AND user_id = ?", [id, userId]) > 0 else {
+                throw DriveError.notFound("No such app password.")
+            }
+        }
+    }
+
+    func useAppPassword(passwordHash: String, now: Date) async throws -> AppPasswordRecord? {
+        guard var record = try await database.read({ db in
+            try db.fetchOne("SELECT * FROM app_passwords WHERE password_hash = ?", [passwordHash]).map(Self.appPassword)
+        }) else { return nil }
+        // Written at most once a minute: a WebDAV client signs every request.
+        if record.lastUsedAt.map({ now.timeIntervalSince($0) >= 60 }) ?? true {
+            let id = record.id
+            try await write(user: record.userId) { db, _ in
+                try db.perform("UPDATE app_passwords SET last_used_at = ? WHERE id = ?", [now.millis, id])
+            }
+            record.lastUsedAt = now
+        }
+        return record
+    }
+
+    static func appPassword(_ row: SQLRow) throws -> AppPasswordRecord {
+        AppPasswordRecord(
+            id: try row.get("id"), userId: try row.get("user_id"), label: try row.get("label"), passwordHash: try row.get("password_hash"),
+            createdAt: Date(millis: try row.get("created_at")), lastUsedAt: (try row.get("last_used_at", as: Int64?.self)).map(Date.init(millis:)))
     }
 
     func sharedSetting(_ key: String, orStore value: String) async throws -> String {

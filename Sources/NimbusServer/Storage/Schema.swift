@@ -146,6 +146,21 @@ enum Schema {
             // embedded store keeps it in the `jwt-secret` file, as before).
             try db.execute(sql: "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         }
+        migrator.registerMigration("5-app-passwords") { db in
+            // Per-device passwords for Basic auth (WebDAV), kept as SHA-256 hashes; revoked ones are deleted.
+            try db.execute(
+                sql: """
+                    CREATE TABLE app_passwords (
+                        id TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        label TEXT NOT NULL,
+                        password_hash TEXT NOT NULL UNIQUE,
+                        created_at INTEGER NOT NULL,
+                        last_used_at INTEGER
+                    );
+                    CREATE INDEX app_passwords_user ON app_passwords(user_id, created_at);
+                    """)
+        }
         return migrator
     }
 }

@@ -154,7 +154,23 @@ enum PostgresSchema {
                 // Settings every replica shares (the token signing key).
                 "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
             ]
-        )
+        ),
+        (
+            "2-app-passwords",
+            [
+                """
+                CREATE TABLE app_passwords (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    label TEXT NOT NULL,
+                    password_hash TEXT NOT NULL UNIQUE,
+                    created_at BIGINT NOT NULL,
+                    last_used_at BIGINT
+                )
+                """,
+                "CREATE INDEX app_passwords_user ON app_passwords(user_id, created_at)",
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
