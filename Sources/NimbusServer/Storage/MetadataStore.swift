@@ -42,6 +42,8 @@ protocol MetadataStore: Sendable {
     // MARK: Files and folders
     func file(id: String, userId: String) async throws -> FileRecord
     func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
+    /// The live item named `name` in the folder `parentId`, if any (WebDAV walks paths with this).
+    func child(named name: String, in parentId: String, userId: String) async throws -> FileRecord?
     func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
     /// A folder or an empty file. `requestId` makes retries return the first result (`created == false`).
     func create(

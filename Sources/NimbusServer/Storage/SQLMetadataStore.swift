@@ -347,6 +347,13 @@ final class SQLMetadataStore: MetadataStore {
         }
     }
 
+    func child(named name: String, in parentId: String, userId: String) async throws -> FileRecord? {
+        try await database.read { db in
+            try db.fetchOne("SELECT * FROM files WHERE parent_id = ? AND user_id = ? AND name = ? AND trash_root IS NULL", [parentId, userId, name])
+                .map(Self.file)
+        }
+    }
+
     func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
         try await database.read { db in
             let total = try db.value("SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root = id", [userId], as: Int.self) ?? 0

@@ -1,0 +1,531 @@
+import Crypto
+import Foundation
+import Hummingbird
+import NimbusAPI
+import NIOFoundationCompat
+
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+/// WebDAV at `/dav/` (RFC 4918 class 1) over the same tree, revisions and trash as `/v1`: the metadata store is the
+/// one source of truth, so a change made here is in the change feed and live events like any other.
+///
+/// Signed in with HTTP Basic: the user name and an app password (never the account password; failures count
+/// towards the same lockout as logins). Paths are names from the user's root: `/dav/Work/report.pdf`.
+/// - `PROPFIND` Depth 0 or 1 (a missing Depth is 1; `infinity` is refused with `propfind-finite-depth`);
+/// - `GET`/`HEAD` with `Range` (the `/v1` content code), `PUT` streamed into a new file or a new revision;
+/// - `MKCOL`, `DELETE` (to the trash), `MOVE` and `COPY` (`Overwrite`, `Depth`), `If-Match`/`If-None-Match` → 412;
+/// - `getetag` is the revision id (a folder's: its metadata version), quota properties from RFC 4331.
+///
+/// It is a middleware rather than routes: WebDAV's methods and its open-ended paths are not `/v1` routes (they are
+/// not in `openapi.yaml`, and the 405 logic of ``ErrorMiddleware`` does not apply to them).
+struct DAVMiddleware: RouterMiddleware {
+    typealias Context = NimbusRequestContext
+    let drive: Drive
+
+    static let prefix = "/dav"
+    static let methods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, MKCOL, COPY, MOVE"
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let path = request.uri.path
+        guard path == Self.prefix || path.hasPrefix(Self.prefix + "/") else { return try await next(request, context) }
+        do {
+            return try await DAVRequest(drive: drive, request: request, context: context).respond()
+        } catch let error as DAVError {
+            return error.response
+        } catch {
+            return DAVError(DriveError.from(error)).response
+        }
+    }
+}
+
+/// A WebDAV failure: a status, and a short text (or an RFC 4918 `DAV:error` body) saying what to do.
+struct DAVError: Error {
+    var status: HTTPResponse.Status
+    var message: String
+    var headers: HTTPFields = [:]
+    var condition: String?
+
+    init(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:], condition: String? = nil) {
+        self.status = status
+        self.message = message
+        self.headers = headers
+        self.condition = condition
+    }
+
+    /// The `/v1` error as WebDAV says it: a stale `If-Match` is 412 here (409 in `/v1`), a clash with a name 412.
+    init(_ error: DriveError) {
+        switch error {
+        case .versionConflict(let message, _): self.init(.preconditionFailed, message)
+        case .nameConflict(let name, _): self.init(.preconditionFailed, "'\(name)' exists already.")
+        case .tooManyRequests(let message, let retryAfter): self.init(.tooManyRequests, message, headers: [.retryAfter: String(retryAfter)])
+        case .unauthorized(let message): self.init(.unauthorized, message, headers: DAVRequest.challenge)
+        default: self.init(error.status, error.body.error.message)
+        }
+    }
+
+    var response: Response {
+        var headers = headers
+        let body: String
+        if let condition {
+            headers[.contentType] = "application/xml; charset=utf-8"
+            body = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:error xmlns:D=\"DAV:\"><D:\(condition)/></D:error>\n"
+        } else {
+            headers[.contentType] = "text/plain; charset=utf-8"
+            body = message + "\n"
+        }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}
+
+/// One WebDAV request, signed in.
+struct DAVRequest {
+    let drive: Drive
+    let request: Request
+    let context: NimbusRequestContext
+
+    static let challenge: HTTPFields = [.wwwAuthenticate: "Basic realm=\"Nimbus\", charset=\"UTF-8\""]
+
+    func respond() async throws -> Response {
+        let method = request.method.rawValue
+        if method == "OPTIONS" {
+            // Answered before signing in: clients (Windows, Office) ask what the server speaks first.
+            return Response(status: .ok, headers: [
+                .init("DAV")!: "1", .allow: DAVMiddleware.methods, .init("MS-Author-Via")!: "DAV", .contentLength: "0",
+            ])
+        }
+        let me = try await signIn()
+        let segments = try Self.segments(of: request.uri.path)
+        switch method {
+        case "PROPFIND": return try await propfind(me, segments)
+        case "GET", "HEAD": return try await get(me, segments)
+        case "PUT": return try await put(me, segments)
+        case "MKCOL": return try await mkcol(me, segments)
+        case "DELETE": return try await delete(me, segments)
+        case "MOVE", "COPY": return try await moveOrCopy(me, segments, copy: method == "COPY")
+        case "PROPPATCH", "LOCK", "UNLOCK":
+            throw DAVError(.methodNotAllowed, "\(method) is not supported here yet (WebDAV class 1).", headers: [.allow: DAVMiddleware.methods])
+        default:
+            throw DAVError(.methodNotAllowed, "\(method) is not a WebDAV method this server takes.", headers: [.allow: DAVMiddleware.methods])
+        }
+    }
+
+    // MARK: Signing in
+
+    /// Basic auth with the user name and one of the user's app passwords. Failures count towards the login
+    /// lockout of that account from that address, exactly like `POST /v1/auth/login`.
+    func signIn() async throws -> Identity {
+        guard let header = request.headers[.authorization] else {
+            throw DAVError(.unauthorized, "Sign in with your user name and an app password (make one in Settings or with 'nimbus app-password add').", headers: Self.challenge)
+        }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "basic", let decoded = Data(base64Encoded: String(parts[1])),
+            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        else {
+            throw DAVError(.unauthorized, "The Authorization header must be 'Basic base64(user:app-password)'.", headers: Self.challenge)
+        }
+        let username = String(text[..<colon])
+        let password = String(text[text.index(after: colon)...])
+        let key = "user:" + username.lowercased() + "|ip:" + context.remoteIP
+        if let wait = try await drive.store.loginLockout(key: key, now: drive.now) {
+            throw DAVError(.tooManyRequests, "Too many failed sign-ins for this account from this address; try again in \(wait) s.", headers: [.retryAfter: String(wait)])
+        }
+        let record = try await drive.store.useAppPassword(passwordHash: AppPasswords.hash(password), now: drive.now)
+        let user = try await drive.store.user(username: username)
+        guard let record, let user, record.userId == user.id else {
+            try await drive.store.recordLoginFailure(
+                key: key, now: drive.now, allowed: drive.configuration.loginFailuresAllowed, lockout: drive.configuration.loginLockout.timeInterval)
+            throw DAVError(.unauthorized, "Wrong user name or app password (WebDAV takes app passwords, not the account password).", headers: Self.challenge)
+        }
+        return Identity(userId: user.id, deviceId: "app-password:" + record.id)
+    }
+
+    // MARK: Paths
+
+    /// The decoded names after `/dav/`; `..`, `.` and empty names (but a trailing slash) are refused.
+    static func segments(of rawPath: String) throws -> [String] {
+        let rest = rawPath.dropFirst(DAVMiddleware.prefix.count)
+        var names: [String] = []
+        let parts = rest.split(separator: "/", omittingEmptySubsequences: false)
+        for (index, part) in parts.enumerated() {
+            if part.isEmpty {
+                // The leading "/" and a trailing one (a collection's href) are fine; "a//b" is not.
+                guard index == 0 || index == parts.count - 1 else { throw DAVError(.badRequest, "The path has an empty name in it.") }
+                continue
+            }
+            guard let name = String(part).removingPercentEncoding, name != ".", name != "..", !name.contains("/") else {
+                throw DAVError(.badRequest, "'\(part)' is not a valid name in a path.")
+            }
+            names.append(name)
+        }
+        return names
+    }
+
+    /// The href of the item at `names` (percent-encoded per name; collections end with "/").
+    static func href(_ names: [String], folder: Bool) -> String {
+        let encoded = names.map { $0.addingPercentEncoding(withAllowedCharacters: unreserved) ?? $0 }
+        let path = DAVMiddleware.prefix + "/" + encoded.joined(separator: "/")
+        return folder && !names.isEmpty ? path + "/" : path
+    }
+
+    static let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@")
+
+    /// The live item at `names`, or nil; a missing folder on the way is nil too.
+    func resolve(_ me: Identity, _ names: [String]) async throws -> FileRecord? {
+        var current = try await drive.file("root", for: me)
+        for name in names {
+            guard current.isFolder, let child = try await drive.store.child(named: name, in: current.id, userId: me.userId) else { return nil }
+            current = child
+        }
+        return current
+    }
+
+    /// The folder a new item at `names` goes into: 409 when it does not exist (RFC 4918: intermediate collections
+    /// are never made implicitly).
+    func parentFolder(_ me: Identity, of names: [String]) async throws -> FileRecord {
+        guard let parent = try await resolve(me, Array(names.dropLast())), parent.isFolder else {
+            throw DAVError(.conflict, "The folder '/\(names.dropLast().joined(separator: "/"))' does not exist; create it first (MKCOL).")
+        }
+        return parent
+    }
+
+    func require(_ me: Identity, _ names: [String]) async throws -> FileRecord {
+        guard let item = try await resolve(me, names) else { throw DAVError(.notFound, "Nothing at '/\(names.joined(separator: "/"))'.") }
+        return item
+    }
+
+    /// `If-Match` / `If-None-Match` against the item's ETag (`*` = exists): 412 when they do not hold.
+    func checkPreconditions(_ item: FileRecord?) throws {
+        if let condition = request.headers[.ifMatch] {
+            guard let item, condition.trimmingCharacters(in: .whitespaces) == "*" || ETag.matches(condition, item.etag) else {
+                throw DAVError(.preconditionFailed, "If-Match does not hold: the item changed (or is missing) since you read it.")
+            }
+        }
+        if let condition = request.headers[.ifNoneMatch], let item {
+            if condition.trimmingCharacters(in: .whitespaces) == "*" || ETag.matches(condition, item.etag) {
+                throw DAVError(.preconditionFailed, "If-None-Match does not hold: the item exists.")
+            }
+        }
+    }
+
+    // MARK: Reading
+
+    func get(_ me: Identity, _ names: [String]) async throws -> Response {
+        let item = try await require(me, names)
+        if item.isFolder {
+            // A browser pointed at /dav/ gets a plain listing; WebDAV clients use PROPFIND.
+            var lines = ["Index of /\(names.joined(separator: "/"))", ""]
+            for child in try await allChildren(me, of: item) { lines.append(child.isFolder ? child.name + "/" : child.name) }
+            let body = lines.joined(separator: "\n") + "\n"
+            var headers: HTTPFields = [.contentType: "text/plain; charset=utf-8", .eTag: "\"\(item.etag)\"", .contentLength: String(body.utf8.count)]
+            headers[.lastModified] = HTTPDate.string(from: item.modifiedAt)
+            return Response(status: .ok, headers: headers, body: request.method == .head ? .init() : .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        guard let revisionId = item.headRevisionId else { throw DAVError(.notFound, "'\(item.name)' has no content.") }
+        try checkPreconditions(item)
+        let revision = try await drive.store.revision(userId: me.userId, fileId: item.id, revisionId: revisionId)
+        var response = try await ContentController(drive: drive).stream(revision, name: item.name, request: request, userId: me.userId)
+        // WebDAV clients open files in place: no attachment disposition here.
+        response.headers[.contentDisposition] = nil
+        if request.method == .head { response.body = .init() }
+        return response
+    }
+
+    func allChildren(_ me: Identity, of folder: FileRecord) async throws -> [FileRecord] {
+        var result: [FileRecord] = []
+        var page = 1
+        while true {
+            let batch = try await drive.store.children(of: folder.id, userId: me.userId, paging: Paging(page: page, limit: Paging.maxLimit))
+            result += batch.files
+            if batch.files.count < Paging.maxLimit || result.count >= batch.total { return result }
+            page += 1
+        }
+    }
+
+    // MARK: PROPFIND
+
+    func propfind(_ me: Identity, _ names: [String]) async throws -> Response {
+        let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
+        guard depth == "0" || depth == "1" else {
+            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "propfind-finite-depth")
+        }
+        let body = try await request.body.collect(upTo: 1 << 20)
+        let wanted = try PropfindBody.parse(Data(buffer: body))
+        let item = try await require(me, names)
+        let user = try await drive.store.user(id: me.userId)
+        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
+        xml += Self.propResponse(item, names: names, wanted: wanted, user: user)
+        if depth == "1" && item.isFolder {
+            for child in try await allChildren(me, of: item) {
+                xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user)
+            }
+        }
+        xml += "</D:multistatus>\n"
+        return Response(
+            status: .init(code: 207, reasonPhrase: "Multi-Status"),
+            headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
+            body: .init(byteBuffer: ByteBuffer(string: xml)))
+    }
+
+    /// The live properties this server has, in the `DAV:` namespace.
+    static let liveProperties = [
+        "resourcetype", "displayname", "getetag", "getlastmodified", "creationdate", "getcontentlength", "getcontenttype",
+        "quota-used-bytes", "quota-available-bytes",
+    ]
+
+    static func propResponse(_ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?) -> String {
+        var found: [String] = []
+        var missing: [String] = []
+        func value(_ name: String) -> String? {
+            switch name {
+            case "resourcetype": return item.isFolder ? "<D:collection/>" : ""
+            case "displayname": return xmlEscape(names.last ?? "")
+            case "getetag": return xmlEscape("\"\(item.etag)\"")
+            case "getlastmodified": return HTTPDate.string(from: item.modifiedAt)
+            case "creationdate": return iso8601(item.createdAt)
+            case "getcontentlength": return item.isFolder ? nil : String(item.size)
+            case "getcontenttype": return item.isFolder ? nil : xmlEscape(item.mimeType)
+            case "quota-used-bytes": return item.isFolder ? user.map { String($0.usedBytes) } : nil
+            case "quota-available-bytes":
+                guard item.isFolder, let user else { return nil }
+                return user.quotaLimit.map { String(max(0, $0 - user.usedBytes)) }
+            default: return nil
+            }
+        }
+        switch wanted {
+        case .allprop:
+            for name in liveProperties where !name.hasPrefix("quota") {
+                if let value = value(name) { found.append(value.isEmpty ? "<D:\(name)/>" : "<D:\(name)>\(value)</D:\(name)>") }
+            }
+        case .propname:
+            for name in liveProperties where value(name) != nil { found.append("<D:\(name)/>") }
+        case .prop(let properties):
+            for property in properties {
+                if property.namespace == "DAV:", let value = value(property.name) {
+                    found.append(value.isEmpty ? "<D:\(property.name)/>" : "<D:\(property.name)>\(value)</D:\(property.name)>")
+                } else {
+                    missing.append(property.element)
+                }
+            }
+        }
+        var xml = "<D:response><D:href>\(xmlEscape(href(names, folder: item.isFolder)))</D:href>"
+        if !found.isEmpty || missing.isEmpty {
+            xml += "<D:propstat><D:prop>\(found.joined())</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat>"
+        }
+        if !missing.isEmpty {
+            xml += "<D:propstat><D:prop>\(missing.joined())</D:prop><D:status>HTTP/1.1 404 Not Found</D:status></D:propstat>"
+        }
+        return xml + "</D:response>\n"
+    }
+
+    static func iso8601(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+
+    static func xmlEscape(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for character in text.unicodeScalars {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            default: out.unicodeScalars.append(character)
+            }
+        }
+        return out
+    }
+
+    // MARK: Writing
+
+    /// The body becomes a new file, or a new revision of the file there (history keeps the old one).
+    func put(_ me: Identity, _ names: [String]) async throws -> Response {
+        guard let name = names.last else { throw DAVError(.methodNotAllowed, "The root is a folder; PUT a file into it.") }
+        if request.headers[.contentRange] != nil {
+            throw DAVError(.badRequest, "Partial PUT (Content-Range) is not supported; send the whole file.")
+        }
+        let existing = try await resolve(me, names)
+        if let existing, existing.isFolder { throw DAVError(.methodNotAllowed, "'\(name)' is a folder; a file cannot replace it.") }
+        try checkPreconditions(existing)
+        let parent = try await parentFolder(me, of: names)
+        let max = drive.configuration.maxUploadSize
+        let declared = request.headers[.contentLength].flatMap { Int64($0) }
+        if let declared, declared > max { throw DAVError(.contentTooLarge, "Files can be at most \(max) bytes; this one is \(declared).") }
+        let sentType = request.headers[.contentType].flatMap { type in
+            ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
+        }
+        let mimeType = try FilesController.validMimeType(sentType ?? existing?.mimeType ?? MimeType.guess(forName: name))
+        let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: nil) }
+            ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
+        if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
+            throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
+        }
+        let content: StagedContent
+        if let declared, declared <= StagedContent.inlineLimit {
+            content = .inline(Array(buffer: try await request.body.collect(upTo: StagedContent.inlineLimit)), mimeType: mimeType)
+        } else {
+            content = try await UploadController.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType).content
+        }
+        let file = try await drive.store.commitContent(userId: me.userId, target: target, content: content, now: drive.now)
+        return Response(status: existing == nil ? .created : .noContent, headers: [.eTag: "\"\(file.etag)\"", .contentLength: "0"])
+    }
+
+    func mkcol(_ me: Identity, _ names: [String]) async throws -> Response {
+        guard let name = names.last else { throw DAVError(.methodNotAllowed, "The root exists.") }
+        let body = try await request.body.collect(upTo: 1024)
+        guard body.readableBytes == 0 else { throw DAVError(.unsupportedMediaType, "MKCOL takes no body.") }
+        if try await resolve(me, names) != nil { throw DAVError(.methodNotAllowed, "'\(name)' exists already.") }
+        let parent = try await parentFolder(me, of: names)
+        _ = try await drive.store.create(
+            userId: me.userId, parentId: parent.id, name: try FilesController.validName(name), mimeType: folderMimeType, policy: .fail,
+            requestId: nil, now: drive.now)
+        return Response(status: .created, headers: [.contentLength: "0"])
+    }
+
+    /// To the trash (restorable there and in `/v1/trash`), the whole tree for a folder.
+    func delete(_ me: Identity, _ names: [String]) async throws -> Response {
+        guard !names.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be deleted.") }
+        if request.uri.path.contains("#") { throw DAVError(.badRequest, "A fragment is not part of a path.") }
+        let item = try await require(me, names)
+        try checkPreconditions(item)
+        _ = try await drive.store.trash(userId: me.userId, fileId: item.id, now: drive.now)
+        return Response(status: .noContent)
+    }
+
+    func moveOrCopy(_ me: Identity, _ names: [String], copy: Bool) async throws -> Response {
+        guard !names.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be moved or copied.") }
+        guard let destinationHeader = request.headers[.init("Destination")!] else { throw DAVError(.badRequest, "A Destination header is needed.") }
+        let destinationPath: String
+        if let url = URL(string: destinationHeader), url.scheme != nil {
+            destinationPath = url.path(percentEncoded: true)
+        } else {
+            destinationPath = destinationHeader
+        }
+        guard destinationPath == DAVMiddleware.prefix || destinationPath.hasPrefix(DAVMiddleware.prefix + "/") else {
+            throw DAVError(.badGateway, "The destination is not on this WebDAV share (\(DAVMiddleware.prefix)/).")
+        }
+        let target = try Self.segments(of: destinationPath)
+        guard !target.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be replaced.") }
+        guard target != names else { throw DAVError(.forbidden, "The source and the destination are the same.") }
+        if target.count > names.count && Array(target.prefix(names.count)) == names {
+            throw DAVError(.forbidden, "A folder cannot be moved or copied into itself.")
+        }
+        let overwrite = (request.headers[.init("Overwrite")!]?.trimmingCharacters(in: .whitespaces).uppercased() ?? "T") != "F"
+        let source = try await require(me, names)
+        try checkPreconditions(source)
+        let parent = try await parentFolder(me, of: target)
+        let newName = try FilesController.validName(target[target.count - 1])
+        let existing = try await resolve(me, target)
+        if existing != nil && !overwrite {
+            throw DAVError(.preconditionFailed, "'/\(target.joined(separator: "/"))' exists and Overwrite is F.")
+        }
+        if copy {
+            let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "infinity"
+            guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "COPY takes Depth 0 or infinity.") }
+            if let existing, existing.isFolder || source.isFolder {
+                _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now)
+                try await copyItem(me, source, into: parent, name: newName, over: nil, deep: depth == "infinity")
+            } else {
+                try await copyItem(me, source, into: parent, name: newName, over: existing, deep: depth == "infinity")
+            }
+        } else {
+            if let existing { _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now) }
+            _ = try await drive.store.update(
+                userId: me.userId, fileId: source.id, name: newName, parentId: parent.id, ifMatch: nil, now: drive.now)
+        }
+        return Response(status: existing == nil ? .created : .noContent, headers: [.contentLength: "0"])
+    }
+
+    /// A copy shares the source's blocks (nothing is read or written but metadata). Copying a file onto a file
+    /// makes a new revision of the destination, so its history stays.
+    func copyItem(_ me: Identity, _ source: FileRecord, into parent: FileRecord, name: String, over existing: FileRecord?, deep: Bool) async throws {
+        if source.isFolder {
+            let folder = try await drive.store.create(
+                userId: me.userId, parentId: parent.id, name: name, mimeType: folderMimeType, policy: .fail, requestId: nil, now: drive.now
+            ).file
+            guard deep else { return }
+            for child in try await allChildren(me, of: source) {
+                try await copyItem(me, child, into: folder, name: child.name, over: nil, deep: true)
+            }
+            return
+        }
+        guard let revisionId = source.headRevisionId else {
+            _ = try await drive.store.create(
+                userId: me.userId, parentId: parent.id, name: name, mimeType: source.mimeType, policy: .fail, requestId: nil, now: drive.now)
+            return
+        }
+        let (revision, blocks) = try await drive.store.revisionWithBlocks(userId: me.userId, revisionId: revisionId)
+        let content = StagedContent(
+            blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
+            checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType)
+        let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: nil) } ?? .new(parentId: parent.id, name: name, policy: .fail)
+        _ = try await drive.store.commitStoredContent(userId: me.userId, target: target, content: content, now: drive.now)
+    }
+}
+
+/// What a PROPFIND asks for: everything, the names, or the listed properties.
+enum PropfindBody: Equatable {
+    case allprop
+    case propname
+    case prop([Property])
+
+    struct Property: Equatable {
+        var namespace: String
+        var name: String
+
+        /// The property as an empty element, for a 404 propstat.
+        var element: String {
+            namespace == "DAV:" ? "<D:\(name)/>" : "<\(name) xmlns=\"\(DAVRequest.xmlEscape(namespace))\"/>"
+        }
+    }
+
+    /// An empty body is `allprop`; anything else must be a well-formed `DAV:propfind` (400 otherwise).
+    static func parse(_ data: Data) throws -> PropfindBody {
+        guard data.contains(where: { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }) else { return .allprop }
+        let reader = Reader()
+        let parser = XMLParser(data: data)
+        parser.shouldProcessNamespaces = true
+        parser.delegate = reader
+        guard parser.parse(), let result = reader.result else {
+            throw DAVError(.badRequest, "The PROPFIND body is not a well-formed DAV:propfind document.")
+        }
+        return result
+    }
+
+    private final class Reader: NSObject, XMLParserDelegate {
+        var path: [(namespace: String, name: String)] = []
+        var properties: [Property] = []
+        var mode: PropfindBody?
+        var result: PropfindBody? {
+            switch mode {
+            case .prop: .prop(properties)
+            default: mode
+            }
+        }
+
+        func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
+            let namespace = namespaceURI ?? ""
+            if path.isEmpty, !(namespace == "DAV:" && name == "propfind") { parser.abortParsing() }
+            if path.count == 1 && namespace == "DAV:" {
+                switch name {
+                case "allprop": mode = .allprop
+                case "propname": mode = .propname
+                case "prop": mode = .prop([])
+                default: break
+                }
+            }
+            if path.count == 2 && path[1].namespace == "DAV:" && path[1].name == "prop" {
+                properties.append(Property(namespace: namespace, name: name))
+            }
+            path.append((namespace, name))
+        }
+
+        func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
+            _ = path.popLast()
+        }
+    }
+}

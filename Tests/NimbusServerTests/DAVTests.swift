@@ -1,0 +1,142 @@
+import Foundation
+import NIOHTTP1
+import NimbusAPI
+@testable import NimbusServer
+import NimbusTestSupport
+import Testing
+
+/// WebDAV at /dav/: the same tree, revisions and trash as /v1, signed in with app passwords.
+@Suite("WebDAV")
+struct DAVTests {
+    /// A signed-up user with an app password: the /v1 client and the Basic credentials.
+    static func user(_ server: TestServer, _ name: String = "dav" + UUID().uuidString.prefix(6).lowercased()) async throws -> (api: APIClient, basic: String) {
+        let api = try await server.signUp(name)
+        let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "tests")).decode()
+        return (api, "Basic " + Data("\(name):\(try #require(made.password))".utf8).base64EncodedString())
+    }
+
+    @Test("Basic auth takes app passwords only: none, wrong, the account password or a revoked one → 401 with a challenge; failures lock out like logins")
+    func signIn() async throws {
+        try await TestServer.run { server in
+            let name = "davauth"
+            let (api, basic) = try await Self.user(server, name)
+            let anonymous = APIClient(baseURL: server.baseURL)
+            #expect(try await anonymous.send(.PROPFIND, "/dav/", headers: ["Authorization": basic, "Depth": "0"]).status == 207)
+            let options = try await anonymous.send(.OPTIONS, "/dav/")
+            #expect(options.status == 200 && options.header("DAV")?.contains("1") == true)
+            for header in [nil, "Basic " + Data("\(name):correct horse".utf8).base64EncodedString(), "Basic !!!", "Bearer \(api.token ?? "")"] {
+                let reply = try await anonymous.send(.PROPFIND, "/dav/", headers: header.map { ["Authorization": $0, "Depth": "0"] } ?? ["Depth": "0"])
+                #expect(reply.status == 401, "\(header ?? "none")")
+                #expect(reply.header("WWW-Authenticate")?.hasPrefix("Basic") == true)
+            }
+            let list: AppPasswordList = try await api.get("/v1/auth/app-passwords").decode()
+            #expect(list.appPasswords.first?.lastUsedAt != nil, "a sign-in records when the password was last used")
+            #expect(try await api.send(.DELETE, "/v1/auth/app-passwords/\(try #require(list.appPasswords.first).id)").status == 204)
+            #expect(try await anonymous.send(.PROPFIND, "/dav/", headers: ["Authorization": basic, "Depth": "0"]).status == 401, "revoked")
+            // Wrong app passwords count towards the same lockout as logins.
+            var locked = false
+            for _ in 0..<12 where !locked {
+                let reply = try await anonymous.send(.GET, "/dav/", headers: ["Authorization": "Basic " + Data("\(name):wrong-guess".utf8).base64EncodedString()])
+                locked = reply.status == 429
+                #expect(reply.status == 401 || reply.status == 429)
+            }
+            #expect(locked)
+        }
+    }
+
+    @Test("PUT, GET, PROPFIND, MKCOL, MOVE, COPY and DELETE act on the /v1 tree: revisions, trash, change feed, ETags and If-Match")
+    func sameTree() async throws {
+        try await TestServer.run { server in
+            let (api, basic) = try await Self.user(server)
+            let dav = APIClient(baseURL: server.baseURL)
+            func send(_ method: HTTPMethod, _ path: String, _ body: Data? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
+                try await dav.send(method, path, body: body, headers: headers.merging(["Authorization": basic]) { a, _ in a })
+            }
+            let cursor: ChangeCursor = try await api.get("/v1/changes/start").decode()
+
+            #expect(try await send(.MKCOL, "/dav/Work").status == 201)
+            #expect(try await send(.MKCOL, "/dav/Work").status == 405, "exists")
+            #expect(try await send(.MKCOL, "/dav/No/Such").status == 409, "no parent")
+            let first = Data("first version".utf8)
+            let put = try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["Content-Type": "text/plain"])
+            #expect(put.status == 201)
+            let files = try await api.list(try await api.list().files.first { $0.name == "Work" }?.id).files
+            let file = try #require(files.first { $0.name == "nötes.txt" })
+            #expect(put.header("ETag") == "\"\(try #require(file.revisionId))\"")
+            #expect(try await send(.GET, "/dav/Work/n%C3%B6tes.txt").body == first)
+            #expect(try await send(.GET, "/dav/Work/n%C3%B6tes.txt", nil, ["Range": "bytes=0-4"]).body == Data("first".utf8))
+
+            // A second PUT is a new revision; a stale If-Match is 412 and changes nothing.
+            let second = Data(repeating: 0x42, count: 200_000)
+            #expect(try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", second, ["If-Match": "\"\(file.revisionId!)\""]).status == 204)
+            #expect(try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["If-Match": "\"\(file.revisionId!)\""]).status == 412)
+            #expect(try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["If-None-Match": "*"]).status == 412)
+            #expect(try await api.content(file.id) == second)
+            let revisions: RevisionList = try await api.get("/v1/files/\(file.id)/revisions").decode()
+            #expect(revisions.revisions.count == 2)
+
+            // PROPFIND: Depth 1 lists the children with getetag = the revision id; infinity is refused.
+            let head = try await api.get("/v1/files/\(file.id)").decode(File.self)
+            let listing = try await send(.PROPFIND, "/dav/Work/", nil, ["Depth": "1"])
+            #expect(listing.status == 207)
+            #expect(listing.text.contains("<D:href>/dav/Work/n%C3%B6tes.txt</D:href>"), "\(listing.text)")
+            #expect(listing.text.contains("<D:getetag>&quot;\(head.revisionId!)&quot;</D:getetag>"))
+            #expect(listing.text.contains("<D:getcontentlength>200000</D:getcontentlength>"))
+            let quota = try await send(.PROPFIND, "/dav/", Data(#"<?xml version="1.0"?><propfind xmlns="DAV:"><prop><quota-used-bytes/><getetag/><nothere xmlns="urn:x"/></prop></propfind>"#.utf8), ["Depth": "0"])
+            #expect(quota.text.contains("<D:quota-used-bytes>") && quota.text.contains("404 Not Found"), "\(quota.text)")
+            #expect(try await send(.PROPFIND, "/dav/", nil, ["Depth": "infinity"]).status == 403)
+            #expect(try await send(.PROPFIND, "/dav/", Data("<not xml".utf8), ["Depth": "0"]).status == 400)
+
+            // MOVE keeps the file (its id and history); COPY shares the blocks; DELETE goes to the trash.
+            #expect(try await send(.MOVE, "/dav/Work/n%C3%B6tes.txt", nil, ["Destination": "\(server.baseURL)/dav/renamed.txt"]).status == 201)
+            #expect(try await api.get("/v1/files/\(file.id)").decode(File.self).name == "renamed.txt")
+            #expect(try await send(.COPY, "/dav/renamed.txt", nil, ["Destination": "/dav/Work/copy.txt"]).status == 201)
+            #expect(try await send(.COPY, "/dav/renamed.txt", nil, ["Destination": "/dav/Work/copy.txt", "Overwrite": "F"]).status == 412)
+            #expect(try await send(.GET, "/dav/Work/copy.txt").body == second)
+            #expect(try await send(.MOVE, "/dav/Work", nil, ["Destination": "/dav/Work/inside"]).status == 403)
+            #expect(try await send(.DELETE, "/dav/renamed.txt").status == 204)
+            #expect(try await send(.GET, "/dav/renamed.txt").status == 404)
+            let trash: FileList = try await api.get("/v1/trash").decode()
+            #expect(trash.files.map(\.id) == [file.id], "restorable from the trash")
+
+            // Every change is in the change feed like any other.
+            let changes: ChangeList = try await api.get("/v1/changes?cursor=\(cursor.cursor)&limit=100").decode()
+            let changedNames = Set(changes.changes.compactMap { change in change.file.map(\.name) })
+            #expect(changedNames.isSuperset(of: ["Work", "copy.txt"]), "\(changedNames)")
+            #expect(changes.changes.contains { $0.fileId == file.id })
+        }
+    }
+
+    @Test("litmus (the WebDAV test suite) passes basic, copymove and http against /dav/")
+    func litmus() async throws {
+        let litmus = try #require(["/usr/bin/litmus", "/usr/local/bin/litmus"].first { FileManager.default.isExecutableFile(atPath: $0) },
+            "litmus is not installed (apt-get install litmus; .ci/run does)")
+        try await TestServer.run { server in
+            let name = "litmus" + UUID().uuidString.prefix(4).lowercased()
+            let api = try await server.signUp(name)
+            let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "litmus")).decode()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: litmus)
+            process.arguments = ["\(server.baseURL)/dav/", name, try #require(made.password)]
+            var environment = ProcessInfo.processInfo.environment
+            environment["TESTS"] = "basic copymove http"
+            process.environment = environment
+            let directory = FileManager.default.temporaryDirectory.appending(path: "litmus-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            process.currentDirectoryURL = directory
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let data = await Task.detached { output.fileHandleForReading.readDataToEndOfFile() }.value
+            process.waitUntilExit()
+            let text = String(decoding: data, as: UTF8.self)
+            for suite in ["basic", "copymove", "http"] {
+                let summary = text.split(separator: "\n").first { $0.contains("summary for `\(suite)'") }
+                #expect(summary?.contains(" 0 failed") == true, "\(suite): \(summary ?? "no summary")\n\(text)")
+            }
+            #expect(process.terminationStatus == 0, "\(text)")
+        }
+    }
+}
