@@ -30,7 +30,7 @@ public enum Migration {
     /// Tables in the order their rows can be inserted (users before what references them).
     static let tables = [
         "users", "devices", "login_failures", "files", "revisions", "revision_blocks", "blocks", "changes", "uploads", "upload_blocks",
-        "settings", "app_passwords",
+        "settings", "app_passwords", "dav_properties",
     ]
 
     /// Copies and verifies; `progress` gets a line per step. Throws (changing nothing more) when verification fails.

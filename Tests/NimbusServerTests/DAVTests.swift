@@ -107,7 +107,40 @@ struct DAVTests {
         }
     }
 
-    @Test("litmus (the WebDAV test suite) passes basic, copymove and http against /dav/")
+    @Test("PROPPATCH stores dead properties (kept through MOVE, copied by COPY, listed by PROPFIND); a protected one fails the whole request")
+    func deadProperties() async throws {
+        try await TestServer.run { server in
+            let (_, basic) = try await Self.user(server)
+            let dav = APIClient(baseURL: server.baseURL)
+            func send(_ method: HTTPMethod, _ path: String, _ body: String? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
+                try await dav.send(method, path, body: body.map { Data($0.utf8) }, headers: headers.merging(["Authorization": basic]) { a, _ in a })
+            }
+            #expect(try await send(.PUT, "/dav/a.txt", "hello").status == 201)
+            let set = #"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:Z="urn:example"><D:set><D:prop><Z:colour>blue ✓</Z:colour><Z:tree><Z:leaf>1</Z:leaf></Z:tree></D:prop></D:set></D:propertyupdate>"#
+            let patched = try await send(.PROPPATCH, "/dav/a.txt", set)
+            #expect(patched.status == 207 && patched.text.contains("200 OK") && !patched.text.contains("403"), "\(patched.text)")
+            #expect(try await send(.MOVE, "/dav/a.txt", nil, ["Destination": "/dav/b.txt"]).status == 201)
+            #expect(try await send(.COPY, "/dav/b.txt", nil, ["Destination": "/dav/c.txt"]).status == 201)
+            let ask = #"<?xml version="1.0"?><propfind xmlns="DAV:"><prop><colour xmlns="urn:example"/><tree xmlns="urn:example"/></prop></propfind>"#
+            for path in ["/dav/b.txt", "/dav/c.txt"] {
+                let found = try await send(.PROPFIND, path, ask, ["Depth": "0"])
+                #expect(found.text.contains(#"<colour xmlns="urn:example">blue ✓</colour>"#), "\(path): \(found.text)")
+                #expect(found.text.contains(#"<leaf xmlns="urn:example">1</leaf>"#), "\(path): \(found.text)")
+                #expect(!found.text.contains("404 Not Found"))
+            }
+            // A protected (live) property in the request: 403 for it, 424 for the rest, nothing changed.
+            let mixed = #"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:Z="urn:example"><D:set><D:prop><Z:colour>red</Z:colour><D:getetag>x</D:getetag></D:prop></D:set></D:propertyupdate>"#
+            let refused = try await send(.PROPPATCH, "/dav/b.txt", mixed)
+            #expect(refused.text.contains("403 Forbidden") && refused.text.contains("424 Failed Dependency"), "\(refused.text)")
+            #expect(try await send(.PROPFIND, "/dav/b.txt", ask, ["Depth": "0"]).text.contains("blue ✓"))
+            let remove = #"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:"><D:remove><D:prop><colour xmlns="urn:example"/></D:prop></D:remove></D:propertyupdate>"#
+            #expect(try await send(.PROPPATCH, "/dav/b.txt", remove).status == 207)
+            #expect(try await send(.PROPFIND, "/dav/b.txt", ask, ["Depth": "0"]).text.contains("404 Not Found"))
+            #expect(try await send(.PROPPATCH, "/dav/b.txt", "<D:propertyupdate xmlns:D=\"DAV:\"><D:set><D:prop><x:y xmlns:x=\"\"/></D:prop></D:set></D:propertyupdate>").status == 400)
+        }
+    }
+
+    @Test("litmus (the WebDAV test suite) passes basic, copymove, props and http against /dav/")
     func litmus() async throws {
         let litmus = try #require(["/usr/bin/litmus", "/usr/local/bin/litmus"].first { FileManager.default.isExecutableFile(atPath: $0) },
             "litmus is not installed (apt-get install litmus; .ci/run does)")
@@ -119,7 +152,7 @@ struct DAVTests {
             process.executableURL = URL(fileURLWithPath: litmus)
             process.arguments = ["\(server.baseURL)/dav/", name, try #require(made.password)]
             var environment = ProcessInfo.processInfo.environment
-            environment["TESTS"] = "basic copymove http"
+            environment["TESTS"] = "basic copymove props http"
             process.environment = environment
             let directory = FileManager.default.temporaryDirectory.appending(path: "litmus-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -132,7 +165,7 @@ struct DAVTests {
             let data = await Task.detached { output.fileHandleForReading.readDataToEndOfFile() }.value
             process.waitUntilExit()
             let text = String(decoding: data, as: UTF8.self)
-            for suite in ["basic", "copymove", "http"] {
+            for suite in ["basic", "copymove", "props", "http"] {
                 let summary = text.split(separator: "\n").first { $0.contains("summary for `\(suite)'") }
                 #expect(summary?.contains(" 0 failed") == true, "\(suite): \(summary ?? "no summary")\n\(text)")
             }

@@ -25,7 +25,7 @@ struct DAVMiddleware: RouterMiddleware {
     let drive: Drive
 
     static let prefix = "/dav"
-    static let methods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, MKCOL, COPY, MOVE"
+    static let methods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let path = request.uri.path
@@ -104,7 +104,8 @@ struct DAVRequest {
         case "MKCOL": return try await mkcol(me, segments)
         case "DELETE": return try await delete(me, segments)
         case "MOVE", "COPY": return try await moveOrCopy(me, segments, copy: method == "COPY")
-        case "PROPPATCH", "LOCK", "UNLOCK":
+        case "PROPPATCH": return try await proppatch(me, segments)
+        case "LOCK", "UNLOCK":
             throw DAVError(.methodNotAllowed, "\(method) is not supported here yet (WebDAV class 1).", headers: [.allow: DAVMiddleware.methods])
         default:
             throw DAVError(.methodNotAllowed, "\(method) is not a WebDAV method this server takes.", headers: [.allow: DAVMiddleware.methods])
@@ -254,12 +255,12 @@ struct DAVRequest {
         let wanted = try PropfindBody.parse(Data(buffer: body))
         let item = try await require(me, names)
         let user = try await drive.store.user(id: me.userId)
+        let children = depth == "1" && item.isFolder ? try await allChildren(me, of: item) : []
+        let dead = try await drive.store.deadProperties(userId: me.userId, fileIds: [item.id] + children.map(\.id))
         var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
-        xml += Self.propResponse(item, names: names, wanted: wanted, user: user)
-        if depth == "1" && item.isFolder {
-            for child in try await allChildren(me, of: item) {
-                xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user)
-            }
+        xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [])
+        for child in children {
+            xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user, dead: dead[child.id] ?? [])
         }
         xml += "</D:multistatus>\n"
         return Response(
@@ -274,7 +275,7 @@ struct DAVRequest {
         "quota-used-bytes", "quota-available-bytes",
     ]
 
-    static func propResponse(_ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?) -> String {
+    static func propResponse(_ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?, dead: [DeadProperty]) -> String {
         var found: [String] = []
         var missing: [String] = []
         func value(_ name: String) -> String? {
@@ -296,16 +297,20 @@ struct DAVRequest {
         switch wanted {
         case .allprop:
             for name in liveProperties where !name.hasPrefix("quota") {
-                if let value = value(name) { found.append(value.isEmpty ? "<D:\(name)/>" : "<D:\(name)>\(value)</D:\(name)>") }
+                if let value = value(name) { found.append(DAVXML.element("DAV:", name, value: value)) }
             }
+            found += dead.map { DAVXML.element($0.namespace, $0.name, value: $0.value) }
         case .propname:
             for name in liveProperties where value(name) != nil { found.append("<D:\(name)/>") }
+            found += dead.map { DAVXML.element($0.namespace, $0.name, value: "") }
         case .prop(let properties):
             for property in properties {
                 if property.namespace == "DAV:", let value = value(property.name) {
-                    found.append(value.isEmpty ? "<D:\(property.name)/>" : "<D:\(property.name)>\(value)</D:\(property.name)>")
+                    found.append(DAVXML.element("DAV:", property.name, value: value))
+                } else if let stored = dead.first(where: { $0.namespace == property.namespace && $0.name == property.name }) {
+                    found.append(DAVXML.element(stored.namespace, stored.name, value: stored.value))
                 } else {
-                    missing.append(property.element)
+                    missing.append(DAVXML.element(property.namespace, property.name, value: ""))
                 }
             }
         }
@@ -317,6 +322,48 @@ struct DAVRequest {
             xml += "<D:propstat><D:prop>\(missing.joined())</D:prop><D:status>HTTP/1.1 404 Not Found</D:status></D:propstat>"
         }
         return xml + "</D:response>\n"
+    }
+
+    /// Sets and removes dead properties, all or nothing: a live (protected) property in the request is 403 and
+    /// every other one 424, and nothing is changed.
+    func proppatch(_ me: Identity, _ names: [String]) async throws -> Response {
+        let body = try await request.body.collect(upTo: 1 << 20)
+        let updates = try PropertyUpdate.parse(Data(buffer: body))
+        let item = try await require(me, names)
+        try checkPreconditions(item)
+        let protected = updates.filter { $0.property.namespace == "DAV:" && Self.liveProperties.contains($0.property.name) }
+        var statuses: [(DeadProperty, String)] = []
+        if protected.isEmpty {
+            var set: [DeadProperty] = []
+            var remove: [DeadProperty] = []
+            // In document order: a later entry for the same property wins.
+            for update in updates {
+                let key = update.property
+                set.removeAll { $0.namespace == key.namespace && $0.name == key.name }
+                remove.removeAll { $0.namespace == key.namespace && $0.name == key.name }
+                switch update {
+                case .set(let property): set.append(property)
+                case .remove(let property): remove.append(property)
+                }
+            }
+            try await drive.store.patchDeadProperties(userId: me.userId, fileId: item.id, set: set, remove: remove)
+            statuses = updates.map { ($0.property, "HTTP/1.1 200 OK") }
+        } else {
+            statuses = updates.map { update in
+                let isProtected = protected.contains { $0.property == update.property }
+                return (update.property, isProtected ? "HTTP/1.1 403 Forbidden" : "HTTP/1.1 424 Failed Dependency")
+            }
+        }
+        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
+        xml += "<D:response><D:href>\(Self.xmlEscape(Self.href(names, folder: item.isFolder)))</D:href>"
+        for (property, status) in statuses {
+            xml += "<D:propstat><D:prop>\(DAVXML.element(property.namespace, property.name, value: ""))</D:prop><D:status>\(status)</D:status></D:propstat>"
+        }
+        xml += "</D:response>\n</D:multistatus>\n"
+        return Response(
+            status: .init(code: 207, reasonPhrase: "Multi-Status"),
+            headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
+            body: .init(byteBuffer: ByteBuffer(string: xml)))
     }
 
     static func iso8601(_ date: Date) -> String {
@@ -442,28 +489,35 @@ struct DAVRequest {
 
     /// A copy shares the source's blocks (nothing is read or written but metadata). Copying a file onto a file
     /// makes a new revision of the destination, so its history stays.
+    /// Dead properties go with the copy (RFC 4918 §9.8.2).
     func copyItem(_ me: Identity, _ source: FileRecord, into parent: FileRecord, name: String, over existing: FileRecord?, deep: Bool) async throws {
+        let copied = try await copyOne(me, source, into: parent, name: name, over: existing)
+        if let properties = try await drive.store.deadProperties(userId: me.userId, fileIds: [source.id])[source.id], !properties.isEmpty {
+            try await drive.store.patchDeadProperties(userId: me.userId, fileId: copied.id, set: properties, remove: [])
+        }
+        guard source.isFolder, deep else { return }
+        for child in try await allChildren(me, of: source) {
+            try await copyItem(me, child, into: copied, name: child.name, over: nil, deep: true)
+        }
+    }
+
+    func copyOne(_ me: Identity, _ source: FileRecord, into parent: FileRecord, name: String, over existing: FileRecord?) async throws -> FileRecord {
         if source.isFolder {
-            let folder = try await drive.store.create(
+            return try await drive.store.create(
                 userId: me.userId, parentId: parent.id, name: name, mimeType: folderMimeType, policy: .fail, requestId: nil, now: drive.now
             ).file
-            guard deep else { return }
-            for child in try await allChildren(me, of: source) {
-                try await copyItem(me, child, into: folder, name: child.name, over: nil, deep: true)
-            }
-            return
         }
         guard let revisionId = source.headRevisionId else {
-            _ = try await drive.store.create(
-                userId: me.userId, parentId: parent.id, name: name, mimeType: source.mimeType, policy: .fail, requestId: nil, now: drive.now)
-            return
+            return try await drive.store.create(
+                userId: me.userId, parentId: parent.id, name: name, mimeType: source.mimeType, policy: .fail, requestId: nil, now: drive.now
+            ).file
         }
         let (revision, blocks) = try await drive.store.revisionWithBlocks(userId: me.userId, revisionId: revisionId)
         let content = StagedContent(
             blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
             checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType)
         let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: nil) } ?? .new(parentId: parent.id, name: name, policy: .fail)
-        _ = try await drive.store.commitStoredContent(userId: me.userId, target: target, content: content, now: drive.now)
+        return try await drive.store.commitStoredContent(userId: me.userId, target: target, content: content, now: drive.now)
     }
 }
 
@@ -471,61 +525,132 @@ struct DAVRequest {
 enum PropfindBody: Equatable {
     case allprop
     case propname
-    case prop([Property])
-
-    struct Property: Equatable {
-        var namespace: String
-        var name: String
-
-        /// The property as an empty element, for a 404 propstat.
-        var element: String {
-            namespace == "DAV:" ? "<D:\(name)/>" : "<\(name) xmlns=\"\(DAVRequest.xmlEscape(namespace))\"/>"
-        }
-    }
+    case prop([DeadProperty])
 
     /// An empty body is `allprop`; anything else must be a well-formed `DAV:propfind` (400 otherwise).
     static func parse(_ data: Data) throws -> PropfindBody {
         guard data.contains(where: { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }) else { return .allprop }
+        let root = try DAVXML.parse(data)
+        guard root.namespace == "DAV:", root.name == "propfind" else { throw DAVError(.badRequest, "The body must be a DAV:propfind element.") }
+        for child in root.children where child.namespace == "DAV:" {
+            switch child.name {
+            case "allprop": return .allprop
+            case "propname": return .propname
+            case "prop": return .prop(child.children.map { DeadProperty(namespace: $0.namespace, name: $0.name) })
+            default: continue
+            }
+        }
+        throw DAVError(.badRequest, "A DAV:propfind names allprop, propname or prop.")
+    }
+}
+
+/// A PROPPATCH body: sets and removes, in document order.
+enum PropertyUpdate {
+    case set(DeadProperty)
+    case remove(DeadProperty)
+
+    var property: DeadProperty {
+        switch self {
+        case .set(let property), .remove(let property): property
+        }
+    }
+
+    static func parse(_ data: Data) throws -> [PropertyUpdate] {
+        let root = try DAVXML.parse(data)
+        guard root.namespace == "DAV:", root.name == "propertyupdate" else {
+            throw DAVError(.badRequest, "The body must be a DAV:propertyupdate element.")
+        }
+        var updates: [PropertyUpdate] = []
+        for action in root.children where action.namespace == "DAV:" && (action.name == "set" || action.name == "remove") {
+            for prop in action.children where prop.namespace == "DAV:" && prop.name == "prop" {
+                for property in prop.children {
+                    let dead = DeadProperty(namespace: property.namespace, name: property.name, value: property.innerXML)
+                    updates.append(action.name == "set" ? .set(dead) : .remove(dead))
+                }
+            }
+        }
+        guard !updates.isEmpty else { throw DAVError(.badRequest, "The DAV:propertyupdate sets or removes nothing.") }
+        return updates
+    }
+}
+
+/// A small namespace-aware XML tree for request bodies (a megabyte at most), with each element's content kept
+/// as XML again so a dead property's value comes back as it was given (nested elements, namespaces, Unicode).
+enum DAVXML {
+    final class Element {
+        let namespace: String
+        let name: String
+        var children: [Element] = []
+        /// The element's content (text and child elements), serialized with each element's namespace on it.
+        var innerXML = ""
+
+        init(namespace: String, name: String) {
+            self.namespace = namespace
+            self.name = name
+        }
+    }
+
+    static func parse(_ data: Data) throws -> Element {
         let reader = Reader()
         let parser = XMLParser(data: data)
         parser.shouldProcessNamespaces = true
+        parser.shouldReportNamespacePrefixes = true
         parser.delegate = reader
-        guard parser.parse(), let result = reader.result else {
-            throw DAVError(.badRequest, "The PROPFIND body is not a well-formed DAV:propfind document.")
+        guard parser.parse(), !reader.invalid, let root = reader.root else {
+            throw DAVError(.badRequest, "The body is not well-formed XML with valid namespace declarations.")
         }
-        return result
+        return root
+    }
+
+    /// `<name xmlns="namespace">value</name>` (or `<D:name>` for `DAV:`).
+    static func element(_ namespace: String, _ name: String, value: String) -> String {
+        let open = namespace == "DAV:" ? "D:\(name)" : "\(name) xmlns=\"\(DAVRequest.xmlEscape(namespace))\""
+        let close = namespace == "DAV:" ? "D:\(name)" : name
+        return value.isEmpty ? "<\(open)/>" : "<\(open)>\(value)</\(close)>"
     }
 
     private final class Reader: NSObject, XMLParserDelegate {
-        var path: [(namespace: String, name: String)] = []
-        var properties: [Property] = []
-        var mode: PropfindBody?
-        var result: PropfindBody? {
-            switch mode {
-            case .prop: .prop(properties)
-            default: mode
+        var stack: [Element] = []
+        var root: Element?
+        var invalid = false
+
+        func parser(_ parser: XMLParser, didStartMappingPrefix prefix: String, toURI namespaceURI: String) {
+            // "xmlns:p=''" is not allowed by Namespaces in XML 1.0 (litmus checks it is refused).
+            if !prefix.isEmpty && namespaceURI.isEmpty {
+                invalid = true
+                parser.abortParsing()
             }
         }
 
         func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
-            let namespace = namespaceURI ?? ""
-            if path.isEmpty, !(namespace == "DAV:" && name == "propfind") { parser.abortParsing() }
-            if path.count == 1 && namespace == "DAV:" {
-                switch name {
-                case "allprop": mode = .allprop
-                case "propname": mode = .propname
-                case "prop": mode = .prop([])
-                default: break
-                }
+            // A prefixed name with no namespace: "xmlns:p=''" (not all parsers report the mapping itself).
+            if let qualifiedName, qualifiedName.contains(":"), (namespaceURI ?? "").isEmpty {
+                invalid = true
+                parser.abortParsing()
+                return
             }
-            if path.count == 2 && path[1].namespace == "DAV:" && path[1].name == "prop" {
-                properties.append(Property(namespace: namespace, name: name))
-            }
-            path.append((namespace, name))
+            let element = Element(namespace: namespaceURI ?? "", name: name)
+            stack.last?.children.append(element)
+            if stack.isEmpty { root = element }
+            // Ancestors below the property level keep this element in their content.
+            let opening = "<\(name) xmlns=\"\(DAVRequest.xmlEscape(namespaceURI ?? ""))\">"
+            for ancestor in stack { ancestor.innerXML += opening }
+            stack.append(element)
         }
 
         func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
-            _ = path.popLast()
+            _ = stack.popLast()
+            for ancestor in stack { ancestor.innerXML += "</\(name)>" }
+        }
+
+        func parser(_ parser: XMLParser, foundCharacters string: String) {
+            let escaped = DAVRequest.xmlEscape(string)
+            for element in stack { element.innerXML += escaped }
+        }
+
+        func parser(_ parser: XMLParser, foundCDATA block: Data) {
+            let escaped = DAVRequest.xmlEscape(String(decoding: block, as: UTF8.self))
+            for element in stack { element.innerXML += escaped }
         }
     }
 }

@@ -36,6 +36,11 @@ protocol MetadataStore: Sendable {
     /// The app password with this hash, if any, its last use set to `now` (at most once a minute).
     func useAppPassword(passwordHash: String, now: Date) async throws -> AppPasswordRecord?
 
+    /// WebDAV dead properties (`PROPPATCH`) of the user's items, by item id.
+    func deadProperties(userId: String, fileIds: [String]) async throws -> [String: [DeadProperty]]
+    /// Sets and removes an item's dead properties in one transaction (all or nothing).
+    func patchDeadProperties(userId: String, fileId: String, set: [DeadProperty], remove: [DeadProperty]) async throws
+
     /// The shared setting `key`, stored as `value` by the first caller (every replica then reads the same one).
     func sharedSetting(_ key: String, orStore value: String) async throws -> String
 

@@ -34,6 +34,14 @@ struct AppPasswordRecord: Sendable, Equatable {
     var lastUsedAt: Date?
 }
 
+/// A WebDAV dead property: what a client stored on an item with `PROPPATCH` (`value` is the property element's
+/// content as XML; empty for a removal).
+struct DeadProperty: Sendable, Equatable {
+    var namespace: String
+    var name: String
+    var value: String = ""
+}
+
 /// A file or folder row.
 struct FileRecord: Sendable, Equatable {
     var id: String

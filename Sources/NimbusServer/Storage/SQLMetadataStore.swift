@@ -267,6 +267,46 @@ final class SQLMetadataStore: MetadataStore {
         }
     }
 
+    func deadProperties(userId: String, fileIds: [String]) async throws -> [String: [DeadProperty]] {
+        guard !fileIds.isEmpty else { return [:] }
+        return try await database.read { db in
+            var result: [String: [DeadProperty]] = [:]
+            for start in stride(from: 0, to: fileIds.count, by: 500) {
+                let slice = Array(fileIds[start..<min(start + 500, fileIds.count)])
+                let marks = Array(repeating: "?", count: slice.count).joined(separator: ", ")
+                let rows = try db.fetchAll(
+                    "SELECT file_id, namespace, name, value FROM dav_properties WHERE user_id = ? AND file_id IN (\(marks)) ORDER BY namespace, name",
+                    [userId] + slice)
+                for row in rows {
+                    result[try row.get("file_id"), default: []].append(
+                        DeadProperty(namespace: try row.get("namespace"), name: try row.get("name"), value: try row.get("value")))
+                }
+            }
+            return result
+        }
+    }
+
+    func patchDeadProperties(userId: String, fileId: String, set: [DeadProperty], remove: [DeadProperty]) async throws {
+        try await write(user: userId) { db, _ in
+            _ = try Self.file(db, id: fileId, userId: userId)
+            for property in remove {
+                try db.perform("DELETE FROM dav_properties WHERE file_id = ? AND namespace = ? AND name = ?", [fileId, property.namespace, property.name])
+            }
+            for property in set {
+                try db.perform("""
+                    INSERT INTO dav_properties (user_id, file_id, namespace, name, value) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (file_id, namespace, name) DO UPDATE SET value = excluded.value
+                    """, [userId, fileId, property.namespace, property.name, property.value])
+            }
+            let count = try db.value("SELECT COUNT(*) FROM dav_properties WHERE file_id = ?", [fileId], as: Int64.self) ?? 0
+            guard count <= Self.deadPropertyLimit else {
+                throw DriveError.tooLarge("An item keeps at most \(Self.deadPropertyLimit) properties; nothing was changed.")
+            }
+        }
+    }
+
+    static let deadPropertyLimit = 200
+
     static let appPasswordLimit = 100
 
     func createAppPassword(userId: String, label: String, passwordHash: String, now: Date) async throws -> AppPasswordRecord {
@@ -1171,6 +1211,7 @@ extension SQLMetadataStore {
                 try db.perform("DELETE FROM revision_blocks WHERE revision_id = ?", [revisionId])
             }
             try db.perform("DELETE FROM revisions WHERE file_id = ?", [id])
+            try db.perform("DELETE FROM dav_properties WHERE file_id = ?", [id])
             try db.perform("DELETE FROM files WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }

@@ -161,6 +161,21 @@ enum Schema {
                     CREATE INDEX app_passwords_user ON app_passwords(user_id, created_at);
                     """)
         }
+        migrator.registerMigration("6-dav-properties") { db in
+            // WebDAV dead properties (PROPPATCH): kept with the item through moves, gone when it is purged.
+            try db.execute(
+                sql: """
+                    CREATE TABLE dav_properties (
+                        user_id TEXT NOT NULL,
+                        file_id TEXT NOT NULL,
+                        namespace TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        value TEXT NOT NULL,
+                        PRIMARY KEY (file_id, namespace, name)
+                    );
+                    CREATE INDEX dav_properties_user ON dav_properties(user_id, file_id);
+                    """)
+        }
         return migrator
     }
 }

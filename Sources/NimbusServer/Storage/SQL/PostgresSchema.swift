@@ -171,6 +171,22 @@ enum PostgresSchema {
                 "CREATE INDEX app_passwords_user ON app_passwords(user_id, created_at)",
             ]
         ),
+        (
+            "3-dav-properties",
+            [
+                """
+                CREATE TABLE dav_properties (
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    namespace TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    value TEXT NOT NULL,
+                    PRIMARY KEY (file_id, namespace, name)
+                )
+                """,
+                "CREATE INDEX dav_properties_user ON dav_properties(user_id, file_id)",
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
