@@ -140,7 +140,48 @@ struct DAVTests {
         }
     }
 
-    @Test("litmus (the WebDAV test suite) passes basic, copymove, props and http against /dav/")
+    @Test("LOCK: a write without the token is 423, with it in If works; refresh, expiry, depth infinity, UNLOCK; a stale If is 412")
+    func locks() async throws {
+        try await TestServer.run { server in
+            let (_, basic) = try await Self.user(server)
+            let dav = APIClient(baseURL: server.baseURL)
+            func send(_ method: HTTPMethod, _ path: String, _ body: String? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
+                try await dav.send(method, path, body: body.map { Data($0.utf8) }, headers: headers.merging(["Authorization": basic]) { a, _ in a })
+            }
+            let info = #"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner>tests</D:owner></D:lockinfo>"#
+            #expect(try await send(.OPTIONS, "/dav/").header("DAV") == "1, 2")
+            // A lock on a name that does not exist makes an empty file there.
+            let locked = try await send(.LOCK, "/dav/doc.txt", info, ["Timeout": "Second-60"])
+            #expect(locked.status == 201, "\(locked.text)")
+            let token = try #require(locked.header("Lock-Token")).trimmingCharacters(in: CharacterSet(charactersIn: "<>"))
+            #expect(locked.text.contains("<D:timeout>Second-60</D:timeout>") && locked.text.contains(token))
+            #expect(try await send(.PUT, "/dav/doc.txt", "no token").status == 423)
+            #expect(try await send(.DELETE, "/dav/doc.txt").status == 423)
+            #expect(try await send(.MOVE, "/dav/doc.txt", nil, ["Destination": "/dav/other.txt"]).status == 423)
+            #expect(try await send(.LOCK, "/dav/doc.txt", info).status == 423, "a second exclusive lock")
+            #expect(try await send(.PUT, "/dav/doc.txt", "with token", ["If": "(<\(token)>)"]).status == 204)
+            #expect(try await send(.PUT, "/dav/doc.txt", "wrong", ["If": "(<opaquelocktoken:nope>)"]).status == 412)
+            #expect(try await send(.GET, "/dav/doc.txt").text == "with token")
+            let discovered = try await send(.PROPFIND, "/dav/doc.txt", #"<propfind xmlns="DAV:"><prop><lockdiscovery/></prop></propfind>"#, ["Depth": "0"])
+            #expect(discovered.text.contains(token))
+            // Refresh, then expiry: a lock not refreshed within its timeout no longer blocks anyone.
+            #expect(try await send(.LOCK, "/dav/doc.txt", nil, ["If": "(<\(token)>)", "Timeout": "Second-60"]).status == 200)
+            server.clock.advance(by: 61)
+            #expect(try await send(.PUT, "/dav/doc.txt", "after expiry").status == 204)
+            // Depth infinity on a folder guards what is inside it, new names included; UNLOCK ends it.
+            #expect(try await send(.MKCOL, "/dav/Shared").status == 201)
+            let folderLock = try await send(.LOCK, "/dav/Shared/", info, ["Depth": "infinity"])
+            #expect(folderLock.status == 200)
+            let folderToken = try #require(folderLock.header("Lock-Token"))
+            #expect(try await send(.PUT, "/dav/Shared/new.txt", "x").status == 423)
+            #expect(try await send(.PUT, "/dav/Shared/new.txt", "x", ["If": "(\(folderToken))"]).status == 201)
+            #expect(try await send(.UNLOCK, "/dav/Shared/new.txt", nil, ["Lock-Token": "<opaquelocktoken:nope>"]).status == 409)
+            #expect(try await send(.UNLOCK, "/dav/Shared/", nil, ["Lock-Token": folderToken]).status == 204)
+            #expect(try await send(.PUT, "/dav/Shared/new.txt", "y").status == 204)
+        }
+    }
+
+    @Test("litmus (the WebDAV test suite) passes basic, copymove, props, locks and http against /dav/")
     func litmus() async throws {
         let litmus = try #require(["/usr/bin/litmus", "/usr/local/bin/litmus"].first { FileManager.default.isExecutableFile(atPath: $0) },
             "litmus is not installed (apt-get install litmus; .ci/run does)")
@@ -152,7 +193,7 @@ struct DAVTests {
             process.executableURL = URL(fileURLWithPath: litmus)
             process.arguments = ["\(server.baseURL)/dav/", name, try #require(made.password)]
             var environment = ProcessInfo.processInfo.environment
-            environment["TESTS"] = "basic copymove props http"
+            environment["TESTS"] = "basic copymove props locks http"
             process.environment = environment
             let directory = FileManager.default.temporaryDirectory.appending(path: "litmus-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -165,7 +206,7 @@ struct DAVTests {
             let data = await Task.detached { output.fileHandleForReading.readDataToEndOfFile() }.value
             process.waitUntilExit()
             let text = String(decoding: data, as: UTF8.self)
-            for suite in ["basic", "copymove", "props", "http"] {
+            for suite in ["basic", "copymove", "props", "locks", "http"] {
                 let summary = text.split(separator: "\n").first { $0.contains("summary for `\(suite)'") }
                 #expect(summary?.contains(" 0 failed") == true, "\(suite): \(summary ?? "no summary")\n\(text)")
             }

@@ -25,7 +25,7 @@ struct DAVMiddleware: RouterMiddleware {
     let drive: Drive
 
     static let prefix = "/dav"
-    static let methods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
+    static let methods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK"
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let path = request.uri.path
@@ -45,6 +45,7 @@ struct DAVError: Error {
     var status: HTTPResponse.Status
     var message: String
     var headers: HTTPFields = [:]
+    /// The content of a `DAV:error` body (a precondition element, e.g. `<D:propfind-finite-depth/>`).
     var condition: String?
 
     init(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:], condition: String? = nil) {
@@ -70,7 +71,7 @@ struct DAVError: Error {
         let body: String
         if let condition {
             headers[.contentType] = "application/xml; charset=utf-8"
-            body = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:error xmlns:D=\"DAV:\"><D:\(condition)/></D:error>\n"
+            body = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:error xmlns:D=\"DAV:\">\(condition)</D:error>\n"
         } else {
             headers[.contentType] = "text/plain; charset=utf-8"
             body = message + "\n"
@@ -92,7 +93,7 @@ struct DAVRequest {
         if method == "OPTIONS" {
             // Answered before signing in: clients (Windows, Office) ask what the server speaks first.
             return Response(status: .ok, headers: [
-                .init("DAV")!: "1", .allow: DAVMiddleware.methods, .init("MS-Author-Via")!: "DAV", .contentLength: "0",
+                .init("DAV")!: "1, 2", .allow: DAVMiddleware.methods, .init("MS-Author-Via")!: "DAV", .contentLength: "0",
             ])
         }
         let me = try await signIn()
@@ -105,8 +106,8 @@ struct DAVRequest {
         case "DELETE": return try await delete(me, segments)
         case "MOVE", "COPY": return try await moveOrCopy(me, segments, copy: method == "COPY")
         case "PROPPATCH": return try await proppatch(me, segments)
-        case "LOCK", "UNLOCK":
-            throw DAVError(.methodNotAllowed, "\(method) is not supported here yet (WebDAV class 1).", headers: [.allow: DAVMiddleware.methods])
+        case "LOCK": return try await lock(me, segments)
+        case "UNLOCK": return try await unlock(me, segments)
         default:
             throw DAVError(.methodNotAllowed, "\(method) is not a WebDAV method this server takes.", headers: [.allow: DAVMiddleware.methods])
         }
@@ -249,7 +250,7 @@ struct DAVRequest {
     func propfind(_ me: Identity, _ names: [String]) async throws -> Response {
         let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
         guard depth == "0" || depth == "1" else {
-            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "propfind-finite-depth")
+            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<D:propfind-finite-depth/>")
         }
         let body = try await request.body.collect(upTo: 1 << 20)
         let wanted = try PropfindBody.parse(Data(buffer: body))
@@ -257,10 +258,11 @@ struct DAVRequest {
         let user = try await drive.store.user(id: me.userId)
         let children = depth == "1" && item.isFolder ? try await allChildren(me, of: item) : []
         let dead = try await drive.store.deadProperties(userId: me.userId, fileIds: [item.id] + children.map(\.id))
+        let locks = try await drive.store.davLocks(userId: me.userId, now: drive.now)
         var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
-        xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [])
+        xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [], locks: locks)
         for child in children {
-            xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user, dead: dead[child.id] ?? [])
+            xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user, dead: dead[child.id] ?? [], locks: locks)
         }
         xml += "</D:multistatus>\n"
         return Response(
@@ -272,10 +274,12 @@ struct DAVRequest {
     /// The live properties this server has, in the `DAV:` namespace.
     static let liveProperties = [
         "resourcetype", "displayname", "getetag", "getlastmodified", "creationdate", "getcontentlength", "getcontenttype",
-        "quota-used-bytes", "quota-available-bytes",
+        "supportedlock", "lockdiscovery", "quota-used-bytes", "quota-available-bytes",
     ]
 
-    static func propResponse(_ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?, dead: [DeadProperty]) -> String {
+    static func propResponse(
+        _ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?, dead: [DeadProperty], locks: [DAVLock]
+    ) -> String {
         var found: [String] = []
         var missing: [String] = []
         func value(_ name: String) -> String? {
@@ -287,6 +291,10 @@ struct DAVRequest {
             case "creationdate": return iso8601(item.createdAt)
             case "getcontentlength": return item.isFolder ? nil : String(item.size)
             case "getcontenttype": return item.isFolder ? nil : xmlEscape(item.mimeType)
+            case "supportedlock": return supportedLock
+            case "lockdiscovery":
+                let path = lockPath(names)
+                return locks.filter { $0.covers(path) }.map(activeLock).joined()
             case "quota-used-bytes": return item.isFolder ? user.map { String($0.usedBytes) } : nil
             case "quota-available-bytes":
                 guard item.isFolder, let user else { return nil }
@@ -331,6 +339,7 @@ struct DAVRequest {
         let updates = try PropertyUpdate.parse(Data(buffer: body))
         let item = try await require(me, names)
         try checkPreconditions(item)
+        try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
         let protected = updates.filter { $0.property.namespace == "DAV:" && Self.liveProperties.contains($0.property.name) }
         var statuses: [(DeadProperty, String)] = []
         if protected.isEmpty {
@@ -399,6 +408,7 @@ struct DAVRequest {
         if let existing, existing.isFolder { throw DAVError(.methodNotAllowed, "'\(name)' is a folder; a file cannot replace it.") }
         try checkPreconditions(existing)
         let parent = try await parentFolder(me, of: names)
+        try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
         let max = drive.configuration.maxUploadSize
         let declared = request.headers[.contentLength].flatMap { Int64($0) }
         if let declared, declared > max { throw DAVError(.contentTooLarge, "Files can be at most \(max) bytes; this one is \(declared).") }
@@ -427,6 +437,7 @@ struct DAVRequest {
         guard body.readableBytes == 0 else { throw DAVError(.unsupportedMediaType, "MKCOL takes no body.") }
         if try await resolve(me, names) != nil { throw DAVError(.methodNotAllowed, "'\(name)' exists already.") }
         let parent = try await parentFolder(me, of: names)
+        try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
         _ = try await drive.store.create(
             userId: me.userId, parentId: parent.id, name: try FilesController.validName(name), mimeType: folderMimeType, policy: .fail,
             requestId: nil, now: drive.now)
@@ -439,7 +450,9 @@ struct DAVRequest {
         if request.uri.path.contains("#") { throw DAVError(.badRequest, "A fragment is not part of a path.") }
         let item = try await require(me, names)
         try checkPreconditions(item)
+        let locks = try await checkLocks(me, names: names, targets: [(Self.lockPath(names), true)])
         _ = try await drive.store.trash(userId: me.userId, fileId: item.id, now: drive.now)
+        try await releaseLocks(me, inside: Self.lockPath(names), from: locks)
         return Response(status: .noContent)
     }
 
@@ -470,6 +483,8 @@ struct DAVRequest {
         if existing != nil && !overwrite {
             throw DAVError(.preconditionFailed, "'/\(target.joined(separator: "/"))' exists and Overwrite is F.")
         }
+        let locks = try await checkLocks(
+            me, names: names, targets: (copy ? [] : [(Self.lockPath(names), true)]) + [(Self.lockPath(target), true)])
         if copy {
             let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "infinity"
             guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "COPY takes Depth 0 or infinity.") }
@@ -483,6 +498,8 @@ struct DAVRequest {
             if let existing { _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now) }
             _ = try await drive.store.update(
                 userId: me.userId, fileId: source.id, name: newName, parentId: parent.id, ifMatch: nil, now: drive.now)
+            // Locks stay with paths, not items: the source's go (RFC 4918 §9.9.4).
+            try await releaseLocks(me, inside: Self.lockPath(names), from: locks)
         }
         return Response(status: existing == nil ? .created : .noContent, headers: [.contentLength: "0"])
     }

@@ -41,6 +41,17 @@ protocol MetadataStore: Sendable {
     /// Sets and removes an item's dead properties in one transaction (all or nothing).
     func patchDeadProperties(userId: String, fileId: String, set: [DeadProperty], remove: [DeadProperty]) async throws
 
+    /// The user's WebDAV locks that have not expired.
+    func davLocks(userId: String, now: Date) async throws -> [DAVLock]
+    /// Takes `lock` unless a lock of the user's conflicts with it (an exclusive one either way, on the same path,
+    /// above it with depth infinity, or below it when `lock` is depth infinity): then returns false.
+    func acquireDAVLock(_ lock: DAVLock, now: Date) async throws -> Bool
+    /// A new expiry for the user's lock `token`; nil when there is no such live lock.
+    func refreshDAVLock(userId: String, token: String, now: Date) async throws -> DAVLock?
+    /// Removes locks by token (UNLOCK, or what a DELETE or MOVE took away); returns how many went.
+    @discardableResult
+    func releaseDAVLocks(userId: String, tokens: [String]) async throws -> Int
+
     /// The shared setting `key`, stored as `value` by the first caller (every replica then reads the same one).
     func sharedSetting(_ key: String, orStore value: String) async throws -> String
 

@@ -42,6 +42,29 @@ struct DeadProperty: Sendable, Equatable {
     var value: String = ""
 }
 
+/// A WebDAV write lock on a path (names from the user's root joined by "/"; "" is the root). Locks are on paths,
+/// not items: a lock on a name that does not exist yet reserves it, and a MOVE does not take locks along.
+struct DAVLock: Sendable, Equatable {
+    var token: String
+    var userId: String
+    var path: String
+    var infinite: Bool
+    var exclusive: Bool
+    var owner: String
+    var timeoutSeconds: Int
+    var expiresAt: Date
+
+    /// Whether the lock applies to `other`: the same path, or one inside it for a depth-infinity lock.
+    func covers(_ other: String) -> Bool {
+        other == path || (infinite && (path.isEmpty || other.hasPrefix(path + "/")))
+    }
+
+    /// Whether `other` is this lock's path or inside it at any depth (what deleting `other`'s tree would touch).
+    func isInside(_ other: String) -> Bool {
+        path == other || other.isEmpty || path.hasPrefix(other + "/")
+    }
+}
+
 /// A file or folder row.
 struct FileRecord: Sendable, Equatable {
     var id: String

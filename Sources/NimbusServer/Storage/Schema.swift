@@ -176,6 +176,23 @@ enum Schema {
                     CREATE INDEX dav_properties_user ON dav_properties(user_id, file_id);
                     """)
         }
+        migrator.registerMigration("7-dav-locks") { db in
+            // WebDAV write locks (class 2), by path from the user's root: every replica sees the same locks.
+            try db.execute(
+                sql: """
+                    CREATE TABLE dav_locks (
+                        token TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL,
+                        path TEXT NOT NULL,
+                        infinite INTEGER NOT NULL,
+                        exclusive INTEGER NOT NULL,
+                        owner TEXT NOT NULL,
+                        timeout_seconds INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX dav_locks_user ON dav_locks(user_id, expires_at);
+                    """)
+        }
         return migrator
     }
 }

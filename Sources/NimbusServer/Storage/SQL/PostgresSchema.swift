@@ -187,6 +187,24 @@ enum PostgresSchema {
                 "CREATE INDEX dav_properties_user ON dav_properties(user_id, file_id)",
             ]
         ),
+        (
+            "4-dav-locks",
+            [
+                """
+                CREATE TABLE dav_locks (
+                    token TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL,
+                    path TEXT NOT NULL,
+                    infinite BIGINT NOT NULL,
+                    exclusive BIGINT NOT NULL,
+                    owner TEXT NOT NULL,
+                    timeout_seconds BIGINT NOT NULL,
+                    expires_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX dav_locks_user ON dav_locks(user_id, expires_at)",
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
