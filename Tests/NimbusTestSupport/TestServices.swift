@@ -263,7 +263,7 @@ public enum TestServices {
         }
     }
 
-    static func executable(_ name: String) -> String? {
+    public static func executable(_ name: String) -> String? {
         for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
             let path = "\(directory)/\(name)"
             if FileManager.default.isExecutableFile(atPath: path) { return path }

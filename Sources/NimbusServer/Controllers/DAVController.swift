@@ -421,14 +421,28 @@ struct DAVRequest {
         if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
             throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
         }
-        let content: StagedContent
+        // ownCloud's X-OC-Mtime (Unix seconds): the file keeps the client's modification time (rclone, Nextcloud clients).
+        var mtime: Date?
+        if let text = request.headers[.init("X-OC-Mtime")!] {
+            guard let seconds = Double(text.trimmingCharacters(in: .whitespaces)), seconds.isFinite, (0...253_402_300_799).contains(seconds) else {
+                throw DAVError(.badRequest, "X-OC-Mtime is Unix time in seconds.")
+            }
+            mtime = Date(timeIntervalSince1970: seconds)
+        }
+        var content: StagedContent
         if let declared, declared <= StagedContent.inlineLimit {
             content = .inline(Array(buffer: try await request.body.collect(upTo: StagedContent.inlineLimit)), mimeType: mimeType)
         } else {
             content = try await UploadController.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType).content
         }
+        var headers: HTTPFields = [.contentLength: "0"]
+        if let mtime {
+            content.modifiedAt = mtime
+            headers[.init("X-OC-MTime")!] = "accepted"
+        }
         let file = try await drive.store.commitContent(userId: me.userId, target: target, content: content, now: drive.now)
-        return Response(status: existing == nil ? .created : .noContent, headers: [.eTag: "\"\(file.etag)\"", .contentLength: "0"])
+        headers[.eTag] = "\"\(file.etag)\""
+        return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
 
     func mkcol(_ me: Identity, _ names: [String]) async throws -> Response {

@@ -147,6 +147,8 @@ struct StagedContent: Sendable {
     var checksum: String
     var size: Int64
     var mimeType: String
+    /// The modification time the client gave (WebDAV's `X-OC-Mtime`); nil: the commit's time.
+    var modifiedAt: Date? = nil
 
     /// Small content held in memory, as at most one inline block.
     static func inline(_ bytes: [UInt8], mimeType: String) -> StagedContent {

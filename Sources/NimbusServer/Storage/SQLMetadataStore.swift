@@ -770,7 +770,7 @@ final class SQLMetadataStore: MetadataStore {
             try applyAdoption(db, &effects, userId: userId, adoptions, now: now)
             let head = try commitRevision(
                 db, &effects, file: file, blocks: content.blocks.map(\.ref), checksum: content.checksum, size: content.size,
-                mimeType: content.mimeType, now: now)
+                mimeType: content.mimeType, now: now, modifiedAt: content.modifiedAt)
             if let parentId = head.parentId, case .present? = effects.knownChildren[ChildKey(parentId: parentId, name: head.name)] {
                 effects.knownChildren[ChildKey(parentId: parentId, name: head.name)] = .present(head)
             }
@@ -1189,9 +1189,11 @@ extension SQLMetadataStore {
     /// Adds a head revision made of `blocks` (already placed) and prunes revisions past retention.
     func commitRevision(
         _ db: any SQLTransaction, _ effects: inout Effects, file: FileRecord, blocks: [BlockRef], checksum: String, size: Int64, mimeType: String,
-        now: Date
+        now: Date, modifiedAt: Date? = nil
     ) throws -> FileRecord {
         let revisionId = "r" + randomToken()
+        // The file's modification time: the client's when it gave one (WebDAV's X-OC-Mtime), else the commit's.
+        let modified = modifiedAt ?? now
         let ordinal =
             effects.inserted.contains(file.id)
             ? 1 : (try db.value("SELECT MAX(ordinal) FROM revisions WHERE file_id = ?", [file.id], as: Int64.self) ?? 0) + 1
@@ -1211,13 +1213,13 @@ extension SQLMetadataStore {
                 ],
                 [
                     file.id, file.userId, file.parentId, file.name, mimeType, false, size, checksum, revisionId, file.version + 1,
-                    file.createdAt.millis, now.millis, unplaced.requestId,
+                    file.createdAt.millis, modified.millis, unplaced.requestId,
                 ])
         } else {
             try db.perform("""
                     UPDATE files SET head_revision_id = ?, size = ?, checksum = ?, mime_type = ?, version = version + 1, modified_at = ?
                     WHERE id = ?
-                    """, [revisionId, size, checksum, mimeType, now.millis, file.id])
+                    """, [revisionId, size, checksum, mimeType, modified.millis, file.id])
         }
         try Self.recordChange(db, &effects, userId: file.userId, fileId: file.id, kind: .upsert, now: now)
         // Revisions are only ever removed, and ordinals only grow: a file whose newest ordinal is within
@@ -1230,7 +1232,7 @@ extension SQLMetadataStore {
         updated.checksum = checksum
         updated.mimeType = mimeType
         updated.version += 1
-        updated.modifiedAt = Date(millis: now.millis)
+        updated.modifiedAt = Date(millis: modified.millis)
         return updated
     }
 
