@@ -71,6 +71,37 @@ struct ChangesTests {
         }
     }
 
+    @Test("cursors are opaque and per user: another user's activity changes neither a user's cursor nor its seq numbers; old numeric cursors are 410")
+    func opaqueCursors() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let bob = try await server.signUp()
+            let before: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            #expect(Int64(before.cursor) == nil && before.cursor.count == 48, "not a number: \(before.cursor)")
+            let first = try await alice.mkdir("one")
+            for index in 0..<20 { _ = try await bob.mkdir("bob \(index)") }
+            let second = try await alice.mkdir("two")
+            let page: ChangeList = try await alice.get("/v1/changes?cursor=\(before.cursor)").decode()
+            #expect(page.changes.map(\.fileId) == [first.id, second.id])
+            let numbers = page.changes.map(\.seq)
+            #expect(numbers.count == 2 && numbers[1] == numbers[0] + 1, "Bob's 20 changes in between leave no gap: \(numbers)")
+            // Bob's activity does not move Alice's position: the same cursor as before Bob's next changes.
+            let now: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            #expect(now.cursor == page.cursor)
+            for index in 20..<25 { _ = try await bob.mkdir("bob \(index)") }
+            #expect(try await alice.get("/v1/changes/start").decode(ChangeCursor.self).cursor == now.cursor)
+            // What clients kept from before (plain numbers), a changed character, another user's: 410 cursor_expired.
+            var tampered = Array(now.cursor)
+            tampered[10] = tampered[10] == "A" ? "B" : "A"
+            let bobs: ChangeCursor = try await bob.get("/v1/changes/start").decode()
+            for cursor in ["0", "17", String(tampered), bobs.cursor] {
+                let reply = try await alice.get("/v1/changes?cursor=\(cursor)")
+                #expect(reply.status == 410, "\(cursor)")
+                #expect(reply.errorCode == "cursor_expired")
+            }
+        }
+    }
+
     @Test("a long-poll answers as soon as another device commits, well before its timeout")
     func longPollWakesUp() async throws {
         try await TestServer.run { server in

@@ -59,9 +59,11 @@ struct IsolationTests {
             #expect(try await mallory.list().files.isEmpty)
             #expect(try await mallory.get("/v1/trash").decode(FileList.self).files.isEmpty)
             let start: ChangeCursor = try await mallory.get("/v1/changes/start").decode()
-            let feed: ChangeList = try await mallory.get("/v1/changes?cursor=0").decode()
+            let feed: ChangeList = try await mallory.get("/v1/changes?cursor=\(start.cursor)").decode()
             #expect(feed.changes.allSatisfy { $0.fileId != file.id && $0.fileId != folder.id })
-            #expect(!start.cursor.isEmpty)
+            // Alice's cursor is no cursor for Mallory: 410, never Alice's feed.
+            let alices: ChangeCursor = try await alice.get("/v1/changes/start").decode()
+            #expect(try await mallory.get("/v1/changes?cursor=\(alices.cursor)").status == 410)
         }
     }
 }

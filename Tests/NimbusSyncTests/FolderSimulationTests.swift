@@ -48,6 +48,8 @@ struct FolderSimulation {
     var counter = 0
     var log: [String] = []
     let ledger = ContentLedger()
+    /// The user's change-feed position before anything happened: the final check reads the whole feed from it.
+    var firstCursor = ""
 
     init(seed: UInt64, world: SyncWorld) {
         self.seed = seed
@@ -60,6 +62,8 @@ struct FolderSimulation {
 
     mutating func run() async throws {
         try await world.register(user)
+        let start: ChangeCursor = try await world.api(user).call("GET", "/v1/changes/start")
+        firstCursor = start.cursor
         let base = world.root.appending(path: "folders-\(seed)")
         for index in 0..<3 {
             let clock = ManualClock()
@@ -305,7 +309,7 @@ struct FolderSimulation {
         }
         // Every content written is somewhere, unless its own user overwrote or deleted it.
         var stored: Set<String> = []
-        var cursor = "0"
+        var cursor = firstCursor
         while true {
             let page: ChangeList = try await api.call("GET", "/v1/changes?cursor=\(cursor)&limit=1000")
             for change in page.changes where change.file?.isFolder == false {

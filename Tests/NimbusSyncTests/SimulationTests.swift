@@ -88,6 +88,8 @@ struct Simulation {
     var versions: [(device: Int, item: ItemID, checksum: String, excused: Bool)] = []
     var log: [String] = []
     var lastErrors: [String: String] = [:]
+    /// The user's change-feed position before anything happened: the final check reads the whole feed from it.
+    var firstCursor = ""
 
     init(seed: UInt64, world: SyncWorld) {
         self.seed = seed
@@ -105,6 +107,8 @@ struct Simulation {
 
     mutating func run() async throws {
         try await world.register(user)
+        let start: ChangeCursor = try await world.api(user).call("GET", "/v1/changes/start")
+        firstCursor = start.cursor
         for index in 0..<3 {
             let device = try world.device("D\(index)", directory: directory(index)) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index)
@@ -312,7 +316,7 @@ struct Simulation {
         }
         // Every version that could have left its device is somewhere on the server.
         var stored: Set<String> = []
-        var cursor = "0"
+        var cursor = firstCursor
         while true {
             let page: ChangeList = try await api.call("GET", "/v1/changes?cursor=\(cursor)&limit=1000")
             for change in page.changes where change.file?.isFolder == false {

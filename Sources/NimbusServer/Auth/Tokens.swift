@@ -38,7 +38,11 @@ struct TokenService: Sendable {
         self.keys = keys
         self.lifetime = lifetime
         rotationKey = SymmetricKey(data: HMAC<SHA256>.authenticationCode(for: Data("nimbus refresh rotation".utf8), using: SymmetricKey(data: secret)))
+        cursors = CursorCodec(secret: secret)
     }
+
+    /// Seals change-feed positions into per-user opaque cursors.
+    let cursors: CursorCodec
 
     /// The refresh token that replaces `token`: HMAC of it under a server key, so the same exchange retried gets the
     /// same successor (and only the server can compute it).
@@ -120,5 +124,42 @@ enum SecretFile {
         try POSIXFile.move(temporary, to: url.path)
         try POSIXFile.syncDirectory(url.deletingLastPathComponent().path)
         return bytes
+    }
+}
+
+/// Change-feed cursors, opaque and per user: the feed position (a sequence number shared by all users) sealed with
+/// AES-GCM under a key from the signing secret, the user's id as associated data. A client cannot read the number (so
+/// gaps tell nothing about other users), forge one, or use another user's; the same position always gives the same
+/// cursor (the nonce is an HMAC of user and position). Every replica derives the same keys.
+struct CursorCodec: Sendable {
+    let sealKey: SymmetricKey
+    let nonceKey: SymmetricKey
+
+    init(secret: [UInt8]) {
+        let base = SymmetricKey(data: secret)
+        sealKey = SymmetricKey(data: HMAC<SHA256>.authenticationCode(for: Data("nimbus change cursors: seal".utf8), using: base))
+        nonceKey = SymmetricKey(data: HMAC<SHA256>.authenticationCode(for: Data("nimbus change cursors: nonce".utf8), using: base))
+    }
+
+    func encode(_ seq: Int64, userId: String) -> String {
+        var position = Data(count: 8)
+        for index in 0..<8 { position[index] = UInt8(truncatingIfNeeded: UInt64(bitPattern: seq) >> (56 - 8 * UInt64(index))) }
+        let nonceBytes = Data(HMAC<SHA256>.authenticationCode(for: Data(userId.utf8) + [0] + position, using: nonceKey).prefix(12))
+        guard let nonce = try? AES.GCM.Nonce(data: nonceBytes),
+            let sealed = try? AES.GCM.seal(position, using: sealKey, nonce: nonce, authenticating: Data(userId.utf8)),
+            let combined = sealed.combined
+        else { return "" }  // AES-GCM with a 12-byte nonce does not fail.
+        return combined.base64URLEncodedString()
+    }
+
+    /// The position in a cursor made for `userId`; nil for anything else (a number from before cursors were sealed,
+    /// another user's cursor, a changed byte).
+    func decode(_ text: String, userId: String) -> Int64? {
+        guard text.count == 48, let data = Data(base64URLEncoded: text), let box = try? AES.GCM.SealedBox(combined: data),
+            let position = try? AES.GCM.open(box, using: sealKey, authenticating: Data(userId.utf8)), position.count == 8
+        else { return nil }
+        let value = position.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        guard value <= UInt64(Int64.max) else { return nil }
+        return Int64(value)
     }
 }

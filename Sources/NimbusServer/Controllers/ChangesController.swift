@@ -16,7 +16,7 @@ struct ChangesController: Sendable {
     @Sendable func start(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
         let seq = try await drive.store.latestSeq(userId: me.userId)
-        return try JSONResponse.make(ChangeCursor(cursor: Cursor.encode(seq)))
+        return try JSONResponse.make(ChangeCursor(cursor: drive.tokens.cursors.encode(seq, userId: me.userId)))
     }
 
     /// Changes after the cursor. With `timeout > 0` and nothing new, waits (≤ 60 s) and answers as soon as a
@@ -26,7 +26,6 @@ struct ChangesController: Sendable {
         guard let raw = request.query("cursor") else {
             throw DriveError.badRequest("Pass the 'cursor' from GET /v1/changes/start or the previous page.")
         }
-        guard let seq = Cursor.decode(raw) else { throw Cursor.gone }
         var limit = 100
         if let text = request.query("limit") {
             guard let value = Int(text), value >= 1 else { throw DriveError.badRequest("'limit' must be a whole number from 1 to 1000.") }
@@ -39,6 +38,7 @@ struct ChangesController: Sendable {
             }
             timeout = min(value, 60)
         }
+        guard let seq = drive.tokens.cursors.decode(raw, userId: me.userId) else { throw Cursor.gone }
         guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
         if page.changes.isEmpty && timeout > 0 {
             let notifier = drive.notifier
@@ -63,8 +63,8 @@ struct ChangesController: Sendable {
         }
         let next = page.changes.last?.seq ?? seq
         let list = ChangeList(
-            changes: page.changes.map { Change(seq: $0.seq, type: $0.kind, fileId: $0.fileId, file: $0.file?.api) },
-            cursor: Cursor.encode(next), hasMore: page.hasMore)
+            changes: page.changes.map { Change(seq: $0.userSeq, type: $0.kind, fileId: $0.fileId, file: $0.file?.api) },
+            cursor: drive.tokens.cursors.encode(next, userId: me.userId), hasMore: page.hasMore)
         return try JSONResponse.make(list)
     }
 
@@ -77,9 +77,10 @@ struct ChangesController: Sendable {
         let subscription = notifier.subscribe(userId: me.userId)
         let signedOut = drive.signOuts.stream(for: me.deviceId)
         let drive = drive
+        let userId = me.userId
         let body = ResponseBody { writer in
             try await Self.stream(
-                subscription, heartbeat: heartbeat, signedOut: signedOut,
+                subscription, heartbeat: heartbeat, signedOut: signedOut, cursor: { drive.tokens.cursors.encode($0, userId: userId) },
                 stillSignedIn: { (try? await drive.identity(request)) != nil }, into: &writer)
             try await writer.finish(nil)
         }
@@ -92,7 +93,7 @@ struct ChangesController: Sendable {
     /// The event stream: ends when the server shuts down, when the device signs out here (`signedOut` finishes),
     /// or when a change or heartbeat finds it signed out elsewhere (`stillSignedIn`) — never an event after that.
     static func stream(
-        _ subscription: AsyncStream<Int64>, heartbeat: Duration, signedOut: AsyncStream<Void>,
+        _ subscription: AsyncStream<Int64>, heartbeat: Duration, signedOut: AsyncStream<Void>, cursor: @escaping @Sendable (Int64) -> String,
         stillSignedIn: @escaping @Sendable () async -> Bool, into writer: inout any ResponseBodyWriter
     ) async throws {
         enum Event: Sendable {
@@ -127,7 +128,7 @@ struct ChangesController: Sendable {
                     guard await stillSignedIn() else { break }
                     switch event {
                     case .change(let seq):
-                        try await writer.write(ByteBuffer(string: "event: change\ndata: {\"cursor\":\"\(Cursor.encode(seq))\"}\n\n"))
+                        try await writer.write(ByteBuffer(string: "event: change\ndata: {\"cursor\":\"\(cursor(seq))\"}\n\n"))
                     case .heartbeat:
                         try await writer.write(ByteBuffer(string: ": heartbeat\n\n"))
                     }
@@ -140,15 +141,8 @@ struct ChangesController: Sendable {
     }
 }
 
-/// Cursors are opaque to clients; inside they are the change sequence number.
+/// Cursors are opaque to clients (``CursorCodec``); one the server cannot read is a 410.
 enum Cursor {
-    static func encode(_ seq: Int64) -> String { String(seq) }
-
-    static func decode(_ text: String) -> Int64? {
-        guard let value = Int64(text), value >= 0 else { return nil }
-        return value
-    }
-
     static var gone: DriveError {
         .gone("This cursor is unknown or too old; list the folders again and start over from GET /v1/changes/start.", code: .cursorExpired)
     }

@@ -1030,7 +1030,7 @@ components:
       type: object
       required: [seq, type, fileId]
       properties:
-        seq: { type: integer, format: int64 }
+        seq: { type: integer, format: int64, description: "This user's own change number: grows by one with each of the user's changes (other users' activity leaves no gaps)." }
         type: { type: string, enum: [upsert, delete] }
         fileId: { type: string }
         file: { $ref: "#/components/schemas/File", description: The item's current state (upsert only) }
@@ -1039,7 +1039,7 @@ components:
       required: [changes, cursor, hasMore]
       properties:
         changes: { type: array, items: { $ref: "#/components/schemas/Change" } }
-        cursor: { type: string }
+        cursor: { type: string, description: "Opaque and per user (48 characters); a cursor of another user's, altered, or from before cursors were sealed is 410." }
         hasMore: { type: boolean }
     ChangeCursor:
       type: object

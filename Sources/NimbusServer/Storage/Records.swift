@@ -116,7 +116,10 @@ struct RevisionRecord: Sendable, Equatable {
 
 /// A change-feed row joined with the file's current state.
 struct ChangeRecord: Sendable, Equatable {
+    /// The feed position (shared by all users; never shown: cursors seal it).
     var seq: Int64
+    /// The user's own change number (`seq` in the API): grows by one per change of this user's.
+    var userSeq: Int64
     var kind: Change.Kind
     var fileId: String
     var file: FileRecord?

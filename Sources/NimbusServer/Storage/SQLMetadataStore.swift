@@ -838,14 +838,16 @@ final class SQLMetadataStore: MetadataStore {
             let floor: Int64 = try user.get("changes_floor")
             guard seq >= floor, seq <= last else { return nil }
             let rows = try db.fetchAll("""
-                    SELECT c.seq AS c_seq, c.kind AS c_kind, c.file_id AS c_file_id, f.*
+                    SELECT c.seq AS c_seq, c.user_seq AS c_user_seq, c.kind AS c_kind, c.file_id AS c_file_id, f.*
                     FROM changes c LEFT JOIN files f ON f.id = c.file_id AND c.kind = 'upsert'
                     WHERE c.user_id = ? AND c.seq > ? ORDER BY c.seq LIMIT ?
                     """, [userId, seq, limit + 1])
             let changes = try rows.prefix(limit).map { row in
                 let kind = Change.Kind(rawValue: try row.get("c_kind")) ?? .upsert
                 let file: FileRecord? = try row.get("id", as: String?.self) == nil ? nil : try Self.file(row)
-                return ChangeRecord(seq: try row.get("c_seq"), kind: file == nil ? .delete : kind, fileId: try row.get("c_file_id"), file: file)
+                return ChangeRecord(
+                    seq: try row.get("c_seq"), userSeq: try row.get("c_user_seq"), kind: file == nil ? .delete : kind, fileId: try row.get("c_file_id"),
+                    file: file)
             }
             return (Array(changes), rows.count > limit)
         }
@@ -902,7 +904,9 @@ extension SQLMetadataStore {
         if effects.inserted.remove(fileId) == nil {
             try db.perform("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
         }
-        try db.insert(into: "changes", ["user_id", "file_id", "kind", "at"], [userId, fileId, kind.rawValue, now.millis])
+        // The user's own numbering (what the API shows as `seq`): one row's counter, so it needs no lock of its own.
+        let userSeq = try db.value("UPDATE users SET change_count = change_count + 1 WHERE id = ? RETURNING change_count", [userId], as: Int64.self) ?? 0
+        try db.insert(into: "changes", ["user_id", "file_id", "kind", "at", "user_seq"], [userId, fileId, kind.rawValue, now.millis, userSeq])
         effects.changed[userId] = 0  // the sequence number, and users.last_seq, at the end (applyDeferred)
     }
 

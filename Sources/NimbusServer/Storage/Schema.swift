@@ -193,6 +193,18 @@ enum Schema {
                     CREATE INDEX dav_locks_user ON dav_locks(user_id, expires_at);
                     """)
         }
+        migrator.registerMigration("8-user-change-numbers") { db in
+            // Each user's changes numbered on their own (the API's `seq`), so a feed says nothing of other users.
+            try db.execute(
+                sql: """
+                    ALTER TABLE users ADD COLUMN change_count INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE changes ADD COLUMN user_seq INTEGER NOT NULL DEFAULT 0;
+                    UPDATE changes SET user_seq = n.rn
+                        FROM (SELECT seq AS s, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY seq) AS rn FROM changes) AS n
+                        WHERE changes.seq = n.s;
+                    UPDATE users SET change_count = COALESCE((SELECT MAX(user_seq) FROM changes WHERE changes.user_id = users.id), 0);
+                    """)
+        }
         return migrator
     }
 }

@@ -205,6 +205,19 @@ enum PostgresSchema {
                 "CREATE INDEX dav_locks_user ON dav_locks(user_id, expires_at)",
             ]
         ),
+        (
+            "5-user-change-numbers",
+            [
+                "ALTER TABLE users ADD COLUMN change_count BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE changes ADD COLUMN user_seq BIGINT NOT NULL DEFAULT 0",
+                """
+                UPDATE changes SET user_seq = n.rn
+                    FROM (SELECT seq AS s, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY seq) AS rn FROM changes) AS n
+                    WHERE changes.seq = n.s
+                """,
+                "UPDATE users SET change_count = COALESCE((SELECT MAX(user_seq) FROM changes WHERE changes.user_id = users.id), 0)",
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
