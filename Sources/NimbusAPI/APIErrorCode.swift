@@ -49,6 +49,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     /// 503: a store the server needs is unreachable; retry after `Retry-After` seconds.
     case unavailable
     case quotaExceeded = "quota_exceeded"
+    /// The server's own disk (blocks or database) is full: 507, like a quota, until space is freed.
+    case insufficientStorage = "insufficient_storage"
 }
 
 extension APIErrorBody.Detail {

@@ -64,9 +64,14 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         secret = key
     } else {
         let local = LocalChangeNotifier()
+        // On a disk something filled to the brim, the reserve makes room for opening the database; it comes back
+        // once there is room again.
+        let reserve = DiskReserve(directory: data, minimumFreeSpace: configuration.minimumFreeSpace)
+        if let free = DiskSpace.available(at: data.path), free < reserve.size { _ = reserve.release() }
         store = try SQLMetadataStore(
             path: data.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: local,
-            revisionRetention: configuration.revisionRetention)
+            revisionRetention: configuration.revisionRetention, reserve: reserve)
+        reserve.replenish(spare: configuration.minimumFreeSpace)
         notifier = local
         secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
     }

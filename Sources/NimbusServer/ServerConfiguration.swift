@@ -17,6 +17,9 @@ public struct ServerConfiguration: Sendable {
     public var allowRegistration: Bool = false
     /// Resumable upload chunk size: a multiple of 256 KiB (default 8 MiB).
     public var chunkSize: Int64 = 8 * 1024 * 1024
+    /// Uploads are refused (507) when they would leave less than this free on the disk of the embedded database or
+    /// block folder, so sign-ins, deletions and emptying the trash always have room.
+    public var minimumFreeSpace: Int64 = 64 * 1024 * 1024
     /// Largest file accepted (10 GiB).
     public var maxUploadSize: Int64 = 10 * 1024 * 1024 * 1024
     /// Quota for users that register through the API (`nil` = unlimited).

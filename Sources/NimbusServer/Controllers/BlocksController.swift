@@ -108,6 +108,7 @@ struct BlocksController: Sendable {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit + Self.encodingSlack {
             throw DriveError.tooLarge("A block can be at most \(limit) bytes; this one is \(declared).")
         }
+        try drive.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(limit))
         if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
             let decoded = try await Self.decoded(request, encoding: encoding, maxSize: limit)
             return try await put(hash, body: Self.stream(decoded), userId: me.userId, limit: limit)
@@ -188,6 +189,7 @@ struct BlocksController: Sendable {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > framed + Self.encodingSlack {
             throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
         }
+        try drive.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(Self.maxBatchBytes))
         if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
             let decoded = try await Self.decoded(request, encoding: encoding, maxSize: framed)
             return try await putMany(Self.stream(decoded), userId: me.userId)

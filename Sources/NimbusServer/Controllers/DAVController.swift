@@ -412,6 +412,7 @@ struct DAVRequest {
         let max = drive.configuration.maxUploadSize
         let declared = request.headers[.contentLength].flatMap { Int64($0) }
         if let declared, declared > max { throw DAVError(.contentTooLarge, "Files can be at most \(max) bytes; this one is \(declared).") }
+        try drive.ensureRoom(for: declared ?? 0)
         let sentType = request.headers[.contentType].flatMap { type in
             ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
         }

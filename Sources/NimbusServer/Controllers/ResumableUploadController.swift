@@ -32,6 +32,7 @@ struct ResumableUploadController: Sendable {
         }
         let name = try FilesController.validName(body.name)
         let mimeType = try FilesController.validMimeType(body.mimeType)
+        try drive.ensureRoom(for: body.size)
         let fileId = try await body.fileId.asyncMap { try await drive.resolve($0, for: me) }
         let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
         let now = drive.now
@@ -83,6 +84,7 @@ struct ResumableUploadController: Sendable {
                 "A chunk must start at a multiple of \(upload.chunkSize) below \(upload.size); next is chunk \(upload.chunksProcessed).",
                 size: upload.size)
         }
+        try drive.ensureRoom(for: range.last + 1 - range.first)
         let k = Int(range.first / upload.chunkSize)
         let expected = upload.range(ofChunk: k)
         guard range.last + 1 == expected.upperBound else {

@@ -20,6 +20,7 @@ extension UploadController {
             throw DriveError.badRequest("A batch holds 1 to \(BatchUploadRequest.maxFiles) files; this one has \(batch.files.count).")
         }
         let total = batch.files.reduce(0) { $0 + $1.content.count }
+        try drive.ensureRoom(for: Int64(total))
         guard total <= BatchUploadRequest.maxContentBytes else {
             throw DriveError.tooLarge("A batch can carry at most \(BatchUploadRequest.maxContentBytes) bytes of content; this one has \(total).")
         }

@@ -33,6 +33,7 @@ struct UploadController: Sendable {
         if let declared, declared > max {
             throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(declared).")
         }
+        try drive.ensureRoom(for: declared ?? 0)
         let target: ContentTarget
         // curl and HTML forms send a generic Content-Type; then the name's extension says more.
         let sentType = request.query("mimeType") ?? request.headers[.contentType].flatMap { type in

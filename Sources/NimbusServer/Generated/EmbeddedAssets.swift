@@ -490,6 +490,7 @@ paths:
         "415": { $ref: "#/components/responses/Error" }
         "422": { $ref: "#/components/responses/Error" }
         "503": { $ref: "#/components/responses/Error" }
+        "507": { $ref: "#/components/responses/Error" }
   /v1/blocks/missing:
     post:
       tags: [blocks]
@@ -536,6 +537,7 @@ paths:
         "415": { $ref: "#/components/responses/Error" }
         "422": { $ref: "#/components/responses/Error" }
         "503": { $ref: "#/components/responses/Error" }
+        "507": { $ref: "#/components/responses/Error" }
     get:
       tags: [blocks]
       summary: A block's bytes (one the user's files, revisions, trash or uploads reference); gzip or deflate with Accept-Encoding when that saves a tenth
@@ -791,7 +793,7 @@ components:
           type: object
           required: [code, message]
           properties:
-            code: { type: string, description: "Machine-readable, e.g. not_found, name_conflict, version_conflict, quota_exceeded" }
+            code: { type: string, description: "Machine-readable, e.g. not_found, name_conflict, version_conflict, quota_exceeded, insufficient_storage (the server's disk is full: 507)" }
             message: { type: string }
             existingId: { type: string, description: "409 name_conflict: the item holding the name; 409 version_conflict: the file; 409 request_id_reused: the file that requestId made (with other content)" }
             file: { $ref: "#/components/schemas/File", description: "409 version_conflict / 412: the item's current state" }

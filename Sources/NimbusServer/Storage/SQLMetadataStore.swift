@@ -12,17 +12,27 @@ final class SQLMetadataStore: MetadataStore {
     let blobs: any BlobStore
     let notifier: any ChangeNotifier
     let revisionRetention: RevisionRetention
+    /// Space set aside on the embedded database's disk: given up when a write finds the disk full, so signing in,
+    /// deleting and emptying the trash still work on a disk something else filled.
+    let reserve: DiskReserve?
 
-    init(database: any SQLDatabase, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention) {
+    init(
+        database: any SQLDatabase, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention,
+        reserve: DiskReserve? = nil
+    ) {
         self.database = database
         self.blobs = blobs
         self.notifier = notifier
         self.revisionRetention = revisionRetention
+        self.reserve = reserve
     }
 
     /// The embedded store: a SQLite file.
-    convenience init(path: String, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention) throws {
-        self.init(database: try SQLiteDatabase(path: path), blobs: blobs, notifier: notifier, revisionRetention: revisionRetention)
+    convenience init(
+        path: String, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention, reserve: DiskReserve? = nil
+    ) throws {
+        self.init(
+            database: try SQLiteDatabase(path: path), blobs: blobs, notifier: notifier, revisionRetention: revisionRetention, reserve: reserve)
     }
 
     /// Runs one write transaction, then wakes the change-feed listeners of every user it changed.
@@ -30,12 +40,20 @@ final class SQLMetadataStore: MetadataStore {
     /// need their writers serialized, a refresh token or a login key, are locked the same way under a prefix).
     @discardableResult
     func write<T: Sendable>(user: String? = nil, _ body: @escaping @Sendable (any SQLTransaction, inout Effects) throws -> T) async throws -> T {
-        let (value, effects) = try await database.write { db in
+        let transaction: @Sendable (any SQLTransaction) throws -> (T, Effects) = { db in
             if let user { try db.lockUser(user) }
             var effects = Effects()
             let value = try body(db, &effects)
             try Self.applyDeferred(db, &effects)
             return (value, effects)
+        }
+        let value: T
+        let effects: Effects
+        do {
+            (value, effects) = try await database.write(transaction)
+        } catch where DiskSpace.isFull(error) && reserve?.release() == true {
+            // The disk filled up (not by our uploads: they stop at the reserve). Its reserve file is gone now; once.
+            (value, effects) = try await database.write(transaction)
         }
         for (user, seq) in effects.changed {
             notifier.notify(userId: user, seq: seq)
@@ -50,6 +68,8 @@ final class SQLMetadataStore: MetadataStore {
     struct Effects: Sendable {
         /// User → the newest change-feed sequence this transaction wrote (read at its end: 0 until then).
         var changed: [String: Int64] = [:]
+        /// User → the last of the user's own change numbers this transaction handed out (`users.change_count`).
+        var userSeqs: [String: Int64] = [:]
         /// User → bytes charged (+) or freed (−) by blocks this transaction adopted or orphaned.
         var usedBytes: [String: Int64] = [:]
         /// Folders whose listing changed: their version (`ETag`) moves once at the end.
@@ -108,9 +128,10 @@ final class SQLMetadataStore: MetadataStore {
                     try db.value(
                         """
                         UPDATE users SET last_seq = COALESCE((SELECT MAX(seq) FROM changes WHERE user_id = ?), last_seq),
-                            used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END
+                            used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END,
+                            change_count = CASE WHEN ? > change_count THEN ? ELSE change_count END
                         WHERE id = ? RETURNING last_seq
-                        """, [userId, delta, delta, userId], as: Int64.self) ?? 0
+                        """, [userId, delta, delta, effects.userSeqs[userId] ?? 0, effects.userSeqs[userId] ?? 0, userId], as: Int64.self) ?? 0
             } else {
                 try db.perform(
                     "UPDATE users SET used_bytes = CASE WHEN used_bytes + ? > 0 THEN used_bytes + ? ELSE 0 END WHERE id = ?",
@@ -904,8 +925,15 @@ extension SQLMetadataStore {
         if effects.inserted.remove(fileId) == nil {
             try db.perform("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
         }
-        // The user's own numbering (what the API shows as `seq`): one row's counter, so it needs no lock of its own.
-        let userSeq = try db.value("UPDATE users SET change_count = change_count + 1 WHERE id = ? RETURNING change_count", [userId], as: Int64.self) ?? 0
+        // The user's own numbering (what the API shows as `seq`): counted here, written to users.change_count once at
+        // the end of the transaction (applyDeferred), like last_seq.
+        let userSeq: Int64
+        if let last = effects.userSeqs[userId] {
+            userSeq = last + 1
+        } else {
+            userSeq = (try db.value("SELECT change_count FROM users WHERE id = ?", [userId], as: Int64.self) ?? 0) + 1
+        }
+        effects.userSeqs[userId] = userSeq
         try db.insert(into: "changes", ["user_id", "file_id", "kind", "at", "user_seq"], [userId, fileId, kind.rawValue, now.millis, userSeq])
         effects.changed[userId] = 0  // the sequence number, and users.last_seq, at the end (applyDeferred)
     }

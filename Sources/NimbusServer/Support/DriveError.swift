@@ -23,6 +23,8 @@ public enum DriveError: Error, Sendable {
     case checksumMismatch(expected: String, actual: String)
     case tooManyRequests(String, retryAfter: Int)
     case quotaExceeded(used: Int64, limit: Int64, needed: Int64)
+    /// The server's disk is full (or would be below its reserve): 507 `insufficient_storage`.
+    case storageFull(String)
     case methodNotAllowed
     /// A block commit names blocks the store lacks: 409 `blocks_missing` with their hashes.
     case blocksMissing([String])
@@ -45,7 +47,7 @@ public enum DriveError: Error, Sendable {
         case .rangeNotSatisfiable: .rangeNotSatisfiable
         case .checksumMismatch: .unprocessableContent
         case .tooManyRequests: .tooManyRequests
-        case .quotaExceeded: .init(code: 507, reasonPhrase: "Insufficient Storage")
+        case .quotaExceeded, .storageFull: .init(code: 507, reasonPhrase: "Insufficient Storage")
         case .methodNotAllowed: .methodNotAllowed
         case .blocksMissing: .conflict
         case .unsupportedEncoding: .unsupportedMediaType
@@ -92,6 +94,7 @@ public enum DriveError: Error, Sendable {
         case .unsupportedEncoding(let message): APIErrorBody(.unsupportedEncoding, message: message)
         case .unavailable(let message, _): APIErrorBody(.unavailable, message: message)
         case .internalError(let message): APIErrorBody(.internalError, message: message)
+        case .storageFull(let message): APIErrorBody(.insufficientStorage, message: message)
         }
     }
 }
@@ -133,6 +136,8 @@ extension DriveError {
         case is NIOTooManyBytesError:
             // A JSON body over what `Request.decode` collects (1 MiB), on any route, signed in or not.
             return .tooLarge("The request body is too large for this route.")
+        case _ where DiskSpace.isFull(error):
+            return DiskSpace.fullError
         default:
             return .internalError("Something went wrong on the server; it has been logged. Try again.")
         }

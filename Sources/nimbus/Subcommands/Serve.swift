@@ -33,6 +33,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Quota for users who register through the API (e.g. 10GiB); unlimited when absent.", transform: Serve.size)
     var defaultQuota: Int64?
 
+    @Option(help: "Refuse uploads (507) that would leave less than this free on the data folder's disk (e.g. 1GiB).", transform: Serve.size)
+    var minFreeSpace: Int64 = 64 * 1024 * 1024
+
     @Option(help: "Keep at least this many revisions per file.")
     var revisionsKeep: Int = 100
 
@@ -74,6 +77,7 @@ struct Serve: AsyncParsableCommand {
         configuration.allowRegistration = allowRegistration
         configuration.chunkSize = chunkSize
         configuration.defaultQuota = defaultQuota
+        configuration.minimumFreeSpace = minFreeSpace
         configuration.revisionRetention = RevisionRetention(keepLast: revisionsKeep, keepFor: .seconds(revisionsDays * 86400))
         configuration.trashRetention = .seconds(trashDays * 86400)
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
