@@ -264,6 +264,13 @@ public struct About: Codable, Sendable, Hashable {
             self.used = used
             self.limit = limit
         }
+
+        /// `limit` is always there: `null` when unlimited (as `openapi.yaml` says), never left out.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(used, forKey: .used)
+            try container.encode(limit, forKey: .limit)
+        }
     }
 
     public var userId: String

@@ -52,6 +52,8 @@ public struct ServerConfiguration: Sendable {
     public var idleTimeout: Duration = .seconds(90)
     /// How often background services (trash purge, expired uploads, compaction) run.
     public var maintenanceInterval: Duration = .seconds(600)
+    /// A long-poll (`GET /v1/changes?timeout=S`) waits at most this long (≤ 60 s), whatever `S` asks for.
+    public var longPollLimit: Duration = .seconds(60)
     /// SSE heartbeat period.
     public var heartbeatInterval: Duration = .seconds(15)
     public var clock: any WallClock = SystemWallClock()

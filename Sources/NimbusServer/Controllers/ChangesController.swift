@@ -36,7 +36,8 @@ struct ChangesController: Sendable {
             guard let value = Double(text), value >= 0, value.isFinite else {
                 throw DriveError.badRequest("'timeout' must be a number of seconds from 0 to 60.")
             }
-            timeout = min(value, 60)
+            // At most 60 s, or less when the operator says so (a proxy in front that cuts idle answers sooner).
+            timeout = min(value, 60, drive.configuration.longPollLimit.timeInterval)
         }
         guard let seq = drive.tokens.cursors.decode(raw, userId: me.userId) else { throw Cursor.gone }
         guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }

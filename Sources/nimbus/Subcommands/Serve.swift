@@ -51,6 +51,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Keep the change feed's record of deletions this many days; older cursors get 410.")
     var changeRetentionDays: Int = 30
 
+    @Option(help: "A long-poll answers after at most this many seconds (1 to 60; lower it behind a proxy that cuts idle answers sooner).")
+    var longPollSeconds: Int = 60
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -64,6 +67,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0 to 65535.") }
+        guard (1...60).contains(longPollSeconds) else { throw ValidationError("--long-poll-seconds must be 1 to 60.") }
         guard revisionsKeep >= 1 else { throw ValidationError("--revisions-keep must be at least 1.") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("Unknown --log-level '\(logLevel)'.") }
     }
@@ -78,6 +82,7 @@ struct Serve: AsyncParsableCommand {
         configuration.chunkSize = chunkSize
         configuration.defaultQuota = defaultQuota
         configuration.minimumFreeSpace = minFreeSpace
+        configuration.longPollLimit = .seconds(longPollSeconds)
         configuration.revisionRetention = RevisionRetention(keepLast: revisionsKeep, keepFor: .seconds(revisionsDays * 86400))
         configuration.trashRetention = .seconds(trashDays * 86400)
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
