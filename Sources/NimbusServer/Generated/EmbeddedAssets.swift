@@ -369,7 +369,7 @@ paths:
         too much content → 413; both change nothing.
       parameters:
         - { name: uploadType, in: query, required: true, schema: { type: string, enum: [media, resumable, batch] } }
-        - { name: name, in: query, required: false, schema: { type: string }, description: "media: the new file's name" }
+        - { name: name, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 255 }, description: "media: the new file's name" }
         - { name: parentId, in: query, required: false, schema: { type: string }, description: "media: the folder (root when absent)" }
         - { name: fileId, in: query, required: false, schema: { type: string }, description: "media: upload a new version of this file" }
         - { name: mimeType, in: query, required: false, schema: { type: string }, description: "media: the type (else Content-Type, else guessed from the name)" }
@@ -595,7 +595,7 @@ paths:
       tags: [blocks]
       summary: The blocks of the file's head revision, or of revisionId, in order (for delta downloads)
       parameters:
-        - { name: revisionId, in: query, required: false, schema: { type: string } }
+        - { name: revisionId, in: query, required: false, schema: { type: string, minLength: 1 } }
       responses:
         "200":
           description: The manifest
@@ -623,7 +623,7 @@ paths:
       tags: [changes]
       summary: Changes after a cursor, oldest first, one entry per item with its latest state; with timeout, waits for the next change
       parameters:
-        - { name: cursor, in: query, required: true, schema: { type: string } }
+        - { name: cursor, in: query, required: true, schema: { type: string, minLength: 1 } }
         - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 1000, default: 100 } }
         - { name: timeout, in: query, required: false, schema: { type: number, minimum: 0, maximum: 60, default: 0 }, description: "Seconds to wait when nothing is new." }
       responses:
@@ -751,8 +751,8 @@ components:
     FileId: { name: fileId, in: path, required: true, schema: { type: string } }
     RevisionId: { name: revisionId, in: path, required: true, schema: { type: string } }
     UploadId: { name: uploadId, in: path, required: true, schema: { type: string } }
-    Page: { name: page, in: query, required: false, schema: { type: integer, minimum: 1, default: 1 } }
-    Limit: { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 1000, default: 100 }, description: "Values over 1000 are treated as 1000." }
+    Page: { name: page, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 1000000000000, default: 1 } }
+    Limit: { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, format: int64, default: 100 }, description: "Values over 1000 are treated as 1000." }
     OnConflict: { name: onConflict, in: query, required: false, schema: { type: string, enum: [fail, rename, replace], default: fail }, description: "On a name clash: 409, pick 'name (1).ext', or make a new revision of the existing file." }
     Range: { name: Range, in: header, required: false, schema: { type: string }, example: "bytes=0-1023" }
     IfNoneMatch: { name: If-None-Match, in: header, required: false, schema: { type: string } }
@@ -823,12 +823,12 @@ components:
       type: object
       required: [size, checksum, blocks]
       properties:
-        name: { type: string, description: "A new file's name (with parentId)" }
-        parentId: { type: string }
-        mimeType: { type: string }
-        requestId: { type: string, description: "Makes a retried creation return the file the first one made" }
-        fileId: { type: string, description: "A new version of this file (guarded by If-Match)" }
-        baseRevisionId: { type: string, description: "The revision that {from, count} entries take blocks from" }
+        name: { type: string, minLength: 1, maxLength: 255, description: "A new file's name (with parentId)" }
+        parentId: { type: string, minLength: 1 }
+        mimeType: { type: string, minLength: 1 }
+        requestId: { type: string, minLength: 1, description: "Makes a retried creation return the file the first one made" }
+        fileId: { type: string, minLength: 1, description: "A new version of this file (guarded by If-Match)" }
+        baseRevisionId: { type: string, minLength: 1, description: "The revision that {from, count} entries take blocks from" }
         size: { type: integer, format: int64, minimum: 0 }
         checksum: { type: string, pattern: "^[0-9a-f]{64}$", description: "SHA-256 of the whole content" }
         blocks:
@@ -846,7 +846,7 @@ components:
       type: object
       required: [fileId, revisionId, size, checksum, blocks]
       properties:
-        fileId: { type: string }
+        fileId: { type: string, minLength: 1 }
         revisionId: { type: string }
         size: { type: integer, format: int64 }
         checksum: { type: string }
@@ -864,7 +864,7 @@ components:
       properties:
         username: { type: string, pattern: "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$" }
         password: { type: string, minLength: 8 }
-        deviceName: { type: string }
+        deviceName: { type: [string, "null"] }
     RegisteredUser:
       type: object
       required: [userId, username]
@@ -911,8 +911,8 @@ components:
       required: [id, name, mimeType, parentId, size, createdAt, modifiedAt, trashed]
       properties:
         id: { type: string }
-        name: { type: string }
-        mimeType: { type: string, description: 'application/vnd.nimbus.folder for folders' }
+        name: { type: string, minLength: 1, maxLength: 255 }
+        mimeType: { type: string, minLength: 1, description: 'application/vnd.nimbus.folder for folders' }
         parentId: { type: [string, "null"], description: null for the root folder }
         size: { type: integer, format: int64 }
         checksum: { type: string, description: SHA-256 of the content (files only) }
@@ -926,8 +926,8 @@ components:
       required: [revisionId, fileId, mimeType, size, modifiedAt, downloadUrl, checksum]
       properties:
         revisionId: { type: string }
-        fileId: { type: string }
-        mimeType: { type: string }
+        fileId: { type: string, minLength: 1 }
+        mimeType: { type: string, minLength: 1 }
         size: { type: integer, format: int64 }
         modifiedAt: { type: string, format: date-time }
         downloadUrl: { type: string }
@@ -956,25 +956,25 @@ components:
       type: object
       required: [name, mimeType]
       properties:
-        name: { type: string, description: "NFC-normalised; no '/', NUL, '.' or '..'; at most 255 UTF-8 bytes" }
-        mimeType: { type: string }
-        parentId: { type: string, description: The root folder when absent }
-        requestId: { type: string, description: Makes a retried create return the first result }
+        name: { type: string, minLength: 1, maxLength: 255, description: "NFC-normalised; no '/', NUL, '.' or '..'; at most 255 UTF-8 bytes" }
+        mimeType: { type: string, minLength: 1 }
+        parentId: { type: string, minLength: 1, description: The root folder when absent }
+        requestId: { type: string, minLength: 1, description: Makes a retried create return the first result }
     UpdateFileRequest:
       type: object
       properties:
-        name: { type: string }
-        parentId: { type: string }
+        name: { type: string, minLength: 1, maxLength: 255 }
+        parentId: { type: string, minLength: 1 }
     UploadRequest:
       type: object
       required: [requestId, name, mimeType, size]
       properties:
-        requestId: { type: string, description: The same requestId returns the same session }
-        name: { type: string }
-        mimeType: { type: string }
-        parentId: { type: string }
+        requestId: { type: string, minLength: 1, description: The same requestId returns the same session }
+        name: { type: string, minLength: 1, maxLength: 255 }
+        mimeType: { type: string, minLength: 1 }
+        parentId: { type: string, minLength: 1 }
         size: { type: integer, format: int64, maximum: 10737418240 }
-        fileId: { type: string, description: A new version of this file (send If-Match with its revisionId) }
+        fileId: { type: string, minLength: 1, description: A new version of this file (send If-Match with its revisionId) }
         checksum: { type: string, description: SHA-256 of the whole content, checked at the end (422 on mismatch) }
     BatchUploadRequest:
       type: object
@@ -988,12 +988,12 @@ components:
             type: object
             required: [content]
             properties:
-              name: { type: string, description: A new file's name (required unless fileId is set) }
-              parentId: { type: string, description: The folder (root when absent) }
-              mimeType: { type: string, description: Else guessed from the name (or the file's current type) }
-              requestId: { type: string, minLength: 1, maxLength: 200, description: "New files: an idempotency key, as for uploadType=media" }
+              name: { type: string, minLength: 1, maxLength: 255, description: A new file's name (required unless fileId is set) }
+              parentId: { type: string, minLength: 1, description: The folder (root when absent) }
+              mimeType: { type: string, minLength: 1, description: Else guessed from the name (or the file's current type) }
+              requestId: { type: string, minLength: 1, minLength: 1, maxLength: 200, description: "New files: an idempotency key, as for uploadType=media" }
               onConflict: { type: string, enum: [fail, rename, replace], default: fail }
-              fileId: { type: string, description: A new version of this file instead of a new file }
+              fileId: { type: string, minLength: 1, description: A new version of this file instead of a new file }
               ifMatch: { type: string, description: "With fileId: the revisionId the new version is based on (409 if the head moved)" }
               checksum: { type: string, pattern: "^[0-9a-f]{64}$", description: "Hex SHA-256 of the content; a mismatch fails the entry (422)" }
               content: { type: string, format: byte, description: The bytes, base64 }

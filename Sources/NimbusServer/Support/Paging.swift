@@ -14,7 +14,9 @@ struct Paging: Equatable, Sendable {
     static func parse(page: String?, limit: String?) throws(DriveError) -> Paging {
         var result = Paging(page: 1, limit: defaultLimit)
         if let page {
-            guard let value = Int(page), value >= 1 else { throw .badRequest("'page' must be a whole number from 1.") }
+            guard let value = Int(page), (1...1_000_000_000_000).contains(value) else {
+                throw .badRequest("'page' must be a whole number from 1 to 1000000000000.")
+            }
             result.page = value
         }
         if let limit {
