@@ -417,7 +417,9 @@ struct DAVRequest {
             ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
         }
         let mimeType = try FilesController.validMimeType(sentType ?? existing?.mimeType ?? MimeType.guess(forName: name))
-        let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: nil) }
+        // If-Match goes to the commit too: a version that lands between the check above and the commit is a 412.
+        let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
+        let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
         if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
             throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)

@@ -59,7 +59,7 @@ extension Drive {
     }
 }
 
-/// A file of zeros kept on the embedded database's disk (`reserve` in the data folder). When a database write finds
+/// A file of allocated space kept on the embedded database's disk (`reserve` in the data folder). When a database write finds
 /// the disk full, the file is deleted and the write tried again, so a full disk still lets a user sign in and free
 /// space; it is made again once the disk has room.
 struct DiskReserve: Sendable {
@@ -84,14 +84,19 @@ struct DiskReserve: Sendable {
         let partial = path + ".partial"
         unlink(partial)
         guard let fd = try? POSIXFile.openForWriting(partial) else { return }
+        var ok = true
+        #if canImport(Glibc)
+        // Allocated without writing a byte (a sparse file would reserve nothing).
+        ok = posix_fallocate(fd, 0, off_t(size)) == 0
+        #else
         let chunk = [UInt8](repeating: 0, count: 1 << 20)
         var written: Int64 = 0
-        var ok = true
         while written < size && ok {
             let count = Int(min(Int64(chunk.count), size - written))
             ok = (try? chunk.withUnsafeBytes { try POSIXFile.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<count]), path: partial) }) != nil
             written += Int64(count)
         }
+        #endif
         ok = ok && (try? POSIXFile.sync(fd, path: partial)) != nil
         close(fd)
         if ok && rename(partial, path) == 0 { return }

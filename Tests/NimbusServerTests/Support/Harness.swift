@@ -43,6 +43,8 @@ struct TestServer: Sendable {
         // Tests check that /healthz answers 200 when the stores work, not how fast a machine running 180 tests at
         // once answers it (a CI run saw 503 "no answer within 3 s" on a loaded moment).
         configuration.healthCheckBudget = .seconds(30)
+        // A small reserve file (the default sets 32 MiB aside in every data folder).
+        configuration.minimumFreeSpace = 4 << 20
         if TestServices.scaledOut {
             configuration.database = try TestServices.postgresURL()
             configuration.blobs = try TestServices.s3().blobsURL()
