@@ -296,12 +296,20 @@ async function renameItem(file) {
   } catch (error) { reportError(error); }
 }
 
-async function deleteItem(file) {
+async function deleteItem(file, confirmed = false) {
   try {
     await api("DELETE", `/v1/files/${file.id}`);
     showAlert(`Moved “${file.name}” to the trash.`, "info");
     await reloadFolder();
-  } catch (error) { reportError(error); }
+  } catch (error) {
+    // The server's mass-deletion breaker paused this browser's deletions: ask once, then go on.
+    if (error instanceof APIError && error.code === "mass_deletion_paused" && !confirmed) {
+      if (!confirm(`You have deleted many files in a short time, so the server paused deletions.\n\nDelete “${file.name}” and go on deleting?`)) return;
+      try { await api("POST", "/v1/trash/confirm"); } catch (confirmError) { reportError(confirmError); return; }
+      return deleteItem(file, true);
+    }
+    reportError(error);
+  }
 }
 
 // Move: a small folder browser.
@@ -357,7 +365,43 @@ async function openTrash() {
         element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => restoreFromTrash(file), "aria-label": `Restore ${file.name}` }, "Restore"))));
     }
     $("empty-trash").hidden = list.files.length > 0;
+    await showDeletionPauses();
   } catch (error) { reportError(error); }
+  if (!$("restore-since").value) $("restore-since").value = localInputValue(new Date(Date.now() - 3600 * 1000));
+}
+
+// The mass-deletion breaker: devices whose deletions the server paused until the user confirms.
+async function showDeletionPauses() {
+  const { paused } = await api("GET", "/v1/trash/paused");
+  $("deletion-paused").hidden = paused.length === 0;
+  $("deletion-paused-text").textContent = paused.map((pause) =>
+    `${pause.deviceName ? `“${pause.deviceName}”` : "A device"} deleted ${pause.deletions} items within an hour, so the server paused its deletions (${formatDate(pause.pausedAt)}).`).join(" ");
+}
+
+async function confirmDeletions() {
+  try {
+    const { paused } = await api("POST", "/v1/trash/confirm");
+    showAlert(paused.length ? "Confirmed: those devices' deletions go on." : "No deletions were paused.", "info");
+    await showDeletionPauses();
+  } catch (error) { reportError(error); }
+}
+
+async function restoreSince(event) {
+  event.preventDefault();
+  const since = new Date($("restore-since").value);
+  if (isNaN(since)) { showAlert("Pick a date and time."); return; }
+  if (!confirm(`Restore everything trashed since ${since.toLocaleString()}?`)) return;
+  try {
+    const result = await api("POST", "/v1/trash/restore", { json: { since: since.toISOString().replace(/\.\d{3}Z$/, "Z") } });
+    showAlert(result.restored ? `Restored ${result.restored} item${result.restored === 1 ? "" : "s"} (${result.items} in all).` : "Nothing was trashed since then.", "info");
+    await openTrash();
+  } catch (error) { reportError(error); }
+}
+
+/** A date as a datetime-local input takes it (local time, to the minute). */
+function localInputValue(date) {
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
 }
 
 async function restoreFromTrash(file) {
@@ -637,6 +681,8 @@ function setUp() {
   $("upload-close").addEventListener("click", () => $("upload-dialog").close());
   $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files); });
   $("trash-button").addEventListener("click", openTrash);
+  $("confirm-deletions").addEventListener("click", confirmDeletions);
+  $("restore-since-form").addEventListener("submit", restoreSince);
   $("settings-button").addEventListener("click", openSettings);
   $("back-from-settings").addEventListener("click", () => openFolder(state.folderId, state.path));
   $("app-password-form").addEventListener("submit", createAppPassword);

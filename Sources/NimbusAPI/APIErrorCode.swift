@@ -32,6 +32,9 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case usernameTaken = "username_taken"
     /// A block commit names blocks the store lacks (`missing` lists them): send them, then commit again.
     case blocksMissing = "blocks_missing"
+    /// The server's mass-deletion breaker paused this device's deletions: the user confirms with
+    /// `POST /v1/trash/confirm` (`nimbus trash confirm`, or the web app), then they go on.
+    case massDeletionPaused = "mass_deletion_paused"
     case conflict
     // 410
     case gone

@@ -44,6 +44,11 @@ struct Drive: Sendable {
         return identity
     }
 
+    /// The device behind a request, held to the mass-deletion breaker when it deletes.
+    func deleter(_ identity: Identity) -> Deleter {
+        Deleter(deviceId: identity.deviceId, limits: configuration.massDeletion)
+    }
+
     /// Resolves the `root` alias and checks the id belongs to the user.
     func file(_ id: String, for identity: Identity) async throws -> FileRecord {
         try await store.file(id: try await resolve(id, for: identity), userId: identity.userId)

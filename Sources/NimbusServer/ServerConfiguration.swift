@@ -46,6 +46,8 @@ public struct ServerConfiguration: Sendable {
     /// Failed logins before a username is locked out for a while (429 + Retry-After).
     public var loginFailuresAllowed: Int = 5
     public var loginLockout: Duration = .seconds(60)
+    /// When one device's deletions pause until the user confirms (409 `mass_deletion_paused`).
+    public var massDeletion = MassDeletionLimits()
     /// bcrypt cost (≥ 10).
     public var bcryptCost: UInt8 = 10
     /// Connections idle this long are closed.
@@ -86,6 +88,33 @@ public struct RevisionRetention: Sendable, Equatable {
             }
         }
         return result
+    }
+}
+
+/// The server's mass-deletion breaker: a device that deletes or trashes more than `fraction` of a user's items and
+/// at least `minimum` of them within `window`, or more than `perWindow` in it, is paused: that request and its
+/// later deletions answer 409 `mass_deletion_paused` (nothing deleted) until the user confirms, which lets the
+/// device go on for one more `window`. Permanent deletions count too, those of trashed items included.
+public struct MassDeletionLimits: Sendable, Equatable {
+    public var enabled = true
+    public var fraction = 0.5
+    public var minimum = 1_000
+    public var perWindow = 10_000
+    public var window: Duration = .seconds(3600)
+
+    public init(enabled: Bool = true, fraction: Double = 0.5, minimum: Int = 1_000, perWindow: Int = 10_000, window: Duration = .seconds(3600)) {
+        self.enabled = enabled
+        self.fraction = fraction
+        self.minimum = minimum
+        self.perWindow = perWindow
+        self.window = window
+    }
+
+    /// Whether `deleted` items in the window (this request's included) trip the breaker, `before` being how many
+    /// items the user had at the window's start (live now + deleted in it before this request).
+    public func trips(deleted: Int, before: Int) -> Bool {
+        guard enabled else { return false }
+        return deleted > perWindow || (deleted >= minimum && Double(deleted) > fraction * Double(before))
     }
 }
 

@@ -152,6 +152,52 @@ struct EndToEndTests {
         #expect(empty.stderr.contains("label"), "\(empty.stderr)")
     }
 
+    @Test("the server pauses a folder sync deleting most files: nothing more goes, 'nimbus untrash --since' brings them back, 'nimbus trash confirm' lets it go on")
+    func massDeletionBreaker() throws {
+        // The server's breaker at 6 items; the client's own guard (10 deletions) lets these through.
+        let bench = try Bench(serverArguments: ["--mass-deletion-minimum", "6", "--mass-deletion-fraction", "0.5"])
+        let laptop = try bench.device("laptop")
+        let phone = try bench.device("phone")
+        let folder = try bench.folder("laptop-files")
+        for index in 0..<9 { try write("file \(index)", to: folder.appending(path: "f\(index).txt")) }
+        #expect(try laptop.run(["sync", folder.path, "/Docs", "--once"]).status == 0)
+        let started = ISO8601DateFormatter().string(from: Date().addingTimeInterval(-1))
+        for index in 0..<9 { try FileManager.default.removeItem(at: folder.appending(path: "f\(index).txt")) }
+        let paused = try laptop.run(["sync", folder.path, "--once"])
+        #expect(paused.status != 0, "the refused deletions are reported")
+        #expect((paused.stdout + paused.stderr).contains("nimbus trash confirm"), "\(paused.stdout)\(paused.stderr)")
+        let listed = try phone.run(["ls", "/Docs"]).stdout.split(separator: "\n")
+        #expect(listed.count == 4, "5 of the 10 items went before the breaker (a 6th is over half): \(listed)")
+        let note = try phone.run(["trash"])
+        #expect(note.status == 0)
+        #expect(note.stderr.contains("'laptop' deleted 6 items"), "\(note.stderr)")
+
+        // Undo on another device: every file comes back, and the laptop gets them again.
+        let undone = try phone.run(["untrash", "--since", started])
+        #expect(undone.status == 0, "\(undone.stderr)")
+        #expect(undone.stdout.contains("Restored 5 trashed items"), "\(undone.stdout)")
+        #expect(try phone.run(["ls", "/Docs"]).stdout.split(separator: "\n").count == 9)
+        let bad = try phone.run(["untrash", "--since", "last tuesday"])
+        #expect(bad.status != 0)
+        #expect(bad.stderr.contains("is not a time"), "\(bad.stderr)")
+
+        // Or it was meant: confirm, and the laptop's next syncs delete (the refused ones wait out a short backoff).
+        let confirmed = try phone.run(["trash", "confirm"])
+        #expect(confirmed.status == 0, "\(confirmed.stderr)")
+        #expect(confirmed.stdout.contains("Confirmed: 'laptop'"), "\(confirmed.stdout)")
+        #expect(try phone.run(["trash", "confirm"]).stdout.contains("No device's deletions are paused"))
+        // The laptop pulls the restored files back first (they were restored on the server after it deleted them).
+        var rounds = 0
+        while rounds < 6 {
+            rounds += 1
+            if try laptop.run(["sync", folder.path, "--once"]).status == 0 { break }
+        }
+        #expect(rounds < 6)
+        let remote = try phone.run(["ls", "/Docs"]).stdout.split(separator: "\n").count
+        let local = tree(folder).count
+        #expect(remote == local, "the laptop and the server agree after the confirmation (\(local) here, \(remote) there)")
+    }
+
     @Test("two devices sync two folders: creates, edits, renames, moves and deletes on both sides converge")
     func twoDevices() throws {
         let bench = try Bench()

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -43,7 +44,9 @@ def call(base, method, path, body=None, token=None, raw=None, headers=None):
 def server():
     data = tempfile.mkdtemp(prefix="nimbus-web-")
     process = subprocess.Popen(
-        [BINARY, "serve", "--data", data + "/server", "--port", "0", "--allow-registration", "--chunk-size", "256KiB", "--log-level", "error"],
+        [BINARY, "serve", "--data", data + "/server", "--port", "0", "--allow-registration", "--chunk-size", "256KiB", "--log-level", "error",
+         # A low mass-deletion breaker, so test_mass_deletion_paused_then_confirmed can trip it with a few dozen items.
+         "--mass-deletion-minimum", "20"],
         stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     base = "http://127.0.0.1:" + line.rsplit(":", 1)[1].strip()
@@ -300,6 +303,40 @@ def test_app_passwords_in_settings(browser, server):
     assert json.loads(body)["appPasswords"] == []
     browser.find_element(By.ID, "back-from-settings").click()
     row(browser, "Projects")
+
+
+def test_mass_deletion_paused_then_confirmed(browser, server):
+    """Another device (the API's "test") deletes a folder of 31 items: over half of everything, so the server pauses
+    it; the Trash view says so, Confirm lets it go on, and "Restore all" since a time brings it back."""
+    base, token = server["base"], server["token"]
+    _, _, body = call(base, "POST", "/v1/files", {"name": "Bulk", "mimeType": "application/vnd.nimbus.folder"}, token=token)
+    bulk = json.loads(body)["id"]
+    for index in range(30):
+        call(base, "POST", "/v1/files", {"name": f"b{index}.txt", "mimeType": "text/plain", "parentId": bulk}, token=token)
+    try:
+        call(base, "DELETE", f"/v1/files/{bulk}", token=token)
+        raise AssertionError("the breaker let the folder go")
+    except urllib.error.HTTPError as error:
+        assert error.code == 409 and json.loads(error.read())["error"]["code"] == "mass_deletion_paused"
+    browser.find_element(By.ID, "trash-button").click()
+    banner = wait(browser, EC.visibility_of_element_located((By.ID, "deletion-paused")))
+    assert "“test” deleted 31 items" in banner.text, banner.text
+    screenshot(browser, "deletion-paused")
+    browser.find_element(By.ID, "confirm-deletions").click()
+    wait(browser, EC.invisibility_of_element_located((By.ID, "deletion-paused")))
+    status, _, _ = call(base, "DELETE", f"/v1/files/{bulk}", token=token)
+    assert status == 204
+    browser.find_element(By.ID, "back-to-files").click()
+    browser.find_element(By.ID, "trash-button").click()
+    row(browser, "Bulk", table="trash-rows")
+    # The form's default is an hour ago: everything trashed since comes back.
+    browser.find_element(By.CSS_SELECTOR, "#restore-since-form button[type=submit]").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, '#trash-rows tr[data-name="Bulk"]'))
+    _, _, body = call(base, "GET", f"/v1/files/{bulk}", token=token)
+    assert json.loads(body)["trashed"] is False
+    browser.find_element(By.ID, "back-to-files").click()
+    row(browser, "Bulk")
 
 
 def test_phone_width(browser, server):

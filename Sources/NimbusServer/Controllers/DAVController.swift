@@ -468,7 +468,7 @@ struct DAVRequest {
         let item = try await require(me, names)
         try checkPreconditions(item)
         let locks = try await checkLocks(me, names: names, targets: [(Self.lockPath(names), true)])
-        _ = try await drive.store.trash(userId: me.userId, fileId: item.id, now: drive.now)
+        _ = try await drive.store.trash(userId: me.userId, fileId: item.id, now: drive.now, by: drive.deleter(me))
         try await releaseLocks(me, inside: Self.lockPath(names), from: locks)
         return Response(status: .noContent)
     }
@@ -506,13 +506,13 @@ struct DAVRequest {
             let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "infinity"
             guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "COPY takes Depth 0 or infinity.") }
             if let existing, existing.isFolder || source.isFolder {
-                _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now)
+                _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now, by: drive.deleter(me))
                 try await copyItem(me, source, into: parent, name: newName, over: nil, deep: depth == "infinity")
             } else {
                 try await copyItem(me, source, into: parent, name: newName, over: existing, deep: depth == "infinity")
             }
         } else {
-            if let existing { _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now) }
+            if let existing { _ = try await drive.store.trash(userId: me.userId, fileId: existing.id, now: drive.now, by: drive.deleter(me)) }
             _ = try await drive.store.update(
                 userId: me.userId, fileId: source.id, name: newName, parentId: parent.id, ifMatch: nil, now: drive.now)
             // Locks stay with paths, not items: the source's go (RFC 4918 §9.9.4).

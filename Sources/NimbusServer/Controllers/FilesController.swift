@@ -14,6 +14,9 @@ struct FilesController: Sendable {
         routes.on(.delete, "/v1/files/{fileId}", use: delete)
         routes.on(.post, "/v1/files/{fileId}/untrash", use: untrash)
         routes.on(.get, "/v1/trash", use: trash)
+        routes.on(.post, "/v1/trash/restore", use: restoreTrash)
+        routes.on(.get, "/v1/trash/paused", use: paused)
+        routes.on(.post, "/v1/trash/confirm", use: confirm)
     }
 
     @Sendable func list(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -59,9 +62,9 @@ struct FilesController: Sendable {
         let id = try await drive.resolve(try context.parameter("fileId"), for: me)
         switch request.query("permanent") {
         case nil, "false", "0":
-            _ = try await drive.store.trash(userId: me.userId, fileId: id, now: drive.now)
+            _ = try await drive.store.trash(userId: me.userId, fileId: id, now: drive.now, by: drive.deleter(me))
         case "true", "1":
-            try await drive.store.deletePermanently(userId: me.userId, fileId: id, now: drive.now)
+            try await drive.store.deletePermanently(userId: me.userId, fileId: id, now: drive.now, by: drive.deleter(me))
         default:
             throw DriveError.badRequest("'permanent' must be true or false.")
         }
@@ -80,6 +83,27 @@ struct FilesController: Sendable {
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let (files, total) = try await drive.store.trashed(userId: me.userId, paging: paging)
         return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
+    }
+
+    /// Everything trashed at or after `since` back where it was (`nimbus untrash --since TIME`).
+    @Sendable func restoreTrash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let body = try await request.decode(as: RestoreTrashRequest.self, context: context)
+        let (restored, items) = try await drive.store.untrashAll(userId: me.userId, since: body.since, now: drive.now)
+        return try JSONResponse.make(RestoreTrashResponse(restored: restored, items: items))
+    }
+
+    /// The devices whose deletions the mass-deletion breaker paused.
+    @Sendable func paused(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        return try JSONResponse.make(DeletionPauseList(paused: try await drive.store.deletionPauses(userId: me.userId)))
+    }
+
+    /// The user meant those deletions: the paused devices go on (`nimbus trash confirm`, the web app's Trash).
+    @Sendable func confirm(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        let me = try await drive.identity(request)
+        let lifted = try await drive.store.confirmDeletions(userId: me.userId, window: drive.configuration.massDeletion.window, now: drive.now)
+        return try JSONResponse.make(DeletionPauseList(paused: lifted))
     }
 
     func page(_ paging: Paging, _ total: Int) -> Pagination {

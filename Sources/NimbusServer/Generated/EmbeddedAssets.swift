@@ -236,11 +236,17 @@ paths:
       summary: Move the item (and a folder's whole tree) to the trash, or delete it for good with permanent=true
       parameters:
         - { name: permanent, in: query, required: false, schema: { type: boolean, default: false } }
+      description: >-
+        The mass-deletion breaker: a device that deletes or trashes more than half of the user's items and at least
+        1,000 of them within an hour, or more than 10,000 (the server's --mass-deletion-* options), is paused — that
+        request and its later deletions answer 409 `mass_deletion_paused` and delete nothing until the user confirms
+        (POST /v1/trash/confirm). Permanent deletions count too.
       responses:
         "204": { description: Trashed or deleted }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
+        "409": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}/untrash:
     parameters:
       - { $ref: "#/components/parameters/FileId" }
@@ -271,6 +277,46 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/FileList" }
         "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/trash/restore:
+    post:
+      tags: [files]
+      summary: Restore everything trashed at or after `since` (the latest first, each back where it was) — undoes a mass deletion in one call
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/RestoreTrashRequest" }
+      responses:
+        "200":
+          description: What came back
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/RestoreTrashResponse" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+  /v1/trash/paused:
+    get:
+      tags: [files]
+      summary: The devices whose deletions the mass-deletion breaker paused (their deletions answer 409 mass_deletion_paused)
+      responses:
+        "200":
+          description: The paused devices (none when the list is empty)
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/DeletionPauseList" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/trash/confirm:
+    post:
+      tags: [files]
+      summary: The user meant those deletions — every paused device goes on (for one more hour without the breaker)
+      responses:
+        "200":
+          description: The pauses lifted
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/DeletionPauseList" }
         "401": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}/content:
     parameters:
@@ -906,6 +952,32 @@ components:
         appPasswords:
           type: array
           items: { $ref: "#/components/schemas/AppPassword" }
+    RestoreTrashRequest:
+      type: object
+      required: [since]
+      properties:
+        since: { type: string, format: date-time }
+    RestoreTrashResponse:
+      type: object
+      required: [restored, items]
+      properties:
+        restored: { type: integer, description: Trashed items restored (each with what was trashed with it) }
+        items: { type: integer, description: Items back in the tree, those inside restored folders included }
+    DeletionPause:
+      type: object
+      required: [deviceId, deletions, pausedAt]
+      properties:
+        deviceId: { type: string, description: 'A signed-in device, or app-password:ID for a WebDAV client' }
+        deviceName: { type: [string, "null"] }
+        deletions: { type: integer, description: Items it deleted within the hour, the refused request's included }
+        pausedAt: { type: string, format: date-time }
+    DeletionPauseList:
+      type: object
+      required: [paused]
+      properties:
+        paused:
+          type: array
+          items: { $ref: "#/components/schemas/DeletionPause" }
     File:
       type: object
       required: [id, name, mimeType, parentId, size, createdAt, modifiedAt, trashed]
@@ -1130,6 +1202,11 @@ progress { width: 100%; height: .8rem; }
 }
 svg.ico { vertical-align: middle; }
 .folder-picker li button svg { margin-right: .3rem; }
+
+/* Trash: "Restore everything trashed since [time] [Restore all]" on one line. */
+#restore-since-form { display: flex; align-items: center; gap: 0.5rem; flex-wrap: wrap; }
+#restore-since-form label { margin: 0; }
+#restore-since-form input { width: auto; margin: 0; }
 
 """#,
         "app.js": #"""
@@ -1431,12 +1508,20 @@ async function renameItem(file) {
   } catch (error) { reportError(error); }
 }
 
-async function deleteItem(file) {
+async function deleteItem(file, confirmed = false) {
   try {
     await api("DELETE", `/v1/files/${file.id}`);
     showAlert(`Moved “${file.name}” to the trash.`, "info");
     await reloadFolder();
-  } catch (error) { reportError(error); }
+  } catch (error) {
+    // The server's mass-deletion breaker paused this browser's deletions: ask once, then go on.
+    if (error instanceof APIError && error.code === "mass_deletion_paused" && !confirmed) {
+      if (!confirm(`You have deleted many files in a short time, so the server paused deletions.\n\nDelete “${file.name}” and go on deleting?`)) return;
+      try { await api("POST", "/v1/trash/confirm"); } catch (confirmError) { reportError(confirmError); return; }
+      return deleteItem(file, true);
+    }
+    reportError(error);
+  }
 }
 
 // Move: a small folder browser.
@@ -1492,7 +1577,43 @@ async function openTrash() {
         element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => restoreFromTrash(file), "aria-label": `Restore ${file.name}` }, "Restore"))));
     }
     $("empty-trash").hidden = list.files.length > 0;
+    await showDeletionPauses();
   } catch (error) { reportError(error); }
+  if (!$("restore-since").value) $("restore-since").value = localInputValue(new Date(Date.now() - 3600 * 1000));
+}
+
+// The mass-deletion breaker: devices whose deletions the server paused until the user confirms.
+async function showDeletionPauses() {
+  const { paused } = await api("GET", "/v1/trash/paused");
+  $("deletion-paused").hidden = paused.length === 0;
+  $("deletion-paused-text").textContent = paused.map((pause) =>
+    `${pause.deviceName ? `“${pause.deviceName}”` : "A device"} deleted ${pause.deletions} items within an hour, so the server paused its deletions (${formatDate(pause.pausedAt)}).`).join(" ");
+}
+
+async function confirmDeletions() {
+  try {
+    const { paused } = await api("POST", "/v1/trash/confirm");
+    showAlert(paused.length ? "Confirmed: those devices' deletions go on." : "No deletions were paused.", "info");
+    await showDeletionPauses();
+  } catch (error) { reportError(error); }
+}
+
+async function restoreSince(event) {
+  event.preventDefault();
+  const since = new Date($("restore-since").value);
+  if (isNaN(since)) { showAlert("Pick a date and time."); return; }
+  if (!confirm(`Restore everything trashed since ${since.toLocaleString()}?`)) return;
+  try {
+    const result = await api("POST", "/v1/trash/restore", { json: { since: since.toISOString().replace(/\.\d{3}Z$/, "Z") } });
+    showAlert(result.restored ? `Restored ${result.restored} item${result.restored === 1 ? "" : "s"} (${result.items} in all).` : "Nothing was trashed since then.", "info");
+    await openTrash();
+  } catch (error) { reportError(error); }
+}
+
+/** A date as a datetime-local input takes it (local time, to the minute). */
+function localInputValue(date) {
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
 }
 
 async function restoreFromTrash(file) {
@@ -1772,6 +1893,8 @@ function setUp() {
   $("upload-close").addEventListener("click", () => $("upload-dialog").close());
   $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files); });
   $("trash-button").addEventListener("click", openTrash);
+  $("confirm-deletions").addEventListener("click", confirmDeletions);
+  $("restore-since-form").addEventListener("submit", restoreSince);
   $("settings-button").addEventListener("click", openSettings);
   $("back-from-settings").addEventListener("click", () => openFolder(state.folderId, state.path));
   $("app-password-form").addEventListener("submit", createAppPassword);
@@ -1851,6 +1974,16 @@ document.addEventListener("DOMContentLoaded", setUp);
 
 <section id="trash-view" hidden>
   <div class="toolbar"><button type="button" id="back-to-files">← Back to files</button><h1>Trash</h1></div>
+  <div id="deletion-paused" class="alert" role="alert" hidden>
+    <p id="deletion-paused-text"></p>
+    <button type="button" id="confirm-deletions" class="small">Confirm these deletions</button>
+    <span class="muted">Not meant? Restore them below instead.</span>
+  </div>
+  <form id="restore-since-form" class="toolbar">
+    <label for="restore-since">Restore everything trashed since</label>
+    <input type="datetime-local" id="restore-since" required>
+    <button type="submit" class="small">Restore all</button>
+  </form>
   <table class="files" aria-label="Trash">
     <thead><tr><th class="icon"></th><th>Name</th><th class="size">Size</th><th class="date">Deleted from</th><th class="actions">Actions</th></tr></thead>
     <tbody id="trash-rows"></tbody>

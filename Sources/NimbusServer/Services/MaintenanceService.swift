@@ -24,6 +24,7 @@ struct MaintenanceService: Service {
             let expired = try await store.expireUploads(now: now, forgetAfter: 7 * 24 * 3600)
             let purged = try await store.purgeTrash(trashedBefore: now.addingTimeInterval(-configuration.trashRetention.timeInterval), now: now)
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
+            _ = try await store.pruneDeletionLog(before: now.addingTimeInterval(-configuration.massDeletion.window.timeInterval))
             let swept = try await store.sweepBlocks(orphanedBefore: now.addingTimeInterval(-configuration.blockGracePeriod.timeInterval))
             if expired + purged + compacted + swept > 0 {
                 logger.info(

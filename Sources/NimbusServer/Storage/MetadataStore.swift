@@ -67,9 +67,18 @@ protocol MetadataStore: Sendable {
         now: Date
     ) async throws -> (file: FileRecord, created: Bool)
     func update(userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date) async throws -> FileRecord
-    func trash(userId: String, fileId: String, now: Date) async throws -> FileRecord
+    /// Moves the item and what is in it to the trash; `deleter` (the device asking) is held to the mass-deletion
+    /// breaker (409 `mass_deletion_paused`, nothing trashed).
+    func trash(userId: String, fileId: String, now: Date, by deleter: Deleter?) async throws -> FileRecord
     func untrash(userId: String, fileId: String, now: Date) async throws -> FileRecord
-    func deletePermanently(userId: String, fileId: String, now: Date) async throws
+    /// Deletes the item and what is in it for good; `deleter` as for ``trash(userId:fileId:now:by:)``.
+    func deletePermanently(userId: String, fileId: String, now: Date, by deleter: Deleter?) async throws
+    /// Restores everything trashed at or after `since`: how many trashed items, and how many items in all.
+    func untrashAll(userId: String, since: Date, now: Date) async throws -> (restored: Int, items: Int)
+    /// The user's devices whose deletions the breaker paused.
+    func deletionPauses(userId: String) async throws -> [DeletionPause]
+    /// Lets the paused devices go on (for one more `window` each); returns what was paused.
+    func confirmDeletions(userId: String, window: Duration, now: Date) async throws -> [DeletionPause]
 
     // MARK: Content and revisions
     /// Commits staged content as a new file or a new revision; places the blocks, checks quota and `If-Match`,
@@ -118,6 +127,8 @@ protocol MetadataStore: Sendable {
     // MARK: Maintenance
     /// Deletes items trashed before `before`; returns how many rows went.
     func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int
+    /// Forgets deletions (and lapsed confirmations) older than `before`, the start of the breaker's window.
+    func pruneDeletionLog(before: Date) async throws -> Int
     /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
     func compactChanges(before: Date) async throws -> Int
     /// Deletes from the blob store the blocks nothing has referenced since before `before` (the grace period

@@ -559,58 +559,69 @@ final class SQLMetadataStore: MetadataStore {
         }
     }
 
-    func trash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
-        try await write(user: userId) { db, effects in
+    func trash(userId: String, fileId: String, now: Date, by deleter: Deleter?) async throws -> FileRecord {
+        try await write(user: userId) { db, effects -> Guarded<FileRecord> in
             let file = try Self.file(db, id: fileId, userId: userId)
             guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be deleted.") }
-            guard !file.isTrashed else { return file }
+            guard !file.isTrashed else { return .done(file) }
             let ids = try Self.subtree(db, rootId: file.id).filter { id in
                 try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == nil
             }
+            if let refusal = try Self.admitDeletion(db, userId: userId, deleter: deleter, items: ids.count, now: now) { return .paused(refusal) }
             for id in ids {
                 try db.perform("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
                 try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
             }
             Self.touchFolder(&effects, file.parentId!)
-            return try Self.file(db, id: file.id, userId: userId)
-        }
+            return .done(try Self.file(db, id: file.id, userId: userId))
+        }.get()
     }
 
     func untrash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
         try await write(user: userId) { db, effects in
-            let file = try Self.file(db, id: fileId, userId: userId)
-            guard let trashRoot = file.trashRoot, let oldParent = file.parentId else { return file }
-            // Back where it was if that folder is live; otherwise into the root folder.
-            var parentId = oldParent
-            let parent = try Self.existingFile(db, id: oldParent, userId: userId)
-            if parent == nil || parent!.isTrashed {
-                parentId = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? oldParent
-            }
-            var name = file.name
-            if try Self.liveChild(db, parentId: parentId, name: name, userId: userId) != nil {
-                name = try Self.freeName(db, parentId: parentId, name: name, userId: userId)
-            }
-            let ids = try Self.subtree(db, rootId: file.id).filter { id in
-                try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == trashRoot
-            }
-            // Name and place first, while the row is still trashed and outside the live-name index.
-            try db.perform("UPDATE files SET name = ?, parent_id = ? WHERE id = ?", [name, parentId, file.id])
-            for id in ids {
-                try db.perform("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
-                try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
-            }
-            Self.touchFolder(&effects, parentId)
-            return try Self.file(db, id: file.id, userId: userId)
+            try self.untrash(db, &effects, userId: userId, fileId: fileId, now: now).file
         }
     }
 
-    func deletePermanently(userId: String, fileId: String, now: Date) async throws {
-        try await write(user: userId) { db, effects in
+    /// Puts a trashed item and what was trashed with it back (where it was if that folder is live, otherwise into
+    /// the root folder; under a free name if its own is taken meanwhile). An item not in the trash is left alone.
+    func untrash(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, now: Date) throws -> (file: FileRecord, items: Int) {
+        let file = try Self.file(db, id: fileId, userId: userId)
+        guard let trashRoot = file.trashRoot, let oldParent = file.parentId else { return (file, 0) }
+        var parentId = oldParent
+        let parent = try Self.existingFile(db, id: oldParent, userId: userId)
+        if parent == nil || parent!.isTrashed {
+            parentId = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? oldParent
+        }
+        var name = file.name
+        if try Self.liveChild(db, parentId: parentId, name: name, userId: userId) != nil {
+            name = try Self.freeName(db, parentId: parentId, name: name, userId: userId)
+        }
+        let ids = try Self.subtree(db, rootId: file.id).filter { id in
+            try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == trashRoot
+        }
+        // Name and place first, while the row is still trashed and outside the live-name index.
+        try db.perform("UPDATE files SET name = ?, parent_id = ? WHERE id = ?", [name, parentId, file.id])
+        for id in ids {
+            try db.perform("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
+            try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
+        }
+        Self.touchFolder(&effects, parentId)
+        return (try Self.file(db, id: file.id, userId: userId), ids.count)
+    }
+
+    func deletePermanently(userId: String, fileId: String, now: Date, by deleter: Deleter?) async throws {
+        try await write(user: userId) { db, effects -> Guarded<Void> in
             let file = try Self.file(db, id: fileId, userId: userId)
             guard let parentId = file.parentId else { throw DriveError.badRequest("The root folder cannot be deleted.") }
+            if deleter != nil {
+                let items = try Self.subtree(db, rootId: file.id).count
+                if let refusal = try Self.admitDeletion(db, userId: userId, deleter: deleter, items: items, now: now) { return .paused(refusal) }
+            }
             try self.purge(db, &effects, userId: userId, rootId: file.id, now: now)
             Self.touchFolder(&effects, parentId)
-        }
+            return .done(())
+        }.get()
     }
 
     // MARK: Content and revisions

@@ -205,6 +205,28 @@ enum Schema {
                     UPDATE users SET change_count = COALESCE((SELECT MAX(user_seq) FROM changes WHERE changes.user_id = users.id), 0);
                     """)
         }
+        migrator.registerMigration("9-mass-deletion") { db in
+            // The mass-deletion breaker: each device's recent deletions (pruned after the window) and its pauses.
+            try db.execute(
+                sql: """
+                    CREATE TABLE deletion_log (
+                        user_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        at INTEGER NOT NULL,
+                        items INTEGER NOT NULL
+                    );
+                    CREATE INDEX deletion_log_device ON deletion_log(user_id, device_id, at);
+                    CREATE INDEX deletion_log_at ON deletion_log(at);
+                    CREATE TABLE deletion_guard (
+                        user_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        paused_at INTEGER,
+                        paused_items INTEGER NOT NULL DEFAULT 0,
+                        confirmed_until INTEGER,
+                        PRIMARY KEY (user_id, device_id)
+                    );
+                    """)
+        }
         return migrator
     }
 }

@@ -100,6 +100,8 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isRetryable: Bool {
         switch self {
         case .network, .retryAfter, .gone: true
+        // The server paused this device's deletions until its user confirms them: tried again, later.
+        case .server(_, APIErrorCode.massDeletionPaused.rawValue, _): true
         case .server(let status, _, _): status >= 500 || status == 408
         default: false
         }

@@ -24,6 +24,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isRetryable: Bool {
         switch self {
         case .network: true
+        case .server(_, APIErrorCode.massDeletionPaused.rawValue, _, _): true
         case .server(let status, _, _, _): status >= 500 || status == 429 || status == 408
         case .checksumMismatch: true
         case .unauthorized, .notSignedIn, .insufficientSpace, .localFile, .invalid: false

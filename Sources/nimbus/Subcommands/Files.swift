@@ -327,14 +327,25 @@ struct Restore: AsyncParsableCommand {
 }
 
 struct Trash: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List what is in the trash.")
+    static let configuration = CommandConfiguration(
+        abstract: "List what is in the trash, or confirm deletions the server paused.",
+        subcommands: [TrashList.self, TrashConfirm.self], defaultSubcommand: TrashList.self)
+}
+
+struct TrashList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "List what is in the trash (the default).")
 
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
         let engine = try await Home.current.signedInEngine()
-        let list: FileList = try await engine.server().call("GET", "/v1/trash?limit=1000")
+        let client = try await engine.server()
+        let list: FileList = try await client.call("GET", "/v1/trash?limit=1000")
+        let paused: DeletionPauseList = try await client.call("GET", "/v1/trash/paused")
         if output.json { return try Output.json(list.files) }
+        for pause in paused.paused {
+            Output.error("Note: " + TrashConfirm.describe(pause) + "; 'nimbus trash confirm' lets it go on.")
+        }
         if list.files.isEmpty { Output.line("The trash is empty.", options: output) }
         for file in list.files {
             print("\(file.id)  \(Output.date(file.modifiedAt))  \(file.isFolder ? "-" : Output.size(file.size))  \(file.name)\(file.isFolder ? "/" : "")")
@@ -342,17 +353,64 @@ struct Trash: AsyncParsableCommand {
     }
 }
 
-struct Untrash: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Restore an item from the trash (by its name, path or id).")
-
-    @Argument(help: "The trashed item: its former path (/Work/old.txt), its name, or its id from 'nimbus trash'.")
-    var path: String
+/// The server's mass-deletion breaker paused a device (409 `mass_deletion_paused`): the user says it was meant.
+struct TrashConfirm: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "confirm",
+        abstract: "Let devices whose deletions the server paused (too many in a short time) go on deleting.",
+        discussion: "Shows what was paused first. To undo deletions instead, use 'nimbus untrash --since TIME'.")
 
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
         let engine = try await Home.current.signedInEngine()
+        let lifted: DeletionPauseList = try await engine.server().call("POST", "/v1/trash/confirm")
+        if output.json { return try Output.json(lifted.paused) }
+        if lifted.paused.isEmpty { Output.line("No device's deletions are paused.", options: output) }
+        for pause in lifted.paused {
+            Output.line("Confirmed: " + Self.describe(pause) + "; its deletions go on.", options: output)
+        }
+    }
+
+    static func describe(_ pause: DeletionPause) -> String {
+        "\(pause.deviceName.map { "'\($0)'" } ?? pause.deviceId) deleted \(pause.deletions) items within the hour before \(Output.date(pause.pausedAt)) and was paused"
+    }
+}
+
+struct Untrash: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Restore an item from the trash (by its name, path or id), or everything trashed since a time.")
+
+    @Argument(help: "The trashed item: its former path (/Work/old.txt), its name, or its id from 'nimbus trash'.")
+    var path: String?
+
+    @Option(help: "Restore everything trashed at or after this time: 2026-11-24T10:00:00Z, 2026-11-24 10:00 (local), 2026-11-24, or how long ago (90m, 2h, 3d).")
+    var since: String?
+
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        guard (path == nil) != (since == nil) else { throw ValidationError("Give either an item to restore or --since TIME, not both.") }
+        if let since, Self.time(since, now: Date()) == nil {
+            throw ValidationError("'\(since)' is not a time: try 2026-11-24T10:00:00Z, '2026-11-24 10:00', 2026-11-24 or 2h (ago).")
+        }
+    }
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
         let client = try await engine.server()
+        if let since, let time = Self.time(since, now: Date()) {
+            let result: RestoreTrashResponse = try await client.call("POST", "/v1/trash/restore", body: RestoreTrashRequest(since: time))
+            try await engine.pull()
+            if output.json { return try Output.json(result) }
+            Output.line(
+                result.restored == 0
+                    ? "Nothing was trashed since \(Output.date(time))."
+                    : "Restored \(result.restored) trashed item\(result.restored == 1 ? "" : "s") (\(result.items) in all) trashed since \(Output.date(time)).",
+                options: output)
+            return
+        }
+        guard let path else { return }
         let list: FileList = try await client.call("GET", "/v1/trash?limit=1000")
         let name = RemotePath.name(path) ?? path
         let matches = list.files.filter { $0.id == path || $0.name == name }
@@ -363,5 +421,35 @@ struct Untrash: AsyncParsableCommand {
         let restored: File = try await client.call("POST", "/v1/files/\(matches[0].id)/untrash")
         try await engine.pull()
         Output.line("Restored \(restored.name)", options: output)
+    }
+
+    /// A time as a user types it: ISO 8601 (with or without seconds or zone; no zone = local), a date (local
+    /// midnight), or a duration ago (`90m`, `2h`, `3d`, `1w`).
+    static func time(_ text: String, now: Date) -> Date? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if let unit = trimmed.last, let amount = Double(trimmed.dropLast()), amount >= 0 {
+            let seconds: Double? = switch unit {
+            case "s": 1
+            case "m": 60
+            case "h": 3600
+            case "d": 86400
+            case "w": 7 * 86400
+            default: nil
+            }
+            if let seconds { return now.addingTimeInterval(-amount * seconds) }
+        }
+        let iso = ISO8601DateFormatter()
+        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
+            iso.formatOptions = options
+            if let date = iso.date(from: trimmed) { return date }
+        }
+        let local = DateFormatter()
+        local.locale = Locale(identifier: "en_US_POSIX")
+        local.timeZone = .current
+        for format in ["yyyy-MM-dd'T'HH:mm:ss", "yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd'T'HH:mm", "yyyy-MM-dd HH:mm", "yyyy-MM-dd"] {
+            local.dateFormat = format
+            if let date = local.date(from: trimmed) { return date }
+        }
+        return nil
     }
 }

@@ -54,6 +54,18 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "A long-poll answers after at most this many seconds (1 to 60; lower it behind a proxy that cuts idle answers sooner).")
     var longPollSeconds: Int = 60
 
+    @Option(help: "Mass-deletion breaker: pause a device that deletes more than this share of a user's items (with --mass-deletion-minimum) within an hour.")
+    var massDeletionFraction: Double = 0.5
+
+    @Option(help: "Mass-deletion breaker: ... and at least this many items.")
+    var massDeletionMinimum: Int = 1000
+
+    @Option(help: "Mass-deletion breaker: pause a device that deletes more than this many items within an hour, whatever the share.")
+    var massDeletionPerHour: Int = 10000
+
+    @Flag(help: "Turn the mass-deletion breaker off (deletions are never paused for confirmation).")
+    var noMassDeletionBreaker = false
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -68,6 +80,10 @@ struct Serve: AsyncParsableCommand {
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0 to 65535.") }
         guard (1...60).contains(longPollSeconds) else { throw ValidationError("--long-poll-seconds must be 1 to 60.") }
+        guard massDeletionFraction > 0, massDeletionFraction <= 1 else { throw ValidationError("--mass-deletion-fraction must be over 0 and at most 1 (e.g. 0.5).") }
+        guard massDeletionMinimum >= 1, massDeletionPerHour >= 1 else {
+            throw ValidationError("--mass-deletion-minimum and --mass-deletion-per-hour must be at least 1 (--no-mass-deletion-breaker turns it off).")
+        }
         guard revisionsKeep >= 1 else { throw ValidationError("--revisions-keep must be at least 1.") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("Unknown --log-level '\(logLevel)'.") }
     }
@@ -87,6 +103,8 @@ struct Serve: AsyncParsableCommand {
         configuration.trashRetention = .seconds(trashDays * 86400)
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
         configuration.changeRetention = .seconds(changeRetentionDays * 86400)
+        configuration.massDeletion = MassDeletionLimits(
+            enabled: !noMassDeletionBreaker, fraction: massDeletionFraction, minimum: massDeletionMinimum, perWindow: massDeletionPerHour)
         configuration.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         configuration.onServerRunning = { port in
             let line = "nimbus serving \(URL(fileURLWithPath: data).standardizedFileURL.path) on http://\(host):\(port)\n"

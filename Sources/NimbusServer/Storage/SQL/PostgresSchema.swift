@@ -218,6 +218,31 @@ enum PostgresSchema {
                 "UPDATE users SET change_count = COALESCE((SELECT MAX(user_seq) FROM changes WHERE changes.user_id = users.id), 0)",
             ]
         ),
+        (
+            "6-mass-deletion",
+            [
+                """
+                CREATE TABLE deletion_log (
+                    user_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    at BIGINT NOT NULL,
+                    items BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX deletion_log_device ON deletion_log(user_id, device_id, at)",
+                "CREATE INDEX deletion_log_at ON deletion_log(at)",
+                """
+                CREATE TABLE deletion_guard (
+                    user_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    paused_at BIGINT,
+                    paused_items BIGINT NOT NULL DEFAULT 0,
+                    confirmed_until BIGINT,
+                    PRIMARY KEY (user_id, device_id)
+                )
+                """,
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
