@@ -43,6 +43,10 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     // 412 / 413 / 416 / 422 / 429 / 500 / 507
     case preconditionFailed = "precondition_failed"
     case tooLarge = "too_large"
+    /// 431: the request's header fields are over the server's limit (32 KiB in all, 16 KiB for one field).
+    case headersTooLarge = "headers_too_large"
+    /// 414: the request target (path and query) is over 16 KiB.
+    case uriTooLong = "uri_too_long"
     case rangeNotSatisfiable = "range_not_satisfiable"
     case checksumMismatch = "checksum_mismatch"
     /// 415: a `Content-Encoding` the route does not take.

@@ -81,6 +81,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     let registry = MetricsRegistry.shared
     let router = Router(context: NimbusRequestContext.self)
     router.add(middleware: SecurityHeadersMiddleware())
+    router.add(middleware: RequestLimitsMiddleware())
     // WebDAV (/dav/) answers its own methods and paths before the /v1 router and its 405 logic.
     router.add(middleware: DAVMiddleware(drive: drive))
     let index = RouteIndex()

@@ -140,6 +140,31 @@ struct OpenAPITests {
         }
     }
 
+    @Test("oversized header fields are 431 and an oversized request target 414, with the JSON error body, signed in or not, on /v1 and /dav")
+    func headerLimits() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let anonymous = APIClient(baseURL: server.baseURL)
+            let big = String(repeating: "x", count: 20 * 1024)
+            let several = Dictionary(uniqueKeysWithValues: (0..<5).map { ("X-Filler-\($0)", String(repeating: "y", count: 8 * 1024)) })
+            for (client, path) in [(anonymous, "/v1/auth/login"), (alice, "/v1/files"), (alice, "/dav/"), (anonymous, "/healthz")] {
+                let one = try await client.send(.GET, path, headers: ["X-Big": big])
+                #expect(one.status == 431, "one 20 KiB field, \(path): \(one.status)")
+                #expect(one.errorCode == "headers_too_large")
+                #expect(one.header("X-Content-Type-Options") == "nosniff")
+                let many = try await client.send(.GET, path, headers: several)
+                #expect(many.status == 431, "40 KiB in all, \(path): \(many.status)")
+                #expect(many.errorCode == "headers_too_large")
+            }
+            let long = try await alice.send(.GET, "/v1/files?parentId=" + String(repeating: "z", count: 17 * 1024))
+            #expect(long.status == 414)
+            #expect(long.errorCode == "uri_too_long")
+            // Under the limits, all is as usual (a long but fair header, a 10 KiB query).
+            #expect(try await alice.send(.GET, "/v1/files", headers: ["X-Fair": String(repeating: "f", count: 12 * 1024)]).status == 200)
+            #expect(try await alice.send(.GET, "/v1/files?parentId=" + String(repeating: "z", count: 10 * 1024)).status == 404)
+        }
+    }
+
     /// `method path` for every operation under `paths:` (a line-based read of the document's own layout).
     static func operations(in yaml: String) -> Set<String> {
         var result: Set<String> = []

@@ -14,6 +14,8 @@ info:
     Every error is `{"error": {"code": "...", "message": "..."}}`. Timestamps are ISO-8601 UTC with
     milliseconds; ids are opaque strings; checksums are lowercase hex SHA-256 of the whole content.
     A user never sees another user's items: their ids answer 404.
+    On every route: header fields over 16 KiB (one) or 32 KiB (all) → 431 `headers_too_large`; a path and query
+    over 16 KiB → 414 `uri_too_long`; a JSON body over 1 MiB → 413 `too_large`; an unsupported method → 405.
 servers:
   - url: http://127.0.0.1:8080
 security:

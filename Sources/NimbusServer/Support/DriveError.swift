@@ -19,6 +19,9 @@ public enum DriveError: Error, Sendable {
     case gone(String, code: APIErrorCode = .gone)
     case preconditionFailed(String, current: File? = nil)
     case tooLarge(String)
+    /// The request's header fields (431) or its target (414) are over the server's limits.
+    case headersTooLarge(String)
+    case uriTooLong(String)
     case rangeNotSatisfiable(String, size: Int64)
     case checksumMismatch(expected: String, actual: String)
     case tooManyRequests(String, retryAfter: Int)
@@ -44,6 +47,8 @@ public enum DriveError: Error, Sendable {
         case .gone: .gone
         case .preconditionFailed: .preconditionFailed
         case .tooLarge: .contentTooLarge
+        case .headersTooLarge: .init(code: 431, reasonPhrase: "Request Header Fields Too Large")
+        case .uriTooLong: .init(code: 414, reasonPhrase: "URI Too Long")
         case .rangeNotSatisfiable: .rangeNotSatisfiable
         case .checksumMismatch: .unprocessableContent
         case .tooManyRequests: .tooManyRequests
@@ -75,6 +80,8 @@ public enum DriveError: Error, Sendable {
         case .preconditionFailed(let message, let current):
             APIErrorBody(.preconditionFailed, message: message, file: current)
         case .tooLarge(let message): APIErrorBody(.tooLarge, message: message)
+        case .headersTooLarge(let message): APIErrorBody(.headersTooLarge, message: message)
+        case .uriTooLong(let message): APIErrorBody(.uriTooLong, message: message)
         case .rangeNotSatisfiable(let message, _): APIErrorBody(.rangeNotSatisfiable, message: message)
         case .checksumMismatch(let expected, let actual):
             APIErrorBody(
