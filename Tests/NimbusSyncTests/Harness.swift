@@ -213,6 +213,20 @@ func randomBytes(_ count: Int, seed: UInt64? = nil) -> Data {
 
 extension ServerClient {
     /// The live tree on the server: path → checksum (folders map to "folder").
+    /// Every live item's id → its path.
+    func fileIds() async throws -> [(id: String, path: String)] {
+        var result: [(id: String, path: String)] = []
+        var stack: [(String, String)] = [("root", "")]
+        while let (id, path) = stack.popLast() {
+            let list: FileList = try await call("GET", "/v1/files?parentId=\(id)&limit=1000")
+            for file in list.files {
+                result.append((file.id, path + "/" + file.name))
+                if file.isFolder { stack.append((file.id, path + "/" + file.name)) }
+            }
+        }
+        return result
+    }
+
     func tree() async throws -> [String: String] {
         var result: [String: String] = [:]
         var stack: [(String, String)] = [("root", "")]

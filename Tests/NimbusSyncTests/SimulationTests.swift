@@ -310,8 +310,18 @@ struct Simulation {
         for (index, device) in devices.enumerated() {
             let tree = try await device.engine.tree()
             if tree != serverTree {
+                // What the server and the device know of each item that differs (its revisions; the device's row).
+                var detail: [String] = []
+                for path in Set(tree.keys).union(serverTree.keys).sorted() where tree[path] != serverTree[path] {
+                    detail.append("\(path): device \(tree[path]?.prefix(8) ?? "-"), server \(serverTree[path]?.prefix(8) ?? "-")")
+                }
+                detail += try await device.engine.unsyncedRows(all: true)
+                for (id, path) in try await api.fileIds() where tree[path] != serverTree[path] {
+                    let revisions: RevisionList = try await api.call("GET", "/v1/files/\(id)/revisions?limit=1000")
+                    detail.append("server \(path) id \(id): " + revisions.revisions.map { "\($0.revisionId.prefix(6))#\($0.checksum.prefix(6))" }.joined(separator: " "))
+                }
                 throw SimulationFailure(
-                    message: "device D\(index) differs from the server:\n device: \(tree.sorted { $0.key < $1.key })\n server: \(serverTree.sorted { $0.key < $1.key })\n\(log.joined(separator: "\n"))\nD\(index) activity: \(await device.engine.recentActivity.joined(separator: "\n"))")
+                    message: "device D\(index) differs from the server:\n device: \(tree.sorted { $0.key < $1.key })\n server: \(serverTree.sorted { $0.key < $1.key })\n\(detail.joined(separator: "\n"))\n\(log.joined(separator: "\n"))\nD\(index) activity: \(await device.engine.recentActivity.joined(separator: "\n"))")
             }
         }
         // Every version that could have left its device is somewhere on the server.

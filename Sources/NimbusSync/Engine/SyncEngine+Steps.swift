@@ -72,6 +72,9 @@ extension SyncEngine {
                 guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
                 var updated = stored
                 updated.setRemote(moved, parentLuid: parent.rawValue)
+                // A move changes no content: content a pull brought since the plan (an edit there after this move)
+                // stays; the answer's could only be that or older, and the feed has moved past it.
+                if stored.rRevision != row.rRevision { updated.takeRemoteContent(from: stored) }
                 updated.sParent = parent.rawValue
                 updated.sName = name
                 try updated.update(db, from: stored)
@@ -354,18 +357,25 @@ extension SyncEngine {
     /// Records that the item's creation made `item` there (created in `parent`): both trees agree.
     func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil) async throws {
         try await database.pool.write { db in
+            var fed = false
             if let other = try ItemRow.fetch(db, fileId: item.id), other.luid != luid {
                 try self.merge(db, from: other.luid, into: luid)  // the feed brought it first
+                fed = true
             }
             guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
             var updated = stored
             updated.setRemote(item, parentLuid: try self.createdParent(db, item, requested: parent))
             if updated.rChecksum == nil { updated.rChecksum = checksum }
+            // The merge base is what this creation made.
             updated.syncRemote()
             updated.createRequest = nil
             updated.createSent = false
             // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
             if item.isDeleted { updated.rPresent = false }
+            // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only
+            // be this creation's or a later one (another device's edit, move or deletion since), and that change
+            // has been read from the feed already — it must stay the remote state, or it would never be seen.
+            if fed { updated.takeRemote(from: stored) }
             try self.keepSentContent(&updated)
             try updated.update(db, from: stored)
         }
@@ -457,6 +467,12 @@ extension SyncEngine {
             // The merge base takes what was sent (the place stays: a move goes as its own step).
             updated.sRevision = updated.rRevision
             updated.sChecksum = source.checksum
+            // A pull meanwhile brought another state than the one this version was based on: with If-Match on
+            // `base` honoured, that state came after this commit (another device's edit, move or deletion), and the
+            // feed has moved past it — it stays the remote state (the next plan downloads it or sees the conflict).
+            if base != nil, !stored.rPresent || (stored.rRevision != base && stored.rRevision != made.revision) {
+                updated.takeRemote(from: stored)
+            }
             updated.uploadRequest = nil
             try self.keepSentContent(&updated)
             try updated.update(db, from: stored)
@@ -541,10 +557,12 @@ extension SyncEngine {
             for (entry, result) in zip(delivered, results) {
                 guard case .success(let item) = result else { continue }
                 var stored = entry.row
+                var fed = false
                 if let other = try ItemRow.luid(db, fileId: item.id), other != entry.row.luid {
                     try self.merge(db, from: other, into: entry.row.luid)  // the feed brought it first
                     guard let merged = try ItemRow.fetch(db, luid: entry.row.luid) else { continue }
                     stored = merged
+                    fed = true
                 }
                 // (The row as read before the request: only the columns this changes are written, so a change the
                 // user made meanwhile stays.)
@@ -557,6 +575,8 @@ extension SyncEngine {
                 updated.createRequest = nil
                 updated.createSent = false
                 if item.isDeleted { updated.rPresent = false }
+                // As in recordCreated: the state the feed brought first is this creation's or a later one.
+                if fed { updated.takeRemote(from: stored) }
                 try self.keepSentContent(&updated)
                 try updated.update(db, from: stored)
                 try db.cachedStatement(sql: "DELETE FROM failures WHERE luid = ?").execute(arguments: [stored.luid])

@@ -229,6 +229,23 @@ struct ItemRow: Sendable, Equatable {
         rModified = item.modifiedAt.millis
     }
 
+    /// The remote state (presence, place, content) as `other` has it.
+    mutating func takeRemote(from other: ItemRow) {
+        rPresent = other.rPresent
+        rParent = other.rParent
+        rName = other.rName
+        rMime = other.rMime
+        takeRemoteContent(from: other)
+    }
+
+    /// The remote content as `other` has it.
+    mutating func takeRemoteContent(from other: ItemRow) {
+        rSize = other.rSize
+        rChecksum = other.rChecksum
+        rRevision = other.rRevision
+        rModified = other.rModified
+    }
+
     /// The remote state becomes the merge base (both sides agree on all of it).
     mutating func syncRemote() {
         sPresent = rPresent
