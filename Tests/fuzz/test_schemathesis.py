@@ -2,7 +2,7 @@
 checks every answer against it, against the real `nimbus serve` signed in as a user.
 
 Gate (CI, scripts/test): no 5xx, no response that violates the schema (body, status code, content type, headers),
-no resource still there after its DELETE, no route that ignores auth, and at least 2,000 generated requests.
+no route that ignores auth, and at least 2,000 generated requests.
 NIMBUS_FUZZ_EXAMPLES=N (default 30 per operation) runs longer on demand; NIMBUS_FUZZ_SEED picks the seed.
 Whether requests the document allows are accepted (and the reverse) is reported, not gated: see the README.
 """
@@ -17,9 +17,12 @@ import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BINARY = os.environ.get("NIMBUS_BINARY", str(ROOT / ".build/debug/nimbus"))
+# Not gated: use_after_free. DELETE /v1/files/{id} moves the item to the trash (the contract), where GET still
+# answers 200 with `trashed: true` until it is purged or restored — by design, as in Google Drive — and the
+# stateful phase (openapi.yaml's links) follows a DELETE with that GET.
 GATED_CHECKS = ",".join([
     "not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance",
-    "response_headers_conformance", "use_after_free", "ensure_resource_availability", "ignored_auth",
+    "response_headers_conformance", "ensure_resource_availability", "ignored_auth",
 ])
 
 

@@ -118,6 +118,8 @@ paths:
           content:
             application/json:
               schema: { $ref: "#/components/schemas/AppPassword" }
+          links:
+            RevokeAppPassword: { operationRef: "#/paths/~1v1~1auth~1app-passwords~1{id}/delete", parameters: { id: "$response.body#/id" } }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
@@ -190,6 +192,14 @@ paths:
           content:
             application/json:
               schema: { $ref: "#/components/schemas/File" }
+          links:
+            GetFile: { operationRef: "#/paths/~1v1~1files~1{fileId}/get", parameters: { fileId: "$response.body#/id" } }
+            RenameOrMoveFile: { operationRef: "#/paths/~1v1~1files~1{fileId}/patch", parameters: { fileId: "$response.body#/id" } }
+            TrashFile: { operationRef: "#/paths/~1v1~1files~1{fileId}/delete", parameters: { fileId: "$response.body#/id" } }
+            UntrashFile: { operationRef: "#/paths/~1v1~1files~1{fileId}~1untrash/post", parameters: { fileId: "$response.body#/id" } }
+            ListFolder: { operationRef: "#/paths/~1v1~1files/get", parameters: { parentId: "$response.body#/id" } }
+            ListRevisions: { operationRef: "#/paths/~1v1~1files~1{fileId}~1revisions/get", parameters: { fileId: "$response.body#/id" } }
+            GetContent: { operationRef: "#/paths/~1v1~1files~1{fileId}~1content/get", parameters: { fileId: "$response.body#/id" } }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
@@ -444,6 +454,9 @@ paths:
                 oneOf:
                   - { $ref: "#/components/schemas/UploadResponse" }
                   - { $ref: "#/components/schemas/BatchUploadResponse" }
+          links:
+            GetUpload: { operationRef: "#/paths/~1v1~1upload~1{uploadId}/get", parameters: { uploadId: "$response.body#/uploadId" } }
+            CancelUpload: { operationRef: "#/paths/~1v1~1upload~1{uploadId}/delete", parameters: { uploadId: "$response.body#/uploadId" } }
         "201":
           description: "media: the stored file; resumable with size 0: the session, complete, with its file"
           headers:
