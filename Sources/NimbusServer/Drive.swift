@@ -65,6 +65,30 @@ struct Drive: Sendable {
         return user.rootId
     }
 
+    enum SignIn<T: Sendable>: Sendable {
+        case signedIn(T)
+        /// Too many failures for this account from this address: wait this many seconds.
+        case lockedOut(Int)
+        case refused
+    }
+
+    /// A sign-in attempt under the login lockout, counted per account *and* source address (a stranger guessing
+    /// from elsewhere locks out only themself, never the owner signing in from their own machine): `attempt`
+    /// returns the signed-in value, or `nil` for wrong credentials (a failure counted). `/v1/auth/login` and
+    /// WebDAV's Basic auth both come here and answer in their own way; a success clears the failures when
+    /// `clearsFailures` (not WebDAV, which signs in on every request: a write each time would cost too much).
+    func signIn<T: Sendable>(username: String, remoteIP: String, clearsFailures: Bool = true, attempt: () async throws -> T?) async throws -> SignIn<T> {
+        let key = "user:" + username.lowercased() + "|ip:" + remoteIP
+        if let wait = try await store.loginLockout(key: key, now: now) { return .lockedOut(wait) }
+        guard let value = try await attempt() else {
+            try await store.recordLoginFailure(
+                key: key, now: now, allowed: configuration.loginFailuresAllowed, lockout: configuration.loginLockout.timeInterval)
+            return .refused
+        }
+        if clearsFailures { try await store.clearLoginFailures(key: key) }
+        return .signedIn(value)
+    }
+
     func hashPassword(_ password: String) async throws -> String {
         let cost = configuration.bcryptCost
         return try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }

@@ -61,22 +61,19 @@ struct AuthController: Sendable {
 
     @Sendable func login(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let credentials = try await request.decode(as: Credentials.self, context: context)
-        // Counted per account *and* source address: a stranger guessing from elsewhere locks out only themself,
-        // never the owner signing in from their own machine.
-        let key = "user:" + credentials.username.lowercased() + "|ip:" + context.remoteIP
-        if let wait = try await drive.store.loginLockout(key: key, now: drive.now) {
+        let outcome = try await drive.signIn(username: credentials.username, remoteIP: context.remoteIP) { () -> UserRecord? in
+            let user = try await drive.store.user(username: credentials.username)
+            // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
+            let ok = try await drive.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
+            return ok ? user : nil
+        }
+        let user: UserRecord
+        switch outcome {
+        case .signedIn(let signedIn): user = signedIn
+        case .lockedOut(let wait):
             throw DriveError.tooManyRequests("Too many failed logins for this account from this address; try again in \(wait) s.", retryAfter: wait)
+        case .refused: throw DriveError.unauthorized("Wrong username or password.")
         }
-        let user = try await drive.store.user(username: credentials.username)
-        // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
-        let ok = try await drive.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
-        guard let user, ok else {
-            try await drive.store.recordLoginFailure(
-                key: key, now: drive.now, allowed: drive.configuration.loginFailuresAllowed,
-                lockout: drive.configuration.loginLockout.timeInterval)
-            throw DriveError.unauthorized("Wrong username or password.")
-        }
-        try await drive.store.clearLoginFailures(key: key)
         let refresh = TokenService.makeRefreshToken()
         let deviceName = credentials.deviceName?.trimmingCharacters(in: .whitespacesAndNewlines)
         let device = try await drive.store.createDevice(

@@ -129,18 +129,20 @@ struct DAVRequest {
         }
         let username = String(text[..<colon])
         let password = String(text[text.index(after: colon)...])
-        let key = "user:" + username.lowercased() + "|ip:" + context.remoteIP
-        if let wait = try await drive.store.loginLockout(key: key, now: drive.now) {
-            throw DAVError(.tooManyRequests, "Too many failed sign-ins for this account from this address; try again in \(wait) s.", headers: [.retryAfter: String(wait)])
+        let drive = drive
+        let outcome = try await drive.signIn(username: username, remoteIP: context.remoteIP, clearsFailures: false) { () -> Identity? in
+            let record = try await drive.store.useAppPassword(passwordHash: AppPasswords.hash(password), now: drive.now)
+            let user = try await drive.store.user(username: username)
+            guard let record, let user, record.userId == user.id else { return nil }
+            return Identity(userId: user.id, deviceId: "app-password:" + record.id)
         }
-        let record = try await drive.store.useAppPassword(passwordHash: AppPasswords.hash(password), now: drive.now)
-        let user = try await drive.store.user(username: username)
-        guard let record, let user, record.userId == user.id else {
-            try await drive.store.recordLoginFailure(
-                key: key, now: drive.now, allowed: drive.configuration.loginFailuresAllowed, lockout: drive.configuration.loginLockout.timeInterval)
+        switch outcome {
+        case .signedIn(let identity): return identity
+        case .lockedOut(let wait):
+            throw DAVError(.tooManyRequests, "Too many failed sign-ins for this account from this address; try again in \(wait) s.", headers: [.retryAfter: String(wait)])
+        case .refused:
             throw DAVError(.unauthorized, "Wrong user name or app password (WebDAV takes app passwords, not the account password).", headers: Self.challenge)
         }
-        return Identity(userId: user.id, deviceId: "app-password:" + record.id)
     }
 
     // MARK: Paths
@@ -409,21 +411,12 @@ struct DAVRequest {
         try checkPreconditions(existing)
         let parent = try await parentFolder(me, of: names)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
-        let max = drive.configuration.maxUploadSize
-        let declared = request.headers[.contentLength].flatMap { Int64($0) }
-        if let declared, declared > max { throw DAVError(.contentTooLarge, "Files can be at most \(max) bytes; this one is \(declared).") }
-        try drive.ensureRoom(for: declared ?? 0)
-        let sentType = request.headers[.contentType].flatMap { type in
-            ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
-        }
-        let mimeType = try FilesController.validMimeType(sentType ?? existing?.mimeType ?? MimeType.guess(forName: name))
+        let declared = try UploadController.admitBody(request, drive: drive)
+        let mimeType = try FilesController.validMimeType(UploadController.sentType(request) ?? existing?.mimeType ?? MimeType.guess(forName: name))
         // If-Match goes to the commit too: a version that lands between the check above and the commit is a 412.
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
-        if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
-            throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
-        }
         // ownCloud's X-OC-Mtime (Unix seconds): the file keeps the client's modification time (rclone, Nextcloud clients).
         var mtime: Date?
         if let text = request.headers[.init("X-OC-Mtime")!] {
@@ -432,12 +425,7 @@ struct DAVRequest {
             }
             mtime = Date(timeIntervalSince1970: seconds)
         }
-        var content: StagedContent
-        if let declared, declared <= StagedContent.inlineLimit {
-            content = .inline(Array(buffer: try await request.body.collect(upTo: StagedContent.inlineLimit)), mimeType: mimeType)
-        } else {
-            content = try await UploadController.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType).content
-        }
+        var content = try await UploadController.receiveBody(request, declared: declared, drive: drive, userId: me.userId, mimeType: mimeType)
         var headers: HTTPFields = [.contentLength: "0"]
         if let mtime {
             content.modifiedAt = mtime

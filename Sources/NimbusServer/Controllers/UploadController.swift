@@ -28,39 +28,53 @@ struct UploadController: Sendable {
     /// changes. Streamed to disk in blocks, never held whole.
     func media(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await drive.identity(request)
-        let max = drive.configuration.maxUploadSize
-        let declared = request.headers[.contentLength].flatMap { Int64($0) }
-        if let declared, declared > max {
-            throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(declared).")
-        }
-        try drive.ensureRoom(for: declared ?? 0)
+        let declared = try Self.admitBody(request, drive: drive)
         let target: ContentTarget
-        // curl and HTML forms send a generic Content-Type; then the name's extension says more.
-        let sentType = request.query("mimeType") ?? request.headers[.contentType].flatMap { type in
-            ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
-        }
         let mimeType: String
         (target, mimeType) = try await Self.target(
             drive, for: me, request: request, fileId: request.query("fileId"), name: request.query("name"), parentId: request.query("parentId"),
-            requestId: try FilesController.validRequestId(request.query("requestId")), sentType: sentType)
-        if let declared, let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
-            throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
-        }
+            requestId: try FilesController.validRequestId(request.query("requestId")),
+            sentType: request.query("mimeType") ?? Self.sentType(request))
         let expected = try FilesController.validChecksum(request.query("checksum"))
-        let content: StagedContent
-        if let declared, declared <= StagedContent.inlineLimit {
-            // Small: kept in the database by the commit, no block file.
-            let body = try await request.body.collect(upTo: StagedContent.inlineLimit)
-            content = .inline(Array(buffer: body), mimeType: mimeType)
-        } else {
-            content = try await Self.stage(request.body, blobs: drive.blobs, max: max, mimeType: mimeType).content
-        }
+        let content = try await Self.receiveBody(request, declared: declared, drive: drive, userId: me.userId, mimeType: mimeType)
         if let expected, content.checksum != expected {
             drive.blobs.discard(content.blocks)
             throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
         }
         let file = try await drive.store.commitContent(userId: me.userId, target: target, content: content, now: drive.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+    }
+
+    /// A whole-file body's first checks, before anything is read (simple uploads, WebDAV `PUT`): its declared
+    /// length (`Content-Length`, if any) within the largest file, and room for it on the server's disk.
+    static func admitBody(_ request: Request, drive: Drive) throws -> Int64? {
+        let max = drive.configuration.maxUploadSize
+        let declared = request.headers[.contentLength].flatMap { Int64($0) }
+        if let declared, declared > max {
+            throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(declared).")
+        }
+        try drive.ensureRoom(for: declared ?? 0)
+        return declared
+    }
+
+    /// The type a client sent with the body, unless it is a generic one (curl and HTML forms send those; then the
+    /// name's extension says more).
+    static func sentType(_ request: Request) -> String? {
+        request.headers[.contentType].flatMap { type in
+            ["application/x-www-form-urlencoded", "multipart/form-data", "application/octet-stream"].contains(where: type.hasPrefix) ? nil : type
+        }
+    }
+
+    /// Reads a whole-file body: refused at once when its declared length would take the user over quota; a small
+    /// one is kept for the database (no block file), a bigger one streamed into staged blocks.
+    static func receiveBody(_ request: Request, declared: Int64?, drive: Drive, userId: String, mimeType: String) async throws -> StagedContent {
+        if let declared, let user = try await drive.store.user(id: userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
+            throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
+        }
+        if let declared, declared <= StagedContent.inlineLimit {
+            return .inline(Array(buffer: try await request.body.collect(upTo: StagedContent.inlineLimit)), mimeType: mimeType)
+        }
+        return try await stage(request.body, blobs: drive.blobs, max: drive.configuration.maxUploadSize, mimeType: mimeType).content
     }
 
     /// Where an upload's content goes, and its MIME type: a new version of `fileId` (guarded by `If-Match`), or a new

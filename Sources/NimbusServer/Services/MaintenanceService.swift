@@ -26,6 +26,8 @@ struct MaintenanceService: Service {
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
             _ = try await store.pruneDeletionLog(before: now.addingTimeInterval(-configuration.massDeletion.window.timeInterval))
             let swept = try await store.sweepBlocks(orphanedBefore: now.addingTimeInterval(-configuration.blockGracePeriod.timeInterval))
+            // The disk reserve given up on a full disk comes back once there is room again (space freed just now).
+            (store as? SQLMetadataStore)?.reserve?.replenish(spare: configuration.minimumFreeSpace)
             if expired + purged + compacted + swept > 0 {
                 logger.info(
                     "maintenance",

@@ -43,18 +43,14 @@ extension Drive {
     /// Refuses (507) an upload of `bytes` that would leave less than the configured reserve free on the disk of the
     /// local block store or of the embedded database. Remote stores (S3, PostgreSQL) are not asked.
     func ensureRoom(for bytes: Int64) throws {
+        // Blocks or the database (or both) live in the data folder unless both are elsewhere (PostgreSQL and S3).
+        guard configuration.blobs == nil || configuration.database == nil else { return }
         let reserve = configuration.minimumFreeSpace
-        (store as? SQLMetadataStore)?.reserve?.replenish(spare: reserve)
-        var paths: [String] = []
-        if configuration.blobs == nil { paths.append(configuration.dataDirectory.path) }
-        if configuration.database == nil { paths.append(configuration.dataDirectory.path) }
-        for path in Set(paths) {
-            guard let free = DiskSpace.available(at: path) else { continue }
-            if free - max(0, bytes) < reserve {
-                throw DriveError.storageFull(
-                    "The server's disk is nearly full (\(ByteCount.format(free)) free, \(ByteCount.format(reserve)) kept in reserve); "
-                        + "this upload (\(ByteCount.format(bytes))) was refused and nothing was stored. Free space by deleting files and emptying the trash.")
-            }
+        guard let free = DiskSpace.available(at: configuration.dataDirectory.path) else { return }
+        if free - max(0, bytes) < reserve {
+            throw DriveError.storageFull(
+                "The server's disk is nearly full (\(ByteCount.format(free)) free, \(ByteCount.format(reserve)) kept in reserve); "
+                    + "this upload (\(ByteCount.format(bytes))) was refused and nothing was stored. Free space by deleting files and emptying the trash.")
         }
     }
 }

@@ -213,8 +213,8 @@ public actor ServerClient {
 }
 
 extension String {
-    /// Percent-encoded for a query value.
-    var queryEscaped: String {
+    /// Percent-encoded for a query value or one path segment (all but RFC 3986's unreserved characters).
+    public var queryEscaped: String {
         // Only ASCII letters and digits stay as they are (CharacterSet.alphanumerics would let "é" through raw).
         let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
         return addingPercentEncoding(withAllowedCharacters: allowed) ?? self

@@ -61,8 +61,6 @@ struct AppPasswordCommand: AsyncParsableCommand {
     struct Revoke: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Revoke an app password: clients using it are refused.")
 
-        static let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
-
         @Argument(help: "The app password's id (from 'nimbus app-password list').")
         var id: String
 
@@ -71,7 +69,7 @@ struct AppPasswordCommand: AsyncParsableCommand {
         func run() async throws {
             let engine = try await Home.current.signedInEngine()
             do {
-                try await engine.server().callWithoutResult("DELETE", "/v1/auth/app-passwords/\(id.addingPercentEncoding(withAllowedCharacters: Self.unreserved) ?? id)")
+                try await engine.server().callWithoutResult("DELETE", "/v1/auth/app-passwords/\(id.queryEscaped)")
             } catch let error as SyncError {
                 if case .server(let status, _, _, _) = error, status == 404 {
                     throw CLIError("No app password \(id) on this account ('nimbus app-password list' shows them).")
