@@ -139,6 +139,42 @@ struct EngineTests {
         }
     }
 
+    @Test("a creation whose answer was lost, edited on another device before the retry: the retry's answer (the first revision) does not hide the edit the feed already brought", arguments: [false, true])
+    func retriedCreationAfterAnotherEdit(batch: Bool) async throws {
+        try await SyncWorld.run { world in
+            try await world.register("later")
+            let device = try world.device("A") { if !batch { $0.maxBatchFiles = 1 } }
+            let a = device.engine
+            let b = try world.device("B")
+            try await a.signIn(server: world.server, username: "later", password: "correct horse")
+            try await b.engine.signIn(server: world.server, username: "later", password: "correct horse")
+            let first = Data("first, from A".utf8)
+            let file = try await a.upload(from: try world.file("notes.txt", first))
+            // With a second new file, both go up in one batch request.
+            let other = Data("other".utf8)
+            if batch { _ = try await a.upload(from: try world.file("other.txt", other)) }
+            let others = batch ? ["/other.txt": sha256(other)] : [:]
+            // The creation lands; its answer is lost.
+            device.faults.fail(.dropResponse) { $0.path.hasPrefix("/v1/upload") }
+            try? await a.push()
+            #expect(try await a.item(file)?.fileId == nil, "A does not know it landed")
+            // B gets it and edits it.
+            try await b.settle()
+            let onB = try #require(try await b.engine.item(atPath: "/notes.txt"))
+            let second = Data("second, from B".utf8)
+            try await b.engine.update(onB.id, from: try world.file("notes.txt", second))
+            try await b.settle()
+            // A pulls first (the feed brings the file, edited), then retries its creation: the server answers with the
+            // revision A's request made — older than what the feed said.
+            try await device.settle()
+            #expect(try await a.tree() == ["/notes.txt": sha256(second)].merging(others) { x, _ in x }, "A shows B's edit")
+            let api = try await world.api("later")
+            #expect(try await api.tree() == ["/notes.txt": sha256(second)].merging(others) { x, _ in x })
+            let revisions: RevisionList = try await api.call("GET", "/v1/files/\(try #require(try await a.item(file)?.fileId))/revisions")
+            #expect(Set(revisions.revisions.map(\.checksum)) == [sha256(first), sha256(second)], "nothing lost, nothing duplicated")
+        }
+    }
+
     @Test("devices that make the same remote folder path at once all get the one folder (as two `nimbus sync` started together do)")
     func makeFolderRace() async throws {
         try await SyncWorld.run { world in
