@@ -147,3 +147,80 @@ struct EncryptionTests {
         #expect(throws: EncryptionError.self) { try EnvironmentKeyStore(environment: ["NIMBUS_DATA_KEY": "short"]).loadKey() }
     }
 }
+
+/// Sealed names for encrypted remotes (issue 15): deterministic, per folder, length-hiding, authenticated.
+@Suite("Sealed names")
+struct NameCipherTests {
+    let cipher = NameCipher(dataKey: SymmetricKey(size: .bits256))
+
+    @Test("names round-trip (unicode, every length up to 127 bytes); the same name in the same folder seals the same, elsewhere differently")
+    func roundTrip() throws {
+        for name in ["a", "report.pdf", "Ünïcödé 🌧 résumé.docx", ".hidden", "name with  spaces ", String(repeating: "x", count: 127)] {
+            let sealed = try cipher.seal(name, in: "folder-a")
+            #expect(try cipher.open(sealed, in: "folder-a") == name)
+            #expect(try cipher.seal(name, in: "folder-a") == sealed, "deterministic")
+            #expect(try cipher.seal(name, in: "folder-b") != sealed, "another folder seals it differently")
+            #expect(sealed.utf8.count <= 255)
+            #expect(sealed.allSatisfy { "abcdefghijklmnopqrstuvwxyz234567".contains($0) }, "\(sealed)")
+            #expect(!sealed.contains(name.lowercased()) || name.count < 3)
+        }
+        for length in 1...127 {
+            let name = String(repeating: "é", count: length / 2) + String(repeating: "a", count: length % 2)
+            #expect(try cipher.open(try cipher.seal(name), in: "") == name)
+        }
+        // Exact lengths are hidden: every name of 1 to 15 bytes seals to the same length.
+        let lengths = try (1...15).map { try cipher.seal(String(repeating: "n", count: $0)).count }
+        #expect(Set(lengths).count == 1)
+        let other = try NameCipher(dataKey: SymmetricKey(size: .bits256)).seal("report.pdf")
+        #expect(try other != cipher.seal("report.pdf"), "another key")
+    }
+
+    @Test("too long or empty names are refused; a changed, foreign-folder, non-canonical or foreign-key sealed name is tampered, never garbage")
+    func refusals() throws {
+        #expect(throws: EncryptionError.nameTooLong(128)) { try cipher.seal(String(repeating: "x", count: 128)) }
+        #expect(throws: EncryptionError.nameTooLong(0)) { try cipher.seal("") }
+        let sealed = try cipher.seal("secret plan.txt", in: "top")
+        var flipped = Array(sealed)
+        flipped[5] = flipped[5] == "a" ? "b" : "a"
+        for bad in [String(flipped), String(sealed.dropLast(2)), sealed + "a", sealed.uppercased(), "not base32!", "aaaa"] {
+            #expect(throws: EncryptionError.self) { try cipher.open(bad, in: "top") }
+        }
+        #expect(throws: EncryptionError.self) { try cipher.open(sealed, in: "elsewhere") }
+        #expect(throws: EncryptionError.self) { try NameCipher(dataKey: SymmetricKey(size: .bits256)).open(sealed, in: "top") }
+    }
+
+    @Test("docs/encryption.md's Python recipe (the `cryptography` package) opens names Nimbus sealed")
+    func pythonRecovers() throws {
+        let dataKey = SymmetricKey(size: .bits256)
+        let cipher = NameCipher(dataKey: dataKey)
+        let names = ["report.pdf", "Ünïcödé 🌧.txt", String(repeating: "z", count: 127), "sixteen bytes!!!"]
+        let sealed = try names.map { try cipher.seal($0, in: "c2VhbGVk") }
+        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appending(path: "../../docs/encryption.md"), encoding: .utf8)
+        let recipe = try #require(doc.components(separatedBy: "```python\n").last?.components(separatedBy: "```").first)
+        let key = dataKey.withUnsafeBytes { Data($0).base64EncodedString() }
+        let script = recipe + """
+            import sys, json
+            key = base64.b64decode(sys.argv[1])
+            print(json.dumps([open_name(s, key, "c2VhbGVk") for s in sys.argv[2:]]))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, key] + sealed
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "python3 with the cryptography package is needed (pip install cryptography; moto brings it)")
+        #expect(try JSONDecoder().decode([String].self, from: data) == names)
+    }
+
+    @Test("base32 is RFC 4648's (lowercase, unpadded)")
+    func base32() {
+        // RFC 4648 §10 test vectors.
+        for (plain, encoded) in [("", ""), ("f", "my"), ("fo", "mzxq"), ("foo", "mzxw6"), ("foob", "mzxw6yq"), ("fooba", "mzxw6ytb"), ("foobar", "mzxw6ytboi")] {
+            #expect(Base32.encode(Array(plain.utf8)) == encoded)
+            #expect(Base32.decode(encoded) == Array(plain.utf8))
+        }
+    }
+}

@@ -12,6 +12,8 @@ public enum EncryptionError: Error, Sendable, Equatable, CustomStringConvertible
     case tampered(String)
     /// Not in the format (wrong magic or version).
     case notEncrypted(String)
+    /// A name too long to seal (``NameCipher/maximumNameBytes`` UTF-8 bytes at most), or empty.
+    case nameTooLong(Int)
 
     public var description: String {
         switch self {
@@ -19,6 +21,8 @@ public enum EncryptionError: Error, Sendable, Equatable, CustomStringConvertible
         case .keyMissing(let what): "This store is encrypted and no key was given: \(what)"
         case .tampered(let what): "Encrypted data failed its integrity check (\(what)); it was changed or damaged, and is not returned."
         case .notEncrypted(let what): "Not Nimbus encrypted data: \(what)"
+        case .nameTooLong(let bytes):
+            "A name of \(bytes) bytes cannot be sealed: encrypted remotes take names of 1 to \(NameCipher.maximumNameBytes) UTF-8 bytes."
         }
     }
 }
