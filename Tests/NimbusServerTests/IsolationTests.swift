@@ -140,6 +140,26 @@ struct OpenAPITests {
         }
     }
 
+    @Test("content cannot take the folder type (a file would look like a folder to every client); content is served with its own type")
+    func folderTypeRefusedForContent() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let folderType = "application%2Fvnd.nimbus.folder"
+            let media = try await alice.uploadReply("x.bin", Data("x".utf8), query: "&mimeType=\(folderType)")
+            #expect(media.status == 400)
+            #expect(media.errorCode == "invalid_mime_type")
+            let typed = try await alice.uploadReply("y.bin", Data("y".utf8), headers: ["Content-Type": "application/vnd.nimbus.folder"])
+            #expect(typed.status == 400)
+            let session = try await alice.send(
+                .POST, "/v1/upload?uploadType=resumable",
+                json: UploadRequest(requestId: "r1", name: "z.bin", mimeType: "application/vnd.nimbus.folder", parentId: nil, size: 1))
+            #expect(session.status == 400)
+            #expect(try await alice.list().files.isEmpty, "nothing was made")
+            let file = try await alice.upload("notes.md", Data("# hi".utf8), query: "&mimeType=text%2Fmarkdown")
+            #expect(try await alice.get("/v1/files/\(file.id)/content").header("Content-Type") == "text/markdown")
+        }
+    }
+
     @Test("oversized header fields are 431 and an oversized request target 414, with the JSON error body, signed in or not, on /v1 and /dav")
     func headerLimits() async throws {
         try await TestServer.run { server in

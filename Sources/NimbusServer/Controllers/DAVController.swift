@@ -412,7 +412,7 @@ struct DAVRequest {
         let parent = try await parentFolder(me, of: names)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
         let declared = try UploadController.admitBody(request, drive: drive)
-        let mimeType = try FilesController.validMimeType(UploadController.sentType(request) ?? existing?.mimeType ?? MimeType.guess(forName: name))
+        let mimeType = try FilesController.validContentMimeType(UploadController.sentType(request) ?? existing?.mimeType ?? MimeType.guess(forName: name))
         // If-Match goes to the commit too: a version that lands between the check above and the commit is a 412.
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }

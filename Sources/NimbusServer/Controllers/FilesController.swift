@@ -136,6 +136,16 @@ struct FilesController: Sendable {
         return raw.lowercased()
     }
 
+    /// A type for content (an upload, a new version): any valid one but the folder type, which would make a file
+    /// look like a folder to every client (folders are made with `POST /v1/files`).
+    static func validContentMimeType(_ raw: String) throws -> String {
+        let value = try validMimeType(raw)
+        guard value.lowercased() != folderMimeType else {
+            throw DriveError.badRequest("'\(folderMimeType)' is the type of folders (made with POST /v1/files), not of content.", code: .invalidMimeType)
+        }
+        return value
+    }
+
     static func validMimeType(_ raw: String) throws -> String {
         let value = raw.trimmingCharacters(in: .whitespaces)
         guard !value.isEmpty, value.count <= 255, value.contains("/"), !value.contains(where: { $0.isNewline }) else {

@@ -31,7 +31,7 @@ struct ResumableUploadController: Sendable {
             throw DriveError.badRequest("'checksum' must be the 64 hex digits of the content's SHA-256.")
         }
         let name = try FilesController.validName(body.name)
-        let mimeType = try FilesController.validMimeType(body.mimeType)
+        let mimeType = try FilesController.validContentMimeType(body.mimeType)
         try drive.ensureRoom(for: body.size)
         let fileId = try await body.fileId.asyncMap { try await drive.resolve($0, for: me) }
         let parentId = try await drive.resolve(body.parentId ?? "root", for: me)

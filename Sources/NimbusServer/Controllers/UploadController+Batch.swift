@@ -74,7 +74,7 @@ extension UploadController {
             }
             let file = try await drive.file(fileId, for: me)
             let ifMatch = entry.ifMatch.map { $0.hasPrefix("\"") || $0 == "*" ? $0 : "\"\($0)\"" }
-            return (.existing(fileId: file.id, ifMatch: ifMatch), try FilesController.validMimeType(entry.mimeType ?? file.mimeType))
+            return (.existing(fileId: file.id, ifMatch: ifMatch), try FilesController.validContentMimeType(entry.mimeType ?? file.mimeType))
         }
         guard let rawName = entry.name else { throw DriveError.badRequest("Give each file a 'name' (or a 'fileId' for a new version).") }
         let name = try FilesController.validName(rawName)
@@ -88,7 +88,7 @@ extension UploadController {
             parentId = try await drive.resolve("root", for: me)
             root = parentId
         }
-        let mimeType = try FilesController.validMimeType(entry.mimeType ?? MimeType.guess(forName: name))
+        let mimeType = try FilesController.validContentMimeType(entry.mimeType ?? MimeType.guess(forName: name))
         return (.new(parentId: parentId, name: name, policy: policy, requestId: entry.requestId), mimeType)
     }
 

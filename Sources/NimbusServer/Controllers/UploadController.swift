@@ -89,7 +89,7 @@ struct UploadController: Sendable {
                 throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by If-Match.")
             }
             let file = try await drive.file(fileId, for: me)
-            return (.existing(fileId: file.id, ifMatch: request.headers[.ifMatch]), try FilesController.validMimeType(sentType ?? file.mimeType))
+            return (.existing(fileId: file.id, ifMatch: request.headers[.ifMatch]), try FilesController.validContentMimeType(sentType ?? file.mimeType))
         }
         guard let rawName = name else {
             throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).")
@@ -98,7 +98,7 @@ struct UploadController: Sendable {
         let parentId = try await drive.resolve(parentId ?? "root", for: me)
         return (
             .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId),
-            try FilesController.validMimeType(sentType ?? MimeType.guess(forName: name))
+            try FilesController.validContentMimeType(sentType ?? MimeType.guess(forName: name))
         )
     }
 

@@ -831,20 +831,20 @@ components:
         application/json:
           schema: { $ref: "#/components/schemas/Error" }
     Content:
-      description: The bytes
+      description: The bytes, served with the revision's own MIME type as Content-Type
       headers:
         ETag: { schema: { type: string }, description: '"<revisionId>"' }
         Accept-Ranges: { schema: { type: string }, description: bytes }
         Content-Length: { schema: { type: integer } }
         Content-Disposition: { schema: { type: string } }
       content:
-        application/octet-stream: { schema: { type: string, format: binary } }
+        "*/*": { schema: { type: string, format: binary } }
     PartialContent:
-      description: The requested range
+      description: The requested range (Content-Type as for the whole content)
       headers:
         Content-Range: { schema: { type: string }, example: "bytes 0-1023/4096" }
       content:
-        application/octet-stream: { schema: { type: string, format: binary } }
+        "*/*": { schema: { type: string, format: binary } }
   schemas:
     Error:
       type: object
