@@ -79,7 +79,7 @@ public enum FileHasher {
     }
 
     /// The size of the regular file at `path` (one `stat`), or nil when it is missing or not a regular file.
-    static func regularFileSize(_ path: String) -> Int64? {
+    public static func regularFileSize(_ path: String) -> Int64? {
         var status = stat()
         guard stat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { return nil }
         return Int64(status.st_size)

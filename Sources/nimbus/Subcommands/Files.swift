@@ -203,14 +203,17 @@ struct Put: AsyncParsableCommand {
             }
         }
         let folder = try await RemotePath.folder(folderPath, in: engine)
-        let checksum = try FileHasher.sha256(of: source)
+        guard let size = FileHasher.regularFileSize(source.path) else { throw CLIError("\(local) is not a readable file.") }
         let targetPath = (folderPath == "/" ? "" : folderPath) + "/" + name
         let progress = ProgressDisplay(options: output)
         var id: ItemID
-        if let existing = try await engine.item(atPath: targetPath), !existing.isFolder, existing.checksum == checksum.checksum {
+        // The file is hashed only when something is at the target already (to tell a put interrupted earlier from a
+        // clash); otherwise the engine hashes it once, as it copies it in.
+        let existingItem = try await engine.item(atPath: targetPath)
+        if let existing = existingItem, !existing.isFolder, try existing.checksum == FileHasher.sha256(of: source).checksum {
             // Already there, or already queued (a put interrupted earlier): finish what was started.
             id = existing.id
-        } else if let existing = try await engine.item(atPath: targetPath) {
+        } else if let existing = existingItem {
             switch onConflict {
             case .fail:
                 throw CLIError("\(targetPath) already exists; pass --on-conflict rename or --on-conflict replace.")
@@ -227,12 +230,12 @@ struct Put: AsyncParsableCommand {
         } else {
             do { id = try await engine.upload(from: source, named: name, in: folder.id) } catch let error as SyncError { throw CLIError(error.description) }
         }
-        await progress.watch(id, name: name, size: checksum.size)
+        await progress.watch(id, name: name, size: size)
         try await drain(engine, progress: progress)
         await progress.complete(id)
         let item = try await engine.item(id)
         if output.json, let item { return try Output.json(ItemJSON(item, path: try await engine.path(of: id) ?? targetPath)) }
-        Output.line("Uploaded \(try await engine.path(of: id) ?? targetPath) (\(Output.size(checksum.size)))", options: output)
+        Output.line("Uploaded \(try await engine.path(of: id) ?? targetPath) (\(Output.size(size)))", options: output)
     }
 }
 
