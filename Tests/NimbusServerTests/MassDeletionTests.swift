@@ -120,6 +120,27 @@ struct MassDeletionTests {
         }
     }
 
+    @Test("a WebDAV client is held to the breaker too: its app password is the device, named by its label")
+    func webDAV() async throws {
+        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(fraction: 0.5, minimum: 1_000, perWindow: 3) }) { server in
+            let (api, basic) = try await DAVTests.user(server)
+            for name in ["a", "b", "c", "d", "e"] { _ = try await api.upload("\(name).txt", Data(name.utf8)) }
+            let dav = APIClient(baseURL: server.baseURL)
+            for name in ["a", "b", "c"] {
+                #expect(try await dav.send(.DELETE, "/dav/\(name).txt", headers: ["Authorization": basic]).status == 204)
+            }
+            let refused = try await dav.send(.DELETE, "/dav/d.txt", headers: ["Authorization": basic])
+            #expect(refused.status == 409, "\(refused.text)")
+            #expect(try await dav.send(.GET, "/dav/d.txt", headers: ["Authorization": basic]).status == 200, "nothing deleted")
+            let paused: DeletionPauseList = try await api.get("/v1/trash/paused").decode()
+            #expect(paused.paused.map(\.deviceName) == ["tests"])
+            #expect(paused.paused.first?.deviceId.hasPrefix("app-password:") == true)
+            // The /v1 device is not held up; after the confirmation, the WebDAV client goes on.
+            #expect(try await api.send(.POST, "/v1/trash/confirm").status == 200)
+            #expect(try await dav.send(.DELETE, "/dav/d.txt", headers: ["Authorization": basic]).status == 204)
+        }
+    }
+
     @Test("turned off, nothing is paused; restoring since a time takes folders back before what was trashed out of them")
     func disabledAndRestoreOrder() async throws {
         try await TestServer.run(configure: { $0.massDeletion.enabled = false }) { server in
