@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NimbusAPI
 @testable import NimbusSync
 import Testing
 
@@ -222,5 +223,138 @@ struct NameCipherTests {
             #expect(Base32.encode(Array(plain.utf8)) == encoded)
             #expect(Base32.decode(encoded) == Array(plain.utf8))
         }
+    }
+}
+
+/// Chunk-encrypted content for crypt remotes (issue 15): deterministic per chunk, so edits stay small when sealed.
+@Suite("Chunk-encrypted content")
+struct ChunkedEncryptionTests {
+    let directory: URL
+    let key = SymmetricKey(size: .bits256)
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appending(path: "nimbus-chunked-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    func file(_ name: String, _ data: Data) throws -> URL {
+        let url = directory.appending(path: name)
+        try data.write(to: url)
+        return url
+    }
+
+    func sealed(_ data: Data, context: String = "f1") throws -> URL {
+        let plain = try file(UUID().uuidString, data)
+        let out = directory.appending(path: UUID().uuidString + ".sealed")
+        try ChunkedEncryption.seal(plain, to: out, key: key, context: context)
+        return out
+    }
+
+    func opened(_ sealed: URL, key: SymmetricKey? = nil, context: String = "f1") throws -> Data {
+        let out = directory.appending(path: UUID().uuidString)
+        try ChunkedEncryption.open(sealed, to: out, key: key ?? self.key, context: context)
+        return try Data(contentsOf: out)
+    }
+
+    @Test("round trips at many sizes; the sealed size is a bucket; no plaintext shows")
+    func roundTrip() throws {
+        for size in [0, 1, 4095, 4096, 100_000, 3 << 20] {
+            let data = randomBytes(size, seed: UInt64(size))
+            let out = try sealed(data)
+            #expect(try opened(out) == data, "\(size)")
+            let sealedSize = try Int64(Data(contentsOf: out).count)
+            #expect(sealedSize == ChunkedEncryption.bucket(sealedSize), "padded to a bucket: \(sealedSize)")
+            #expect(sealedSize <= max(4096, Int64(Double(size) * 1.07) + 4096))
+        }
+        let text = Data(String(repeating: "the quick brown fox jumps over the lazy dog, again and again. ", count: 20_000).utf8)
+        let out = try sealed(text)
+        #expect(try opened(out) == text)
+        #expect(try Data(contentsOf: out).range(of: Data("the quick brown fox".utf8)) == nil)
+        #expect(ChunkedEncryption.bucket(4097) == 4352 && ChunkedEncryption.bucket(1 << 20) == 1 << 20 && ChunkedEncryption.bucket((1 << 20) + 1) == (1 << 20) + 65536)
+    }
+
+    @Test("a 64 KiB insert into 8 MiB changes a few chunks of the sealed file: re-chunked as the server does, under 1 MiB is new")
+    func smallEditsStaySmall() throws {
+        let original = randomBytes(8 << 20, seed: 7)
+        var edited = original
+        edited.insert(contentsOf: randomBytes(64 << 10, seed: 8), at: 4 << 20)
+        let before = try Data(contentsOf: try sealed(original))
+        let after = try Data(contentsOf: try sealed(edited))
+        func chunks(_ data: Data) -> [Data] {
+            var chunks: [Data] = []
+            var offset = 0
+            for length in data.withUnsafeBytes({ FastCDC.lengths(of: $0) }) {
+                chunks.append(data.subdata(in: offset..<offset + length))
+                offset += length
+            }
+            return chunks
+        }
+        let known = Set(chunks(before))
+        let new = chunks(after).filter { !known.contains($0) }.reduce(0) { $0 + $1.count }
+        #expect(new < 1 << 20, "new sealed bytes after a 64 KiB insert: \(new)")
+        #expect(new > 64 << 10, "the insert itself is new")
+        #expect(new < 768 << 10, "a few chunks around the insert, the index and the footer: \(new)")
+    }
+
+    @Test("docs/encryption.md's Python recipe opens content Nimbus sealed")
+    func pythonRecovers() throws {
+        let data = randomBytes(700_000, seed: 11)
+        let out = try sealed(data, context: "file-42")
+        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appending(path: "../../docs/encryption.md"), encoding: .utf8)
+        let recipe = try #require(doc.components(separatedBy: "```python\n").first { $0.contains("def open_content") }?.components(separatedBy: "```").first)
+        let script = recipe + """
+            import sys, base64
+            plain = open_content(open(sys.argv[2], "rb").read(), base64.b64decode(sys.argv[1]), "file-42")
+            open(sys.argv[3], "wb").write(plain)
+            """
+        let result = directory.appending(path: "python-opened")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, key.withUnsafeBytes { Data($0).base64EncodedString() }, out.path, result.path]
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "python3 with the cryptography package is needed")
+        #expect(try Data(contentsOf: result) == data)
+    }
+
+    @Test("a flipped byte, swapped, dropped or repeated chunks, another context or key, a cut or a longer file: tampered, and nothing is left")
+    func tampering() throws {
+        let data = randomBytes(1 << 20, seed: 3)
+        let good = try Data(contentsOf: try sealed(data))
+        // The sealed chunks, back to back after the 8-byte magic: each its plaintext chunk's length + 16.
+        var records: [Range<Int>] = []
+        var offset = 8
+        for length in data.withUnsafeBytes({ FastCDC.lengths(of: $0) }) {
+            records.append(offset..<offset + length + 16)
+            offset += length + 16
+        }
+        #expect(records.count > 4)
+        func check(_ bad: Data, _ what: String, key: SymmetricKey? = nil, context: String = "f1") throws {
+            let url = try file(UUID().uuidString, bad)
+            let destination = directory.appending(path: "out-\(UUID().uuidString)")
+            #expect(throws: EncryptionError.self, "\(what)") { try ChunkedEncryption.open(url, to: destination, key: key ?? self.key, context: context) }
+            #expect(!FileManager.default.fileExists(atPath: destination.path), "\(what): nothing left")
+            #expect(!FileManager.default.fileExists(atPath: destination.appendingPathExtension("partial").path), "\(what): no partial")
+        }
+        var flipped = good
+        flipped[records[2].lowerBound + 10] ^= 1
+        try check(flipped, "flipped byte")
+        var swapped = good
+        let (a, b) = (records[1], records[2])
+        swapped.replaceSubrange(a.lowerBound..<b.upperBound, with: good[b] + good[a])
+        try check(swapped, "swapped chunks")
+        var dropped = good
+        dropped.removeSubrange(records[3])
+        try check(dropped, "dropped chunk")
+        var repeated = good
+        repeated.insert(contentsOf: good[records[1]], at: records[1].upperBound)
+        try check(repeated, "repeated chunk")
+        try check(good, "other context", context: "f2")
+        try check(good, "other key", key: SymmetricKey(size: .bits256))
+        try check(good.prefix(good.count - 1), "cut by one byte")
+        try check(good + Data([0]), "one byte more")
+        try check(good.prefix(records[3].lowerBound + 7), "cut inside a chunk")
+        try check(Data("hello".utf8), "not sealed")
+        #expect(try opened(try file("ok", good)) == data, "the original still opens")
     }
 }

@@ -1,0 +1,214 @@
+import Crypto
+import Foundation
+import NimbusAPI
+import _CryptoExtras
+
+/// Content for an untrusted remote that still syncs by blocks (issue 15, crypt remotes): the plaintext is cut into
+/// content-defined chunks (FastCDC, ~64 KiB) and each chunk sealed on its own, deterministically (AES-256-GCM-SIV
+/// under a fixed nonce: the same chunk always seals to the same bytes), the sealed chunks written back to back with no
+/// framing. A small edit changes a few chunks, so the sealed file changes in a few places only, and a block-level
+/// upload of it (the Nimbus provider re-chunks what it sends) sends little. The chunks' lengths and hashes, the
+/// plaintext size and the padding are in a sealed index (AES-256-GCM, random nonce, bound to the caller's context),
+/// found through a sealed footer at the very end: chunks swapped, dropped, repeated or taken from another file fail it.
+/// Padding (keystream of a per-file key: random-looking, the same for every version of the file) brings the file to a
+/// size bucket (at most 1/16 more), so exact sizes do not show. What leaks: which chunks are equal (within the key's
+/// data), and — to whoever diffs two versions — where they differ. Format: docs/encryption.md.
+///
+/// Streams both ways in bounded memory (an 8 MiB window; 32 bytes per chunk for the index).
+public enum ChunkedEncryption {
+    static let magic = Array("NIMBUSC1".utf8)
+    static let footerSize = 12 + 12 + 16
+
+    struct Keys: Sendable {
+        let chunk: SymmetricKey
+        let index: SymmetricKey
+        let padding: SymmetricKey
+        init(_ dataKey: SymmetricKey, context: String) {
+            chunk = HKDF<SHA256>.deriveKey(inputKeyMaterial: dataKey, info: Array("nimbus-chunks-v1".utf8), outputByteCount: 32)
+            index = HKDF<SHA256>.deriveKey(inputKeyMaterial: dataKey, info: Array("nimbus-chunk-index-v1".utf8), outputByteCount: 32)
+            padding = HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: dataKey, info: Array("nimbus-padding-v1".utf8) + [0] + Array(context.utf8), outputByteCount: 32)
+        }
+    }
+
+    /// The size a sealed file of `size` bytes is padded to: 4 KiB at least, then a multiple of 1/16 of the largest
+    /// power of two not above it.
+    public static func bucket(_ size: Int64) -> Int64 {
+        guard size > 4096 else { return 4096 }
+        let step = Int64(1) << max(0, 63 - size.leadingZeroBitCount - 4)
+        return (size + step - 1) / step * step
+    }
+
+    static let zeroNonce: [UInt8] = [UInt8](repeating: 0, count: 12)
+
+    /// Seals `source` into `destination` (replaced); returns the sealed size.
+    @discardableResult
+    public static func seal(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws -> Int64 {
+        let keys = Keys(key, context: context)
+        let input = try FileHandle(forReadingFrom: source)
+        defer { try? input.close() }
+        guard FileManager.default.createFile(atPath: destination.path, contents: nil) else {
+            throw SyncError.localFile("Cannot write \(destination.path).")
+        }
+        let output = try FileHandle(forWritingTo: destination)
+        defer { try? output.close() }
+        var written = Int64(magic.count)
+        try output.write(contentsOf: magic)
+        var entries = Data()  // per record: its length (UInt32 BE) ‖ its SHA-256
+        var count: UInt32 = 0
+        var plainSize: Int64 = 0
+        var scanner = FastCDC.Scanner()
+        var carry = Data()
+        var cuts: [Int] = []
+        let nonce = try AES.GCM._SIV.Nonce(data: zeroNonce)
+        func emit(_ chunk: Data) throws {
+            let box = try AES.GCM._SIV.seal(chunk, using: keys.chunk, nonce: nonce)
+            let record = box.ciphertext + box.tag
+            appendInteger(UInt32(record.count), to: &entries)
+            entries.append(contentsOf: SHA256.hash(data: record))
+            count += 1
+            try output.write(contentsOf: record)
+            written += Int64(record.count)
+            plainSize += Int64(chunk.count)
+        }
+        while let data = try input.read(upToCount: 8 << 20), !data.isEmpty {
+            cuts.removeAll(keepingCapacity: true)
+            data.withUnsafeBytes { scanner.scan($0, cuts: &cuts) }
+            var window = carry
+            window.append(data)
+            var from = 0
+            for cut in cuts {
+                try emit(window.subdata(in: from..<carry.count + cut))
+                from = carry.count + cut
+            }
+            carry = window.subdata(in: from..<window.count)
+        }
+        if !carry.isEmpty { try emit(carry) }
+        // The index (plaintext size, records, padding), then padding, then the footer that says where the index is.
+        let indexOffset = written
+        let indexSize = Int64(12 + 8 + 4 + entries.count + 8 + 16)
+        let padding = bucket(indexOffset + indexSize + Int64(footerSize)) - (indexOffset + indexSize + Int64(footerSize))
+        var payload = Data()
+        appendInteger(UInt64(plainSize), to: &payload)
+        appendInteger(count, to: &payload)
+        payload.append(entries)
+        appendInteger(UInt64(padding), to: &payload)
+        try output.write(contentsOf: try sealed(payload, keys.index, context))
+        try writePadding(padding, key: keys.padding, to: output)
+        var where_ = Data()
+        appendInteger(UInt64(indexOffset), to: &where_)
+        appendInteger(UInt32(indexSize), to: &where_)
+        try output.write(contentsOf: try sealed(where_, keys.index, context + "\u{0}footer"))
+        try output.synchronize()
+        return indexOffset + indexSize + padding + Int64(footerSize)
+    }
+
+    /// Opens a sealed file into `destination`: written to a `.partial` beside it and moved into place only when
+    /// every chunk and the index check out — otherwise ``EncryptionError/tampered(_:)`` and nothing is left.
+    public static func open(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws {
+        let keys = Keys(key, context: context)
+        let partial = destination.appendingPathExtension("partial")
+        guard FileManager.default.createFile(atPath: partial.path, contents: nil) else {
+            throw SyncError.localFile("Cannot write \(partial.path).")
+        }
+        do {
+            let input = try FileHandle(forReadingFrom: source)
+            defer { try? input.close() }
+            let output = try FileHandle(forWritingTo: partial)
+            defer { try? output.close() }
+            guard let head = try input.read(upToCount: magic.count), Array(head) == magic else {
+                throw EncryptionError.notEncrypted("not a Nimbus chunk-encrypted file")
+            }
+            let total = try input.seekToEnd()
+            guard total >= UInt64(magic.count + footerSize) else { throw EncryptionError.tampered("the file is cut short") }
+            try input.seek(toOffset: total - UInt64(footerSize))
+            let footer = try opened(try input.read(upToCount: footerSize) ?? Data(), keys.index, context + "\u{0}footer", what: "the footer")
+            guard footer.count == 12 else { throw EncryptionError.tampered("the footer is malformed") }
+            let indexOffset = integer(footer, 0..<8, as: UInt64.self)
+            let indexSize = Int(integer(footer, 8..<12, as: UInt32.self))
+            guard indexOffset >= UInt64(magic.count), indexOffset + UInt64(indexSize) + UInt64(footerSize) <= total else {
+                throw EncryptionError.tampered("the footer points outside the file")
+            }
+            try input.seek(toOffset: indexOffset)
+            let payload = try opened(try input.read(upToCount: indexSize) ?? Data(), keys.index, context, what: "the index")
+            guard payload.count >= 20 else { throw EncryptionError.tampered("the index is malformed") }
+            let size = integer(payload, 0..<8, as: UInt64.self)
+            let count = Int(integer(payload, 8..<12, as: UInt32.self))
+            guard payload.count == 12 + count * 36 + 8 else { throw EncryptionError.tampered("the index is malformed") }
+            let padding = integer(payload, 12 + count * 36..<20 + count * 36, as: UInt64.self)
+            guard indexOffset + UInt64(indexSize) + padding + UInt64(footerSize) == total else {
+                throw EncryptionError.tampered("the file's length is wrong")
+            }
+            try input.seek(toOffset: UInt64(magic.count))
+            let nonce = try AES.GCM._SIV.Nonce(data: zeroNonce)
+            var offset = UInt64(magic.count)
+            var plainSize: UInt64 = 0
+            for index in 0..<count {
+                let at = 12 + index * 36
+                let length = Int(integer(payload, at..<at + 4, as: UInt32.self))
+                guard length >= 16, length <= FastCDC.Parameters.standard.maximum + 16, offset + UInt64(length) <= indexOffset,
+                    let record = try input.read(upToCount: length), record.count == length,
+                    Data(SHA256.hash(data: record)) == payload.subdata(in: payload.startIndex + at + 4..<payload.startIndex + at + 36)
+                else { throw EncryptionError.tampered("chunk \(index) is changed, missing or out of place") }
+                let plain: Data
+                do {
+                    plain = try AES.GCM._SIV.open(
+                        AES.GCM._SIV.SealedBox(nonce: nonce, ciphertext: record.prefix(length - 16), tag: record.suffix(16)), using: keys.chunk)
+                } catch {
+                    throw EncryptionError.tampered("chunk \(index) does not authenticate")
+                }
+                try output.write(contentsOf: plain)
+                offset += UInt64(length)
+                plainSize += UInt64(plain.count)
+            }
+            guard offset == indexOffset, plainSize == size else { throw EncryptionError.tampered("chunks are missing or repeated") }
+            try output.synchronize()
+        } catch {
+            try? FileManager.default.removeItem(at: partial)
+            throw error
+        }
+        _ = try? FileManager.default.removeItem(at: destination)
+        try FileManager.default.moveItem(at: partial, to: destination)
+    }
+
+    /// Padding that looks random, the same for every version of one file (its context), so re-sealing an edited
+    /// file leaves it alike and it costs nothing in a block upload: AES-GCM's keystream over zeros, a piece per MiB.
+    static func writePadding(_ length: Int64, key: SymmetricKey, to output: FileHandle) throws {
+        var left = length
+        var piece: UInt64 = 0
+        while left > 0 {
+            let count = Int(min(left, 1 << 20))
+            var nonce = Data(count: 4)
+            appendInteger(piece, to: &nonce)
+            try output.write(contentsOf: try AES.GCM.seal(Data(count: count), using: key, nonce: AES.GCM.Nonce(data: nonce)).ciphertext)
+            left -= Int64(count)
+            piece += 1
+        }
+    }
+
+    static func sealed(_ payload: Data, _ key: SymmetricKey, _ context: String) throws -> Data {
+        guard let combined = try AES.GCM.seal(payload, using: key, nonce: AES.GCM.Nonce(), authenticating: indexAAD(context)).combined else {
+            throw EncryptionError.tampered("sealing failed")
+        }
+        return combined
+    }
+
+    static func opened(_ box: Data, _ key: SymmetricKey, _ context: String, what: String) throws -> Data {
+        do {
+            return try AES.GCM.open(AES.GCM.SealedBox(combined: box), using: key, authenticating: indexAAD(context))
+        } catch {
+            throw EncryptionError.tampered("\(what) does not authenticate (changed, cut, or another file's)")
+        }
+    }
+
+    static func appendInteger<T: FixedWidthInteger>(_ value: T, to data: inout Data) {
+        var big = value.bigEndian
+        withUnsafeBytes(of: &big) { data.append(contentsOf: $0) }
+    }
+
+    static func integer<T: FixedWidthInteger>(_ data: Data, _ range: Range<Int>, as: T.Type) -> T {
+        data[data.startIndex + range.lowerBound..<data.startIndex + range.upperBound].reduce(T(0)) { $0 << 8 | T($1) }
+    }
+
+    static func indexAAD(_ context: String) -> [UInt8] { Array("nimbus-crypt-index-v1".utf8) + [0] + Array(context.utf8) }
+}
