@@ -179,6 +179,16 @@ func randomData(_ count: Int) -> Data {
 
 import Crypto
 
+/// `count` random-looking bytes that are the same in every run for one `seed` (AES-GCM's keystream under a key
+/// derived from it): for tests whose bounds depend on the content (where FastCDC cuts), so they cannot flake.
+func seededData(_ count: Int, seed: String) -> Data {
+    guard count > 0 else { return Data() }
+    let key = SymmetricKey(data: SHA256.hash(data: Data(seed.utf8)))
+    // A fixed nonce is fine here: this is a keystream for tests, not encryption.
+    // (Copied out: the sealed box's ciphertext is a slice whose indices do not start at 0.)
+    return (try? Data(AES.GCM.seal(Data(count: count), using: key, nonce: AES.GCM.Nonce(data: Data(count: 12))).ciphertext)) ?? Data(count: count)
+}
+
 func sha256(_ data: Data) -> String {
     SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
 }
