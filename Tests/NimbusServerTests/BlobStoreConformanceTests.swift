@@ -125,19 +125,22 @@ struct BlobStoreConformanceTests {
     func unreachable() async throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-blobs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
-        let port = try TestServices.freePort()  // nobody listens there
-        let client = S3Client(
-            endpoint: URL(string: "http://127.0.0.1:\(port)")!, bucket: "b", signer: SigV4Signer(accessKey: "a", secretKey: "s", region: "us-east-1"),
-            timeout: .seconds(2))
-        let store = try S3BlobStore(client: client, prefix: "", stagingRoot: folder)
-        for attempt in 0..<2 {
-            do {
-                if attempt == 0 { try await store.checkReachable() } else { _ = try await Self.offPool { try store.containsBlocking("h", user: "u") } }
-                Issue.record("an unreachable store answered")
-            } catch let error as DriveError {
-                guard case .unavailable = error else {
-                    Issue.record("expected unavailable, got \(error)")
-                    continue
+        // A port held (bound, not listening) for the test: refused, and no other test's server can take it meanwhile
+        // (a port found free and released was once taken by another test's server, which answered 404).
+        try await TestServices.withRefusingPort { port in
+            let client = S3Client(
+                endpoint: URL(string: "http://127.0.0.1:\(port)")!, bucket: "b", signer: SigV4Signer(accessKey: "a", secretKey: "s", region: "us-east-1"),
+                timeout: .seconds(2))
+            let store = try S3BlobStore(client: client, prefix: "", stagingRoot: folder)
+            for attempt in 0..<2 {
+                do {
+                    if attempt == 0 { try await store.checkReachable() } else { _ = try await Self.offPool { try store.containsBlocking("h", user: "u") } }
+                    Issue.record("an unreachable store answered")
+                } catch let error as DriveError {
+                    guard case .unavailable = error else {
+                        Issue.record("expected unavailable, got \(error)")
+                        continue
+                    }
                 }
             }
         }

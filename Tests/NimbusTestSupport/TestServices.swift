@@ -293,8 +293,21 @@ public enum TestServices {
     }
 
     public static func freePort() throws -> Int {
-        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (socket, port) = try boundSocket()
+        close(socket)
+        return port
+    }
+
+    /// A port nothing can answer on while `body` runs: bound here but not listening, so connections are refused
+    /// and no other process can take it meanwhile (a port found free and released could be taken by then).
+    public static func withRefusingPort<T>(_ body: (Int) async throws -> T) async throws -> T {
+        let (socket, port) = try boundSocket()
         defer { close(socket) }
+        return try await body(port)
+    }
+
+    static func boundSocket() throws -> (Int32, Int) {
+        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -303,7 +316,10 @@ public enum TestServices {
         let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
         }
-        guard bound else { throw Missing(description: "no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        guard bound else {
+            close(socket)
+            throw Missing(description: "no free port")
+        }
+        return (socket, Int(UInt16(bigEndian: address.sin_port)))
     }
 }
