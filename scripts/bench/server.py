@@ -149,15 +149,13 @@ function response(status, headers, body) if status ~= 201 then print("unexpected
     rps, p99 = wrk_figures(out)
     print(f"small commits (POST /v1/files, 4 users): {rps:.0f} commits/s, p99 {p99} (wrk -t4 -c16 -d10s)")
 
-def bench_resumable(server, token, work, size_mib):
-    path = os.path.join(work, "resumable.bin")
-    with open(path, "wb") as f:
-        block = os.urandom(1 << 20)
-        for _ in range(size_mib): f.write(block)
-    size = size_mib << 20
-    c = Client(server.port, token)
+def resumable_upload(port, token, path, name="resumable.bin"):
+    """Sends the file through one resumable session on one persistent connection; returns (seconds, chunk size)."""
+    size = os.path.getsize(path)
+    c = Client(port, token)
     t = time.perf_counter()
-    s, d = c.request("POST", "/v1/upload?uploadType=resumable", json_body={"requestId": str(uuid.uuid4()), "name": "resumable.bin", "mimeType": "application/octet-stream", "parentId": "root", "size": size})
+    s, d = c.request("POST", "/v1/upload?uploadType=resumable", json_body={"requestId": str(uuid.uuid4()), "name": name, "mimeType": "application/octet-stream", "parentId": "root", "size": size})
+    assert s == 200, d
     session = json.loads(d)
     chunk = session["chunkSize"]
     with open(path, "rb") as f:
@@ -166,7 +164,14 @@ def bench_resumable(server, token, work, size_mib):
             start = k * chunk
             s, d = c.request("PUT", session["uploadUrl"], body=body, headers={"Content-Range": f"bytes {start}-{start+len(body)-1}/{size}"})
             assert s in (201, 308), d
-    elapsed = time.perf_counter() - t
+    return time.perf_counter() - t, chunk
+
+def bench_resumable(server, token, work, size_mib):
+    path = os.path.join(work, "resumable.bin")
+    with open(path, "wb") as f:
+        block = os.urandom(1 << 20)
+        for _ in range(size_mib): f.write(block)
+    elapsed, chunk = resumable_upload(server.port, token, path)
     os.remove(path)
     print(f"resumable upload {size_mib} MiB in {chunk >> 20} MiB chunks: {size_mib*1.048576/elapsed:.1f} MB/s; server peak RSS {peak_rss_mib(server.proc.pid):.1f} MiB")
 

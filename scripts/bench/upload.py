@@ -18,7 +18,7 @@ Goal (issue 14): resumable and `nimbus put` ≥ 0.8 × dd's figure and ≥ rclon
 import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time, uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server import Client, Server, login, peak_rss_mib, free_port  # noqa: E402
+from server import Server, login, peak_rss_mib, free_port, resumable_upload  # noqa: E402
 
 def random_file(path, mib):
     with open(path, "wb") as f:
@@ -34,22 +34,8 @@ def dd_mbs(folder, source, mib):
     return mib * 1.048576 / elapsed
 
 def resumable_mbs(server, token, path, mib):
-    size = mib << 20
-    c = Client(server.port, token)
-    t = time.perf_counter()
-    s, d = c.request("POST", "/v1/upload?uploadType=resumable", json_body={
-        "requestId": str(uuid.uuid4()), "name": f"resumable-{uuid.uuid4().hex[:6]}.bin", "mimeType": "application/octet-stream",
-        "parentId": "root", "size": size})
-    assert s == 200, d
-    session = json.loads(d)
-    chunk = session["chunkSize"]
-    with open(path, "rb") as f:
-        for k in range(session["totalChunks"]):
-            body = f.read(chunk)
-            start = k * chunk
-            s, d = c.request("PUT", session["uploadUrl"], body=body, headers={"Content-Range": f"bytes {start}-{start + len(body) - 1}/{size}"})
-            assert s in (201, 308), d
-    return mib * 1.048576 / (time.perf_counter() - t)
+    elapsed, _ = resumable_upload(server.port, token, path, name=f"resumable-{uuid.uuid4().hex[:6]}.bin")
+    return mib * 1.048576 / elapsed
 
 def put_mbs(binary, server, work, path, mib):
     home = os.path.join(work, "home")
