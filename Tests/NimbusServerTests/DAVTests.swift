@@ -107,6 +107,74 @@ struct DAVTests {
         }
     }
 
+    @Test("a collection's ETag moves with any change beneath it, at any depth, made through /dav or /v1, and only then; oc:fileid is the item's id")
+    func collectionETags() async throws {
+        try await TestServer.run { server in
+            let (api, basic) = try await Self.user(server)
+            let dav = APIClient(baseURL: server.baseURL)
+            func send(_ method: HTTPMethod, _ path: String, _ body: Data? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
+                try await dav.send(method, path, body: body, headers: headers.merging(["Authorization": basic]) { a, _ in a })
+            }
+            let ask = Data(#"<?xml version="1.0"?><propfind xmlns="DAV:" xmlns:oc="http://owncloud.org/ns"><prop><getetag/><oc:fileid/></prop></propfind>"#.utf8)
+            func etags() async throws -> [String: String] {
+                var found: [String: String] = [:]
+                for path in ["/dav/", "/dav/A/", "/dav/A/B/", "/dav/C/"] {
+                    let reply = try await send(.PROPFIND, path, ask, ["Depth": "0"])
+                    #expect(reply.status == 207)
+                    let text = reply.text
+                    guard let start = text.range(of: "<D:getetag>"), let end = text.range(of: "</D:getetag>", range: start.upperBound..<text.endIndex) else {
+                        Issue.record("no getetag for \(path): \(text)")
+                        continue
+                    }
+                    found[path] = String(text[start.upperBound..<end.lowerBound])
+                    #expect(text.contains("<fileid xmlns=\"http://owncloud.org/ns\">"), "\(text)")
+                }
+                return found
+            }
+            for path in ["/dav/A", "/dav/A/B", "/dav/C"] { #expect(try await send(.MKCOL, path).status == 201) }
+            #expect(try await send(.PUT, "/dav/A/B/f.txt", Data("one".utf8)).status == 201)
+            #expect(try await send(.PUT, "/dav/C/g.txt", Data("two".utf8)).status == 201)
+            let a = try #require(try await api.list().files.first { $0.name == "A" })
+            let b = try #require(try await api.list(a.id).files.first { $0.name == "B" })
+            let f = try #require(try await api.list(b.id).files.first { $0.name == "f.txt" })
+            let c = try #require(try await api.list().files.first { $0.name == "C" })
+            let fileid = try await send(.PROPFIND, "/dav/A/B/f.txt", ask, ["Depth": "0"]).text
+            #expect(fileid.contains(">\(f.id)</fileid>"), "\(fileid)")
+
+            var before = try await etags()
+            #expect(try await etags() == before, "reading changes nothing")
+            // A new version two folders down (through /v1): the root, A and A/B move; C does not.
+            #expect(try await api.send(.POST, "/v1/upload?uploadType=media&fileId=\(f.id)", body: Data("changed".utf8)).status == 201)
+            var after = try await etags()
+            for path in ["/dav/", "/dav/A/", "/dav/A/B/"] { #expect(after[path] != before[path], "\(path) after a new version below") }
+            #expect(after["/dav/C/"] == before["/dav/C/"])
+            // A move out of A/B into C (through /v1): both sides and the root move.
+            before = after
+            #expect(try await api.send(.PATCH, "/v1/files/\(f.id)", json: UpdateFileRequest(parentId: c.id)).status == 200)
+            after = try await etags()
+            for path in ["/dav/", "/dav/A/", "/dav/A/B/", "/dav/C/"] { #expect(after[path] != before[path], "\(path) after a move") }
+            // A deletion through /dav: C and the root; then a restore from the trash.
+            before = after
+            #expect(try await send(.DELETE, "/dav/C/f.txt").status == 204)
+            after = try await etags()
+            #expect(after["/dav/C/"] != before["/dav/C/"] && after["/dav/"] != before["/dav/"] && after["/dav/A/"] == before["/dav/A/"])
+            before = after
+            #expect(try await api.send(.POST, "/v1/files/\(f.id)/untrash").status == 200)
+            after = try await etags()
+            #expect(after["/dav/C/"] != before["/dav/C/"] && after["/dav/A/B/"] == before["/dav/A/B/"])
+            // A folder replaced by a new one under the same name never shows the ETag the first had.
+            before = after
+            #expect(try await send(.DELETE, "/dav/A/B").status == 204)
+            #expect(try await send(.MKCOL, "/dav/A/B").status == 201)
+            after = try await etags()
+            #expect(after["/dav/A/B/"] != before["/dav/A/B/"])
+            // If-Match on a collection takes its ETag.
+            let tag = try #require(after["/dav/A/"])
+            #expect(try await send(.PROPPATCH, "/dav/A/", Data(#"<?xml version="1.0"?><propertyupdate xmlns="DAV:"><set><prop><x xmlns="urn:t">1</x></prop></set></propertyupdate>"#.utf8), ["If-Match": tag.replacingOccurrences(of: "&quot;", with: "\"")]).status == 207)
+            #expect(try await send(.PROPPATCH, "/dav/A/", Data(#"<?xml version="1.0"?><propertyupdate xmlns="DAV:"><set><prop><oc:fileid xmlns:oc="http://owncloud.org/ns">x</oc:fileid></prop></set></propertyupdate>"#.utf8)).text.contains("403"), "oc:fileid is protected")
+        }
+    }
+
     @Test("PROPPATCH stores dead properties (kept through MOVE, copied by COPY, listed by PROPFIND); a protected one fails the whole request")
     func deadProperties() async throws {
         try await TestServer.run { server in

@@ -109,7 +109,7 @@ extension DAVRequest {
                     value = locks.contains { $0.token == token && $0.covers(path) }
                 case .etag(let tag):
                     if !looked {
-                        etag = try await resolve(me, resource)?.etag
+                        etag = try await resolve(me, resource)?.davETag
                         looked = true
                     }
                     value = etag.map { ETag.matches(tag, $0) } ?? false

@@ -16,7 +16,9 @@ import FoundationXML
 /// - `PROPFIND` Depth 0 or 1 (a missing Depth is 1; `infinity` is refused with `propfind-finite-depth`);
 /// - `GET`/`HEAD` with `Range` (the `/v1` content code), `PUT` streamed into a new file or a new revision;
 /// - `MKCOL`, `DELETE` (to the trash), `MOVE` and `COPY` (`Overwrite`, `Depth`), `If-Match`/`If-None-Match` → 412;
-/// - `getetag` is the revision id (a folder's: its metadata version), quota properties from RFC 4331.
+/// - `getetag` is a file's revision id; a collection's moves whenever anything beneath it changes (Nextcloud's and
+///   ownCloud's do too), so a client can skip a subtree whose ETag it already has; `oc:fileid` (ownCloud's namespace)
+///   is the item's id, and tells such a client that collection ETags propagate here. Quota properties from RFC 4331.
 ///
 /// It is a middleware rather than routes: WebDAV's methods and its open-ended paths are not `/v1` routes (they are
 /// not in `openapi.yaml`, and the 405 logic of ``ErrorMiddleware`` does not apply to them).
@@ -202,12 +204,12 @@ struct DAVRequest {
     /// `If-Match` / `If-None-Match` against the item's ETag (`*` = exists): 412 when they do not hold.
     func checkPreconditions(_ item: FileRecord?) throws {
         if let condition = request.headers[.ifMatch] {
-            guard let item, condition.trimmingCharacters(in: .whitespaces) == "*" || ETag.matches(condition, item.etag) else {
+            guard let item, condition.trimmingCharacters(in: .whitespaces) == "*" || ETag.matches(condition, item.davETag) else {
                 throw DAVError(.preconditionFailed, "If-Match does not hold: the item changed (or is missing) since you read it.")
             }
         }
         if let condition = request.headers[.ifNoneMatch], let item {
-            if condition.trimmingCharacters(in: .whitespaces) == "*" || ETag.matches(condition, item.etag) {
+            if condition.trimmingCharacters(in: .whitespaces) == "*" || ETag.matches(condition, item.davETag) {
                 throw DAVError(.preconditionFailed, "If-None-Match does not hold: the item exists.")
             }
         }
@@ -222,7 +224,7 @@ struct DAVRequest {
             var lines = ["Index of /\(names.joined(separator: "/"))", ""]
             for child in try await allChildren(me, of: item) { lines.append(child.isFolder ? child.name + "/" : child.name) }
             let body = lines.joined(separator: "\n") + "\n"
-            var headers: HTTPFields = [.contentType: "text/plain; charset=utf-8", .eTag: "\"\(item.etag)\"", .contentLength: String(body.utf8.count)]
+            var headers: HTTPFields = [.contentType: "text/plain; charset=utf-8", .eTag: "\"\(item.davETag)\"", .contentLength: String(body.utf8.count)]
             headers[.lastModified] = HTTPDate.string(from: item.modifiedAt)
             return Response(status: .ok, headers: headers, body: request.method == .head ? .init() : .init(byteBuffer: ByteBuffer(string: body)))
         }
@@ -273,6 +275,9 @@ struct DAVRequest {
             body: .init(byteBuffer: ByteBuffer(string: xml)))
     }
 
+    /// ownCloud's namespace: its `fileid` property is answered (the item's id) when asked for by name.
+    static let ownCloudNamespace = "http://owncloud.org/ns"
+
     /// The live properties this server has, in the `DAV:` namespace.
     static let liveProperties = [
         "resourcetype", "displayname", "getetag", "getlastmodified", "creationdate", "getcontentlength", "getcontenttype",
@@ -288,7 +293,7 @@ struct DAVRequest {
             switch name {
             case "resourcetype": return item.isFolder ? "<D:collection/>" : ""
             case "displayname": return xmlEscape(names.last ?? "")
-            case "getetag": return xmlEscape("\"\(item.etag)\"")
+            case "getetag": return xmlEscape("\"\(item.davETag)\"")
             case "getlastmodified": return HTTPDate.string(from: item.modifiedAt)
             case "creationdate": return iso8601(item.createdAt)
             case "getcontentlength": return item.isFolder ? nil : String(item.size)
@@ -317,6 +322,8 @@ struct DAVRequest {
             for property in properties {
                 if property.namespace == "DAV:", let value = value(property.name) {
                     found.append(DAVXML.element("DAV:", property.name, value: value))
+                } else if property.namespace == ownCloudNamespace, property.name == "fileid" {
+                    found.append(DAVXML.element(ownCloudNamespace, "fileid", value: xmlEscape(item.id)))
                 } else if let stored = dead.first(where: { $0.namespace == property.namespace && $0.name == property.name }) {
                     found.append(DAVXML.element(stored.namespace, stored.name, value: stored.value))
                 } else {
@@ -342,7 +349,10 @@ struct DAVRequest {
         let item = try await require(me, names)
         try checkPreconditions(item)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
-        let protected = updates.filter { $0.property.namespace == "DAV:" && Self.liveProperties.contains($0.property.name) }
+        let protected = updates.filter {
+            ($0.property.namespace == "DAV:" && Self.liveProperties.contains($0.property.name))
+                || ($0.property.namespace == Self.ownCloudNamespace && $0.property.name == "fileid")
+        }
         var statuses: [(DeadProperty, String)] = []
         if protected.isEmpty {
             var set: [DeadProperty] = []

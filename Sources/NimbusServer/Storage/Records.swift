@@ -78,6 +78,8 @@ struct FileRecord: Sendable, Equatable {
     var headRevisionId: String?
     /// Bumped by every change to the row; a folder's `ETag`.
     var version: Int64
+    /// A folder's: bumped whenever anything beneath it changes (``davETag``).
+    var treeVersion: Int64 = 0
     /// The explicitly trashed item this row went to the trash with (itself, or an ancestor); `nil` = live.
     var trashRoot: String?
     var trashedAt: Date?
@@ -88,6 +90,11 @@ struct FileRecord: Sendable, Equatable {
 
     /// The `ETag` value (unquoted): the head revision, or `v<version>` for a folder.
     var etag: String { headRevisionId ?? "v\(version)" }
+
+    /// The WebDAV `ETag`: a file's revision; a folder's moves whenever anything beneath it does (as Nextcloud's), so
+    /// a client that finds it unchanged can skip the subtree. The id makes it unique: a folder replaced by another
+    /// never shows the ETag the first had.
+    var davETag: String { isFolder ? "t\(id).\(treeVersion)" : etag }
 
     var api: File {
         File(

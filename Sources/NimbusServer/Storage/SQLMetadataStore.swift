@@ -74,6 +74,9 @@ final class SQLMetadataStore: MetadataStore {
         var usedBytes: [String: Int64] = [:]
         /// Folders whose listing changed: their version (`ETag`) moves once at the end.
         var touchedFolders: Set<String> = []
+        /// Files this transaction recorded a change of: their folders, and every folder above, get a new tree version
+        /// (the WebDAV collection `ETag`, which moves whenever anything beneath it does) once at the end.
+        var changedFiles: Set<String> = []
         /// Files made by this transaction that have no revision and no change-feed row yet (their first change row
         /// takes them out: a batch may give one new file a second revision).
         var inserted: Set<String> = []
@@ -141,6 +144,7 @@ final class SQLMetadataStore: MetadataStore {
         for folderId in effects.touchedFolders.sorted() {
             try db.perform("UPDATE files SET version = version + 1 WHERE id = ?", [folderId])
         }
+        try bumpTreeVersions(db, effects)
         for (userId, seq) in effects.changed { try db.announce(userId: userId, seq: seq) }
     }
 
@@ -945,6 +949,7 @@ extension SQLMetadataStore {
             userSeq = (try db.value("SELECT change_count FROM users WHERE id = ?", [userId], as: Int64.self) ?? 0) + 1
         }
         effects.userSeqs[userId] = userSeq
+        effects.changedFiles.insert(fileId)
         try db.insert(into: "changes", ["user_id", "file_id", "kind", "at", "user_seq"], [userId, fileId, kind.rawValue, now.millis, userSeq])
         effects.changed[userId] = 0  // the sequence number, and users.last_seq, at the end (applyDeferred)
     }
@@ -1089,6 +1094,35 @@ extension SQLMetadataStore {
                     UNION ALL SELECT f.id FROM files f JOIN tree t ON f.parent_id = t.id
                 ) SELECT id FROM tree
                 """, [rootId], as: String.self)
+    }
+
+    /// Moves the tree version of every folder holding something this transaction changed, up to the user's root,
+    /// each folder once: a WebDAV client that finds a collection's `ETag` unchanged can skip its whole subtree
+    /// (as Nextcloud's and ownCloud's clients do). Folders a move or a deletion left are in `touchedFolders`.
+    static func bumpTreeVersions(_ db: any SQLTransaction, _ effects: Effects) throws {
+        guard !effects.changedFiles.isEmpty || !effects.touchedFolders.isEmpty else { return }
+        var start = effects.touchedFolders
+        let changed = effects.changedFiles.sorted()
+        for first in stride(from: 0, to: changed.count, by: 500) {
+            let part = Array(changed[first..<min(first + 500, changed.count)])
+            let marks = Array(repeating: "?", count: part.count).joined(separator: ",")
+            start.formUnion(
+                try db.values(
+                    "SELECT DISTINCT parent_id FROM files WHERE id IN (\(marks)) AND parent_id IS NOT NULL", part.map { $0 as any SQLArgument },
+                    as: String.self))
+        }
+        let folders = start.sorted()
+        for first in stride(from: 0, to: folders.count, by: 500) {
+            let part = Array(folders[first..<min(first + 500, folders.count)])
+            let marks = Array(repeating: "?", count: part.count).joined(separator: ",")
+            try db.perform(
+                """
+                WITH RECURSIVE up(id) AS (
+                    SELECT id FROM files WHERE id IN (\(marks))
+                    UNION SELECT f.parent_id FROM files f JOIN up ON f.id = up.id WHERE f.parent_id IS NOT NULL
+                ) UPDATE files SET tree_version = tree_version + 1 WHERE id IN (SELECT id FROM up)
+                """, part.map { $0 as any SQLArgument })
+        }
     }
 
     /// A folder's metadata version moves when its listing changes (its `ETag`).
@@ -1332,7 +1366,7 @@ extension SQLMetadataStore {
         FileRecord(
             id: try row.get("id"), userId: try row.get("user_id"), parentId: try row.get("parent_id"), name: try row.get("name"), mimeType: try row.get("mime_type"),
             isFolder: try row.get("is_folder"), size: try row.get("size"), checksum: try row.get("checksum"), headRevisionId: try row.get("head_revision_id"),
-            version: try row.get("version"), trashRoot: try row.get("trash_root"), trashedAt: (try row.get("trashed_at", as: Int64?.self)).map(Date.init(millis:)),
+            version: try row.get("version"), treeVersion: try row.get("tree_version"), trashRoot: try row.get("trash_root"), trashedAt: (try row.get("trashed_at", as: Int64?.self)).map(Date.init(millis:)),
             createdAt: Date(millis: try row.get("created_at")), modifiedAt: Date(millis: try row.get("modified_at")))
     }
 

@@ -227,6 +227,10 @@ enum Schema {
                     );
                     """)
         }
+        migrator.registerMigration("10-tree-versions") { db in
+            // A folder's tree version: the WebDAV collection ETag, moved by any change beneath it.
+            try db.execute(sql: "ALTER TABLE files ADD COLUMN tree_version INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

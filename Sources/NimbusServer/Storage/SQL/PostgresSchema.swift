@@ -243,6 +243,11 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        (
+            // A folder's tree version: the WebDAV collection ETag, moved by any change beneath it.
+            "7-tree-versions",
+            ["ALTER TABLE files ADD COLUMN tree_version BIGINT NOT NULL DEFAULT 0"]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
