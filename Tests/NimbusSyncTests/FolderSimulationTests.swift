@@ -97,7 +97,10 @@ struct FolderSimulation {
         configuration.maxConcurrentOperations = Simulation.width(seed)
         configuration.tokenStore = tokens
         if seed % 4 == 3 {
-            configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state)) }
+            // Half of them with folder revisions that change with anything beneath (as WebDAV collection ETags on
+            // Nextcloud or Nimbus): listings skip unchanged subtrees.
+            let treeVersions = seed % 8 == 7
+            configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions) }
         } else if seed % 4 == 1 {
             // Thresholds low enough for these small files: new files over 100 KB go as blocks, new versions and
             // downloads over 60 KB by blocks too, taking what the device's other files hold (the block index).
@@ -412,13 +415,41 @@ final class LockedCounter: @unchecked Sendable {
 
 /// The Nimbus provider as a remote with neither a change feed nor checksums (what WebDAV and foreign S3 objects look
 /// like to the engine): every round lists the tree, and files are compared by reading them (`learnChecksum`). Seeds
-/// ≡ 3 (mod 4) of the folder simulation run with it, so those paths run inside the simulation too.
+/// ≡ 3 (mod 4) of the folder simulation run with it, so those paths run inside the simulation too. With
+/// `treeVersions` (seeds ≡ 7 mod 8), a folder's revision is a digest of everything beneath it, read when it is
+/// listed (a collection ETag that propagates), so the engine skips listing unchanged subtrees.
 final class ListedProvider: RemoteProvider, @unchecked Sendable {
     let inner: NimbusProvider
+    let treeVersions: Bool
 
-    init(inner: NimbusProvider) { self.inner = inner }
+    init(inner: NimbusProvider, treeVersions: Bool = false) {
+        self.inner = inner
+        self.treeVersions = treeVersions
+    }
 
-    var capabilities: ProviderCapabilities { inner.capabilities.subtracting([.changeFeed, .checksums, .batchUpload]) }
+    var capabilities: ProviderCapabilities {
+        var capabilities = inner.capabilities.subtracting([.changeFeed, .checksums, .batchUpload])
+        if treeVersions { capabilities.insert(.treeVersions) }
+        return capabilities
+    }
+
+    /// A digest of the folder's id and of everything beneath it (ids, names, revisions).
+    func treeVersion(of folderId: String) async throws -> String {
+        var lines = [folderId]
+        for child in try await inner.children(of: folderId) {
+            let below = child.isFolder ? try await treeVersion(of: child.id) : (child.revision ?? "")
+            lines.append("\(child.id)\t\(child.name)\t\(below)")
+        }
+        return SHA256.hash(data: Data(lines.sorted().joined(separator: "\n").utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// `item` with the folder's tree version (when on).
+    func versioned(_ item: RemoteItem) async throws -> RemoteItem {
+        guard treeVersions, item.isFolder else { return item }
+        var item = item
+        item.revision = try await treeVersion(of: item.id)
+        return item
+    }
 
     func hidden(_ item: RemoteItem) -> RemoteItem {
         var item = item
@@ -426,9 +457,13 @@ final class ListedProvider: RemoteProvider, @unchecked Sendable {
         return item
     }
 
-    func root() async throws -> RemoteItem { hidden(try await inner.root()) }
+    func root() async throws -> RemoteItem { try await versioned(hidden(try await inner.root())) }
     func item(_ id: String) async throws -> RemoteItem { hidden(try await inner.item(id)) }
-    func children(of folderId: String) async throws -> [RemoteItem] { try await inner.children(of: folderId).map(hidden) }
+    func children(of folderId: String) async throws -> [RemoteItem] {
+        var listed: [RemoteItem] = []
+        for child in try await inner.children(of: folderId) { listed.append(try await versioned(hidden(child))) }
+        return listed
+    }
     func startCursor() async throws -> String { throw ProviderError.invalid(code: "unsupported", message: "listed") }
     func changes(since cursor: String) async throws -> ChangePage { throw ProviderError.invalid(code: "unsupported", message: "listed") }
     func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {

@@ -205,7 +205,7 @@ struct ProviderConformanceTests {
     }
 
     @Test("WebDAV: the revision every upload returns is the one a listing shows, before and after the PUT's ETag is trusted",
-          arguments: [ProviderKind.webdavRclone, .webdavWsgidav])
+          arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus])
     func webdavUploadRevisions(kind: ProviderKind) async throws {
         guard ProviderKind.selected.contains(kind) else { return }
         try await kind.with { provider in
@@ -226,6 +226,68 @@ struct ProviderConformanceTests {
             let trust = dav.etagTrust.withLock { $0 }
             #expect(trust.agreed + (trust.differed ? 1 : 0) >= 3, "the first uploads were checked: \(trust)")
             if kind == .webdavRclone { #expect(trust.trusted, "rclone keeps a file's ETag across MOVE") }
+        }
+    }
+
+    @Test("WebDAV: collection ETags are used only where they propagate; there a no-op sync lists nothing and a change deep down is found",
+          arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus])
+    func webdavTreeETags(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { provider in
+            let root = try await provider.root()
+            #expect(provider.capabilities.contains(.treeVersions) == (kind == .webdavNimbus), "only Nimbus's /dav/ answers oc:fileid here")
+            // a/b/c/deep.txt, a/top.txt, x/y/other.txt, loose.txt
+            var folders: [String: String] = ["": root.id]
+            for path in ["a", "a/b", "a/b/c", "x", "x/y"] {
+                let parent = folders[path.split(separator: "/").dropLast().joined(separator: "/")] ?? root.id
+                folders[path] = try await provider.createFolder(named: String(path.split(separator: "/").last ?? ""), in: parent, requestId: "mk-\(path)").id
+            }
+            var files: [String: RemoteItem] = [:]
+            for path in ["a/b/c/deep.txt", "a/top.txt", "x/y/other.txt", "loose.txt"] {
+                let parent = folders[path.split(separator: "/").dropLast().joined(separator: "/")] ?? root.id
+                files[path] = try await provider.upload(
+                    try source("first \(path)", kind), to: .new(parentId: parent, name: String(path.split(separator: "/").last ?? ""), mimeType: nil),
+                    requestId: "up-\(path)") { _ in }
+            }
+            let counting = CountingProvider(inner: provider)
+            let local = kind.scratch.appending(path: "synced")
+            try FileManager.default.createDirectory(at: local, withIntermediateDirectories: true)
+            var configuration = SyncConfiguration(directory: kind.scratch.appending(path: "state"), deviceName: "tree-etags")
+            configuration.tokenStore = MemoryTokens()
+            configuration.provider = { _ in counting }
+            let folder = try FolderSync(root: local, configuration: configuration, settleTime: 0)
+            func text(_ path: String) -> String? { (try? Data(contentsOf: local.appending(path: path))).map { String(decoding: $0, as: UTF8.self) } }
+
+            _ = try await folder.syncOnce()
+            #expect(text("a/b/c/deep.txt") == "first a/b/c/deep.txt" && text("x/y/other.txt") == "first x/y/other.txt")
+            #expect(counting.listings() == 6, "the first sync lists every folder (the root and five)")
+
+            _ = try await folder.syncOnce()
+            #expect(counting.listings() == (kind == .webdavNimbus ? 0 : 6), "a no-op sync: nothing listed where ETags propagate")
+
+            let deep = try #require(files["a/b/c/deep.txt"])
+            _ = try await provider.upload(try source("second", kind), to: .version(of: deep.id, base: deep.revision), requestId: "v2") { _ in }
+            _ = try await folder.syncOnce()
+            #expect(text("a/b/c/deep.txt") == "second", "a change three folders down is found")
+            #expect(counting.listings() == (kind == .webdavNimbus ? 4 : 6), "the root, a, a/b and a/b/c are listed; x and x/y are not")
+
+            try await provider.delete(try #require(files["x/y/other.txt"]).id)
+            _ = try await folder.syncOnce()
+            #expect(text("x/y/other.txt") == nil && text("a/top.txt") == "first a/top.txt" && text("loose.txt") == "first loose.txt")
+            #expect(counting.listings() == (kind == .webdavNimbus ? 3 : 6), "the root, x and x/y")
+
+            // A local edit goes up; the round after it lists only what the upload changed, and finds nothing to do.
+            try Data("local edit".utf8).write(to: local.appending(path: "a/top.txt"))
+            _ = try await folder.syncOnce()
+            _ = try await folder.syncOnce()
+            _ = counting.listings()
+            _ = try await folder.syncOnce()
+            #expect(counting.listings() == (kind == .webdavNimbus ? 0 : 6))
+            let listed = try await provider.children(of: try #require(folders["a"]))
+            let top = try #require(listed.first { $0.name == "top.txt" })
+            let fetched = kind.scratch.appending(path: "top.txt")
+            try await provider.download(top.id, revision: nil, to: fetched) { _ in }
+            #expect(try Data(contentsOf: fetched) == Data("local edit".utf8))
         }
     }
 
@@ -346,6 +408,8 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case localFolder
     case webdavRclone
     case webdavWsgidav
+    /// Nimbus's own `/dav/` (signed in with an app password): collection ETags that propagate.
+    case webdavNimbus
     case s3Rclone
     case s3Moto
 
@@ -383,6 +447,24 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         }
     }
 
+    /// Signs `username` in and makes an app password (for `/dav/`): the password, and the session's access token.
+    static func appPassword(_ transport: AsyncHTTPClientTransport, username: String) async throws -> (String, String) {
+        let (loginHead, loginBody) = try await transport.send(
+            TransportRequest(
+                method: "POST", path: "/v1/auth/login", headers: ["Content-Type": "application/json"],
+                body: try JSONEncoder.nimbus.encode(NimbusAPI.Credentials(username: username, password: "correct horse"))))
+        #expect(loginHead.status == 200)
+        let tokens = try JSONDecoder.nimbus.decode(TokenPair.self, from: loginBody)
+        let (head, body) = try await transport.send(
+            TransportRequest(
+                method: "POST", path: "/v1/auth/app-passwords",
+                headers: ["Content-Type": "application/json", "Authorization": "Bearer \(tokens.accessToken)"],
+                body: try JSONEncoder.nimbus.encode(AppPasswordRequest(label: "conformance"))))
+        #expect(head.status == 201)
+        let made = try JSONDecoder.nimbus.decode(AppPassword.self, from: body)
+        return (try #require(made.password), tokens.accessToken)
+    }
+
     /// A scratch folder of the running test (for sources and downloads), outside the remote.
     var scratch: URL { Self.scratchFolder ?? FileManager.default.temporaryDirectory }
     @TaskLocal static var scratchFolder: URL?
@@ -403,7 +485,7 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case .localFolder:
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             try await body(LocalFolderProvider(root: root, state: MemoryStateStore()))
-        case .nimbus:
+        case .nimbus, .webdavNimbus:
             var configuration = ServerConfiguration(dataDirectory: root)
             configuration.port = 0
             configuration.allowRegistration = true
@@ -419,12 +501,52 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
                         method: "POST", path: "/v1/auth/register", headers: ["Content-Type": "application/json"],
                         body: try JSONEncoder.nimbus.encode(NimbusAPI.Credentials(username: "conformance", password: "correct horse"))))
                 #expect(head.status == 201)
+                if self == .webdavNimbus {
+                    let (password, _) = try await Self.appPassword(transport, username: "conformance")
+                    try await body(
+                        WebDAVProvider(url: server.appending(path: "dav/"), username: "conformance", password: password, state: MemoryStateStore()))
+                    return
+                }
                 let api = ServerClient(transport: transport, tokenStore: MemoryTokens())
                 _ = try await api.logIn(server: server, username: "conformance", password: "correct horse", deviceName: "conformance")
                 try await body(NimbusProvider(client: api, state: MemoryStateStore(), simpleUploadLimit: 64 * 1024))
             }
         }
     }
+}
+
+/// A provider that counts folder listings (and passes everything on).
+final class CountingProvider: RemoteProvider, @unchecked Sendable {
+    let inner: any RemoteProvider
+    let count = NIOLockedValueBox(0)
+
+    init(inner: any RemoteProvider) { self.inner = inner }
+
+    /// Listings since the last call.
+    func listings() -> Int { count.withLockedValue { value in defer { value = 0 }; return value } }
+
+    var capabilities: ProviderCapabilities { inner.capabilities }
+    func root() async throws -> RemoteItem { try await inner.root() }
+    func item(_ id: String) async throws -> RemoteItem { try await inner.item(id) }
+    func children(of folderId: String) async throws -> [RemoteItem] {
+        count.withLockedValue { $0 += 1 }
+        return try await inner.children(of: folderId)
+    }
+    func startCursor() async throws -> String { try await inner.startCursor() }
+    func changes(since cursor: String) async throws -> ChangePage { try await inner.changes(since: cursor) }
+    func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
+        try await inner.createFolder(named: name, in: parentId, requestId: requestId)
+    }
+    func upload(_ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void) async throws
+        -> RemoteItem
+    {
+        try await inner.upload(source, to: target, requestId: requestId, progress: progress)
+    }
+    func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        try await inner.download(id, revision: revision, to: destination, progress: progress)
+    }
+    func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem { try await inner.move(id, to: parentId, name: name) }
+    func delete(_ id: String) async throws { try await inner.delete(id) }
 }
 
 final class MemoryStateStore: ProviderStateStore, @unchecked Sendable {

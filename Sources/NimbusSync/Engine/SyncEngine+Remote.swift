@@ -91,9 +91,14 @@ extension SyncEngine {
     func relist(_ provider: any RemoteProvider) async throws {
         let cursor = provider.capabilities.contains(.changeFeed) ? try await provider.startCursor() : nil
         let root = try await currentRoot(provider)
-        let items = try await listTree(provider, from: root)
-        let seen = Set(items.map(\.id)).union([root.id])
+        let versioned = provider.capabilities.contains(.treeVersions) && cursor == nil
+        let before = versioned ? try await database.pool.read { db in try Self.listedFolders(db) } : [:]
+        let listing = try await listTree(provider, from: root, listedBefore: before)
+        let items = listing.items
         try await database.pool.write { db in
+            // What is under a skipped folder is as the stored remote tree has it: seen, not gone.
+            let seen = Set(items.map(\.id)).union([root.id]).union(try Self.knownBeneath(db, folders: listing.skipped))
+            if versioned { try Self.recordListedFolders(db, listing.versions, seen: seen) }
             // Files that left one place and appeared at another with the same content (moved there, by a provider
             // whose ids are paths) keep their identity: a move, not a deletion and a new file.
             if cursor == nil { try self.recognizeMoves(db, listed: items, seen: seen) }
@@ -110,12 +115,34 @@ extension SyncEngine {
         }
     }
 
+    /// A tree listing: what was listed (parents before their children), the folders not listed because their
+    /// revision is the one `listedBefore` has (their subtrees unchanged), and each folder's revision as seen before
+    /// listing it (``ProviderCapabilities/treeVersions`` only).
+    struct Listing {
+        var items: [RemoteItem] = []
+        var skipped: [String] = []
+        var versions: [String: String] = [:]
+    }
+
     /// Every item under `root`, parents before their children: in one go where the provider can
-    /// (``TreeListingProvider``), else folder by folder, a few folders at a time.
-    func listTree(_ provider: any RemoteProvider, from root: RemoteItem) async throws -> [RemoteItem] {
-        if let tree = provider as? any TreeListingProvider { return try await tree.listTree() }
-        var listed: [RemoteItem] = []
-        var level = [root.id]
+    /// (``TreeListingProvider``), else folder by folder, a few folders at a time, skipping the subtrees of folders
+    /// whose revision is the one in `listedBefore` (``ProviderCapabilities/treeVersions``). Folder revisions are
+    /// taken out of the items (the remote tree keeps none).
+    func listTree(_ provider: any RemoteProvider, from root: RemoteItem, listedBefore: [String: String] = [:]) async throws -> Listing {
+        if let tree = provider as? any TreeListingProvider { return Listing(items: try await tree.listTree()) }
+        let versioned = provider.capabilities.contains(.treeVersions)
+        var listing = Listing()
+        /// Whether a folder's subtree must be listed (recording the revision it had before).
+        func mustList(_ folder: RemoteItem) -> Bool {
+            guard versioned, let revision = folder.revision else { return true }
+            listing.versions[folder.id] = revision
+            if listedBefore[folder.id] == revision {
+                listing.skipped.append(folder.id)
+                return false
+            }
+            return true
+        }
+        var level = mustList(root) ? [root.id] : []
         while !level.isEmpty {
             var next: [String] = []
             for start in stride(from: 0, to: level.count, by: 8) {
@@ -124,12 +151,59 @@ extension SyncEngine {
                     for (index, folder) in batch.enumerated() { group.addTask { (index, try await provider.children(of: folder)) } }
                     return try await group.reduce(into: [(Int, [RemoteItem])]()) { $0.append($1) }.sorted { $0.0 < $1.0 }.flatMap(\.1)
                 }
-                listed += found
-                next += found.filter(\.isFolder).map(\.id)
+                listing.items += found.map { item in
+                    var item = item
+                    if item.isFolder { item.revision = nil }
+                    return item
+                }
+                next += found.filter { $0.isFolder && mustList($0) }.map(\.id)
             }
             level = next
         }
-        return listed
+        return listing
+    }
+
+    /// The folders' revisions as the last listing saw them (``ProviderCapabilities/treeVersions``), of folders the
+    /// stored remote tree still has (one this device deleted there is never skipped, even if its revision comes back).
+    nonisolated static func listedFolders(_ db: Database) throws -> [String: String] {
+        var result: [String: String] = [:]
+        for row in try Row.fetchAll(
+            db,
+            sql: """
+                SELECT l.file_id, l.revision FROM listed_folders l
+                WHERE EXISTS (SELECT 1 FROM items i WHERE i.file_id = l.file_id AND i.r_present = 1 AND i.is_folder = 1)
+                """)
+        {
+            result[row[0]] = row[1] as String
+        }
+        return result
+    }
+
+    /// Keeps what this listing saw of each folder's revision, and forgets folders no longer there.
+    nonisolated static func recordListedFolders(_ db: Database, _ versions: [String: String], seen: Set<String>) throws {
+        for fileId in try String.fetchAll(db, sql: "SELECT file_id FROM listed_folders") where !seen.contains(fileId) {
+            try db.execute(sql: "DELETE FROM listed_folders WHERE file_id = ?", arguments: [fileId])
+        }
+        let upsert = try db.cachedStatement(
+            sql: "INSERT INTO listed_folders (file_id, revision) VALUES (?, ?) ON CONFLICT(file_id) DO UPDATE SET revision = excluded.revision")
+        for (fileId, revision) in versions { try upsert.execute(arguments: [fileId, revision]) }
+    }
+
+    /// The file ids of everything the stored remote tree has beneath `folders`, at any depth.
+    nonisolated static func knownBeneath(_ db: Database, folders: [String]) throws -> Set<String> {
+        var result: Set<String> = []
+        for folder in folders {
+            result.formUnion(
+                try String.fetchAll(
+                    db,
+                    sql: """
+                        WITH RECURSIVE sub(luid) AS (
+                            SELECT luid FROM items WHERE file_id = ?
+                            UNION SELECT i.luid FROM items i JOIN sub ON i.r_parent = sub.luid WHERE i.r_present = 1
+                        ) SELECT file_id FROM items WHERE luid IN (SELECT luid FROM sub) AND file_id IS NOT NULL
+                        """, arguments: [folder]))
+        }
+        return result
     }
 
     /// A known file missing from a listing whose content (size and SHA-256) is that of exactly one new file in it,

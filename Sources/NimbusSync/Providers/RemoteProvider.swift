@@ -10,7 +10,8 @@ public struct RemoteItem: Sendable, Equatable, Codable {
     public var name: String
     public var isFolder: Bool
     public var size: Int64
-    /// The version of the content (a revision id, an ETag); changes whenever the content does. `nil` for folders.
+    /// The version of the content (a revision id, an ETag); changes whenever the content does. `nil` for folders,
+    /// except with ``ProviderCapabilities/treeVersions`` (then it changes with anything beneath the folder).
     public var revision: String?
     /// SHA-256 of the content, lowercase hex, when the provider knows it (``ProviderCapabilities/checksums``).
     public var checksum: String?
@@ -64,6 +65,11 @@ public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
     public static let checksums = ProviderCapabilities(rawValue: 1 << 7)
     /// Many small new files in one request (``BatchUploadProvider``).
     public static let batchUpload = ProviderCapabilities(rawValue: 1 << 8)
+    /// A folder's ``RemoteItem/revision`` (its root's too) changes whenever anything beneath it does, at any depth
+    /// (collection ETags that propagate, as Nextcloud's, ownCloud's and Nimbus's WebDAV do). A listing then skips
+    /// every subtree whose folder still has the revision the last listing saw: a no-op round of an unchanged tree is
+    /// one request.
+    public static let treeVersions = ProviderCapabilities(rawValue: 1 << 9)
 }
 
 /// How a provider call failed, by what it means for the caller (rclone's classification): what to do next

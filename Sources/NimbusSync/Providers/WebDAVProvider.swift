@@ -32,7 +32,13 @@ public final class WebDAVProvider: QuotaProvider {
     /// Marks a revision made of the modification time and size (the server gave no ETag).
     static let syntheticPrefix = "mtime:"
 
-    public var capabilities: ProviderCapabilities { [.idempotentCreate, .quota] }
+    /// Whether collection ETags propagate here (learnt from the root's `PROPFIND`: the server answers ownCloud's
+    /// `fileid`, as Nextcloud, ownCloud and Nimbus do, whose collection ETags change with anything beneath them).
+    let propagatesETags = LockedBox(false)
+
+    public var capabilities: ProviderCapabilities {
+        propagatesETags.withLock { $0 } ? [.idempotentCreate, .quota, .treeVersions] : [.idempotentCreate, .quota]
+    }
 
     /// - Parameters:
     ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`); see
@@ -145,9 +151,23 @@ public final class WebDAVProvider: QuotaProvider {
         </d:prop></d:propfind>
         """
 
+    /// The root's `PROPFIND` asks for ownCloud's `fileid` too: a server that has it propagates collection ETags.
+    static let rootPropfindBody = """
+        <?xml version="1.0" encoding="utf-8"?>
+        <d:propfind xmlns:d="DAV:" xmlns:oc="http://owncloud.org/ns"><d:prop><d:resourcetype/><d:getetag/><d:getlastmodified/>\
+        <oc:fileid/></d:prop></d:propfind>
+        """
+
     /// `PROPFIND` of `id` (depth 0) or its children (depth 1, the folder itself included): each listed item.
     func propfind(_ id: String, depth: Int, folder: Bool) async throws -> [RemoteItem] {
-        let (response, data) = try await send("PROPFIND", address(id, folder: folder), headers: [("Depth", "\(depth)")], body: Self.propfindBody)
+        let tree = try await multistatus(id, depth: depth, folder: folder, body: Self.propfindBody)
+        let folderETags = propagatesETags.withLock { $0 }
+        return tree.all("response").compactMap { item($0, folderETags: folderETags) }
+    }
+
+    /// A `PROPFIND`'s multistatus.
+    func multistatus(_ id: String, depth: Int, folder: Bool, body: String) async throws -> XMLTree {
+        let (response, data) = try await send("PROPFIND", address(id, folder: folder), headers: [("Depth", "\(depth)")], body: body)
         let status = Int(response.status.code)
         guard status == 207 else {
             if (200..<300).contains(status) {
@@ -158,23 +178,33 @@ public final class WebDAVProvider: QuotaProvider {
         guard let tree = XMLTree.parse(data), tree.name == "multistatus" else {
             throw ProviderError.server(status: status, code: "bad_multistatus", message: "The WebDAV server's listing could not be read.")
         }
-        return tree.all("response").compactMap(item)
+        return tree
     }
 
-    /// One `<response>` of a multistatus as an item (nil: outside the root, or not found).
-    func item(_ response: XMLTree) -> RemoteItem? {
-        guard let href = response.value("href"), let id = id(ofHref: href) else { return nil }
+    /// The properties a `<response>` has (status 200), by name.
+    static func properties(_ response: XMLTree) -> [String: XMLTree] {
         var properties: [String: XMLTree] = [:]
         for propstat in response.all("propstat") where (propstat.value("status") ?? "").contains(" 200") {
             for property in propstat.child("prop")?.children ?? [] { properties[property.name] = property }
         }
+        return properties
+    }
+
+    /// One `<response>` of a multistatus as an item (nil: outside the root, or not found). A folder's revision is
+    /// its ETag where those propagate (`folderETags`), else none.
+    func item(_ response: XMLTree, folderETags: Bool) -> RemoteItem? {
+        guard let href = response.value("href"), let id = id(ofHref: href) else { return nil }
+        let properties = Self.properties(response)
         if properties.isEmpty { return nil }
         let isFolder = properties["resourcetype"]?.child("collection") != nil
         let name = ProviderPath.name(of: id)
         let modified = properties["getlastmodified"].flatMap { HTTPDate.parse(Self.trimmed($0.text)) }
             ?? Date(timeIntervalSince1970: 0)
         if isFolder {
-            return RemoteItem(id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: true, modifiedAt: modified)
+            let tag = folderETags ? properties["getetag"].map { Self.unquoted($0.text) } : nil
+            return RemoteItem(
+                id: id, parentId: ProviderPath.parent(of: id), name: name, isFolder: true, revision: (tag?.isEmpty ?? true) ? nil : tag,
+                modifiedAt: modified)
         }
         let size = Int64(Self.trimmed(properties["getcontentlength"]?.text ?? "")) ?? 0
         var revision = properties["getetag"].map { Self.unquoted($0.text) } ?? ""
@@ -207,17 +237,20 @@ public final class WebDAVProvider: QuotaProvider {
     // MARK: Reading
 
     public func root() async throws -> RemoteItem {
-        let found: [RemoteItem]
+        let tree: XMLTree
         do {
-            found = try await propfind(ProviderPath.root, depth: 0, folder: true)
+            tree = try await multistatus(ProviderPath.root, depth: 0, folder: true, body: Self.rootPropfindBody)
         } catch ProviderError.notFound {
             throw ProviderError.invalid(
                 code: "remote_root_missing", message: "The folder \(url.absoluteString) is not on the WebDAV server (deleted, or never made).")
         }
-        guard let root = found.first(where: { $0.id == ProviderPath.root }), root.isFolder else {
+        let response = tree.all("response").first { $0.value("href").flatMap(id(ofHref:)) == ProviderPath.root }
+        let propagates = response.map { Self.properties($0)["fileid"] != nil } ?? false
+        propagatesETags.withLock { $0 = propagates }
+        guard let response, let root = item(response, folderETags: propagates), root.isFolder else {
             throw ProviderError.invalid(code: "not_a_folder", message: "\(url.absoluteString) is not a folder on the WebDAV server.")
         }
-        return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true, modifiedAt: root.modifiedAt)
+        return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true, revision: root.revision, modifiedAt: root.modifiedAt)
     }
 
     public func item(_ id: String) async throws -> RemoteItem {
