@@ -291,6 +291,85 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("crypt: files synced through an encrypted remote leave no name or content readable in its storage; a second device with the passphrase gets them back; a wrong passphrase and a flipped byte are refused")
+    func cryptRemote() async throws {
+        let base = FileManager.default.temporaryDirectory.appending(path: "nimbus-crypt-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: base) }
+        let storage = base.appending(path: "storage")  // what the untrusted remote holds
+        try FileManager.default.createDirectory(at: storage, withIntermediateDirectories: true)
+        let passphrase = "correct horse battery staple"
+        #expect(try await CryptProvider.create(over: LocalFolderProvider(root: storage, state: MemoryStateStore()), passphrase: passphrase, scratch: base.appending(path: "s0")))
+        #expect(try await !CryptProvider.create(over: LocalFolderProvider(root: storage, state: MemoryStateStore()), passphrase: passphrase, scratch: base.appending(path: "s0")), "a second add finds the key")
+
+        func device(_ name: String, passphrase: String) throws -> (FolderSync, URL) {
+            let folder = base.appending(path: name)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            var configuration = SyncConfiguration(directory: base.appending(path: "\(name)-state"), deviceName: name)
+            configuration.tokenStore = MemoryTokens()
+            let scratch = base.appending(path: "\(name)-scratch")
+            configuration.provider = { state in
+                CryptProvider.make(over: LocalFolderProvider(root: storage, state: state), passphrase: passphrase, state: state, scratch: scratch)
+            }
+            return (try FolderSync(root: folder, configuration: configuration, settleTime: 0), folder)
+        }
+        // Known names and contents, one big enough for many chunks.
+        let secrets = ["Quarterly-Salaries.xlsx": Data("CONFIDENTIAL-SALARY-TABLE-\(UUID().uuidString)".utf8), "Diary/Wedding-Plans.txt": Data("MEET-AT-THE-OLD-CHAPEL-\(UUID().uuidString)".utf8)]
+        let big = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) })
+        let (laptop, laptopFolder) = try device("laptop", passphrase: passphrase)
+        for (path, content) in secrets {
+            try FileManager.default.createDirectory(at: laptopFolder.appending(path: path).deletingLastPathComponent(), withIntermediateDirectories: true)
+            try content.write(to: laptopFolder.appending(path: path))
+        }
+        try big.write(to: laptopFolder.appending(path: "Diary/Scan-Of-Passport.bin"))
+        _ = try await laptop.syncOnce()
+
+        // Every byte the remote holds, names included: none of the names, contents or a piece of the big file.
+        var stored = Data()
+        var files = 0
+        for case let url as URL in FileManager.default.enumerator(at: storage, includingPropertiesForKeys: nil)! {
+            stored.append(Data(url.path(percentEncoded: false).dropFirst(storage.path.count).utf8))
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: url.path, isDirectory: &isFolder), !isFolder.boolValue {
+                stored.append(try Data(contentsOf: url))
+                files += 1
+            }
+        }
+        #expect(files == 4, "three files and the key file")
+        for needle in ["Quarterly", "Salaries", "Diary", "Wedding", "Passport", "CONFIDENTIAL", "OLD-CHAPEL"] {
+            #expect(stored.range(of: Data(needle.utf8)) == nil, "\(needle) is readable in the remote's storage")
+            #expect(stored.range(of: Data(needle.lowercased().utf8)) == nil, "\(needle.lowercased()) is readable in the remote's storage")
+        }
+        for offset in stride(from: 0, to: big.count - 64, by: 250_000) {
+            #expect(stored.range(of: big.subdata(in: offset..<offset + 64)) == nil, "a piece of the big file at \(offset) is in the storage")
+        }
+
+        // Another device with the passphrase: everything back, byte for byte.
+        let (phone, phoneFolder) = try device("phone", passphrase: passphrase)
+        _ = try await phone.syncOnce()
+        for (path, content) in secrets { #expect(try Data(contentsOf: phoneFolder.appending(path: path)) == content) }
+        #expect(try Data(contentsOf: phoneFolder.appending(path: "Diary/Scan-Of-Passport.bin")) == big)
+
+        // A wrong passphrase: refused as "sign in again", nothing read or written.
+        let (thief, thiefFolder) = try device("thief", passphrase: "wrong guess")
+        await #expect(throws: (any Error).self) { _ = try await thief.syncOnce() }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: thiefFolder.path).isEmpty)
+        let wrong = CryptProvider.make(over: LocalFolderProvider(root: storage, state: MemoryStateStore()), passphrase: "wrong guess", state: MemoryStateStore(), scratch: base.appending(path: "s1"))
+        await #expect(throws: ProviderError.unauthorized("the passphrase does not open this encrypted remote's key")) { _ = try await wrong.root() }
+
+        // A flipped byte in a stored file: reported, never returned.
+        let reader = CryptProvider.make(over: LocalFolderProvider(root: storage, state: MemoryStateStore()), passphrase: passphrase, state: MemoryStateStore(), scratch: base.appending(path: "s2"))
+        let root = try await reader.root()
+        let diary = try #require(try await reader.children(of: root.id).first { $0.name == "Diary" })
+        let plans = try #require(try await reader.children(of: diary.id).first { $0.name == "Wedding-Plans.txt" })
+        let onDisk = storage.appending(path: plans.id)
+        var bytes = try Data(contentsOf: onDisk)
+        bytes[20] ^= 0x01
+        try bytes.write(to: onDisk)
+        let fetched = base.appending(path: "fetched.txt")
+        await #expect(throws: (any Error).self) { try await reader.download(plans.id, revision: nil, to: fetched) { _ in } }
+        #expect(!FileManager.default.fileExists(atPath: fetched.path), "nothing of a tampered file is returned")
+    }
+
     @Test("S3: a multipart upload cut off half-way goes on after a restart with the parts not yet there", arguments: [ProviderKind.s3Rclone, .s3Moto])
     func multipartResume(kind: ProviderKind) async throws {
         guard ProviderKind.selected.contains(kind) else { return }
@@ -412,6 +491,11 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case webdavNimbus
     case s3Rclone
     case s3Moto
+    /// The crypt wrapper (issue 15) over a local folder, over `rclone serve webdav` and over moto's S3 (whole-tree listings).
+    case cryptLocal
+    case cryptWebdav
+    case cryptS3
+    case cryptNimbus
 
     var testDescription: String { rawValue }
 
@@ -421,8 +505,8 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         return names.split(separator: ",").compactMap { ProviderKind(rawValue: String($0)) }
     }
 
-    var hasChangeFeed: Bool { self == .nimbus }
-    var missingId: String { self == .nimbus ? "fnosuchfile000000" : "no/such/item" }
+    var hasChangeFeed: Bool { self == .nimbus || self == .cryptNimbus }
+    var missingId: String { self == .nimbus || self == .cryptNimbus ? "fnosuchfile000000" : "no/such/item" }
 
     /// A provider of this kind on a fresh, empty folder of its server.
     static func fresh(_ kind: ProviderKind, state: any ProviderStateStore = MemoryStateStore()) async throws -> any RemoteProvider {
@@ -482,10 +566,21 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         switch self {
         case .webdavRclone, .webdavWsgidav, .s3Rclone, .s3Moto:
             try await body(try await Self.fresh(self))
+        case .cryptLocal, .cryptWebdav, .cryptS3:
+            let inner: any RemoteProvider
+            switch self {
+            case .cryptWebdav: inner = try await Self.fresh(.webdavRclone)
+            case .cryptS3: inner = try await Self.fresh(.s3Moto)
+            default:
+                try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+                inner = LocalFolderProvider(root: root, state: MemoryStateStore())
+            }
+            try await CryptProvider.create(over: inner, passphrase: "conformance passphrase", scratch: scratch)
+            try await body(CryptProvider.make(over: inner, passphrase: "conformance passphrase", state: MemoryStateStore(), scratch: scratch))
         case .localFolder:
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             try await body(LocalFolderProvider(root: root, state: MemoryStateStore()))
-        case .nimbus, .webdavNimbus:
+        case .nimbus, .webdavNimbus, .cryptNimbus:
             var configuration = ServerConfiguration(dataDirectory: root)
             configuration.port = 0
             configuration.allowRegistration = true
@@ -509,7 +604,13 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 }
                 let api = ServerClient(transport: transport, tokenStore: MemoryTokens())
                 _ = try await api.logIn(server: server, username: "conformance", password: "correct horse", deviceName: "conformance")
-                try await body(NimbusProvider(client: api, state: MemoryStateStore(), simpleUploadLimit: 64 * 1024))
+                let nimbus = NimbusProvider(client: api, state: MemoryStateStore(), simpleUploadLimit: 64 * 1024)
+                if self == .cryptNimbus {
+                    try await CryptProvider.create(over: nimbus, passphrase: "conformance passphrase", scratch: scratch)
+                    try await body(CryptProvider.make(over: nimbus, passphrase: "conformance passphrase", state: MemoryStateStore(), scratch: scratch))
+                    return
+                }
+                try await body(nimbus)
             }
         }
     }

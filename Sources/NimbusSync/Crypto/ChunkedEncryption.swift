@@ -41,10 +41,23 @@ public enum ChunkedEncryption {
 
     static let zeroNonce: [UInt8] = [UInt8](repeating: 0, count: 12)
 
+    /// What sealing or opening a file found: the sealed size, and the plaintext's size and SHA-256 (lowercase hex).
+    public struct Digest: Sendable, Equatable {
+        public var sealedSize: Int64
+        public var plainSize: Int64
+        public var checksum: String
+    }
+
     /// Seals `source` into `destination` (replaced); returns the sealed size.
     @discardableResult
     public static func seal(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws -> Int64 {
+        try sealReporting(source, to: destination, key: key, context: context).sealedSize
+    }
+
+    /// ``seal(_:to:key:context:)``, hashing the plaintext on the way (one read of it).
+    public static func sealReporting(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws -> Digest {
         let keys = Keys(key, context: context)
+        var hasher = SHA256()
         let input = try FileHandle(forReadingFrom: source)
         defer { try? input.close() }
         guard FileManager.default.createFile(atPath: destination.path, contents: nil) else {
@@ -62,6 +75,7 @@ public enum ChunkedEncryption {
         var cuts: [Int] = []
         let nonce = try AES.GCM._SIV.Nonce(data: zeroNonce)
         func emit(_ chunk: Data) throws {
+            hasher.update(data: chunk)
             let box = try AES.GCM._SIV.seal(chunk, using: keys.chunk, nonce: nonce)
             let record = box.ciphertext + box.tag
             appendInteger(UInt32(record.count), to: &entries)
@@ -100,13 +114,24 @@ public enum ChunkedEncryption {
         appendInteger(UInt32(indexSize), to: &where_)
         try output.write(contentsOf: try sealed(where_, keys.index, context + "\u{0}footer"))
         try output.synchronize()
-        return indexOffset + indexSize + padding + Int64(footerSize)
+        return Digest(
+            sealedSize: indexOffset + indexSize + padding + Int64(footerSize), plainSize: plainSize,
+            checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined())
     }
 
     /// Opens a sealed file into `destination`: written to a `.partial` beside it and moved into place only when
     /// every chunk and the index check out — otherwise ``EncryptionError/tampered(_:)`` and nothing is left.
     public static func open(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws {
+        _ = try openReporting(source, to: destination, key: key, context: context)
+    }
+
+    /// ``open(_:to:key:context:)``, hashing the plaintext on the way.
+    @discardableResult
+    public static func openReporting(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws -> Digest {
         let keys = Keys(key, context: context)
+        var hasher = SHA256()
+        var sealedSize: Int64 = 0
+        var openedSize: Int64 = 0
         let partial = destination.appendingPathExtension("partial")
         guard FileManager.default.createFile(atPath: partial.path, contents: nil) else {
             throw SyncError.localFile("Cannot write \(partial.path).")
@@ -120,6 +145,7 @@ public enum ChunkedEncryption {
                 throw EncryptionError.notEncrypted("not a Nimbus chunk-encrypted file")
             }
             let total = try input.seekToEnd()
+            sealedSize = Int64(total)
             guard total >= UInt64(magic.count + footerSize) else { throw EncryptionError.tampered("the file is cut short") }
             try input.seek(toOffset: total - UInt64(footerSize))
             let footer = try opened(try input.read(upToCount: footerSize) ?? Data(), keys.index, context + "\u{0}footer", what: "the footer")
@@ -157,11 +183,13 @@ public enum ChunkedEncryption {
                 } catch {
                     throw EncryptionError.tampered("chunk \(index) does not authenticate")
                 }
+                hasher.update(data: plain)
                 try output.write(contentsOf: plain)
                 offset += UInt64(length)
                 plainSize += UInt64(plain.count)
             }
             guard offset == indexOffset, plainSize == size else { throw EncryptionError.tampered("chunks are missing or repeated") }
+            openedSize = Int64(plainSize)
             try output.synchronize()
         } catch {
             try? FileManager.default.removeItem(at: partial)
@@ -169,6 +197,7 @@ public enum ChunkedEncryption {
         }
         _ = try? FileManager.default.removeItem(at: destination)
         try FileManager.default.moveItem(at: partial, to: destination)
+        return Digest(sealedSize: sealedSize, plainSize: openedSize, checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined())
     }
 
     /// Padding that looks random, the same for every version of one file (its context), so re-sealing an edited
@@ -186,8 +215,16 @@ public enum ChunkedEncryption {
         }
     }
 
+    /// The index and footer, sealed with AES-256-GCM under a nonce derived from what they hold (HMAC-SHA256 of it
+    /// under a key of its own): the same file seals to the same bytes every time (a retried upload is the same
+    /// upload), and two different payloads never share a nonce.
     static func sealed(_ payload: Data, _ key: SymmetricKey, _ context: String) throws -> Data {
-        guard let combined = try AES.GCM.seal(payload, using: key, nonce: AES.GCM.Nonce(), authenticating: indexAAD(context)).combined else {
+        let nonceKey = HKDF<SHA256>.deriveKey(inputKeyMaterial: key, info: Array("nimbus-index-nonce-v1".utf8), outputByteCount: 32)
+        var mac = HMAC<SHA256>(key: nonceKey)
+        mac.update(data: indexAAD(context))
+        mac.update(data: payload)
+        let nonce = try AES.GCM.Nonce(data: Data(mac.finalize()).prefix(12))
+        guard let combined = try AES.GCM.seal(payload, using: key, nonce: nonce, authenticating: indexAAD(context)).combined else {
             throw EncryptionError.tampered("sealing failed")
         }
         return combined
