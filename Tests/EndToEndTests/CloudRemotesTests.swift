@@ -177,6 +177,76 @@ struct CloudRemotesTests {
         #expect(paused.stdout.contains("paused"), "\(paused.stdout)")
     }
 
+    @Test("an encrypted remote (crypt) over WebDAV and over a local folder: two devices sync through it, the storage holds no name or content; a wrong or missing passphrase is a clear error", arguments: ["dav", "local"])
+    func cryptRemote(over kind: String) async throws {
+        let bench = try Workbench()
+        let a = bench.device("A")
+        let b = bench.device("B")
+        let folder = "Vault-\(UUID().uuidString.prefix(6))"
+        let storage = try bench.folder("storage")
+        let dav = CloudServer.webdavRclone
+        for device in [a, b] {
+            let added = kind == "dav" ? try device.run(dav.addArguments("store"), stdin: dav.stdin()) : try device.run(["remote", "add", "store", "local", storage.path])
+            #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        }
+        let passphrase = "a long and secret passphrase"
+        let made = try a.run(["remote", "add", "vault", "crypt", "--remote", "store:/\(folder)", "--passphrase-stdin"], stdin: passphrase + "\n")
+        #expect(made.status == 0 && made.stdout.contains("a new key"), "\(made.stdout)\(made.stderr)")
+        let wrong = try b.run(["remote", "add", "vault", "crypt", "--remote", "store:/\(folder)", "--passphrase-stdin"], stdin: "not it\n")
+        #expect(wrong.status != 0 && wrong.stderr.contains("does not open it"), "\(wrong.stdout)\(wrong.stderr)")
+        #expect(!(try b.run(["remote", "list"]).stdout.contains("vault")), "nothing added")
+        // B takes the passphrase from the environment: nothing stored.
+        let opened = try b.run(["remote", "add", "vault", "crypt", "--remote", "store:/\(folder)"], environment: ["NIMBUS_CRYPT_PASSPHRASE": passphrase])
+        #expect(opened.status == 0 && opened.stdout.contains("opened"), "\(opened.stdout)\(opened.stderr)")
+        let secretFile = bench.root.appending(path: "home-A/remotes/vault.secret")
+        #expect(try FileManager.default.attributesOfItem(atPath: secretFile.path)[.posixPermissions] as? Int == 0o600)
+        #expect(!(try a.run(["remote", "list", "--json"]).stdout.contains(passphrase)))
+
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        try write("MY-BANK-PIN-IS-4711", to: folderA.appending(path: "Banking/Pin-Numbers.txt"))
+        try write("Dear diary, SECRET-CRUSH-ON-SAM", to: folderA.appending(path: "Diary.md"))
+        let up = try a.run(["sync", folderA.path, "vault:/", "--once"])
+        #expect(up.status == 0, "\(up.stdout)\(up.stderr)")
+        let noPassphrase = try b.run(["sync", folderB.path, "vault:/", "--once"])
+        #expect(noPassphrase.status != 0 && noPassphrase.stderr.contains("NIMBUS_CRYPT_PASSPHRASE"), "\(noPassphrase.stdout)\(noPassphrase.stderr)")
+        let down = try b.run(["sync", folderB.path, "vault:/", "--once"], environment: ["NIMBUS_CRYPT_PASSPHRASE": passphrase])
+        #expect(down.status == 0, "\(down.stdout)\(down.stderr)")
+        #expect(tree(folderB) == tree(folderA))
+        try write("edited on B", to: folderB.appending(path: "Diary.md"))
+        #expect(try b.run(["sync", folderB.path, "--once"], environment: ["NIMBUS_CRYPT_PASSPHRASE": passphrase]).status == 0)
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try String(contentsOf: folderA.appending(path: "Diary.md"), encoding: .utf8) == "edited on B")
+
+        // What the storage holds, names and bytes: nothing readable.
+        var names: [String] = []
+        var bytes = Data()
+        if kind == "dav" {
+            let top = try await dav.provider(folder)
+            var queue = [try await top.root().id]
+            while let next = queue.popLast() {
+                for item in try await top.children(of: next) {
+                    names.append(item.name)
+                    if item.isFolder { queue.append(item.id) } else {
+                        let file = bench.root.appending(path: "fetched-\(UUID().uuidString)")
+                        try await top.download(item.id, revision: nil, to: file) { _ in }
+                        bytes.append(try Data(contentsOf: file))
+                    }
+                }
+            }
+        } else {
+            for case let url as URL in FileManager.default.enumerator(at: storage, includingPropertiesForKeys: nil)! {
+                names.append(url.lastPathComponent)
+                if let data = try? Data(contentsOf: url) { bytes.append(data) }
+            }
+        }
+        #expect(names.contains(CryptProvider.keyFileName) && names.count >= 4, "\(names)")
+        for needle in ["Banking", "Pin", "Diary", "4711", "SECRET-CRUSH", "edited on B"] {
+            #expect(!names.joined(separator: "/").localizedCaseInsensitiveContains(needle), "\(needle) in \(names)")
+            #expect(bytes.range(of: Data(needle.utf8)) == nil, "\(needle) readable in the storage")
+        }
+    }
+
     struct Summary: Decodable {
         var uploaded, downloaded, conflicts: [String]
     }

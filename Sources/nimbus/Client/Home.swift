@@ -47,7 +47,7 @@ struct Home {
     /// A remote other than the signed-in server. Secrets are not here: they are in `remotes/NAME.secret` (mode
     /// 0600) or in the environment (``Home/secret(for:)``).
     struct RemoteConfig: Codable, Equatable {
-        /// `local` (a folder on a mounted disk or NAS), `webdav` or `s3`.
+        /// `local` (a folder on a mounted disk or NAS), `webdav`, `s3` or `crypt`.
         var type: String
         /// local: the folder.
         var path: String?
@@ -59,10 +59,13 @@ struct Home {
         var bucket: String?
         var region: String?
         var prefix: String?
+        /// crypt: what it encrypts into, as `nimbus sync` takes it (`OTHER:/path`, or `/path` on the signed-in server).
+        var remote: String?
 
         /// Where it is, for listings (never a secret).
         var location: String {
             switch type {
+            case "crypt": "encrypted, in \(remote ?? "")"
             case "webdav": "\(url ?? "") (user \(user ?? "-"))"
             case "s3": "\(endpoint ?? "")/\(bucket ?? "")\((prefix ?? "").isEmpty ? "" : "/" + (prefix ?? "")) (region \(region ?? "us-east-1"))"
             default: path ?? ""
@@ -70,12 +73,16 @@ struct Home {
         }
     }
 
-    /// A remote's secret: a WebDAV password, or S3 keys.
+    /// A remote's secret: a WebDAV password, S3 keys, or a crypt remote's passphrase.
     struct Secret: Codable {
         var password: String?
         var accessKey: String?
         var secretKey: String?
+        var passphrase: String?
     }
+
+    /// Where a crypt remote's passphrase is read from when none is stored for it.
+    static let cryptPassphraseVariable = "NIMBUS_CRYPT_PASSPHRASE"
 
     let url: URL
 
@@ -151,6 +158,7 @@ struct Home {
         let environment = ProcessInfo.processInfo.environment
         if type == "webdav", let password = environment[Self.passwordVariable(name)], !password.isEmpty { return Secret(password: password) }
         if let data = try? Data(contentsOf: secretURL(name)), let stored = try? JSONDecoder().decode(Secret.self, from: data) { return stored }
+        if type == "crypt", let passphrase = environment[Self.cryptPassphraseVariable], !passphrase.isEmpty { return Secret(passphrase: passphrase) }
         if type == "s3", let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"], !key.isEmpty, !secret.isEmpty {
             return Secret(accessKey: key, secretKey: secret)
         }
@@ -191,8 +199,35 @@ struct Home {
                 endpoint: endpoint, bucket: bucket, signer: SigV4Signer(accessKey: accessKey, secretKey: secretKey, region: remote.region ?? "us-east-1"))
             let prefix = (RemotePath.components(remote.prefix ?? "") + parts).joined(separator: "/")
             return { S3Provider(client: client, prefix: prefix, state: $0) }
+        case "crypt":
+            guard let passphrase = secret(for: name, type: "crypt")?.passphrase else {
+                throw CLIError(
+                    "No passphrase for the encrypted remote '\(name)': set \(Self.cryptPassphraseVariable), or store one with 'nimbus remote login \(name)'.")
+            }
+            let inner = try wrappedProviderMaker(name, remote)
+            let scratch = url.appending(path: "crypt-scratch/\(name)")
+            return { state in CryptProvider.make(over: inner(state), passphrase: passphrase, subpath: parts, state: state, scratch: scratch) }
         default:
             throw CLIError("The remote '\(name)' has an unknown type '\(remote.type)'.")
+        }
+    }
+
+    /// What makes the provider a crypt remote `name` encrypts into: a folder of another remote, or of the signed-in server.
+    func wrappedProviderMaker(_ name: String, _ remote: RemoteConfig) throws -> @Sendable (any ProviderStateStore) -> any RemoteProvider {
+        guard let spec = remote.remote, !spec.isEmpty else { throw CLIError("The remote '\(name)' does not say what it encrypts into; add it again.") }
+        switch try RemoteSpec(spec, config: try loadConfig()) {
+        case .nimbus(let path):
+            let tokens = FileTokenStore(url: libraryURL.appending(path: "account.json"))
+            guard let account = try tokens.load() else {
+                throw CLIError("The encrypted remote '\(name)' is on the Nimbus server, and this device is not logged in. Run: nimbus login URL --username NAME")
+            }
+            return { state in
+                NimbusProvider(
+                    client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
+            }
+        case .named(let other, let otherRemote, let path):
+            guard otherRemote.type != "crypt" else { throw CLIError("The remote '\(name)' encrypts into '\(other)', which is encrypted itself; that is not supported.") }
+            return try providerMaker(other, otherRemote, path: path)
         }
     }
 

@@ -10,23 +10,32 @@ struct RemoteCommand: AsyncParsableCommand {
         subcommands: [AddRemote.self, ListRemotes.self, AboutRemote.self, LoginRemote.self, RemoveRemote.self], defaultSubcommand: ListRemotes.self)
 
     enum Kind: String, ExpressibleByArgument, CaseIterable {
-        case local, webdav, s3
+        case local, webdav, s3, crypt
     }
 
     struct AddRemote: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "add",
-            abstract: "Add a remote: 'local PATH' (a folder on a mounted disk or NAS), 'webdav --url URL --user U', or 's3 --endpoint URL --bucket B'.",
+            abstract: """
+                Add a remote: 'local PATH' (a folder on a mounted disk or NAS), 'webdav --url URL --user U', 's3 --endpoint URL --bucket B', \
+                or 'crypt --remote OTHER:/path' (end-to-end encrypted, into another remote or the server).
+                """,
             discussion: """
                 WebDAV: the password (an app password) is read from standard input with --password-stdin, asked for on a \
                 terminal, or, if neither, read at each use from NIMBUS_REMOTE_<NAME>_PASSWORD. S3: the keys are read from \
                 standard input with --keys-stdin (two lines: access key id, secret key), else at each use from \
                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. What is read is stored in $NIMBUS_HOME/remotes/NAME.secret \
                 (mode 0600) and never printed. The remote is tried before it is added.
+
+                crypt: names and contents are encrypted on this device before they reach OTHER:/path (another remote, or \
+                /path on the signed-in server; the folder is made if missing). The passphrase is read from standard input \
+                with --passphrase-stdin or asked for on a terminal (and then stored like a password), or read at each use from \
+                NIMBUS_CRYPT_PASSPHRASE. The first add makes the remote's key (a random key wrapped by the passphrase, in \
+                nimbus-crypt.json there); later adds (other devices) must give the same passphrase. Lose it and the data is lost.
                 """)
         @Argument(help: "Its name (letters, digits, '-', '_'), used as NAME:/path.")
         var name: String
-        @Argument(help: "Its type: local, webdav or s3.")
+        @Argument(help: "Its type: local, webdav, s3 or crypt.")
         var kind: Kind
         @Argument(help: "For local: the folder.")
         var path: String?
@@ -46,6 +55,10 @@ struct RemoteCommand: AsyncParsableCommand {
         var prefix: String?
         @Flag(help: "For s3: read the access key id and the secret key (one per line) from standard input.")
         var keysStdin = false
+        @Option(name: .customLong("remote"), help: "For crypt: where to keep the encrypted files (OTHER:/path, or /path on the signed-in server).")
+        var wrapped: String?
+        @Flag(help: "For crypt: read the passphrase from standard input.")
+        var passphraseStdin = false
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -59,7 +72,10 @@ struct RemoteCommand: AsyncParsableCommand {
                 guard url != nil else { throw ValidationError("A WebDAV remote needs --url URL (and --user U).") }
             case .s3:
                 guard endpoint != nil, bucket != nil else { throw ValidationError("An S3 remote needs --endpoint URL and --bucket B.") }
+            case .crypt:
+                guard wrapped != nil else { throw ValidationError("An encrypted remote needs --remote OTHER:/path (or /path on the signed-in server).") }
             }
+            if kind != .crypt, wrapped != nil || passphraseStdin { throw ValidationError("--remote and --passphrase-stdin are for crypt.") }
             if kind != .local, path != nil { throw ValidationError("Only a local remote takes a PATH; \(kind.rawValue) takes options.") }
             if kind != .webdav, url != nil || user != nil || passwordStdin { throw ValidationError("--url, --user and --password-stdin are for webdav.") }
             if kind != .s3, endpoint != nil || bucket != nil || region != nil || prefix != nil || keysStdin {
@@ -96,6 +112,8 @@ struct RemoteCommand: AsyncParsableCommand {
                 remote.region = region
                 remote.prefix = prefix.map { RemotePath.components($0).joined(separator: "/") }
                 if keysStdin { secret = try Self.keys() }
+            case .crypt:
+                return try await addCrypt(home: home, config: config)
             }
             // Tried before it is kept: a wrong password or a missing bucket is said now, not at the first sync.
             if let secret { try home.saveSecret(secret, for: name) }
@@ -113,6 +131,73 @@ struct RemoteCommand: AsyncParsableCommand {
             config.remotes[name] = remote
             try home.save(config)
             Output.line("Added \(name): \(kind.rawValue) \(remote.location). Sync a folder with it: nimbus sync DIR \(name):/", options: output)
+        }
+
+        /// A crypt remote: the folder it encrypts into is made if missing, its key made there (or, when another device
+        /// made it, opened with the passphrase given), then the remote is kept.
+        func addCrypt(home: Home, config: Home.Config) async throws {
+            var config = config
+            guard let spec = wrapped else { return }
+            var remote = Home.RemoteConfig(type: "crypt")
+            remote.remote = spec
+            let target = try RemoteSpec(spec, config: config)
+            if case .named(let other, let otherRemote, _) = target, otherRemote.type == "crypt" {
+                throw CLIError("'\(other)' is encrypted itself; encrypt into a local, webdav or s3 remote, or the server.")
+            }
+            let passphrase = try Self.passphrase(name: name, fromStandardInput: passphraseStdin)
+            let given = passphrase ?? ProcessInfo.processInfo.environment[Home.cryptPassphraseVariable] ?? ""
+            guard !given.isEmpty else { throw CLIError("No passphrase: use --passphrase-stdin, or set \(Home.cryptPassphraseVariable).") }
+            let made: Bool
+            do {
+                // The folder there, made if missing (like mkdir -p), then the key in it.
+                let top: RemoteSpec
+                switch target {
+                case .nimbus: top = .nimbus(path: "/")
+                case .named(let other, let otherRemote, _): top = .named(name: other, remote: otherRemote, path: "/")
+                }
+                var wrappedTop = remote
+                wrappedTop.remote = top.description
+                let topProvider = try home.wrappedProviderMaker(name, wrappedTop)(NimbusProvider.NoState())
+                var current = try await topProvider.root()
+                let parts: [String]
+                switch target {
+                case .nimbus(let path): parts = RemotePath.components(path)
+                case .named(_, _, let path): parts = RemotePath.components(path)
+                }
+                for part in parts {
+                    if let existing = try await topProvider.children(of: current.id).first(where: { $0.name == part }) {
+                        guard existing.isFolder else { throw CLIError("\(spec) is not a folder there.") }
+                        current = existing
+                    } else {
+                        current = try await topProvider.createFolder(named: part, in: current.id, requestId: "crypt-folder-\(UUID().uuidString)")
+                    }
+                }
+                let inner = try home.wrappedProviderMaker(name, remote)(NimbusProvider.NoState())
+                let scratch = home.url.appending(path: "crypt-scratch/\(name)")
+                made = try await CryptProvider.create(over: inner, passphrase: given, scratch: scratch)
+            } catch let error as ProviderError {
+                if case .unauthorized = error {
+                    throw CLIError("\(spec) already holds an encrypted remote, and this passphrase does not open it; nothing was added.")
+                }
+                throw CLIError("Could not use \(spec): \(error.description)")
+            }
+            if let passphrase { try home.saveSecret(Home.Secret(passphrase: passphrase), for: name) }
+            config.remotes[name] = remote
+            try home.save(config)
+            Output.line(
+                (made ? "Added \(name): encrypted, in \(spec) (a new key, wrapped by your passphrase, is in \(CryptProvider.keyFileName) there; "
+                    + "without the passphrase nothing can be read back)."
+                    : "Added \(name): encrypted, in \(spec) (opened with your passphrase).")
+                    + " Sync a folder with it: nimbus sync DIR \(name):/", options: output)
+        }
+
+        /// A crypt passphrase: from standard input, asked for on a terminal, or nil (the environment's, at each use).
+        static func passphrase(name: String, fromStandardInput: Bool) throws -> String? {
+            if fromStandardInput {
+                guard let line = readLine(strippingNewline: true), !line.isEmpty else { throw CLIError("No passphrase on standard input.") }
+                return line
+            }
+            return Terminal.readSecret(prompt: "Passphrase for the encrypted remote \(name): ")
         }
 
         /// The password: from standard input, asked for on a terminal, or nil (read from the environment at each use).
@@ -159,7 +244,7 @@ struct RemoteCommand: AsyncParsableCommand {
         var name: String
         var type: String
         var path: String
-        var url, user, endpoint, bucket, region, prefix: String?
+        var url, user, endpoint, bucket, region, prefix, remote: String?
 
         init(name: String, remote: Home.RemoteConfig) {
             self.name = name
@@ -171,6 +256,7 @@ struct RemoteCommand: AsyncParsableCommand {
             bucket = remote.bucket
             region = remote.region
             prefix = remote.prefix
+            self.remote = remote.remote
         }
     }
 
@@ -218,7 +304,7 @@ struct RemoteCommand: AsyncParsableCommand {
             let all: [(ProviderCapabilities, String)] = [
                 (.changeFeed, "change feed"), (.conditionalWrite, "conditional writes"), (.idempotentCreate, "safe retries"),
                 (.resumableUploads, "resumable uploads"), (.revisions, "revisions"), (.trash, "trash"), (.quota, "quota"),
-                (.checksums, "SHA-256 checksums"), (.batchUpload, "batch uploads"),
+                (.checksums, "SHA-256 checksums"), (.batchUpload, "batch uploads"), (.treeVersions, "folder versions (unchanged folders are not listed)"),
             ]
             return all.filter { capabilities.contains($0.0) }.map(\.1)
         }
@@ -233,6 +319,8 @@ struct RemoteCommand: AsyncParsableCommand {
         var passwordStdin = false
         @Flag(help: "For s3: read the access key id and the secret key (one per line) from standard input.")
         var keysStdin = false
+        @Flag(help: "For crypt: read the passphrase from standard input.")
+        var passphraseStdin = false
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
@@ -241,6 +329,11 @@ struct RemoteCommand: AsyncParsableCommand {
             guard let remote = config.remotes[name] else { throw CLIError("No remote named '\(name)'; see 'nimbus remote list'.") }
             let secret: Home.Secret
             switch remote.type {
+            case "crypt":
+                guard let passphrase = try AddRemote.passphrase(name: name, fromStandardInput: passphraseStdin) else {
+                    throw CLIError("No passphrase given (use --passphrase-stdin); \(Home.cryptPassphraseVariable) is used as it is.")
+                }
+                secret = Home.Secret(passphrase: passphrase)
             case "webdav":
                 guard let user = remote.user else { throw CLIError("\(name) has no user name; it needs no password.") }
                 guard let password = try AddRemote.password(for: user, name: name, fromStandardInput: passwordStdin) else {
