@@ -58,6 +58,9 @@ struct FolderSimulation {
     }
 
     var user: String { "folders\(seed)" }
+    /// The data key of seeds synced through an encrypted remote (≡ 5 mod 8); nil for the others.
+    var encrypted: Bool { seed % 8 == 5 }
+    var cryptKey: SymmetricKey { SymmetricKey(data: SHA256.hash(data: Data("simulation \(seed)".utf8))) }
     var strategy: ConflictStrategy { seed % 5 == 0 ? .lastWriterWins : .keepBoth }
 
     mutating func run() async throws {
@@ -101,6 +104,16 @@ struct FolderSimulation {
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
             let treeVersions = seed % 8 == 7
             configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions) }
+        } else if seed % 8 == 5 {
+            // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
+            // takes the sealed files by blocks (the same low thresholds as below). The final check opens them.
+            let key = cryptKey
+            let scratch = state.appending(path: "crypt-scratch")
+            configuration.provider = { state in
+                CryptProvider.make(
+                    over: NimbusProvider(client: client, state: state, simpleUploadLimit: 100_000, deltaMinimum: 60_000), dataKey: key, state: state,
+                    scratch: scratch)
+            }
         } else if seed % 4 == 1 {
             // Thresholds low enough for these small files: new files over 100 KB go as blocks, new versions and
             // downloads over 60 KB by blocks too, taking what the device's other files hold (the block index).
@@ -291,7 +304,16 @@ struct FolderSimulation {
 
     func check() async throws {
         let api = try await world.api(user)
-        let server = try await api.tree()
+        let server = encrypted ? try await api.tree(openingWith: cryptKey) : try await api.tree()
+        if encrypted {
+            // The server holds sealed names only (and the key file is not there: the key was given).
+            let raw = try await api.tree()
+            let plainNames = Set(server.keys.flatMap { $0.split(separator: "/").map(String.init) })
+            let rawNames = Set(raw.keys.flatMap { $0.split(separator: "/").map(String.init) })
+            if raw.count != server.count || !plainNames.isDisjoint(with: rawNames) {
+                throw SimulationFailure(message: "an encrypted seed's server tree is not all sealed: \(raw.keys.sorted())")
+            }
+        }
         for (index, device) in devices.enumerated() {
             var disk: [String: String] = [:]
             for (path, data) in device.disk.files(under: device.root) { disk["/" + path] = sha256(data) }
@@ -317,7 +339,13 @@ struct FolderSimulation {
             let page: ChangeList = try await api.call("GET", "/v1/changes?cursor=\(cursor)&limit=1000")
             for change in page.changes where change.file?.isFolder == false {
                 let revisions: RevisionList = try await api.call("GET", "/v1/files/\(change.fileId)/revisions?limit=1000")
-                stored.formUnion(revisions.revisions.map(\.checksum))
+                if encrypted {
+                    for revision in revisions.revisions {
+                        if let opened = try? await api.openedChecksum(revision.downloadUrl, key: cryptKey) { stored.insert(opened) }
+                    }
+                } else {
+                    stored.formUnion(revisions.revisions.map(\.checksum))
+                }
             }
             cursor = page.cursor
             if !page.hasMore { break }

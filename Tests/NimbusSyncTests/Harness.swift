@@ -227,6 +227,40 @@ extension ServerClient {
         return result
     }
 
+    /// ``tree()`` of a tree written through an encrypted remote: names and contents opened with `key` (an item that
+    /// does not open — the key file — is left out).
+    func tree(openingWith key: SymmetricKey) async throws -> [String: String] {
+        let names = NameCipher(dataKey: key)
+        var result: [String: String] = [:]
+        var stack: [(String, String)] = [("root", "")]
+        while let (id, path) = stack.popLast() {
+            let list: FileList = try await call("GET", "/v1/files?parentId=\(id)&limit=1000")
+            for file in list.files {
+                guard let name = try? names.open(file.name) else { continue }
+                let childPath = path + "/" + name
+                if file.isFolder {
+                    result[childPath] = "folder"
+                    stack.append((file.id, childPath))
+                } else {
+                    result[childPath] = try await openedChecksum("/v1/files/\(file.id)/content", key: key)
+                }
+            }
+        }
+        return result
+    }
+
+    /// The SHA-256 of what a sealed content opens to.
+    func openedChecksum(_ path: String, key: SymmetricKey) async throws -> String {
+        let (head, data) = try await authorized(TransportRequest(method: "GET", path: path))
+        guard head.status == 200 else { throw SyncError.invalid("GET \(path): \(head.status)") }
+        let folder = FileManager.default.temporaryDirectory.appending(path: "sim-open-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try data.write(to: folder.appending(path: "sealed"))
+        return try ChunkedEncryption.openReporting(folder.appending(path: "sealed"), to: folder.appending(path: "open"), key: key, context: CryptProvider.context)
+            .checksum
+    }
+
     func tree() async throws -> [String: String] {
         var result: [String: String] = [:]
         var stack: [(String, String)] = [("root", "")]

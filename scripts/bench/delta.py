@@ -11,6 +11,10 @@ to an rsync daemon (its "Total bytes sent/received"). Then, on both: (a) append 
 middle, (c) flip one byte — bytes and wall time of each sync. B5: the same file under a second name (bytes sent),
 and --copies more copies each with a different 1 MiB inserted (the server's stored bytes, `quota.used`, against the
 size of one file).
+
+With --crypt (issue 15), the same file and edits go, in the same run, through an encrypted remote on the same server
+(`nimbus remote add vault crypt --remote /delta-crypt`, names and content sealed on the device): bytes and time of
+each against the plain sync (goal: within 1.5x the bytes).
 """
 import argparse, json, os, re, shutil, socket, subprocess, tempfile, threading, time, urllib.request
 
@@ -74,6 +78,7 @@ def main():
     parser.add_argument("--binary", default=".build-release/release/nimbus")
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--copies", type=int, default=10)
+    parser.add_argument("--crypt", action="store_true", help="also through an encrypted remote, same edits, same run")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-delta-bench-")
@@ -114,6 +119,38 @@ def main():
             for name in os.listdir(folder):
                 os.utime(f"{folder}/{name}", (old, old))
 
+        crypt_folder = f"{work}/crypt-folder"
+        if args.crypt:
+            os.makedirs(crypt_folder)
+            shutil.copyfile(path, f"{crypt_folder}/big.bin")
+            subprocess.run([binary, "remote", "add", "vault", "crypt", "--remote", "/delta-crypt"], check=True, stdout=subprocess.DEVNULL,
+                           env=dict(env, NIMBUS_CRYPT_PASSPHRASE="benchmark passphrase"))
+
+        def settle_folder(where):
+            old = time.time() - 5
+            for name in os.listdir(where):
+                os.utime(f"{where}/{name}", (old, old))
+
+        def crypt_sync():
+            settle_folder(crypt_folder)
+            proxy.take()
+            start = time.perf_counter()
+            subprocess.run([binary, "sync", crypt_folder, "vault:/", "--once", "--quiet"], check=True,
+                           env=dict(env, NIMBUS_CRYPT_PASSPHRASE="benchmark passphrase"))
+            return proxy.take(), time.perf_counter() - start
+
+        def edit_crypt(what, plain):
+            # The same edit to the encrypted folder's copy (the file is identical before it), then its sync.
+            if not args.crypt:
+                return
+            # In place (the same inode, as an editor saving over it would keep): a new version, not a new file.
+            with open(path, "rb") as source, open(f"{crypt_folder}/big.bin", "r+b") as target:
+                target.truncate(0)
+                shutil.copyfileobj(source, target, 1 << 20)
+            ours = crypt_sync()
+            print(f"    through the encrypted remote: {ours[0]:,} bytes in {ours[1]:.2f} s; "
+                  f"{ours[0] / max(plain[0], 1):.2f}x the plain sync's bytes, {ours[1] / max(plain[1], 1e-9):.2f}x its time", flush=True)
+
         def nimbus_sync():
             settle()
             proxy.take()
@@ -134,25 +171,36 @@ def main():
             print(f"{what}: nimbus {ours[0]:,} bytes in {ours[1]:.2f} s; rsync {theirs[0]:,} bytes in {theirs[1]:.2f} s; "
                   f"bytes ratio {ours[0] / max(theirs[0], 1):.2f}, time ratio {ours[1] / theirs[1]:.2f}", flush=True)
 
-        report(f"initial {args.mib} MiB", nimbus_sync(), rsync())
+        plain = nimbus_sync()
+        report(f"initial {args.mib} MiB", plain, rsync())
+        if args.crypt:
+            ours = crypt_sync()
+            print(f"    through the encrypted remote: {ours[0]:,} bytes in {ours[1]:.2f} s; "
+                  f"{ours[0] / max(plain[0], 1):.2f}x the plain sync's bytes, {ours[1] / max(plain[1], 1e-9):.2f}x its time", flush=True)
         noop = nimbus_sync()
         print(f"no-op sync (what every round costs: feed, listing): nimbus {noop[0]:,} bytes in {noop[1]:.2f} s", flush=True)
         with open(path, "ab") as handle:
             handle.write(os.urandom(1 << 20))
-        report("(a) append 1 MiB", nimbus_sync(), rsync())
+        plain = nimbus_sync()
+        report("(a) append 1 MiB", plain, rsync())
+        edit_crypt("(a)", plain)
         with open(path, "rb") as handle:
             data = handle.read()
         middle = len(data) // 2
         with open(path, "wb") as handle:
             handle.write(data[:middle] + os.urandom(1 << 20) + data[middle:])
         del data
-        report("(b) insert 1 MiB at the middle", nimbus_sync(), rsync())
+        plain = nimbus_sync()
+        report("(b) insert 1 MiB at the middle", plain, rsync())
+        edit_crypt("(b)", plain)
         with open(path, "r+b") as handle:
             handle.seek(12_345_678)
             byte = handle.read(1)
             handle.seek(12_345_678)
             handle.write(bytes([byte[0] ^ 0xFF]))
-        report("(c) flip one byte", nimbus_sync(), rsync())
+        plain = nimbus_sync()
+        report("(c) flip one byte", plain, rsync())
+        edit_crypt("(c)", plain)
 
         # B5: the same content under a second name, then copies each with a different 1 MiB inserted.
         shutil.copyfile(path, f"{folder}/copy.bin")

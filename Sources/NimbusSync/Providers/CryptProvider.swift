@@ -25,10 +25,13 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     /// The wrapped data key, at the top of the wrapped folder (its name does not open, so it is never listed).
     public static let keyFileName = "nimbus-crypt.json"
     /// The context every file's index and padding are bound to.
-    static let context = "nimbus-crypt-remote-v1"
+    public static let context = "nimbus-crypt-remote-v1"
 
     let inner: any RemoteProvider
-    let passphrase: String
+    /// The passphrase that unwraps the key file's data key; nil when the data key was given (``dataKey``).
+    let passphrase: String?
+    /// The keys, when the data key was given.
+    let givenKeys: CryptKeys?
     let subpath: [String]
     let scratch: URL
     let memory: ChecksumMemory
@@ -37,9 +40,10 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
 
     /// Use ``make(over:passphrase:subpath:state:scratch:)``, which gives a provider that lists whole trees in one go
     /// when the one under it can.
-    init(over inner: any RemoteProvider, passphrase: String, subpath: [String], state: any ProviderStateStore, scratch: URL) {
+    init(over inner: any RemoteProvider, passphrase: String?, dataKey: SymmetricKey?, subpath: [String], state: any ProviderStateStore, scratch: URL) {
         self.inner = inner
         self.passphrase = passphrase
+        givenKeys = dataKey.map(CryptKeys.init(dataKey:))
         self.subpath = subpath
         self.scratch = scratch
         memory = ChecksumMemory(state: state, prefix: "crypt.")
@@ -50,10 +54,24 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     public static func make(
         over inner: any RemoteProvider, passphrase: String, subpath: [String] = [], state: any ProviderStateStore, scratch: URL
     ) -> CryptProvider {
+        make(over: inner, passphrase: passphrase, dataKey: nil, subpath: subpath, state: state, scratch: scratch)
+    }
+
+    /// A crypt provider with its data key given (an app that keeps it in a ``KeyStore``, the Keychain): no key file
+    /// is read, no passphrase asked.
+    public static func make(
+        over inner: any RemoteProvider, dataKey: SymmetricKey, subpath: [String] = [], state: any ProviderStateStore, scratch: URL
+    ) -> CryptProvider {
+        make(over: inner, passphrase: nil, dataKey: dataKey, subpath: subpath, state: state, scratch: scratch)
+    }
+
+    static func make(
+        over inner: any RemoteProvider, passphrase: String?, dataKey: SymmetricKey?, subpath: [String], state: any ProviderStateStore, scratch: URL
+    ) -> CryptProvider {
         if inner is any TreeListingProvider {
-            return CryptTreeProvider(over: inner, passphrase: passphrase, subpath: subpath, state: state, scratch: scratch)
+            return CryptTreeProvider(over: inner, passphrase: passphrase, dataKey: dataKey, subpath: subpath, state: state, scratch: scratch)
         }
-        return CryptProvider(over: inner, passphrase: passphrase, subpath: subpath, state: state, scratch: scratch)
+        return CryptProvider(over: inner, passphrase: passphrase, dataKey: dataKey, subpath: subpath, state: state, scratch: scratch)
     }
 
     /// Makes the key file in `inner`'s root (a new random data key wrapped by `passphrase`), unless one is there: then
@@ -108,13 +126,14 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
 
     /// The keys (read and unwrapped on first use).
     func keys() async throws -> CryptKeys {
-        try await unlocked.value {
+        if let givenKeys { return givenKeys }
+        return try await unlocked.value {
             guard let wrapped = try await Self.readKeyFile(self.inner, scratch: self.scratch) else {
                 throw ProviderError.invalid(
                     code: "remote_root_missing",
                     message: "No encrypted remote here: its key file (\(Self.keyFileName)) is missing (deleted there, or never made).")
             }
-            return CryptKeys(dataKey: try Self.unwrap(wrapped, self.passphrase))
+            return CryptKeys(dataKey: try Self.unwrap(wrapped, self.passphrase ?? ""))
         }
     }
 
