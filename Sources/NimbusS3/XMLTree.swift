@@ -35,7 +35,8 @@ public struct XMLTree: Sendable {
             _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?, qualifiedName: String?,
             attributes: [String: String] = [:]
         ) {
-            let local = elementName.split(separator: ":").last.map(String.init) ?? elementName
+            // The local name (after a prefix, if any): a scan, not a split (a listing has tens of thousands of elements).
+            let local = elementName.lastIndex(of: ":").map { String(elementName[elementName.index(after: $0)...]) } ?? elementName
             stack.append(XMLTree(name: local))
         }
 

@@ -19,7 +19,10 @@ enum ProviderPath {
         return String(id[..<slash])
     }
 
-    static func name(of id: String) -> String { id == root ? "" : String(id.split(separator: "/").last ?? "") }
+    static func name(of id: String) -> String {
+        guard id != root else { return "" }
+        return id.lastIndex(of: "/").map { String(id[id.index(after: $0)...]) } ?? id
+    }
 
     /// Whether `id` is `folder` or inside it.
     static func isWithin(_ id: String, _ folder: String) -> Bool { folder == root || id == folder || id.hasPrefix(folder + "/") }

@@ -88,8 +88,13 @@ public final class WebDAVProvider: QuotaProvider {
         path = SigV4Signer.decode(path) ?? path
         if !path.hasSuffix("/") { path += "/" }
         guard path.hasPrefix(basePath) else { return nil }
-        let relative = path.dropFirst(basePath.count).split(separator: "/").joined(separator: "/")
-        return relative.isEmpty ? ProviderPath.root : relative
+        var relative = path.dropFirst(basePath.count)
+        if relative.contains("//") || relative.hasPrefix("/") {
+            // Doubled slashes from some servers: normalized (rare; the common case below does not split the path).
+            relative = Substring(relative.split(separator: "/").joined(separator: "/") + "/")
+        }
+        if relative.hasSuffix("/") { relative = relative.dropLast() }
+        return relative.isEmpty ? ProviderPath.root : String(relative)
     }
 
     // MARK: Requests
