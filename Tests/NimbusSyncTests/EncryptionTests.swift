@@ -296,6 +296,42 @@ struct ChunkedEncryptionTests {
         #expect(new < 768 << 10, "a few chunks around the insert, the index and the footer: \(new)")
     }
 
+    @Test("cut where the sealed file's parts end, an edit changes few parts: a flipped byte one chunk, a page and the head; an insert its chunks and a few pages")
+    func partsOfAnEdit() throws {
+        let original = randomBytes(8 << 20, seed: 17)
+        func parts(_ data: Data) throws -> (parts: [Data], size: Int64) {
+            let plain = try file(UUID().uuidString, data)
+            let out = directory.appending(path: UUID().uuidString + ".sealed")
+            let digest = try ChunkedEncryption.sealReporting(plain, to: out, key: key, context: "f1")
+            let sealed = try Data(contentsOf: out)
+            #expect(digest.sealedSize == Int64(sealed.count) && digest.boundaries.last == digest.sealedSize)
+            #expect(digest.checksum == sha256(data) && digest.plainSize == Int64(data.count))
+            var result: [Data] = []
+            var start = 0
+            for end in digest.boundaries {
+                #expect(Int(end) > start && Int(end) - start <= 4 << 20)
+                result.append(sealed.subdata(in: start..<Int(end)))
+                start = Int(end)
+            }
+            return (result, digest.sealedSize)
+        }
+        func newBytes(_ before: Data, _ after: Data) throws -> Int {
+            let known = Set(try parts(before).parts)
+            return try parts(after).parts.filter { !known.contains($0) }.reduce(0) { $0 + $1.count }
+        }
+        var flipped = original
+        flipped[3_000_000] ^= 0xFF
+        let flip = try newBytes(original, flipped)
+        #expect(flip < 256 << 10 + 16 + 9_300 + 8_000, "one chunk, one page, the head: \(flip)")
+        var inserted = original
+        inserted.insert(contentsOf: randomBytes(64 << 10, seed: 18), at: 4 << 20)
+        let insert = try newBytes(original, inserted)
+        // The plaintext's own chunks around the insert (FastCDC takes two or three chunks to fall back in step: 450 KB
+        // of these bytes' plaintext chunks are new), a page or two, the head, the padding's last part.
+        #expect(insert > 64 << 10 && insert < 768 << 10, "the insert, its neighbours, a few pages, the head: \(insert)")
+        print("parts of an edit (8 MiB): flip \(flip) bytes new, 64 KiB insert \(insert) bytes new")
+    }
+
     @Test("docs/encryption.md's Python recipe opens content Nimbus sealed")
     func pythonRecovers() throws {
         let data = randomBytes(700_000, seed: 11)

@@ -16,7 +16,11 @@ import _CryptoExtras
 ///
 /// Streams both ways in bounded memory (an 8 MiB window; 32 bytes per chunk for the index).
 public enum ChunkedEncryption {
-    static let magic = Array("NIMBUSC1".utf8)
+    static let magic = Array("NIMBUSC2".utf8)
+    /// An index page ends after an entry whose sealed chunk's hash starts with a 16-bit number ≡ 63 (mod 64) — about
+    /// 64 entries a page, cut by content, so an insert changes the pages around it only — or after 256 entries.
+    static let pageMask: UInt16 = 63
+    static let pageMaximum = 256
     static let footerSize = 12 + 12 + 16
 
     struct Keys: Sendable {
@@ -46,6 +50,10 @@ public enum ChunkedEncryption {
         public var sealedSize: Int64
         public var plainSize: Int64
         public var checksum: String
+        /// Where the sealed file's parts end (sealing only): each sealed chunk (the first with the magic), each index
+        /// page, the index head, each 64 KiB of padding, the footer. A provider that stores blocks cut there stores an
+        /// edit as the few parts it changed.
+        public var boundaries: [Int64] = []
     }
 
     /// Seals `source` into `destination` (replaced); returns the sealed size.
@@ -68,6 +76,7 @@ public enum ChunkedEncryption {
         var written = Int64(magic.count)
         try output.write(contentsOf: magic)
         var entries = Data()  // per record: its length (UInt32 BE) ‖ its SHA-256
+        var boundaries: [Int64] = []
         var count: UInt32 = 0
         var plainSize: Int64 = 0
         var scanner = FastCDC.Scanner()
@@ -83,6 +92,7 @@ public enum ChunkedEncryption {
             count += 1
             try output.write(contentsOf: record)
             written += Int64(record.count)
+            boundaries.append(written)
             plainSize += Int64(chunk.count)
         }
         while let data = try input.read(upToCount: 8 << 20), !data.isEmpty {
@@ -98,25 +108,59 @@ public enum ChunkedEncryption {
             carry = window.subdata(in: from..<window.count)
         }
         if !carry.isEmpty { try emit(carry) }
-        // The index (plaintext size, records, padding), then padding, then the footer that says where the index is.
-        let indexOffset = written
-        let indexSize = Int64(12 + 8 + 4 + entries.count + 8 + 16)
-        let padding = bucket(indexOffset + indexSize + Int64(footerSize)) - (indexOffset + indexSize + Int64(footerSize))
-        var payload = Data()
-        appendInteger(UInt64(plainSize), to: &payload)
-        appendInteger(count, to: &payload)
-        payload.append(entries)
-        appendInteger(UInt64(padding), to: &payload)
-        try output.write(contentsOf: try sealed(payload, keys.index, context))
+        // The index: pages of entries (cut by content), then a head (sizes, and each page's length and hash), then
+        // padding, then the footer that says where the head is.
+        var pages: [Data] = []
+        var page = Data()
+        var inPage = 0
+        for at in stride(from: 0, to: entries.count, by: 36) {
+            page.append(entries[entries.startIndex + at..<entries.startIndex + at + 36])
+            inPage += 1
+            let mark = UInt16(entries[entries.startIndex + at + 4]) << 8 | UInt16(entries[entries.startIndex + at + 5])
+            if mark % (pageMask + 1) == pageMask || inPage == pageMaximum {
+                pages.append(page)
+                page = Data()
+                inPage = 0
+            }
+        }
+        if !page.isEmpty { pages.append(page) }
+        var head = Data()
+        var pageRecords = Data()
+        for payload in pages {
+            let box = try sealed(payload, keys.index, context + "\u{0}page")
+            try output.write(contentsOf: box)
+            written += Int64(box.count)
+            boundaries.append(written)
+            appendInteger(UInt32(box.count), to: &pageRecords)
+            pageRecords.append(contentsOf: SHA256.hash(data: box))
+        }
+        let headOffset = written
+        let headSize = Int64(12 + 8 + 4 + 8 + 4 + pageRecords.count + 16)
+        let padding = bucket(headOffset + headSize + Int64(footerSize)) - (headOffset + headSize + Int64(footerSize))
+        appendInteger(UInt64(plainSize), to: &head)
+        appendInteger(count, to: &head)
+        appendInteger(UInt64(padding), to: &head)
+        appendInteger(UInt32(pages.count), to: &head)
+        head.append(pageRecords)
+        try output.write(contentsOf: try sealed(head, keys.index, context))
+        boundaries.append(headOffset + headSize)
         try writePadding(padding, key: keys.padding, to: output)
+        // Padding in 64 KiB parts from its start: a version whose padding is longer or shorter shares all but the last.
+        var piece: Int64 = 64 << 10
+        while piece < padding {
+            boundaries.append(headOffset + headSize + piece)
+            piece += 64 << 10
+        }
+        if padding > 0 { boundaries.append(headOffset + headSize + padding) }
         var where_ = Data()
-        appendInteger(UInt64(indexOffset), to: &where_)
-        appendInteger(UInt32(indexSize), to: &where_)
+        appendInteger(UInt64(headOffset), to: &where_)
+        appendInteger(UInt32(headSize), to: &where_)
         try output.write(contentsOf: try sealed(where_, keys.index, context + "\u{0}footer"))
+        let total = headOffset + headSize + padding + Int64(footerSize)
+        boundaries.append(total)
         try output.synchronize()
         return Digest(
-            sealedSize: indexOffset + indexSize + padding + Int64(footerSize), plainSize: plainSize,
-            checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+            sealedSize: total, plainSize: plainSize, checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined(), boundaries: boundaries)
     }
 
     /// Opens a sealed file into `destination`: written to a `.partial` beside it and moved into place only when
@@ -141,7 +185,7 @@ public enum ChunkedEncryption {
             defer { try? input.close() }
             let output = try FileHandle(forWritingTo: partial)
             defer { try? output.close() }
-            guard let head = try input.read(upToCount: magic.count), Array(head) == magic else {
+            guard let start = try input.read(upToCount: magic.count), Array(start) == magic else {
                 throw EncryptionError.notEncrypted("not a Nimbus chunk-encrypted file")
             }
             let total = try input.seekToEnd()
@@ -150,29 +194,47 @@ public enum ChunkedEncryption {
             try input.seek(toOffset: total - UInt64(footerSize))
             let footer = try opened(try input.read(upToCount: footerSize) ?? Data(), keys.index, context + "\u{0}footer", what: "the footer")
             guard footer.count == 12 else { throw EncryptionError.tampered("the footer is malformed") }
-            let indexOffset = integer(footer, 0..<8, as: UInt64.self)
-            let indexSize = Int(integer(footer, 8..<12, as: UInt32.self))
-            guard indexOffset >= UInt64(magic.count), indexOffset + UInt64(indexSize) + UInt64(footerSize) <= total else {
+            let headOffset = integer(footer, 0..<8, as: UInt64.self)
+            let headSize = Int(integer(footer, 8..<12, as: UInt32.self))
+            guard headOffset >= UInt64(magic.count), headOffset + UInt64(headSize) + UInt64(footerSize) <= total else {
                 throw EncryptionError.tampered("the footer points outside the file")
             }
-            try input.seek(toOffset: indexOffset)
-            let payload = try opened(try input.read(upToCount: indexSize) ?? Data(), keys.index, context, what: "the index")
-            guard payload.count >= 20 else { throw EncryptionError.tampered("the index is malformed") }
-            let size = integer(payload, 0..<8, as: UInt64.self)
-            let count = Int(integer(payload, 8..<12, as: UInt32.self))
-            guard payload.count == 12 + count * 36 + 8 else { throw EncryptionError.tampered("the index is malformed") }
-            let padding = integer(payload, 12 + count * 36..<20 + count * 36, as: UInt64.self)
-            guard indexOffset + UInt64(indexSize) + padding + UInt64(footerSize) == total else {
+            try input.seek(toOffset: headOffset)
+            let head = try opened(try input.read(upToCount: headSize) ?? Data(), keys.index, context, what: "the index")
+            guard head.count >= 24 else { throw EncryptionError.tampered("the index is malformed") }
+            let size = integer(head, 0..<8, as: UInt64.self)
+            let count = Int(integer(head, 8..<12, as: UInt32.self))
+            let padding = integer(head, 12..<20, as: UInt64.self)
+            let pageCount = Int(integer(head, 20..<24, as: UInt32.self))
+            guard head.count == 24 + pageCount * 36 else { throw EncryptionError.tampered("the index is malformed") }
+            guard headOffset + UInt64(headSize) + padding + UInt64(footerSize) == total else {
                 throw EncryptionError.tampered("the file's length is wrong")
             }
+            // The pages, just before the head, each checked against the head's hash of it.
+            var pageLengths: [Int] = []
+            for page in 0..<pageCount { pageLengths.append(Int(integer(head, 24 + page * 36..<28 + page * 36, as: UInt32.self))) }
+            let pagesSize = UInt64(pageLengths.reduce(0, +))
+            guard pagesSize + UInt64(magic.count) <= headOffset else { throw EncryptionError.tampered("the index pages point outside the file") }
+            let recordsEnd = headOffset - pagesSize
+            try input.seek(toOffset: recordsEnd)
+            var entries = Data()
+            for (page, length) in pageLengths.enumerated() {
+                let at = 28 + page * 36
+                guard let box = try input.read(upToCount: length), box.count == length,
+                    Data(SHA256.hash(data: box)) == head.subdata(in: head.startIndex + at..<head.startIndex + at + 32)
+                else { throw EncryptionError.tampered("index page \(page) is changed, missing or out of place") }
+                entries.append(try opened(box, keys.index, context + "\u{0}page", what: "index page \(page)"))
+            }
+            guard entries.count == count * 36 else { throw EncryptionError.tampered("the index is malformed") }
+            let payload = entries
             try input.seek(toOffset: UInt64(magic.count))
             let nonce = try AES.GCM._SIV.Nonce(data: zeroNonce)
             var offset = UInt64(magic.count)
             var plainSize: UInt64 = 0
             for index in 0..<count {
-                let at = 12 + index * 36
+                let at = index * 36
                 let length = Int(integer(payload, at..<at + 4, as: UInt32.self))
-                guard length >= 16, length <= FastCDC.Parameters.standard.maximum + 16, offset + UInt64(length) <= indexOffset,
+                guard length >= 16, length <= FastCDC.Parameters.standard.maximum + 16, offset + UInt64(length) <= recordsEnd,
                     let record = try input.read(upToCount: length), record.count == length,
                     Data(SHA256.hash(data: record)) == payload.subdata(in: payload.startIndex + at + 4..<payload.startIndex + at + 36)
                 else { throw EncryptionError.tampered("chunk \(index) is changed, missing or out of place") }
@@ -188,7 +250,7 @@ public enum ChunkedEncryption {
                 offset += UInt64(length)
                 plainSize += UInt64(plain.count)
             }
-            guard offset == indexOffset, plainSize == size else { throw EncryptionError.tampered("chunks are missing or repeated") }
+            guard offset == recordsEnd, plainSize == size else { throw EncryptionError.tampered("chunks are missing or repeated") }
             openedSize = Int64(plainSize)
             try output.synchronize()
         } catch {

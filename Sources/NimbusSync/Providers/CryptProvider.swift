@@ -277,7 +277,8 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         let stored: RemoteItem
         do {
             stored = try await inner.upload(
-                UploadSource(url: sealedFile, size: digest.sealedSize, checksum: sealedChecksum), to: innerTarget, requestId: requestId
+                UploadSource(url: sealedFile, size: digest.sealedSize, checksum: sealedChecksum, boundaries: digest.boundaries), to: innerTarget,
+                requestId: requestId
             ) { sent in
                 // Progress in plaintext bytes (the sealed file is at most 1/16 bigger).
                 progress(digest.sealedSize > 0 ? sent * digest.plainSize / digest.sealedSize : sent)

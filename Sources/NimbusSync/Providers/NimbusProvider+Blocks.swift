@@ -58,6 +58,48 @@ enum LocalChunking {
         return (chunks, carryStart + Int64(carry.count))
     }
 
+    /// Whether given part ends can be blocks: growing, none over 4 MiB long, the last the file's end.
+    static func usable(_ ends: [Int64], size: Int64) -> Bool {
+        var previous: Int64 = 0
+        for end in ends {
+            guard end > previous, end - previous <= 4 << 20 else { return false }
+            previous = end
+        }
+        return previous == size
+    }
+
+    /// The file's parts ending at `ends` (``usable(_:size:)``), with their SHA-256, and its size.
+    static func chunks(of url: URL, endingAt ends: [Int64]) throws -> (chunks: [LocalChunk], size: Int64) {
+        let handle = try FileHandle(forReadingFrom: url)
+        defer { try? handle.close() }
+        var chunks: [LocalChunk] = []
+        chunks.reserveCapacity(ends.count)
+        var start: Int64 = 0
+        var next = 0
+        while next < ends.count {
+            // About 8 MiB of parts at a time, hashed on every core.
+            var last = next
+            while last + 1 < ends.count, ends[last + 1] - start <= 8 << 20 { last += 1 }
+            let windowEnd = ends[last]
+            guard let window = try handle.read(upToCount: Int(windowEnd - start)), window.count == Int(windowEnd - start) else {
+                throw ProviderError.checksumMismatch
+            }
+            var ranges: [Range<Int>] = []
+            var from = start
+            for index in next...last {
+                ranges.append(Int(from - start)..<Int(ends[index] - start))
+                from = ends[index]
+            }
+            for (range, hash) in zip(ranges, hashes(of: window, ranges)) {
+                chunks.append(LocalChunk(offset: start + Int64(range.lowerBound), length: range.count, hash: hash))
+            }
+            start = windowEnd
+            next = last + 1
+        }
+        guard try handle.read(upToCount: 1)?.isEmpty ?? true else { throw ProviderError.checksumMismatch }
+        return (chunks, start)
+    }
+
     static func hashes(of window: Data, _ ranges: [Range<Int>]) -> [String] {
         /// Pointers the worker threads share: each writes its own slot, all read the same window.
         struct Shared<T>: @unchecked Sendable { let value: T }
@@ -227,7 +269,13 @@ extension NimbusProvider: DeltaDownloadProvider {
         // refuses a checksum they do not have (422 → checksumMismatch), so a file changed since it was scanned
         // cannot be committed under the old checksum.
         let local: (chunks: [LocalChunk], size: Int64)
-        do { local = try LocalChunking.chunks(of: source.url) } catch { throw ProviderError.checksumMismatch }
+        do {
+            if let boundaries = source.boundaries, LocalChunking.usable(boundaries, size: source.size) {
+                local = try LocalChunking.chunks(of: source.url, endingAt: boundaries)
+            } else {
+                local = try LocalChunking.chunks(of: source.url)
+            }
+        } catch { throw ProviderError.checksumMismatch }
         guard local.size == source.size else { throw ProviderError.checksumMismatch }
 
         // The base revision's blocks: what the server surely has, and what the list can name by index.

@@ -159,11 +159,16 @@ public struct UploadSource: Sendable, Equatable {
     public var url: URL
     public var size: Int64
     public var checksum: String
+    /// Where the content's parts end, for a provider that stores blocks (the Nimbus server) to cut there instead of
+    /// at its own content-defined points (each part at most 4 MiB; the last is `size`): an encrypted remote's sealed
+    /// chunks, so an edit is stored as the few sealed chunks it changed. Nil: the provider's own cuts.
+    public var boundaries: [Int64]?
 
-    public init(url: URL, size: Int64, checksum: String) {
+    public init(url: URL, size: Int64, checksum: String, boundaries: [Int64]? = nil) {
         self.url = url
         self.size = size
         self.checksum = checksum
+        self.boundaries = boundaries
     }
 }
 
