@@ -10,8 +10,11 @@ local folder on loopback — a tree of N × 4 KiB files in 100 folders and one b
 `nimbus sync DIR NAME:/path --once` and with `rclone copy` (to another path of the same server, --transfers 4, the
 default of both), then synced again with nothing changed (the no-op). Times are wall-clock; the ratio is
 nimbus / rclone (≤ 1.0: at least as fast).
+
+`nimbus-dav` does the same against Nimbus's own `/dav/` (`nimbus serve` on loopback, an app password), whose collection
+ETags propagate as Nextcloud's do: there the no-op re-sync lists only the root (unchanged subtrees are skipped).
 """
-import argparse, os, shutil, socket, subprocess, tempfile, time
+import argparse, base64, json, os, shutil, socket, subprocess, tempfile, time, urllib.request
 
 
 def free_port():
@@ -56,7 +59,7 @@ def main():
     parser.add_argument("--binary", default=".build-release/release/nimbus")
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--big-mib", type=int, default=1024)
-    parser.add_argument("--only", choices=["webdav", "s3"])
+    parser.add_argument("--only", choices=["webdav", "s3", "nimbus-dav"])
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-remotes-bench-")
@@ -72,7 +75,7 @@ def main():
         old = time.time() - 10
         os.utime(f"{big}/one.bin", (old, old))
 
-        kinds = [args.only] if args.only else ["webdav", "s3"]
+        kinds = [args.only] if args.only else ["webdav", "s3", "nimbus-dav"]
         for kind in kinds:
             served = f"{work}/served-{kind}"
             os.makedirs(f"{served}/bench", exist_ok=True)
@@ -85,6 +88,31 @@ def main():
                 rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="webdav", RCLONE_CONFIG_X_URL=f"http://127.0.0.1:{port}/bench/",
                                   RCLONE_CONFIG_X_VENDOR="other", RCLONE_CONFIG_X_USER="u",
                                   RCLONE_CONFIG_X_PASS=subprocess.run(["rclone", "obscure", "p"], capture_output=True, text=True).stdout.strip())
+                rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
+                target = "x:"
+            elif kind == "nimbus-dav":
+                server = subprocess.Popen([binary, "serve", "--data", f"{work}/nimbus-server", "--port", "0", "--allow-registration",
+                                           "--log-level", "error"], stdout=subprocess.PIPE, text=True)
+                port = int(server.stdout.readline().rsplit(":", 1)[1].strip())
+                base = f"http://127.0.0.1:{port}"
+
+                def post(path, body, token=None):
+                    headers = {"Content-Type": "application/json"}
+                    if token:
+                        headers["Authorization"] = f"Bearer {token}"
+                    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers=headers, method="POST")
+                    return json.loads(urllib.request.urlopen(request).read() or b"{}")
+
+                post("/v1/auth/register", {"username": "bench", "password": "benchmark pw"})
+                token = post("/v1/auth/login", {"username": "bench", "password": "benchmark pw"})["accessToken"]
+                password = post("/v1/auth/app-passwords", {"label": "bench"}, token)["password"]
+                basic = base64.b64encode(f"bench:{password}".encode()).decode()
+                urllib.request.urlopen(urllib.request.Request(base + "/dav/bench", method="MKCOL", headers={"Authorization": f"Basic {basic}"}))
+                add = ["remote", "add", "r", "webdav", "--url", f"{base}/dav/bench/", "--user", "bench", "--password-stdin"]
+                secret = password + "\n"
+                rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="webdav", RCLONE_CONFIG_X_URL=f"{base}/dav/bench/",
+                                  RCLONE_CONFIG_X_VENDOR="other", RCLONE_CONFIG_X_USER="bench",
+                                  RCLONE_CONFIG_X_PASS=subprocess.run(["rclone", "obscure", password], capture_output=True, text=True).stdout.strip())
                 rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
                 target = "x:"
             else:
