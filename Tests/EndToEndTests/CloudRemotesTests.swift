@@ -201,6 +201,12 @@ struct CloudRemotesTests {
         let secretFile = bench.root.appending(path: "home-A/remotes/vault.secret")
         #expect(try FileManager.default.attributesOfItem(atPath: secretFile.path)[.posixPermissions] as? Int == 0o600)
         #expect(!(try a.run(["remote", "list", "--json"]).stdout.contains(passphrase)))
+        // What is kept is the remote's data key, never the passphrase.
+        let kept = try String(contentsOf: secretFile, encoding: .utf8)
+        #expect(kept.contains("cryptKey") && !kept.contains(passphrase), "\(kept)")
+        let badLogin = try a.run(["remote", "login", "vault", "--passphrase-stdin"], stdin: "wrong one\n")
+        #expect(badLogin.status != 0 && badLogin.stderr.contains("does not open"), "\(badLogin.stdout)\(badLogin.stderr)")
+        #expect(try String(contentsOf: secretFile, encoding: .utf8) == kept, "the key before is kept")
 
         let folderA = try bench.folder("A")
         let folderB = try bench.folder("B")

@@ -103,6 +103,16 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         return true
     }
 
+    /// The data key the key file in `inner`'s root holds, unwrapped with `passphrase` (``ProviderError/unauthorized(_:)``
+    /// when it does not open it; ``ProviderError/invalid(code:message:)`` when there is no key file). A device can
+    /// keep it (0600) instead of the passphrase: no passphrase on its disk, no key derivation at each start.
+    public static func unlock(over inner: any RemoteProvider, passphrase: String, scratch: URL) async throws -> SymmetricKey {
+        guard let wrapped = try await readKeyFile(inner, scratch: scratch) else {
+            throw ProviderError.invalid(code: "remote_root_missing", message: "No encrypted remote here: its key file (\(keyFileName)) is missing.")
+        }
+        return try unwrap(wrapped, passphrase)
+    }
+
     /// The key file's content, if the folder has one.
     static func readKeyFile(_ inner: any RemoteProvider, scratch: URL) async throws -> WrappedKey? {
         let root = try await inner.root()

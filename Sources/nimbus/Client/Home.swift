@@ -1,4 +1,5 @@
 import ArgumentParser
+import Crypto
 import Foundation
 import NimbusAPI
 import NimbusS3
@@ -79,6 +80,8 @@ struct Home {
         var accessKey: String?
         var secretKey: String?
         var passphrase: String?
+        /// A crypt remote's data key (base64), unwrapped once with the passphrase: kept instead of the passphrase.
+        var cryptKey: String?
     }
 
     /// Where a crypt remote's passphrase is read from when none is stored for it.
@@ -200,12 +203,17 @@ struct Home {
             let prefix = (RemotePath.components(remote.prefix ?? "") + parts).joined(separator: "/")
             return { S3Provider(client: client, prefix: prefix, state: $0) }
         case "crypt":
-            guard let passphrase = secret(for: name, type: "crypt")?.passphrase else {
-                throw CLIError(
-                    "No passphrase for the encrypted remote '\(name)': set \(Self.cryptPassphraseVariable), or store one with 'nimbus remote login \(name)'.")
-            }
             let inner = try wrappedProviderMaker(name, remote)
             let scratch = url.appending(path: "crypt-scratch/\(name)")
+            let stored = secret(for: name, type: "crypt")
+            if let text = stored?.cryptKey, let bytes = Data(base64Encoded: text), bytes.count == 32 {
+                let key = SymmetricKey(data: bytes)
+                return { state in CryptProvider.make(over: inner(state), dataKey: key, subpath: parts, state: state, scratch: scratch) }
+            }
+            guard let passphrase = stored?.passphrase else {
+                throw CLIError(
+                    "No passphrase for the encrypted remote '\(name)': set \(Self.cryptPassphraseVariable), or store its key with 'nimbus remote login \(name)'.")
+            }
             return { state in CryptProvider.make(over: inner(state), passphrase: passphrase, subpath: parts, state: state, scratch: scratch) }
         default:
             throw CLIError("The remote '\(name)' has an unknown type '\(remote.type)'.")

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Crypto
 import Foundation
 import NimbusAPI
 import NimbusSync
@@ -29,7 +30,7 @@ struct RemoteCommand: AsyncParsableCommand {
 
                 crypt: names and contents are encrypted on this device before they reach OTHER:/path (another remote, or \
                 /path on the signed-in server; the folder is made if missing). The passphrase is read from standard input \
-                with --passphrase-stdin or asked for on a terminal (and then stored like a password), or read at each use from \
+                with --passphrase-stdin or asked for on a terminal (then the data key it opens is stored, 0600, not the passphrase), or read at each use from \
                 NIMBUS_CRYPT_PASSPHRASE. The first add makes the remote's key (a random key wrapped by the passphrase, in \
                 nimbus-crypt.json there); later adds (other devices) must give the same passphrase. Lose it and the data is lost.
                 """)
@@ -148,6 +149,7 @@ struct RemoteCommand: AsyncParsableCommand {
             let given = passphrase ?? ProcessInfo.processInfo.environment[Home.cryptPassphraseVariable] ?? ""
             guard !given.isEmpty else { throw CLIError("No passphrase: use --passphrase-stdin, or set \(Home.cryptPassphraseVariable).") }
             let made: Bool
+            var dataKey: String?
             do {
                 // The folder there, made if missing (like mkdir -p), then the key in it.
                 let top: RemoteSpec
@@ -175,13 +177,18 @@ struct RemoteCommand: AsyncParsableCommand {
                 let inner = try home.wrappedProviderMaker(name, remote)(NimbusProvider.NoState())
                 let scratch = home.url.appending(path: "crypt-scratch/\(name)")
                 made = try await CryptProvider.create(over: inner, passphrase: given, scratch: scratch)
+                // Given here (not from the environment): its data key is kept, 0600, never the passphrase.
+                if passphrase != nil {
+                    let key = try await CryptProvider.unlock(over: inner, passphrase: given, scratch: scratch)
+                    dataKey = key.withUnsafeBytes { Data($0).base64EncodedString() }
+                }
             } catch let error as ProviderError {
                 if case .unauthorized = error {
                     throw CLIError("\(spec) already holds an encrypted remote, and this passphrase does not open it; nothing was added.")
                 }
                 throw CLIError("Could not use \(spec): \(error.description)")
             }
-            if let passphrase { try home.saveSecret(Home.Secret(passphrase: passphrase), for: name) }
+            if let dataKey { try home.saveSecret(Home.Secret(cryptKey: dataKey), for: name) }
             config.remotes[name] = remote
             try home.save(config)
             Output.line(
@@ -333,7 +340,15 @@ struct RemoteCommand: AsyncParsableCommand {
                 guard let passphrase = try AddRemote.passphrase(name: name, fromStandardInput: passphraseStdin) else {
                     throw CLIError("No passphrase given (use --passphrase-stdin); \(Home.cryptPassphraseVariable) is used as it is.")
                 }
-                secret = Home.Secret(passphrase: passphrase)
+                // The data key it opens is what is kept (checked here: a wrong passphrase keeps the old secret).
+                do {
+                    let inner = try home.wrappedProviderMaker(name, remote)(NimbusProvider.NoState())
+                    let key = try await CryptProvider.unlock(over: inner, passphrase: passphrase, scratch: home.url.appending(path: "crypt-scratch/\(name)"))
+                    secret = Home.Secret(cryptKey: key.withUnsafeBytes { Data($0).base64EncodedString() })
+                } catch let error as ProviderError {
+                    if case .unauthorized = error { throw CLIError("That passphrase does not open \(name); the key kept is the one before.") }
+                    throw CLIError("\(name) (\(remote.location)): \(error.description)")
+                }
             case "webdav":
                 guard let user = remote.user else { throw CLIError("\(name) has no user name; it needs no password.") }
                 guard let password = try AddRemote.password(for: user, name: name, fromStandardInput: passwordStdin) else {
