@@ -48,54 +48,51 @@ struct DAVTests {
     func sameTree() async throws {
         try await TestServer.run { server in
             let (api, basic) = try await Self.user(server)
-            let dav = APIClient(baseURL: server.baseURL)
-            func send(_ method: HTTPMethod, _ path: String, _ body: Data? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
-                try await dav.send(method, path, body: body, headers: headers.merging(["Authorization": basic]) { a, _ in a })
-            }
+            let dav = DAVClient(server, basic: basic)
             let cursor: ChangeCursor = try await api.get("/v1/changes/start").decode()
 
-            #expect(try await send(.MKCOL, "/dav/Work").status == 201)
-            #expect(try await send(.MKCOL, "/dav/Work").status == 405, "exists")
-            #expect(try await send(.MKCOL, "/dav/No/Such").status == 409, "no parent")
+            #expect(try await dav.send(.MKCOL, "/dav/Work").status == 201)
+            #expect(try await dav.send(.MKCOL, "/dav/Work").status == 405, "exists")
+            #expect(try await dav.send(.MKCOL, "/dav/No/Such").status == 409, "no parent")
             let first = Data("first version".utf8)
-            let put = try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["Content-Type": "text/plain"])
+            let put = try await dav.send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["Content-Type": "text/plain"])
             #expect(put.status == 201)
             let files = try await api.list(try await api.list().files.first { $0.name == "Work" }?.id).files
             let file = try #require(files.first { $0.name == "nötes.txt" })
             #expect(put.header("ETag") == "\"\(try #require(file.revisionId))\"")
-            #expect(try await send(.GET, "/dav/Work/n%C3%B6tes.txt").body == first)
-            #expect(try await send(.GET, "/dav/Work/n%C3%B6tes.txt", nil, ["Range": "bytes=0-4"]).body == Data("first".utf8))
+            #expect(try await dav.send(.GET, "/dav/Work/n%C3%B6tes.txt").body == first)
+            #expect(try await dav.send(.GET, "/dav/Work/n%C3%B6tes.txt", nil, ["Range": "bytes=0-4"]).body == Data("first".utf8))
 
             // A second PUT is a new revision; a stale If-Match is 412 and changes nothing.
             let second = Data(repeating: 0x42, count: 200_000)
-            #expect(try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", second, ["If-Match": "\"\(file.revisionId!)\""]).status == 204)
-            #expect(try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["If-Match": "\"\(file.revisionId!)\""]).status == 412)
-            #expect(try await send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["If-None-Match": "*"]).status == 412)
+            #expect(try await dav.send(.PUT, "/dav/Work/n%C3%B6tes.txt", second, ["If-Match": "\"\(file.revisionId!)\""]).status == 204)
+            #expect(try await dav.send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["If-Match": "\"\(file.revisionId!)\""]).status == 412)
+            #expect(try await dav.send(.PUT, "/dav/Work/n%C3%B6tes.txt", first, ["If-None-Match": "*"]).status == 412)
             #expect(try await api.content(file.id) == second)
             let revisions: RevisionList = try await api.get("/v1/files/\(file.id)/revisions").decode()
             #expect(revisions.revisions.count == 2)
 
             // PROPFIND: Depth 1 lists the children with getetag = the revision id; infinity is refused.
             let head = try await api.get("/v1/files/\(file.id)").decode(File.self)
-            let listing = try await send(.PROPFIND, "/dav/Work/", nil, ["Depth": "1"])
+            let listing = try await dav.send(.PROPFIND, "/dav/Work/", nil, ["Depth": "1"])
             #expect(listing.status == 207)
             #expect(listing.text.contains("<D:href>/dav/Work/n%C3%B6tes.txt</D:href>"), "\(listing.text)")
             #expect(listing.text.contains("<D:getetag>&quot;\(head.revisionId!)&quot;</D:getetag>"))
             #expect(listing.text.contains("<D:getcontentlength>200000</D:getcontentlength>"))
-            let quota = try await send(.PROPFIND, "/dav/", Data(#"<?xml version="1.0"?><propfind xmlns="DAV:"><prop><quota-used-bytes/><getetag/><nothere xmlns="urn:x"/></prop></propfind>"#.utf8), ["Depth": "0"])
+            let quota = try await dav.send(.PROPFIND, "/dav/", Data(#"<?xml version="1.0"?><propfind xmlns="DAV:"><prop><quota-used-bytes/><getetag/><nothere xmlns="urn:x"/></prop></propfind>"#.utf8), ["Depth": "0"])
             #expect(quota.text.contains("<D:quota-used-bytes>") && quota.text.contains("404 Not Found"), "\(quota.text)")
-            #expect(try await send(.PROPFIND, "/dav/", nil, ["Depth": "infinity"]).status == 403)
-            #expect(try await send(.PROPFIND, "/dav/", Data("<not xml".utf8), ["Depth": "0"]).status == 400)
+            #expect(try await dav.send(.PROPFIND, "/dav/", nil, ["Depth": "infinity"]).status == 403)
+            #expect(try await dav.send(.PROPFIND, "/dav/", Data("<not xml".utf8), ["Depth": "0"]).status == 400)
 
             // MOVE keeps the file (its id and history); COPY shares the blocks; DELETE goes to the trash.
-            #expect(try await send(.MOVE, "/dav/Work/n%C3%B6tes.txt", nil, ["Destination": "\(server.baseURL)/dav/renamed.txt"]).status == 201)
+            #expect(try await dav.send(.MOVE, "/dav/Work/n%C3%B6tes.txt", nil, ["Destination": "\(server.baseURL)/dav/renamed.txt"]).status == 201)
             #expect(try await api.get("/v1/files/\(file.id)").decode(File.self).name == "renamed.txt")
-            #expect(try await send(.COPY, "/dav/renamed.txt", nil, ["Destination": "/dav/Work/copy.txt"]).status == 201)
-            #expect(try await send(.COPY, "/dav/renamed.txt", nil, ["Destination": "/dav/Work/copy.txt", "Overwrite": "F"]).status == 412)
-            #expect(try await send(.GET, "/dav/Work/copy.txt").body == second)
-            #expect(try await send(.MOVE, "/dav/Work", nil, ["Destination": "/dav/Work/inside"]).status == 403)
-            #expect(try await send(.DELETE, "/dav/renamed.txt").status == 204)
-            #expect(try await send(.GET, "/dav/renamed.txt").status == 404)
+            #expect(try await dav.send(.COPY, "/dav/renamed.txt", nil, ["Destination": "/dav/Work/copy.txt"]).status == 201)
+            #expect(try await dav.send(.COPY, "/dav/renamed.txt", nil, ["Destination": "/dav/Work/copy.txt", "Overwrite": "F"]).status == 412)
+            #expect(try await dav.send(.GET, "/dav/Work/copy.txt").body == second)
+            #expect(try await dav.send(.MOVE, "/dav/Work", nil, ["Destination": "/dav/Work/inside"]).status == 403)
+            #expect(try await dav.send(.DELETE, "/dav/renamed.txt").status == 204)
+            #expect(try await dav.send(.GET, "/dav/renamed.txt").status == 404)
             let trash: FileList = try await api.get("/v1/trash").decode()
             #expect(trash.files.map(\.id) == [file.id], "restorable from the trash")
 
@@ -111,15 +108,12 @@ struct DAVTests {
     func collectionETags() async throws {
         try await TestServer.run { server in
             let (api, basic) = try await Self.user(server)
-            let dav = APIClient(baseURL: server.baseURL)
-            func send(_ method: HTTPMethod, _ path: String, _ body: Data? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
-                try await dav.send(method, path, body: body, headers: headers.merging(["Authorization": basic]) { a, _ in a })
-            }
+            let dav = DAVClient(server, basic: basic)
             let ask = Data(#"<?xml version="1.0"?><propfind xmlns="DAV:" xmlns:oc="http://owncloud.org/ns"><prop><getetag/><oc:fileid/></prop></propfind>"#.utf8)
             func etags() async throws -> [String: String] {
                 var found: [String: String] = [:]
                 for path in ["/dav/", "/dav/A/", "/dav/A/B/", "/dav/C/"] {
-                    let reply = try await send(.PROPFIND, path, ask, ["Depth": "0"])
+                    let reply = try await dav.send(.PROPFIND, path, ask, ["Depth": "0"])
                     #expect(reply.status == 207)
                     let text = reply.text
                     guard let start = text.range(of: "<D:getetag>"), let end = text.range(of: "</D:getetag>", range: start.upperBound..<text.endIndex) else {
@@ -131,14 +125,14 @@ struct DAVTests {
                 }
                 return found
             }
-            for path in ["/dav/A", "/dav/A/B", "/dav/C"] { #expect(try await send(.MKCOL, path).status == 201) }
-            #expect(try await send(.PUT, "/dav/A/B/f.txt", Data("one".utf8)).status == 201)
-            #expect(try await send(.PUT, "/dav/C/g.txt", Data("two".utf8)).status == 201)
+            for path in ["/dav/A", "/dav/A/B", "/dav/C"] { #expect(try await dav.send(.MKCOL, path).status == 201) }
+            #expect(try await dav.send(.PUT, "/dav/A/B/f.txt", Data("one".utf8)).status == 201)
+            #expect(try await dav.send(.PUT, "/dav/C/g.txt", Data("two".utf8)).status == 201)
             let a = try #require(try await api.list().files.first { $0.name == "A" })
             let b = try #require(try await api.list(a.id).files.first { $0.name == "B" })
             let f = try #require(try await api.list(b.id).files.first { $0.name == "f.txt" })
             let c = try #require(try await api.list().files.first { $0.name == "C" })
-            let fileid = try await send(.PROPFIND, "/dav/A/B/f.txt", ask, ["Depth": "0"]).text
+            let fileid = try await dav.send(.PROPFIND, "/dav/A/B/f.txt", ask, ["Depth": "0"]).text
             #expect(fileid.contains(">\(f.id)</fileid>"), "\(fileid)")
 
             var before = try await etags()
@@ -155,7 +149,7 @@ struct DAVTests {
             for path in ["/dav/", "/dav/A/", "/dav/A/B/", "/dav/C/"] { #expect(after[path] != before[path], "\(path) after a move") }
             // A deletion through /dav: C and the root; then a restore from the trash.
             before = after
-            #expect(try await send(.DELETE, "/dav/C/f.txt").status == 204)
+            #expect(try await dav.send(.DELETE, "/dav/C/f.txt").status == 204)
             after = try await etags()
             #expect(after["/dav/C/"] != before["/dav/C/"] && after["/dav/"] != before["/dav/"] && after["/dav/A/"] == before["/dav/A/"])
             before = after
@@ -164,14 +158,14 @@ struct DAVTests {
             #expect(after["/dav/C/"] != before["/dav/C/"] && after["/dav/A/B/"] == before["/dav/A/B/"])
             // A folder replaced by a new one under the same name never shows the ETag the first had.
             before = after
-            #expect(try await send(.DELETE, "/dav/A/B").status == 204)
-            #expect(try await send(.MKCOL, "/dav/A/B").status == 201)
+            #expect(try await dav.send(.DELETE, "/dav/A/B").status == 204)
+            #expect(try await dav.send(.MKCOL, "/dav/A/B").status == 201)
             after = try await etags()
             #expect(after["/dav/A/B/"] != before["/dav/A/B/"])
             // If-Match on a collection takes its ETag.
             let tag = try #require(after["/dav/A/"])
-            #expect(try await send(.PROPPATCH, "/dav/A/", Data(#"<?xml version="1.0"?><propertyupdate xmlns="DAV:"><set><prop><x xmlns="urn:t">1</x></prop></set></propertyupdate>"#.utf8), ["If-Match": tag.replacingOccurrences(of: "&quot;", with: "\"")]).status == 207)
-            #expect(try await send(.PROPPATCH, "/dav/A/", Data(#"<?xml version="1.0"?><propertyupdate xmlns="DAV:"><set><prop><oc:fileid xmlns:oc="http://owncloud.org/ns">x</oc:fileid></prop></set></propertyupdate>"#.utf8)).text.contains("403"), "oc:fileid is protected")
+            #expect(try await dav.send(.PROPPATCH, "/dav/A/", Data(#"<?xml version="1.0"?><propertyupdate xmlns="DAV:"><set><prop><x xmlns="urn:t">1</x></prop></set></propertyupdate>"#.utf8), ["If-Match": tag.replacingOccurrences(of: "&quot;", with: "\"")]).status == 207)
+            #expect(try await dav.send(.PROPPATCH, "/dav/A/", Data(#"<?xml version="1.0"?><propertyupdate xmlns="DAV:"><set><prop><oc:fileid xmlns:oc="http://owncloud.org/ns">x</oc:fileid></prop></set></propertyupdate>"#.utf8)).text.contains("403"), "oc:fileid is protected")
         }
     }
 
@@ -179,32 +173,29 @@ struct DAVTests {
     func deadProperties() async throws {
         try await TestServer.run { server in
             let (_, basic) = try await Self.user(server)
-            let dav = APIClient(baseURL: server.baseURL)
-            func send(_ method: HTTPMethod, _ path: String, _ body: String? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
-                try await dav.send(method, path, body: body.map { Data($0.utf8) }, headers: headers.merging(["Authorization": basic]) { a, _ in a })
-            }
-            #expect(try await send(.PUT, "/dav/a.txt", "hello").status == 201)
+            let dav = DAVClient(server, basic: basic)
+            #expect(try await dav.send(.PUT, "/dav/a.txt", "hello").status == 201)
             let set = #"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:Z="urn:example"><D:set><D:prop><Z:colour>blue ✓</Z:colour><Z:tree><Z:leaf>1</Z:leaf></Z:tree></D:prop></D:set></D:propertyupdate>"#
-            let patched = try await send(.PROPPATCH, "/dav/a.txt", set)
+            let patched = try await dav.send(.PROPPATCH, "/dav/a.txt", set)
             #expect(patched.status == 207 && patched.text.contains("200 OK") && !patched.text.contains("403"), "\(patched.text)")
-            #expect(try await send(.MOVE, "/dav/a.txt", nil, ["Destination": "/dav/b.txt"]).status == 201)
-            #expect(try await send(.COPY, "/dav/b.txt", nil, ["Destination": "/dav/c.txt"]).status == 201)
+            #expect(try await dav.send(.MOVE, "/dav/a.txt", nil, ["Destination": "/dav/b.txt"]).status == 201)
+            #expect(try await dav.send(.COPY, "/dav/b.txt", nil, ["Destination": "/dav/c.txt"]).status == 201)
             let ask = #"<?xml version="1.0"?><propfind xmlns="DAV:"><prop><colour xmlns="urn:example"/><tree xmlns="urn:example"/></prop></propfind>"#
             for path in ["/dav/b.txt", "/dav/c.txt"] {
-                let found = try await send(.PROPFIND, path, ask, ["Depth": "0"])
+                let found = try await dav.send(.PROPFIND, path, ask, ["Depth": "0"])
                 #expect(found.text.contains(#"<colour xmlns="urn:example">blue ✓</colour>"#), "\(path): \(found.text)")
                 #expect(found.text.contains(#"<leaf xmlns="urn:example">1</leaf>"#), "\(path): \(found.text)")
                 #expect(!found.text.contains("404 Not Found"))
             }
             // A protected (live) property in the request: 403 for it, 424 for the rest, nothing changed.
             let mixed = #"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:Z="urn:example"><D:set><D:prop><Z:colour>red</Z:colour><D:getetag>x</D:getetag></D:prop></D:set></D:propertyupdate>"#
-            let refused = try await send(.PROPPATCH, "/dav/b.txt", mixed)
+            let refused = try await dav.send(.PROPPATCH, "/dav/b.txt", mixed)
             #expect(refused.text.contains("403 Forbidden") && refused.text.contains("424 Failed Dependency"), "\(refused.text)")
-            #expect(try await send(.PROPFIND, "/dav/b.txt", ask, ["Depth": "0"]).text.contains("blue ✓"))
+            #expect(try await dav.send(.PROPFIND, "/dav/b.txt", ask, ["Depth": "0"]).text.contains("blue ✓"))
             let remove = #"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:"><D:remove><D:prop><colour xmlns="urn:example"/></D:prop></D:remove></D:propertyupdate>"#
-            #expect(try await send(.PROPPATCH, "/dav/b.txt", remove).status == 207)
-            #expect(try await send(.PROPFIND, "/dav/b.txt", ask, ["Depth": "0"]).text.contains("404 Not Found"))
-            #expect(try await send(.PROPPATCH, "/dav/b.txt", "<D:propertyupdate xmlns:D=\"DAV:\"><D:set><D:prop><x:y xmlns:x=\"\"/></D:prop></D:set></D:propertyupdate>").status == 400)
+            #expect(try await dav.send(.PROPPATCH, "/dav/b.txt", remove).status == 207)
+            #expect(try await dav.send(.PROPFIND, "/dav/b.txt", ask, ["Depth": "0"]).text.contains("404 Not Found"))
+            #expect(try await dav.send(.PROPPATCH, "/dav/b.txt", "<D:propertyupdate xmlns:D=\"DAV:\"><D:set><D:prop><x:y xmlns:x=\"\"/></D:prop></D:set></D:propertyupdate>").status == 400)
         }
     }
 
@@ -212,40 +203,37 @@ struct DAVTests {
     func locks() async throws {
         try await TestServer.run { server in
             let (_, basic) = try await Self.user(server)
-            let dav = APIClient(baseURL: server.baseURL)
-            func send(_ method: HTTPMethod, _ path: String, _ body: String? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
-                try await dav.send(method, path, body: body.map { Data($0.utf8) }, headers: headers.merging(["Authorization": basic]) { a, _ in a })
-            }
+            let dav = DAVClient(server, basic: basic)
             let info = #"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype><D:owner>tests</D:owner></D:lockinfo>"#
-            #expect(try await send(.OPTIONS, "/dav/").header("DAV") == "1, 2")
+            #expect(try await dav.send(.OPTIONS, "/dav/").header("DAV") == "1, 2")
             // A lock on a name that does not exist makes an empty file there.
-            let locked = try await send(.LOCK, "/dav/doc.txt", info, ["Timeout": "Second-60"])
+            let locked = try await dav.send(.LOCK, "/dav/doc.txt", info, ["Timeout": "Second-60"])
             #expect(locked.status == 201, "\(locked.text)")
             let token = try #require(locked.header("Lock-Token")).trimmingCharacters(in: CharacterSet(charactersIn: "<>"))
             #expect(locked.text.contains("<D:timeout>Second-60</D:timeout>") && locked.text.contains(token))
-            #expect(try await send(.PUT, "/dav/doc.txt", "no token").status == 423)
-            #expect(try await send(.DELETE, "/dav/doc.txt").status == 423)
-            #expect(try await send(.MOVE, "/dav/doc.txt", nil, ["Destination": "/dav/other.txt"]).status == 423)
-            #expect(try await send(.LOCK, "/dav/doc.txt", info).status == 423, "a second exclusive lock")
-            #expect(try await send(.PUT, "/dav/doc.txt", "with token", ["If": "(<\(token)>)"]).status == 204)
-            #expect(try await send(.PUT, "/dav/doc.txt", "wrong", ["If": "(<opaquelocktoken:nope>)"]).status == 412)
-            #expect(try await send(.GET, "/dav/doc.txt").text == "with token")
-            let discovered = try await send(.PROPFIND, "/dav/doc.txt", #"<propfind xmlns="DAV:"><prop><lockdiscovery/></prop></propfind>"#, ["Depth": "0"])
+            #expect(try await dav.send(.PUT, "/dav/doc.txt", "no token").status == 423)
+            #expect(try await dav.send(.DELETE, "/dav/doc.txt").status == 423)
+            #expect(try await dav.send(.MOVE, "/dav/doc.txt", nil, ["Destination": "/dav/other.txt"]).status == 423)
+            #expect(try await dav.send(.LOCK, "/dav/doc.txt", info).status == 423, "a second exclusive lock")
+            #expect(try await dav.send(.PUT, "/dav/doc.txt", "with token", ["If": "(<\(token)>)"]).status == 204)
+            #expect(try await dav.send(.PUT, "/dav/doc.txt", "wrong", ["If": "(<opaquelocktoken:nope>)"]).status == 412)
+            #expect(try await dav.send(.GET, "/dav/doc.txt").text == "with token")
+            let discovered = try await dav.send(.PROPFIND, "/dav/doc.txt", #"<propfind xmlns="DAV:"><prop><lockdiscovery/></prop></propfind>"#, ["Depth": "0"])
             #expect(discovered.text.contains(token))
             // Refresh, then expiry: a lock not refreshed within its timeout no longer blocks anyone.
-            #expect(try await send(.LOCK, "/dav/doc.txt", nil, ["If": "(<\(token)>)", "Timeout": "Second-60"]).status == 200)
+            #expect(try await dav.send(.LOCK, "/dav/doc.txt", nil, ["If": "(<\(token)>)", "Timeout": "Second-60"]).status == 200)
             server.clock.advance(by: 61)
-            #expect(try await send(.PUT, "/dav/doc.txt", "after expiry").status == 204)
+            #expect(try await dav.send(.PUT, "/dav/doc.txt", "after expiry").status == 204)
             // Depth infinity on a folder guards what is inside it, new names included; UNLOCK ends it.
-            #expect(try await send(.MKCOL, "/dav/Shared").status == 201)
-            let folderLock = try await send(.LOCK, "/dav/Shared/", info, ["Depth": "infinity"])
+            #expect(try await dav.send(.MKCOL, "/dav/Shared").status == 201)
+            let folderLock = try await dav.send(.LOCK, "/dav/Shared/", info, ["Depth": "infinity"])
             #expect(folderLock.status == 200)
             let folderToken = try #require(folderLock.header("Lock-Token"))
-            #expect(try await send(.PUT, "/dav/Shared/new.txt", "x").status == 423)
-            #expect(try await send(.PUT, "/dav/Shared/new.txt", "x", ["If": "(\(folderToken))"]).status == 201)
-            #expect(try await send(.UNLOCK, "/dav/Shared/new.txt", nil, ["Lock-Token": "<opaquelocktoken:nope>"]).status == 409)
-            #expect(try await send(.UNLOCK, "/dav/Shared/", nil, ["Lock-Token": folderToken]).status == 204)
-            #expect(try await send(.PUT, "/dav/Shared/new.txt", "y").status == 204)
+            #expect(try await dav.send(.PUT, "/dav/Shared/new.txt", "x").status == 423)
+            #expect(try await dav.send(.PUT, "/dav/Shared/new.txt", "x", ["If": "(\(folderToken))"]).status == 201)
+            #expect(try await dav.send(.UNLOCK, "/dav/Shared/new.txt", nil, ["Lock-Token": "<opaquelocktoken:nope>"]).status == 409)
+            #expect(try await dav.send(.UNLOCK, "/dav/Shared/", nil, ["Lock-Token": folderToken]).status == 204)
+            #expect(try await dav.send(.PUT, "/dav/Shared/new.txt", "y").status == 204)
         }
     }
 
@@ -351,5 +339,24 @@ struct DAVTests {
             }
             #expect(status == 0, "\(text)")
         }
+    }
+}
+
+/// A WebDAV client signed in with Basic auth (an app password).
+struct DAVClient {
+    let client: APIClient
+    let basic: String
+
+    init(_ server: TestServer, basic: String) {
+        client = APIClient(baseURL: server.baseURL)
+        self.basic = basic
+    }
+
+    func send(_ method: HTTPMethod, _ path: String, _ body: Data? = nil, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
+        try await client.send(method, path, body: body, headers: headers.merging(["Authorization": basic]) { a, _ in a })
+    }
+
+    func send(_ method: HTTPMethod, _ path: String, _ body: String, _ headers: [String: String] = [:]) async throws -> APIClient.Reply {
+        try await send(method, path, Data(body.utf8), headers)
     }
 }

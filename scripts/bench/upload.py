@@ -15,7 +15,7 @@ Each run, on a fresh server whose data folder is on the disk measured:
   `--webdav-pacer-min-sleep 0`.
 Goal (issue 14): resumable and `nimbus put` ≥ 0.8 × dd's figure and ≥ rclone's; peak RSS < 100 MB.
 """
-import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time, uuid
+import argparse, os, shutil, socket, subprocess, sys, tempfile, time, uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server import Server, login, peak_rss_mib, free_port, resumable_upload  # noqa: E402

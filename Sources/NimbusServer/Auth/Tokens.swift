@@ -7,6 +7,15 @@ import NimbusAPI
 struct Identity: Sendable, Equatable {
     var userId: String
     var deviceId: String
+
+    /// The device id of a WebDAV client signed in with an app password: this prefix and the password's id (the
+    /// mass-deletion breaker names such a device by the password's label).
+    static let appPasswordPrefix = "app-password:"
+
+    /// The app password's id, when this device is one.
+    static func appPasswordId(_ deviceId: String) -> String? {
+        deviceId.hasPrefix(appPasswordPrefix) ? String(deviceId.dropFirst(appPasswordPrefix.count)) : nil
+    }
 }
 
 /// The claims of an access token: `sub` user, `did` device, `iss`/`aud` fixed, `exp` short.

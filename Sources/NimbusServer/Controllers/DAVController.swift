@@ -136,7 +136,7 @@ struct DAVRequest {
             let record = try await drive.store.useAppPassword(passwordHash: AppPasswords.hash(password), now: drive.now)
             let user = try await drive.store.user(username: username)
             guard let record, let user, record.userId == user.id else { return nil }
-            return Identity(userId: user.id, deviceId: "app-password:" + record.id)
+            return Identity(userId: user.id, deviceId: Identity.appPasswordPrefix + record.id)
         }
         switch outcome {
         case .signedIn(let identity): return identity

@@ -75,10 +75,8 @@ extension SQLMetadataStore {
         ).map { row in
             let deviceId = try row.get("device_id", as: String.self)
             var name: String?
-            if deviceId.hasPrefix("app-password:") {
-                name = try db.value(
-                    "SELECT label FROM app_passwords WHERE id = ? AND user_id = ?", [String(deviceId.dropFirst("app-password:".count)), userId],
-                    as: String.self)
+            if let passwordId = Identity.appPasswordId(deviceId) {
+                name = try db.value("SELECT label FROM app_passwords WHERE id = ? AND user_id = ?", [passwordId, userId], as: String.self)
             } else {
                 name = try db.value("SELECT name FROM devices WHERE id = ? AND user_id = ?", [deviceId, userId], as: String.self)
             }
