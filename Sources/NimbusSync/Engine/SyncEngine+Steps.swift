@@ -357,28 +357,42 @@ extension SyncEngine {
     /// Records that the item's creation made `item` there (created in `parent`): both trees agree.
     func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil) async throws {
         try await database.pool.write { db in
-            var fed = false
-            if let other = try ItemRow.fetch(db, fileId: item.id), other.luid != luid {
-                try self.merge(db, from: other.luid, into: luid)  // the feed brought it first
-                fed = true
-            }
-            guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
-            var updated = stored
-            updated.setRemote(item, parentLuid: try self.createdParent(db, item, requested: parent))
-            if updated.rChecksum == nil { updated.rChecksum = checksum }
-            // The merge base is what this creation made.
-            updated.syncRemote()
-            updated.createRequest = nil
-            updated.createSent = false
-            // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
-            if item.isDeleted { updated.rPresent = false }
-            // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only
-            // be this creation's or a later one (another device's edit, move or deletion since), and that change
-            // has been read from the feed already — it must stay the remote state, or it would never be seen.
-            if fed { updated.takeRemote(from: stored) }
-            try self.keepSentContent(&updated)
-            try updated.update(db, from: stored)
+            try self.recordCreated(db, luid, item, parent: parent, checksum: checksum, asRead: nil)
         }
+    }
+
+    /// ``recordCreated(_:_:parent:checksum:)`` inside a write (a batch records all its answers in one). `asRead`: the
+    /// row as read before the request, marked sent (only the columns this changes are written, so a change the user
+    /// made meanwhile stays); nil: read now.
+    nonisolated func recordCreated(_ db: Database, _ luid: String, _ item: RemoteItem, parent: String?, checksum: String?, asRead: ItemRow?) throws {
+        var fed = false
+        let stored: ItemRow
+        if let other = try ItemRow.luid(db, fileId: item.id), other != luid {
+            try merge(db, from: other, into: luid)  // the feed brought it first
+            fed = true
+            guard let merged = try ItemRow.fetch(db, luid: luid) else { return }
+            stored = merged
+        } else if let asRead {
+            stored = asRead
+        } else {
+            guard let fresh = try ItemRow.fetch(db, luid: luid) else { return }
+            stored = fresh
+        }
+        var updated = stored
+        updated.setRemote(item, parentLuid: try createdParent(db, item, requested: parent))
+        if updated.rChecksum == nil { updated.rChecksum = checksum }
+        // The merge base is what this creation made.
+        updated.syncRemote()
+        updated.createRequest = nil
+        updated.createSent = false
+        // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
+        if item.isDeleted { updated.rPresent = false }
+        // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only
+        // be this creation's or a later one (another device's edit, move or deletion since), and that change
+        // has been read from the feed already — it must stay the remote state, or it would never be seen.
+        if fed { updated.takeRemote(from: stored) }
+        try keepSentContent(&updated)
+        try updated.update(db, from: stored)
     }
 
     /// Where a creation's answer says the item is: where it was asked for — unless the request id brought back
@@ -556,30 +570,12 @@ extension SyncEngine {
         try await database.pool.write { db in
             for (entry, result) in zip(delivered, results) {
                 guard case .success(let item) = result else { continue }
-                var stored = entry.row
-                var fed = false
-                if let other = try ItemRow.luid(db, fileId: item.id), other != entry.row.luid {
-                    try self.merge(db, from: other, into: entry.row.luid)  // the feed brought it first
-                    guard let merged = try ItemRow.fetch(db, luid: entry.row.luid) else { continue }
-                    stored = merged
-                    fed = true
-                }
-                // (The row as read before the request: only the columns this changes are written, so a change the
-                // user made meanwhile stays.)
-                stored.createSent = true
-                stored.createRequest = entry.request
-                var updated = stored
-                updated.setRemote(item, parentLuid: try self.createdParent(db, item, requested: entry.row.lParent))
-                if updated.rChecksum == nil { updated.rChecksum = entry.checksum }
-                updated.syncRemote()
-                updated.createRequest = nil
-                updated.createSent = false
-                if item.isDeleted { updated.rPresent = false }
-                // As in recordCreated: the state the feed brought first is this creation's or a later one.
-                if fed { updated.takeRemote(from: stored) }
-                try self.keepSentContent(&updated)
-                try updated.update(db, from: stored)
-                try db.cachedStatement(sql: "DELETE FROM failures WHERE luid = ?").execute(arguments: [stored.luid])
+                // The row as read before the request, as the write above left it.
+                var asRead = entry.row
+                asRead.createSent = true
+                asRead.createRequest = entry.request
+                try self.recordCreated(db, entry.row.luid, item, parent: entry.row.lParent, checksum: entry.checksum, asRead: asRead)
+                try db.cachedStatement(sql: "DELETE FROM failures WHERE luid = ?").execute(arguments: [entry.row.luid])
             }
         }
         for (entry, result) in zip(sent, results) {
