@@ -306,6 +306,7 @@ struct ChunkedEncryptionTests {
             let sealed = try Data(contentsOf: out)
             #expect(digest.sealedSize == Int64(sealed.count) && digest.boundaries.last == digest.sealedSize)
             #expect(digest.checksum == sha256(data) && digest.plainSize == Int64(data.count))
+            #expect(digest.sealedChecksum == sha256(sealed), "the sealed file's hash, taken as it was written")
             var result: [Data] = []
             var start = 0
             for end in digest.boundaries {

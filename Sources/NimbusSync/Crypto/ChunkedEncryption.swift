@@ -54,6 +54,8 @@ public enum ChunkedEncryption {
         /// page, the index head, each 64 KiB of padding, the footer. A provider that stores blocks cut there stores an
         /// edit as the few parts it changed.
         public var boundaries: [Int64] = []
+        /// SHA-256 of the sealed file (sealing only), hashed as it was written: no second read to send it.
+        public var sealedChecksum: String?
     }
 
     /// Seals `source` into `destination` (replaced); returns the sealed size.
@@ -74,7 +76,13 @@ public enum ChunkedEncryption {
         let output = try FileHandle(forWritingTo: destination)
         defer { try? output.close() }
         var written = Int64(magic.count)
-        try output.write(contentsOf: magic)
+        var sealedHasher = SHA256()
+        /// Everything written goes through here (hashed on the way).
+        func put(_ data: Data) throws {
+            sealedHasher.update(data: data)
+            try output.write(contentsOf: data)
+        }
+        try put(Data(magic))
         var entries = Data()  // per record: its length (UInt32 BE) ‖ its SHA-256
         var boundaries: [Int64] = []
         var count: UInt32 = 0
@@ -90,7 +98,7 @@ public enum ChunkedEncryption {
             appendInteger(UInt32(record.count), to: &entries)
             entries.append(contentsOf: SHA256.hash(data: record))
             count += 1
-            try output.write(contentsOf: record)
+            try put(record)
             written += Int64(record.count)
             boundaries.append(written)
             plainSize += Int64(chunk.count)
@@ -128,7 +136,7 @@ public enum ChunkedEncryption {
         var pageRecords = Data()
         for payload in pages {
             let box = try sealed(payload, keys.index, context + "\u{0}page")
-            try output.write(contentsOf: box)
+            try put(box)
             written += Int64(box.count)
             boundaries.append(written)
             appendInteger(UInt32(box.count), to: &pageRecords)
@@ -142,9 +150,9 @@ public enum ChunkedEncryption {
         appendInteger(UInt64(padding), to: &head)
         appendInteger(UInt32(pages.count), to: &head)
         head.append(pageRecords)
-        try output.write(contentsOf: try sealed(head, keys.index, context))
+        try put(try sealed(head, keys.index, context))
         boundaries.append(headOffset + headSize)
-        try writePadding(padding, key: keys.padding, to: output)
+        try writePadding(padding, key: keys.padding, to: put)
         // Padding in 64 KiB parts from its start: a version whose padding is longer or shorter shares all but the last.
         var piece: Int64 = 64 << 10
         while piece < padding {
@@ -155,12 +163,13 @@ public enum ChunkedEncryption {
         var where_ = Data()
         appendInteger(UInt64(headOffset), to: &where_)
         appendInteger(UInt32(headSize), to: &where_)
-        try output.write(contentsOf: try sealed(where_, keys.index, context + "\u{0}footer"))
+        try put(try sealed(where_, keys.index, context + "\u{0}footer"))
         let total = headOffset + headSize + padding + Int64(footerSize)
         boundaries.append(total)
         try output.synchronize()
         return Digest(
-            sealedSize: total, plainSize: plainSize, checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined(), boundaries: boundaries)
+            sealedSize: total, plainSize: plainSize, checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined(), boundaries: boundaries,
+            sealedChecksum: sealedHasher.finalize().map { String(format: "%02x", $0) }.joined())
     }
 
     /// Opens a sealed file into `destination`: written to a `.partial` beside it and moved into place only when
@@ -264,14 +273,14 @@ public enum ChunkedEncryption {
 
     /// Padding that looks random, the same for every version of one file (its context), so re-sealing an edited
     /// file leaves it alike and it costs nothing in a block upload: AES-GCM's keystream over zeros, a piece per MiB.
-    static func writePadding(_ length: Int64, key: SymmetricKey, to output: FileHandle) throws {
+    static func writePadding(_ length: Int64, key: SymmetricKey, to output: (Data) throws -> Void) throws {
         var left = length
         var piece: UInt64 = 0
         while left > 0 {
             let count = Int(min(left, 1 << 20))
             var nonce = Data(count: 4)
             appendInteger(piece, to: &nonce)
-            try output.write(contentsOf: try AES.GCM.seal(Data(count: count), using: key, nonce: AES.GCM.Nonce(data: nonce)).ciphertext)
+            try output(try AES.GCM.seal(Data(count: count), using: key, nonce: AES.GCM.Nonce(data: nonce)).ciphertext)
             left -= Int64(count)
             piece += 1
         }

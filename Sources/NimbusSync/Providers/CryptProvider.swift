@@ -283,7 +283,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
             throw ProviderError.checksumMismatch  // unreadable or gone: read it again
         }
         guard digest.checksum == source.checksum, digest.plainSize == source.size else { throw ProviderError.checksumMismatch }
-        let sealedChecksum = try Self.fileSHA256(sealedFile)
+        let sealedChecksum = try digest.sealedChecksum ?? Self.fileSHA256(sealedFile)
         let stored: RemoteItem
         do {
             stored = try await inner.upload(
