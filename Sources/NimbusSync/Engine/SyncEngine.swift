@@ -34,6 +34,9 @@ public actor SyncEngine {
     private(set) var recentActivity: [String] = []
     /// Items a step is running for now.
     var running: Set<String> = []
+    /// The items with a retry schedule (a `failures` row), as of the last plan's admission and kept up by
+    /// ``failed(_:_:)``; nil until read. A step that succeeds for an item not in it has no row to delete: no write.
+    var knownFailures: Set<String>?
     var random: SeededRandom
     let observers = LockedBox([UUID: Observer]())
     let signal = Signal()
