@@ -1097,31 +1097,24 @@ extension SQLMetadataStore {
     }
 
     /// Moves the tree version of every folder holding something this transaction changed, up to the user's root,
-    /// each folder once: a WebDAV client that finds a collection's `ETag` unchanged can skip its whole subtree
+    /// each folder once (per 500 starting folders; a second bump is harmless): a WebDAV client that finds a collection's `ETag` unchanged can skip its whole subtree
     /// (as Nextcloud's and ownCloud's clients do). Folders a move or a deletion left are in `touchedFolders`.
     static func bumpTreeVersions(_ db: any SQLTransaction, _ effects: Effects) throws {
         guard !effects.changedFiles.isEmpty || !effects.touchedFolders.isEmpty else { return }
         var start = effects.touchedFolders
-        let changed = effects.changedFiles.sorted()
-        for first in stride(from: 0, to: changed.count, by: 500) {
-            let part = Array(changed[first..<min(first + 500, changed.count)])
-            let marks = Array(repeating: "?", count: part.count).joined(separator: ",")
-            start.formUnion(
-                try db.values(
-                    "SELECT DISTINCT parent_id FROM files WHERE id IN (\(marks)) AND parent_id IS NOT NULL", part.map { $0 as any SQLArgument },
-                    as: String.self))
+        for row in try fetchAll(db, "SELECT DISTINCT parent_id FROM files WHERE parent_id IS NOT NULL AND id IN", [], effects.changedFiles.sorted()) {
+            start.insert(try row.get("parent_id", as: String.self))
         }
         let folders = start.sorted()
         for first in stride(from: 0, to: folders.count, by: 500) {
             let part = Array(folders[first..<min(first + 500, folders.count)])
-            let marks = Array(repeating: "?", count: part.count).joined(separator: ",")
             try db.perform(
                 """
                 WITH RECURSIVE up(id) AS (
-                    SELECT id FROM files WHERE id IN (\(marks))
+                    SELECT id FROM files WHERE id IN (\(sqlPlaceholders(part.count)))
                     UNION SELECT f.parent_id FROM files f JOIN up ON f.id = up.id WHERE f.parent_id IS NOT NULL
                 ) UPDATE files SET tree_version = tree_version + 1 WHERE id IN (SELECT id FROM up)
-                """, part.map { $0 as any SQLArgument })
+                """, part)
         }
     }
 
