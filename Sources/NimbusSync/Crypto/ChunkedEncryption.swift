@@ -168,8 +168,8 @@ public enum ChunkedEncryption {
         boundaries.append(total)
         try output.synchronize()
         return Digest(
-            sealedSize: total, plainSize: plainSize, checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined(), boundaries: boundaries,
-            sealedChecksum: sealedHasher.finalize().map { String(format: "%02x", $0) }.joined())
+            sealedSize: total, plainSize: plainSize, checksum: FileHasher.hex(hasher.finalize()), boundaries: boundaries,
+            sealedChecksum: FileHasher.hex(sealedHasher.finalize()))
     }
 
     /// Opens a sealed file into `destination`: written to a `.partial` beside it and moved into place only when
@@ -268,7 +268,7 @@ public enum ChunkedEncryption {
         }
         _ = try? FileManager.default.removeItem(at: destination)
         try FileManager.default.moveItem(at: partial, to: destination)
-        return Digest(sealedSize: sealedSize, plainSize: openedSize, checksum: hasher.finalize().map { String(format: "%02x", $0) }.joined())
+        return Digest(sealedSize: sealedSize, plainSize: openedSize, checksum: FileHasher.hex(hasher.finalize()))
     }
 
     /// Padding that looks random, the same for every version of one file (its context), so re-sealing an edited

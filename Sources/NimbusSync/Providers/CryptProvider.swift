@@ -92,7 +92,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         let root = try await inner.root()
         do {
             _ = try await inner.upload(
-                UploadSource(url: file, size: Int64(data.count), checksum: sha256Hex(data)), to: .new(parentId: root.id, name: keyFileName, mimeType: "application/json"),
+                UploadSource(url: file, size: Int64(data.count), checksum: FileHasher.hex(SHA256.hash(data: data))), to: .new(parentId: root.id, name: keyFileName, mimeType: "application/json"),
                 requestId: "crypt-key-\(UUID().uuidString)") { _ in }
         } catch ProviderError.nameTaken {
             // Made meanwhile by another device: that one counts.
@@ -108,7 +108,8 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     /// keep it (0600) instead of the passphrase: no passphrase on its disk, no key derivation at each start.
     public static func unlock(over inner: any RemoteProvider, passphrase: String, scratch: URL) async throws -> SymmetricKey {
         guard let wrapped = try await readKeyFile(inner, scratch: scratch) else {
-            throw ProviderError.invalid(code: "remote_root_missing", message: "No encrypted remote here: its key file (\(keyFileName)) is missing.")
+            throw ProviderError.invalid(
+                code: "remote_root_missing", message: "No encrypted remote here: its key file (\(keyFileName)) is missing (deleted there, or never made).")
         }
         return try unwrap(wrapped, passphrase)
     }
@@ -138,12 +139,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     func keys() async throws -> CryptKeys {
         if let givenKeys { return givenKeys }
         return try await unlocked.value {
-            guard let wrapped = try await Self.readKeyFile(self.inner, scratch: self.scratch) else {
-                throw ProviderError.invalid(
-                    code: "remote_root_missing",
-                    message: "No encrypted remote here: its key file (\(Self.keyFileName)) is missing (deleted there, or never made).")
-            }
-            return CryptKeys(dataKey: try Self.unwrap(wrapped, self.passphrase ?? ""))
+            CryptKeys(dataKey: try await Self.unlock(over: self.inner, passphrase: self.passphrase ?? "", scratch: self.scratch))
         }
     }
 
@@ -283,7 +279,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
             throw ProviderError.checksumMismatch  // unreadable or gone: read it again
         }
         guard digest.checksum == source.checksum, digest.plainSize == source.size else { throw ProviderError.checksumMismatch }
-        let sealedChecksum = try digest.sealedChecksum ?? Self.fileSHA256(sealedFile)
+        let sealedChecksum = try digest.sealedChecksum ?? FileHasher.sha256(of: sealedFile).checksum
         let stored: RemoteItem
         do {
             stored = try await inner.upload(
@@ -332,15 +328,6 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         try await inner.delete(id)
     }
 
-    static func fileSHA256(_ url: URL) throws -> String {
-        let handle = try FileHandle(forReadingFrom: url)
-        defer { try? handle.close() }
-        var hasher = SHA256()
-        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty { hasher.update(data: data) }
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
-    }
-
-    static func sha256Hex(_ data: Data) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
 }
 
 /// A ``CryptProvider`` over a provider that lists whole trees in one go (S3): so does this one. Items under a folder
