@@ -220,19 +220,29 @@ struct Home {
         }
     }
 
+    /// What makes the signed-in server's provider rooted at `path`, with the account's token store; nil when this
+    /// device is not logged in.
+    func nimbusProviderMaker(path: String) throws -> (FileTokenStore, @Sendable (any ProviderStateStore) -> any RemoteProvider)? {
+        let tokens = FileTokenStore(url: libraryURL.appending(path: "account.json"))
+        guard let account = try tokens.load() else { return nil }
+        return (
+            tokens,
+            { state in
+                NimbusProvider(
+                    client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
+            }
+        )
+    }
+
     /// What makes the provider a crypt remote `name` encrypts into: a folder of another remote, or of the signed-in server.
     func wrappedProviderMaker(_ name: String, _ remote: RemoteConfig) throws -> @Sendable (any ProviderStateStore) -> any RemoteProvider {
         guard let spec = remote.remote, !spec.isEmpty else { throw CLIError("The remote '\(name)' does not say what it encrypts into; add it again.") }
         switch try RemoteSpec(spec, config: try loadConfig()) {
         case .nimbus(let path):
-            let tokens = FileTokenStore(url: libraryURL.appending(path: "account.json"))
-            guard let account = try tokens.load() else {
+            guard let (_, maker) = try nimbusProviderMaker(path: path) else {
                 throw CLIError("The encrypted remote '\(name)' is on the Nimbus server, and this device is not logged in. Run: nimbus login URL --username NAME")
             }
-            return { state in
-                NimbusProvider(
-                    client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
-            }
+            return maker
         case .named(let other, let otherRemote, let path):
             guard otherRemote.type != "crypt" else { throw CLIError("The remote '\(name)' encrypts into '\(other)', which is encrypted itself; that is not supported.") }
             return try providerMaker(other, otherRemote, path: path)
@@ -261,13 +271,9 @@ struct Home {
         if let transfers { configuration.maxConcurrentOperations = transfers }
         switch target {
         case .nimbus(let path):
-            let tokens = FileTokenStore(url: libraryURL.appending(path: "account.json"))
-            guard let account = try tokens.load() else { throw CLIError("Not logged in. Run: nimbus login URL --username NAME") }
+            guard let (tokens, maker) = try nimbusProviderMaker(path: path) else { throw CLIError("Not logged in. Run: nimbus login URL --username NAME") }
             configuration.tokenStore = tokens
-            configuration.provider = { state in
-                NimbusProvider(
-                    client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
-            }
+            configuration.provider = maker
         case .named(let name, let remote, let path):
             configuration.provider = try providerMaker(name, remote, path: path)
         }
