@@ -502,7 +502,7 @@ final class ListedProvider: RemoteProvider, @unchecked Sendable {
     {
         hidden(try await inner.upload(source, to: target, requestId: requestId, progress: progress))
     }
-    func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+    func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         try await inner.download(id, revision: revision, to: destination, progress: progress)
     }
     func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem { hidden(try await inner.move(id, to: parentId, name: name)) }

@@ -105,6 +105,14 @@ struct Simulation {
 
     func directory(_ index: Int) -> URL { world.root.appending(path: "sim-\(seed)/device-\(index)") }
 
+    /// Seeds ≡ 3 (mod 4) keep every device's library encrypted at rest (issue 15), its key in a key file (a
+    /// passphrase would cost PBKDF2 at every crash and restart); the check then finds no name in any store.
+    var encrypted: Bool { seed % 4 == 3 }
+
+    func encryption(_ index: Int) -> StoreEncryption? {
+        encrypted ? .keyStore(FileKeyStore(url: world.root.appending(path: "sim-\(seed)/key-\(index)"))) : nil
+    }
+
     mutating func run() async throws {
         try await world.register(user)
         let start: ChangeCursor = try await world.api(user).call("GET", "/v1/changes/start")
@@ -113,6 +121,7 @@ struct Simulation {
             let device = try world.device("D\(index)", directory: directory(index)) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index)
                 $0.maxConcurrentOperations = Self.width(seed)
+                $0.encryption = encryption(index)
             }
             try await device.engine.signIn(server: world.server, username: user, password: "correct horse")
             device.faults.randomFaults(rate: 0.15, seed: seed &* 31 &+ UInt64(index))
@@ -190,6 +199,7 @@ struct Simulation {
             let rebuilt = try world.device("D\(index)", directory: directory(index), clock: device.clock, faults: device.faults) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index) &+ UInt64(counter)
                 $0.maxConcurrentOperations = Self.width(seed)
+                $0.encryption = encryption(index)
             }
             devices[index] = rebuilt
         default:
@@ -338,6 +348,19 @@ struct Simulation {
         }
         for version in versions where !version.excused && !stored.contains(version.checksum) {
             throw SimulationFailure(message: "content committed on D\(version.device) was lost (\(version.checksum))\n\(log.joined(separator: "\n"))")
+        }
+        // An encrypted store holds none of the names it synced, in any file (database, its journal, content).
+        if encrypted {
+            let names = Set(serverTree.keys.flatMap { $0.split(separator: "/").map(String.init) }).filter { $0.count >= 5 }
+            for index in devices.indices {
+                guard let files = FileManager.default.enumerator(at: directory(index), includingPropertiesForKeys: nil) else { continue }
+                for case let url as URL in files {
+                    guard let data = try? Data(contentsOf: url) else { continue }
+                    for name in names where data.range(of: Data(name.utf8)) != nil {
+                        throw SimulationFailure(message: "'\(name)' is readable in D\(index)'s encrypted store (\(url.lastPathComponent))\n\(log.joined(separator: "\n"))")
+                    }
+                }
+            }
         }
         // Retries never duplicate: every name is unique by construction, so a numbered name means a duplicate.
         for path in serverTree.keys where path.range(of: #" \(\d+\)"#, options: .regularExpression) != nil {

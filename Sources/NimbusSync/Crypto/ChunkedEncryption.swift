@@ -65,11 +65,13 @@ public enum ChunkedEncryption {
     }
 
     /// ``seal(_:to:key:context:)``, hashing the plaintext on the way (one read of it).
-    public static func sealReporting(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws -> Digest {
+    public static func sealReporting(
+        _ source: URL, to destination: URL, key: SymmetricKey, context: String, sealing: ContentSealing? = nil
+    ) throws -> Digest {
         let keys = Keys(key, context: context)
         var hasher = SHA256()
-        let input = try FileHandle(forReadingFrom: source)
-        defer { try? input.close() }
+        let input = try ContentReader(url: source, sealing: sealing)
+        defer { input.close() }
         guard FileManager.default.createFile(atPath: destination.path, contents: nil) else {
             throw SyncError.localFile("Cannot write \(destination.path).")
         }
@@ -180,7 +182,9 @@ public enum ChunkedEncryption {
 
     /// ``open(_:to:key:context:)``, hashing the plaintext on the way.
     @discardableResult
-    public static func openReporting(_ source: URL, to destination: URL, key: SymmetricKey, context: String) throws -> Digest {
+    public static func openReporting(
+        _ source: URL, to destination: URL, key: SymmetricKey, context: String, sealing: ContentSealing? = nil
+    ) throws -> Digest {
         let keys = Keys(key, context: context)
         var hasher = SHA256()
         var sealedSize: Int64 = 0
@@ -192,7 +196,8 @@ public enum ChunkedEncryption {
         do {
             let input = try FileHandle(forReadingFrom: source)
             defer { try? input.close() }
-            let output = try FileHandle(forWritingTo: partial)
+            // Written sealed when the destination is an encrypted library's.
+            let output = try ContentWriter(url: partial, sealing: sealing)
             defer { try? output.close() }
             guard let start = try input.read(upToCount: magic.count), Array(start) == magic else {
                 throw EncryptionError.notEncrypted("not a Nimbus chunk-encrypted file")

@@ -38,6 +38,7 @@ extension SyncEngine {
         checksum: String? = nil
     ) throws -> ItemID {
         let name = try Self.validName(rawName ?? fileURL.lastPathComponent)
+        let copy = copy || sealing != nil  // an encrypted library keeps its own sealed copy
         let staged = try stage(fileURL, copy: copy, checksum: checksum)
         let id = ItemID.make()
         let now = self.now
@@ -99,9 +100,11 @@ extension SyncEngine {
                         folders[file.folder] = parent
                     }
                     // insertFile refuses (a SyncError) before its first write, so a refused file leaves nothing.
-                    try self.insertFile(db, id: id, name: entry.name, parent: parent, mimeType: file.mimeType, staged: entry.staged, owned: false, now: now)
+                    try self.insertFile(
+                        db, id: id, name: entry.name, parent: parent, mimeType: file.mimeType, staged: entry.staged, owned: self.sealing != nil, now: now)
                     results[entry.index] = .success(id)
                 } catch let error as SyncError {
+                    if self.sealing != nil { try? FileManager.default.removeItem(at: entry.staged.url) }
                     results[entry.index] = .failure(error)
                 }
             }
@@ -134,6 +137,7 @@ extension SyncEngine {
     /// Replaces a file's content with `fileURL`'s: a new version, based on the last revision both sides agreed on
     /// (a version not yet sent is simply replaced: only the newest is sent).
     public func update(_ id: ItemID, from fileURL: URL, copy: Bool = true, checksum: String? = nil) throws {
+        let copy = copy || sealing != nil  // an encrypted library keeps its own sealed copy
         let staged = try stage(fileURL, copy: copy, checksum: checksum)
         let now = self.now
         var discard: String?
@@ -468,17 +472,25 @@ extension SyncEngine {
 
     /// Hands the item's downloaded content file over to the caller (who moves it where it belongs); the engine
     /// forgets it. `nil` if the current content is not here.
+    /// In an encrypted library the file handed over is a plain copy, opened and checked, in the system's temporary
+    /// folder (the sealed one is removed).
     public func takeContent(of id: ItemID) throws -> URL? {
-        try database.pool.write { db in
+        let taken = try database.pool.write { db -> (path: String, checksum: String?)? in
             guard let stored = try ItemRow.fetch(db, luid: id.rawValue), let path = stored.contentPath, stored.contentChecksum == stored.lChecksum,
-                path.hasPrefix(self.contentDirectory.path) || path.hasPrefix(self.stagingDirectory.path)
+                self.isStored(path)
             else { return nil }
             var row = stored
             row.contentPath = nil
             row.contentChecksum = nil
             try row.update(db, from: stored)
-            return URL(fileURLWithPath: path)
+            return (path, stored.contentChecksum)
         }
+        guard let taken else { return nil }
+        guard sealing != nil else { return URL(fileURLWithPath: taken.path) }
+        let plain = FileManager.default.temporaryDirectory.appending(path: "nimbus-\(UUID.random().uuidString.lowercased())")
+        defer { try? FileManager.default.removeItem(atPath: taken.path) }
+        try copyOut(taken.path, to: plain, checksum: taken.checksum)
+        return plain
     }
 
     // MARK: Helpers (inside transactions)
@@ -502,7 +514,8 @@ extension SyncEngine {
 
     nonisolated func checkFree(_ db: Database, name: String, in parent: String, except luid: String?) throws {
         if let other = try String.fetchOne(
-            db.cachedStatement(sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1"), arguments: [parent, name]),
+            db.cachedStatement(sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1"),
+            arguments: [parent, db.storeCipher?.sealName(name) ?? name]),
             other != luid
         {
             throw SyncError.invalid("'\(name)' already exists in that folder.")
@@ -529,9 +542,10 @@ extension SyncEngine {
             throw SyncError.localFile("\(fileURL.path) is not a readable file.")
         }
         do {
-            if copy {
+            // An encrypted library keeps its own sealed copy: the caller's file (and its path, a name) stay out of it.
+            if copy || sealing != nil {
                 let destination = stagingDirectory.appending(path: UUID.random().uuidString.lowercased())
-                let (checksum, size) = try FileHasher.copy(fileURL, to: destination)
+                let (checksum, size) = try copyIn(fileURL, to: destination)
                 return (destination, checksum, size)
             }
             if let known { return (fileURL, known, size) }

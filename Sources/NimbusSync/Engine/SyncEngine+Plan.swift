@@ -64,9 +64,9 @@ extension SyncEngine {
             do {
                 if row.isFolder {
                     made = try await provider.createFolder(named: name, in: parent, requestId: request)
-                } else if let path = row.contentPath, let checksum = row.contentChecksum, let size = FileHasher.regularFileSize(path) {
+                } else if let path = row.contentPath, let checksum = row.contentChecksum, let size = contentSize(path) {
                     made = try await provider.upload(
-                        UploadSource(url: URL(fileURLWithPath: path), size: size, checksum: checksum), to: .new(parentId: parent, name: name, mimeType: row.lMime),
+                        uploadSource(path, size: size, checksum: checksum), to: .new(parentId: parent, name: name, mimeType: row.lMime),
                         requestId: request) { _ in }
                 }
             } catch ProviderError.requestIdReused(let existing?) {
@@ -402,7 +402,7 @@ extension SyncEngine {
     /// The rows that are not in sync (or all of them), one line each (diagnostics for tests and traces).
     func unsyncedRows(all: Bool = false) throws -> [String] {
         try database.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE luid != 'root'").map(ItemRow.init(row:)).filter { all || !$0.isSynced }.map {
+            try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE luid != 'root'").map { try ItemRow.decode($0, db) }.filter { all || !$0.isSynced }.map {
                 "\($0.luid) \($0.isFolder ? "dir" : "file") fid=\($0.fileId ?? "-") r=\($0.rPresent ? "\($0.rParent ?? "-")/\($0.rName ?? "-")@\(($0.rRevision ?? "-").prefix(6))" : "∅") "
                     + "s=\($0.sPresent ? "\($0.sParent ?? "-")/\($0.sName ?? "-")@\(($0.sRevision ?? "-").prefix(6))" : "∅") "
                     + "l=\($0.lPresent ? "\($0.lParent ?? "-")/\($0.lName ?? "-")#\(($0.lChecksum ?? "-").prefix(6))" : "∅") hold=\($0.hold?.rawValue ?? "-") content=\($0.contentPath != nil)"

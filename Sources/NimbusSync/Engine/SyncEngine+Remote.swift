@@ -272,7 +272,8 @@ extension SyncEngine {
                 db.cachedStatement(
                     sql: "SELECT r_present, r_parent, r_name, r_revision, r_checksum, r_size, r_mime, r_modified, is_folder FROM items WHERE file_id = ?"),
                 arguments: [item.id]),
-                known[0] as Bool, known[1] as String? == parent, known[2] as String? == item.name, known[3] as String? == item.revision,
+                known[0] as Bool, known[1] as String? == parent, known[2] as String? == (db.storeCipher?.sealName(item.name) ?? item.name),
+                known[3] as String? == item.revision,
                 item.checksum == nil || known[4] as String? == item.checksum, known[5] as Int64? == item.size, known[6] as String? == item.mimeType,
                 known[7] as Int64? == item.modifiedAt.millis, known[8] as Bool == item.isFolder
             {

@@ -297,7 +297,15 @@ extension SyncEngine {
             if disk != nil {
                 needsScan = true
             } else if let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid) }), let path = row.contentPath {
-                guard let (checksum, size) = try? FileHasher.sha256(of: URL(fileURLWithPath: path)) else {
+                let checksum: String
+                let size: Int64
+                do {
+                    (checksum, size) = try hashContent(path)
+                } catch let error as EncryptionError {
+                    // A sealed copy that does not open is never sent (nor taken for a change).
+                    try await failed(step, .localFile("The encrypted copy of this file is damaged: \(error.description)"))
+                    return false
+                } catch {
                     try await failed(step, .localFile("The file to upload is gone (\(path))."))
                     return false
                 }
@@ -434,7 +442,7 @@ extension SyncEngine {
             throw SyncError.localFile("The content of '\(row.lName ?? "")' is not on this device any more.")
         }
         guard FileManager.default.fileExists(atPath: path) else { throw SyncError.localFile("The file to upload is gone (\(path)).") }
-        return UploadSource(url: URL(fileURLWithPath: path), size: size, checksum: checksum)
+        return uploadSource(path, size: size, checksum: checksum)
     }
 
     func upload(_ row: ItemRow, base: String?, _ provider: any RemoteProvider) async throws {
@@ -637,7 +645,16 @@ extension SyncEngine {
             fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         let target = disk.absolute(relative)
         let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
-        try disk.fileSystem.importFile(partial.url, to: temporary)
+        if sealing != nil {
+            // Sealed in the store: opened (and checked) into a plain file that goes straight into the folder.
+            let plain = stagingDirectory.appending(path: "plain-\(UUID.random().uuidString.lowercased())")
+            defer { try? FileManager.default.removeItem(at: plain) }
+            try copyOut(partial.url.path, to: plain, checksum: partial.checksum)
+            try? FileManager.default.removeItem(at: partial.url)
+            try disk.fileSystem.importFile(plain, to: temporary)
+        } else {
+            try disk.fileSystem.importFile(partial.url, to: temporary)
+        }
         // The last check: the file it replaces is still what the plan saw (nothing unsent is replaced), and nothing
         // that appeared at the path meanwhile is.
         var aside: String?
@@ -699,7 +716,9 @@ extension SyncEngine {
     ) async throws -> (url: URL, checksum: String) {
         let key = FileHasher.hex(SHA256.hash(data: Data("\(fileId)\n\(revision)".utf8))).prefix(32)
         let partial = stagingDirectory.appending(path: "download-\(key).partial")
-        let have = FileHasher.regularFileSize(partial.path) ?? 0
+        // In an encrypted library the partial download is sealed as it comes (and resumed sealed).
+        let target = downloadTarget(partial)
+        let have = target.existingSize
         if let available = Self.freeSpace(at: stagingDirectory), available < size - have {
             throw SyncError.insufficientSpace(needed: size - have, available: available)
         }
@@ -709,11 +728,11 @@ extension SyncEngine {
             progress.withLock { $0[luid] = .downloading(progress: min(1, Double(written) / Double(max(size, 1)))) }
         }
         if let delta = provider as? any DeltaDownloadProvider, size >= delta.deltaMinimum {
-            try await delta.download(fileId, revision: revision, to: partial, reusing: seeds, locate: { [weak self] in await self?.localCopy(of: $0) }, progress: report)
+            try await delta.download(fileId, revision: revision, to: target, reusing: seeds, locate: { [weak self] in await self?.localCopy(of: $0) }, progress: report)
         } else {
-            try await provider.download(fileId, revision: revision, to: partial, progress: report)
+            try await provider.download(fileId, revision: revision, to: target, progress: report)
         }
-        let (actual, actualSize) = try FileHasher.sha256(of: partial)
+        let (actual, actualSize) = try target.hash()
         if let checksum, actual != checksum || actualSize != size {
             try? FileManager.default.removeItem(at: partial)
             throw SyncError.checksumMismatch(expected: checksum, actual: actual)
@@ -729,7 +748,11 @@ extension SyncEngine {
             return (row, row.lPresent ? try self.localPath(db, row.luid) : nil)
         }
         guard let found else { return nil }
-        guard let disk else { return found.row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? URL(fileURLWithPath: $0) : nil } }
+        guard let disk else {
+            // Sealed content is not handed to a provider to read blocks from (it reads plain files).
+            guard sealing == nil else { return nil }
+            return found.row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? URL(fileURLWithPath: $0) : nil }
+        }
         guard let path = found.path else { return nil }
         return try? disk.fileSystem.exportFile(disk.absolute(path))
     }
@@ -743,7 +766,7 @@ extension SyncEngine {
         let fetched: (url: URL, checksum: String)
         do {
             // An older version kept here may hold most of the new one.
-            let seeds = row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? [URL(fileURLWithPath: $0)] : nil } ?? []
+            let seeds = sealing != nil ? [] : row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? [URL(fileURLWithPath: $0)] : nil } ?? []
             fetched = try await fetch(
                 fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         } catch let error as ProviderError {
@@ -773,7 +796,7 @@ extension SyncEngine {
                     SELECT \(ItemRow.columns) FROM items WHERE pinned = 1 AND l_present = 1 AND is_folder = 0 AND file_id IS NOT NULL
                     AND (content_path IS NULL OR content_checksum IS NOT l_checksum) AND l_checksum IS r_checksum
                     """
-            ).map(ItemRow.init(row:))
+            ).map { try ItemRow.decode($0, db) }
         }
         let now = self.now.millis
         let failures = try await database.pool.read { db in try FailureRow.all(db) }
@@ -920,7 +943,8 @@ extension SyncEngine {
         var attempt = 1
         while try String.fetchOne(
             db.cachedStatement(sql: "SELECT luid FROM items WHERE ((l_parent = ? AND l_present = 1) OR (r_parent = ? AND r_present = 1)) AND (l_name = ? OR r_name = ?)"),
-            arguments: [parent, parent, candidate, candidate]) != nil, attempt < 10_000
+            arguments: [parent, parent, db.storeCipher?.sealName(candidate) ?? candidate, db.storeCipher?.sealName(candidate) ?? candidate]) != nil,
+            attempt < 10_000
         {
             candidate = FileName.numbered(name, attempt)
             attempt += 1

@@ -17,6 +17,10 @@ public actor SyncEngine {
     let database: LocalDatabase
     let contentDirectory: URL
     let stagingDirectory: URL
+    /// Content sealed at rest (an encrypted library, ``SyncConfiguration/encryption``); nil: plain files.
+    let sealing: ContentSealing?
+    /// The database's label, under which its cipher is registered (``StoreCipher``).
+    let databaseLabel: String
     let tokenStore: any TokenStore
     /// Created once per library and kept across sign-out and account switches.
     public nonisolated let libraryId: String
@@ -74,7 +78,16 @@ public actor SyncEngine {
         for url in [directory, contentDirectory, stagingDirectory] {
             try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
-        database = try LocalDatabase(path: directory.appending(path: "sync.sqlite").path)
+        databaseLabel = "nimbus-library-" + UUID.random().uuidString.lowercased()
+        database = try LocalDatabase(path: directory.appending(path: "sync.sqlite").path, label: databaseLabel)
+        // Encrypted at rest: unlocked before anything is read (a wrong key is an error here, never an empty view).
+        let (isNew, encrypted, check) = try database.pool.read { db in
+            (try db.meta("libraryId") == nil, try db.meta("encryption") != nil, try db.meta("keyCheck"))
+        }
+        let dataKey = try StoreKey.unlock(directory: directory, encryption: configuration.encryption, encrypted: encrypted, isNew: isNew, check: check)
+        let cipher = dataKey.map(StoreCipher.init(dataKey:))
+        StoreCipher.register(cipher, label: databaseLabel)
+        sealing = cipher.map { ContentSealing($0.content) }
         stateStore = DatabaseStateStore(pool: database.pool)
         tokenStore = configuration.tokenStore ?? FileTokenStore(url: directory.appending(path: "account.json"))
         random = SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max))
@@ -87,6 +100,10 @@ public actor SyncEngine {
         libraryId = try database.pool.write { db in
             if let id = try db.meta("libraryId") { return id }
             let id = UUID.random().uuidString.lowercased()
+            if let cipher {
+                try db.setMeta("encryption", "aes-256-gcm-v1")
+                try db.setMeta("keyCheck", cipher.check)
+            }
             try db.setMeta("libraryId", id)
             var root = ItemRow.empty(ItemID.root.rawValue, isFolder: true)
             root.lPresent = true
@@ -107,6 +124,14 @@ public actor SyncEngine {
             phase = .signedOut
         }
     }
+
+    deinit {
+        // The keys leave memory with the engine.
+        StoreCipher.register(nil, label: databaseLabel)
+    }
+
+    /// Whether this library is encrypted at rest.
+    public nonisolated var isEncrypted: Bool { sealing != nil }
 
     static func transport(for server: URL, _ configuration: SyncConfiguration) -> any Transport {
         configuration.transportFactory?(server) ?? AsyncHTTPClientTransport(baseURL: server)
@@ -167,6 +192,43 @@ public actor SyncEngine {
         notifyChanged()
     }
 
+    /// Signs out and, with `wipingKeys`, destroys this library's key (issue 15): the key file or the key store's key
+    /// is deleted, the cipher leaves the process's registry, and the sealed content is removed — what was encrypted
+    /// can no longer be read by anyone. Drop the engine afterwards (the library's folder may then be deleted).
+    /// Refused while changes wait to be sent, unless `discardingPending`: they would be lost.
+    public func signOut(wipingKeys: Bool, discardingPending: Bool = false) async throws {
+        guard wipingKeys else { return await signOut() }
+        let status = try status()
+        if !discardingPending, status.pending + status.failed + status.conflicts + status.unsynced > 0 {
+            throw SyncError.invalid("Changes on this device have not been sent yet; sync first, or discard them to wipe the keys.")
+        }
+        await signOut()
+        StoreCipher.register(nil, label: databaseLabel)
+        if case .keyStore(let store) = configuration.encryption { try store.deleteKey() }
+        let keyFile = configuration.directory.appending(path: StoreKey.fileName)
+        if FileManager.default.fileExists(atPath: keyFile.path) { try FileManager.default.removeItem(at: keyFile) }
+        for folder in [contentDirectory, stagingDirectory] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] {
+                try? FileManager.default.removeItem(at: folder.appending(path: name))
+            }
+        }
+    }
+
+    /// Changes the passphrase of the encrypted library in `directory` (``StoreEncryption/passphrase(_:)``): its data
+    /// key is re-wrapped under the new one; nothing else is re-encrypted. ``EncryptionError/wrongPassphrase`` if
+    /// `old` is not the passphrase (nothing changes then).
+    public static func changePassphrase(in directory: URL, from old: String, to new: String) throws {
+        let keyFile = directory.appending(path: StoreKey.fileName)
+        guard let data = try? Data(contentsOf: keyFile) else {
+            throw EncryptionError.keyMissing("\(directory.path) has no passphrase-wrapped key (\(StoreKey.fileName)).")
+        }
+        let wrapped: WrappedKey
+        do { wrapped = try JSONDecoder().decode(WrappedKey.self, from: data) } catch {
+            throw EncryptionError.tampered("\(keyFile.path) is not a key file")
+        }
+        try StoreKey.write(try wrapped.rewrapped(from: old, to: new), to: keyFile)
+    }
+
     func requireProvider() throws -> any RemoteProvider {
         guard let provider else { throw SyncError.notSignedIn }
         return provider
@@ -220,21 +282,31 @@ public actor SyncEngine {
         }
         func integer(_ column: Int32) -> Int64 { sqlite3_column_int64(sqlite, column) }
         var items: [SyncItem] = []
-        if let limit { items.reserveCapacity(limit) }
-        let rows = try Row.fetchCursor(statement, arguments: [folder, limit ?? -1, max(0, offset)])
+        // Sealed names do not sort as their names do: an encrypted store orders (and windows) the listing here.
+        let cipher = db.storeCipher
+        if let limit, cipher == nil { items.reserveCapacity(limit) }
+        let rows = try Row.fetchCursor(statement, arguments: cipher == nil ? [folder, limit ?? -1, max(0, offset)] : [folder, -1, 0])
         while try rows.next() != nil {
             let luid = text(0) ?? ""
             let isFolder = integer(4) != 0
             let state = Self.state(luid: luid, hold: text(9), pending: integer(12) != 0, failures: failures)
+            let name = try cipher.map { try $0.openName(text(2) ?? "") } ?? text(2) ?? ""
             items.append(
                 SyncItem(
-                    id: ItemID(luid), fileId: text(1), parentId: parent, name: text(2) ?? "",
+                    id: ItemID(luid), fileId: text(1), parentId: parent, name: name,
                     mimeType: text(3) ?? (isFolder ? folderMimeType : "application/octet-stream"), isFolder: isFolder,
                     size: integer(5), checksum: text(6), revisionId: text(7), modifiedAt: Date(millis: integer(8)), state: state,
                     isPinned: integer(10) != 0, isAvailableOffline: integer(11) != 0))
         }
-        return items
+        guard cipher != nil else { return items }
+        items.sort { $0.isFolder != $1.isFolder ? $0.isFolder : Self.namePrecedes($0.name, $1.name) }
+        let start = min(items.count, max(0, offset))
+        let end = limit.map { min(items.count, start + $0) } ?? items.count
+        return Array(items[start..<end])
     }
+
+    /// SQLite's order of names (its BINARY collation: UTF-8 bytes), for listings ordered in memory.
+    nonisolated static func namePrecedes(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
 
     /// A window of a folder's listing (same order as ``listing(in:)``): what a list on screen shows first.
     /// The first screenful of a 100,000-item folder comes in about a millisecond; scroll with `offset`.
@@ -273,7 +345,8 @@ public actor SyncEngine {
             guard
                 let luid = try database.pool.read({ db in
                     try String.fetchOne(
-                        db, sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1", arguments: [current.rawValue, name])
+                        db, sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1",
+                        arguments: [current.rawValue, db.storeCipher?.sealName(name) ?? name])
                 })
             else { return nil }
             current = ItemID(luid)
@@ -297,11 +370,12 @@ public actor SyncEngine {
         var names: [String] = []
         var current: String? = luid
         var guardCount = 0
+        let cipher = db.storeCipher
         while let id = current, id != ItemID.root.rawValue, guardCount < 10_000 {
             guard let row = try Row.fetchOne(db.cachedStatement(sql: sql), arguments: [id]), row[2] as Bool, let name = row[1] as String? else {
                 return nil
             }
-            names.append(name)
+            names.append(try cipher?.openName(name) ?? name)
             current = row[0]
             guardCount += 1
         }
@@ -358,15 +432,18 @@ public actor SyncEngine {
                 db,
                 sql: """
                     SELECT \(ItemRow.columns) FROM items WHERE flag IS NOT NULL
-                    OR luid IN (SELECT luid FROM failures WHERE failed = 1) ORDER BY l_name
+                    OR luid IN (SELECT luid FROM failures WHERE failed = 1)
                     """
-            ).map { self.makeItem(ItemRow(row: $0), failures: failures) }
+            ).map { self.makeItem(try ItemRow.decode($0, db), failures: failures) }
+            .sorted { Self.namePrecedes($0.name, $1.name) }
         }
     }
 
-    /// Where the item's current content is on this device, if it is.
+    /// Where the item's current content is on this device, if it is. Nil in an encrypted library (its files are
+    /// sealed): use ``readContent(of:)`` or ``exportContent(of:to:)``, which work for both.
     public func contentURL(of id: ItemID) throws -> URL? {
-        try database.pool.read { db in
+        guard sealing == nil else { return nil }
+        return try database.pool.read { db in
             guard let row = try ItemRow.fetch(db, luid: id.rawValue), let path = row.contentPath, row.contentChecksum == row.lChecksum else {
                 return nil
             }
@@ -379,8 +456,15 @@ public actor SyncEngine {
     /// Items whose steps failed for good, and those being transferred now.
     func failureStates() throws -> [String: ItemState] {
         var result: [String: ItemState] = [:]
-        for row in try database.pool.read({ db in try Row.fetchAll(db, sql: "SELECT luid, last_error FROM failures WHERE failed = 1") }) {
-            result[row[0]] = .failed(.server(status: 0, code: "failed", message: row[1] ?? "failed", retryAfter: nil))
+        let failed = try database.pool.read { db in
+            let cipher = db.storeCipher
+            return try Row.fetchAll(db, sql: "SELECT luid, last_error FROM failures WHERE failed = 1").map { row -> (String, String?) in
+                let stored: String? = row[1]
+                return (row[0], try cipher.map { cipher in try stored.map { try cipher.openText($0) } } ?? stored)
+            }
+        }
+        for (luid, message) in failed {
+            result[luid] = .failed(.server(status: 0, code: "failed", message: message ?? "failed", retryAfter: nil))
         }
         for (luid, state) in progress where result[luid] == nil { result[luid] = state }
         return result
@@ -453,7 +537,10 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
     init(pool: DatabasePool) { self.pool = pool }
 
     func value(for key: String) throws -> String? {
-        try pool.read { db in try String.fetchOne(db, sql: "SELECT value FROM provider_state WHERE key = ?", arguments: [key]) }
+        try pool.read { db in
+            let stored = try String.fetchOne(db, sql: "SELECT value FROM provider_state WHERE key = ?", arguments: [key])
+            return try db.storeCipher.map { cipher in try stored.map { try cipher.openText($0) } } ?? stored
+        }
     }
 
     func setValue(_ value: String?, for key: String) throws { try setValues([key: value]) }
@@ -462,7 +549,8 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
         try pool.read { db in
             let rows = try Row.fetchAll(
                 db, sql: "SELECT key, value FROM provider_state WHERE key >= ? AND key < ?", arguments: [prefix, prefix + "\u{10FFFF}"])
-            return Dictionary(rows.map { ($0[0] as String, $0[1] as String) }, uniquingKeysWith: { $1 })
+            let cipher = db.storeCipher
+            return Dictionary(try rows.map { ($0[0] as String, try cipher?.openText($0[1]) ?? $0[1]) }, uniquingKeysWith: { $1 })
         }
     }
 
@@ -505,11 +593,12 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
 
     func setValues(_ values: [String: String?]) throws {
         try pool.write { db in
+            let cipher = db.storeCipher
             for (key, value) in values {
                 if let value {
                     try db.execute(
                         sql: "INSERT INTO provider_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        arguments: [key, value])
+                        arguments: [key, cipher?.sealText(value) ?? value])
                 } else {
                     try db.execute(sql: "DELETE FROM provider_state WHERE key = ?", arguments: [key])
                 }

@@ -18,8 +18,11 @@ import GRDB
 struct LocalDatabase: Sendable {
     let pool: DatabasePool
 
-    init(path: String) throws {
+    /// `label` names the database's connections; an encrypted library's cipher is registered under it
+    /// (``StoreCipher``).
+    init(path: String, label: String? = nil) throws {
         var configuration = Configuration()
+        configuration.label = label
         configuration.busyMode = .timeout(30)
         let traced = ProcessInfo.processInfo.environment["NIMBUS_SQL_TRACE"] != nil
         configuration.prepareDatabase { db in

@@ -162,6 +162,12 @@ public struct SyncConfiguration: Sendable {
     /// The remote, when it is not the Nimbus account the engine signs into (a folder pair with another provider):
     /// made once, with the store where it keeps its small state (resumable sessions) in the engine's database.
     public var provider: (@Sendable (any ProviderStateStore) -> any RemoteProvider)?
+    /// Encryption at rest (issue 15): set when the library is made, and the same way at every later open. Content
+    /// (cached, pinned, staged uploads, partial downloads) is sealed in 64 KiB AES-256-GCM segments; names, failure
+    /// messages and the provider's session state in the database are sealed too (``StoreCipher``). Opening an
+    /// encrypted library without it, or with a wrong passphrase or key, throws ``EncryptionError`` (never an empty
+    /// view). Files added to an encrypted library are always copied in (`copy: false` is taken as `true`).
+    public var encryption: StoreEncryption?
 
     public init(directory: URL, deviceName: String) {
         self.directory = directory

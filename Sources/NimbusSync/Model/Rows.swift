@@ -164,15 +164,41 @@ struct ItemRow: Sendable, Equatable {
                     lChanging: text(28) == "changing", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
                     uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35)))
         }
+        if let cipher = db.storeCipher { return try result.map { try $0.opened(cipher) } }
         return result
     }
 
+    /// A row selected with ``columns``, its names opened when the store is encrypted.
+    static func decode(_ row: Row, _ db: Database) throws -> ItemRow {
+        try ItemRow(row: row).opened(db.storeCipher)
+    }
+
     static func fetch(_ db: Database, luid: String) throws -> ItemRow? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE luid = ?"), arguments: [luid]).map(ItemRow.init(row:))
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE luid = ?"), arguments: [luid]).map { try decode($0, db) }
     }
 
     static func fetch(_ db: Database, fileId: String) throws -> ItemRow? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE file_id = ?"), arguments: [fileId]).map(ItemRow.init(row:))
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE file_id = ?"), arguments: [fileId]).map { try decode($0, db) }
+    }
+
+    /// This row as an encrypted store keeps it (names sealed, see ``StoreCipher``); itself for a plain store.
+    func sealed(_ cipher: StoreCipher?) -> ItemRow {
+        guard let cipher else { return self }
+        var row = self
+        row.rName = cipher.sealName(rName)
+        row.sName = cipher.sealName(sName)
+        row.lName = cipher.sealName(lName)
+        return row
+    }
+
+    /// This row as read from an encrypted store, names opened.
+    func opened(_ cipher: StoreCipher?) throws -> ItemRow {
+        guard let cipher else { return self }
+        var row = self
+        row.rName = try cipher.openName(rName)
+        row.sName = try cipher.openName(sName)
+        row.lName = try cipher.openName(lName)
+        return row
     }
 
     /// The LUID of the item that is provider item `fileId`, without decoding the row.
@@ -186,7 +212,7 @@ struct ItemRow: Sendable, Equatable {
         """
 
     func save(_ db: Database) throws {
-        try db.cachedStatement(sql: Self.insertSQL).execute(arguments: StatementArguments(values))
+        try db.cachedStatement(sql: Self.insertSQL).execute(arguments: StatementArguments(sealed(db.storeCipher).values))
     }
 
     /// Writes what changed since `original` (this row as it was read): nothing when nothing did, else an UPDATE of
@@ -197,7 +223,9 @@ struct ItemRow: Sendable, Equatable {
         guard luid == original.luid else { return try save(db) }
         var assignments: [String] = []
         var arguments: [(any DatabaseValueConvertible)?] = []
-        for (index, (new, old)) in zip(values, original.values).enumerated()
+        // Sealed names are deterministic: a name that did not change seals the same, and is not written.
+        let cipher = db.storeCipher
+        for (index, (new, old)) in zip(sealed(cipher).values, original.sealed(cipher).values).enumerated()
         where (new?.databaseValue ?? .null) != (old?.databaseValue ?? .null) {
             assignments.append("\(Self.columnNames[index]) = ?")
             arguments.append(new)
@@ -319,8 +347,11 @@ struct FailureRow: Sendable, Equatable {
 
     static func all(_ db: Database) throws -> [String: FailureRow] {
         var result: [String: FailureRow] = [:]
+        let cipher = db.storeCipher
         for row in try Row.fetchAll(db, sql: "SELECT luid, kind, attempts, next_attempt_at, last_error, failed FROM failures") {
-            let failure = FailureRow(luid: row[0], kind: row[1], attempts: row[2], nextAttemptAt: row[3], lastError: row[4], failed: row[5])
+            let stored: String? = row[4]
+            let lastError = try cipher.map { cipher in try stored.map { try cipher.openText($0) } } ?? stored
+            let failure = FailureRow(luid: row[0], kind: row[1], attempts: row[2], nextAttemptAt: row[3], lastError: lastError, failed: row[5])
             result[failure.luid] = failure
         }
         return result
@@ -333,6 +364,6 @@ struct FailureRow: Sendable, Equatable {
                 ON CONFLICT (luid) DO UPDATE SET kind = excluded.kind, attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
                 last_error = excluded.last_error, failed = excluded.failed
                 """,
-            arguments: [luid, kind, attempts, nextAttemptAt, lastError, failed])
+            arguments: [luid, kind, attempts, nextAttemptAt, db.storeCipher.map { cipher in lastError.map { cipher.sealText($0) } } ?? lastError, failed])
     }
 }

@@ -121,7 +121,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         let file = scratch.appending(path: "key-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: file) }
-        try await inner.download(item.id, revision: nil, to: file) { _ in }
+        try await inner.download(item.id, revision: nil, to: DownloadTarget(url: file)) { _ in }
         do {
             return try JSONDecoder().decode(WrappedKey.self, from: Data(contentsOf: file))
         } catch {
@@ -274,7 +274,8 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         defer { try? FileManager.default.removeItem(at: sealedFile) }
         let digest: ChunkedEncryption.Digest
         do {
-            digest = try ChunkedEncryption.sealReporting(source.url, to: sealedFile, key: keys.dataKey, context: Self.context)
+            digest = try ChunkedEncryption.sealReporting(
+                source.url, to: sealedFile, key: keys.dataKey, context: Self.context, sealing: source.sealing)
         } catch {
             throw ProviderError.checksumMismatch  // unreadable or gone: read it again
         }
@@ -298,15 +299,16 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         return item
     }
 
-    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+    public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         let keys = try await keys()
         // The sealed bytes go beside the destination (a partial of them is resumed); opened into it once whole.
-        let sealedFile = destination.appendingPathExtension("sealed")
-        try await inner.download(id, revision: revision, to: sealedFile, progress: progress)
+        let sealedFile = destination.url.appendingPathExtension("sealed")
+        try await inner.download(id, revision: revision, to: DownloadTarget(url: sealedFile), progress: progress)
         defer { try? FileManager.default.removeItem(at: sealedFile) }
         let digest: ChunkedEncryption.Digest
         do {
-            digest = try ChunkedEncryption.openReporting(sealedFile, to: destination, key: keys.dataKey, context: Self.context)
+            digest = try ChunkedEncryption.openReporting(
+                sealedFile, to: destination.url, key: keys.dataKey, context: Self.context, sealing: destination.sealing)
         } catch let error as EncryptionError {
             throw ProviderError.server(status: 502, code: "crypt_tampered", message: error.description)
         }

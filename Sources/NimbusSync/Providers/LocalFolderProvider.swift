@@ -152,9 +152,9 @@ public final class LocalFolderProvider: RemoteProvider {
 
     /// Copies `source` to `destination`, hashing on the way; refuses bytes that do not match the checksum.
     func copy(_ source: UploadSource, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) throws {
-        let input: FileHandle
-        do { input = try FileHandle(forReadingFrom: source.url) } catch { throw ProviderError.checksumMismatch }
-        defer { try? input.close() }
+        let input: ContentReader
+        do { input = try source.open() } catch { throw ProviderError.checksumMismatch }
+        defer { input.close() }
         guard FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o644]) else {
             throw Self.posixError("write in \(destination.deletingLastPathComponent().path)")
         }
@@ -172,16 +172,13 @@ public final class LocalFolderProvider: RemoteProvider {
         guard size == source.size, FileHasher.hex(hasher.finalize()) == source.checksum else { throw ProviderError.checksumMismatch }
     }
 
-    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+    public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         guard let before = Self.lstat(url(id).path), before.st_mode & S_IFMT == S_IFREG else { throw ProviderError.notFound }
         if let revision, Self.revision(before) != revision { throw ProviderError.versionConflict(current: try describe(id)) }
-        if !FileManager.default.fileExists(atPath: destination.path) {
-            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
         let input: FileHandle
         do { input = try FileHandle(forReadingFrom: url(id)) } catch { throw ProviderError.notFound }
         defer { try? input.close() }
-        let output = try FileHandle(forWritingTo: destination)
+        let output = try destination.open()
         defer { try? output.close() }
         var offset = Int64(try output.seekToEnd())
         if offset > Int64(before.st_size) {

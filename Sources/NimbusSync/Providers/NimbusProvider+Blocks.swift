@@ -14,7 +14,7 @@ public protocol DeltaDownloadProvider: RemoteProvider {
     /// this device that the block index says hold one (`locate` gives the local copy of a file by id, or nil) —
     /// each checked by its SHA-256, and fetching only the rest.
     func download(
-        _ id: String, revision: String?, to destination: URL, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
+        _ id: String, revision: String?, to destination: DownloadTarget, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
         progress: @escaping @Sendable (Int64) -> Void
     ) async throws
 }
@@ -29,9 +29,9 @@ struct LocalChunk: Sendable, Hashable {
 enum LocalChunking {
     /// The file's FastCDC chunks with their SHA-256, and its size: read 8 MiB at a time, the chunks of each window
     /// hashed on every core (the cut points, at 2 GB/s, are found on one).
-    static func chunks(of url: URL) throws -> (chunks: [LocalChunk], size: Int64) {
-        let handle = try FileHandle(forReadingFrom: url)
-        defer { try? handle.close() }
+    static func chunks(of url: URL, sealing: ContentSealing? = nil) throws -> (chunks: [LocalChunk], size: Int64) {
+        let handle = try ContentReader(url: url, sealing: sealing)
+        defer { handle.close() }
         var scanner = FastCDC.Scanner()
         var chunks: [LocalChunk] = []
         var carry = Data()  // the bytes of the chunk still going on
@@ -69,9 +69,9 @@ enum LocalChunking {
     }
 
     /// The file's parts ending at `ends` (``usable(_:size:)``), with their SHA-256, and its size.
-    static func chunks(of url: URL, endingAt ends: [Int64]) throws -> (chunks: [LocalChunk], size: Int64) {
-        let handle = try FileHandle(forReadingFrom: url)
-        defer { try? handle.close() }
+    static func chunks(of url: URL, endingAt ends: [Int64], sealing: ContentSealing? = nil) throws -> (chunks: [LocalChunk], size: Int64) {
+        let handle = try ContentReader(url: url, sealing: sealing)
+        defer { handle.close() }
         var chunks: [LocalChunk] = []
         chunks.reserveCapacity(ends.count)
         var start: Int64 = 0
@@ -129,6 +129,16 @@ enum LocalChunking {
 /// list of its chunks — runs of the base revision's chunks by index, so a small edit of a big file commits a short
 /// list. Resumable by nature: chunks sent before a crash are still there (for the grace period) and are not sent
 /// again. A server without the block API (404) is remembered, and uploads go the whole-file way.
+extension DeltaDownloadProvider {
+    /// The delta download into a plain file.
+    public func download(
+        _ id: String, revision: String?, to url: URL, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
+        progress: @escaping @Sendable (Int64) -> Void
+    ) async throws {
+        try await download(id, revision: revision, to: DownloadTarget(url: url), reusing: seeds, locate: locate, progress: progress)
+    }
+}
+
 extension NimbusProvider: DeltaDownloadProvider {
     func shouldUploadBlocks(_ source: UploadSource, _ target: UploadTarget) -> Bool {
         guard blockUploads, blocksSupported.withLock({ $0 }) != false else { return false }
@@ -203,7 +213,7 @@ extension NimbusProvider: DeltaDownloadProvider {
     /// Sends the chunks (read again from the file; the server checks each hash, so a file changed meanwhile is a
     /// checksum mismatch, never a wrong block): many to a request (`POST /v1/blocks`, up to 8 MiB or 128 blocks),
     /// three requests at a time.
-    func sendBlocks(_ chunks: [LocalChunk], from url: URL, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
+    func sendBlocks(_ chunks: [LocalChunk], from source: UploadSource, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
         var batches: [[LocalChunk]] = []
         var batch: [LocalChunk] = []
         var bytes = 0
@@ -227,8 +237,8 @@ extension NimbusProvider: DeltaDownloadProvider {
                 group.addTask {
                     var body = Data()
                     body.reserveCapacity(batch.reduce(0) { $0 + $1.length + 80 })
-                    guard let handle = try? FileHandle(forReadingFrom: url) else { throw ProviderError.checksumMismatch }
-                    defer { try? handle.close() }
+                    guard let handle = try? source.open() else { throw ProviderError.checksumMismatch }
+                    defer { handle.close() }
                     for chunk in batch {
                         guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let bytes = try? handle.read(upToCount: chunk.length),
                             bytes.count == chunk.length
@@ -271,9 +281,9 @@ extension NimbusProvider: DeltaDownloadProvider {
         let local: (chunks: [LocalChunk], size: Int64)
         do {
             if let boundaries = source.boundaries, LocalChunking.usable(boundaries, size: source.size) {
-                local = try LocalChunking.chunks(of: source.url, endingAt: boundaries)
+                local = try LocalChunking.chunks(of: source.url, endingAt: boundaries, sealing: source.sealing)
             } else {
-                local = try LocalChunking.chunks(of: source.url)
+                local = try LocalChunking.chunks(of: source.url, sealing: source.sealing)
             }
         } catch { throw ProviderError.checksumMismatch }
         guard local.size == source.size else { throw ProviderError.checksumMismatch }
@@ -303,7 +313,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         let skipped = source.size - toSend.reduce(0) { $0 + Int64($1.length) }
         let sent = LockedBox(skipped)
         progress(skipped)
-        try await sendBlocks(toSend, from: source.url, sent: sent, progress: progress)
+        try await sendBlocks(toSend, from: source, sent: sent, progress: progress)
 
         // The list: runs of the base's blocks where the content follows the base, hashes elsewhere.
         var entries: [BlockListEntry] = []
@@ -341,7 +351,7 @@ extension NimbusProvider: DeltaDownloadProvider {
                 body.error.knownCode == .blocksMissing, let lacking = body.error.missing
             {
                 // Swept between the question and the commit (a day-old upload taken up again): send them, once.
-                try await sendBlocks(chunks(among: Set(lacking)), from: source.url, sent: LockedBox(0)) { _ in }
+                try await sendBlocks(chunks(among: Set(lacking)), from: source, sent: LockedBox(0)) { _ in }
                 continue
             }
             try Self.check(head, data)
@@ -356,11 +366,11 @@ extension NimbusProvider: DeltaDownloadProvider {
     }
 
     public func download(
-        _ id: String, revision: String?, to destination: URL, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
+        _ id: String, revision: String?, to destination: DownloadTarget, reusing seeds: [URL], locate: @escaping @Sendable (String) async -> URL?,
         progress: @escaping @Sendable (Int64) -> Void
     ) async throws {
         // A partial download goes on the usual way (Range).
-        let existing = FileHasher.regularFileSize(destination.path) ?? 0
+        let existing = destination.existingSize
         guard existing == 0, blocksSupported.withLock({ $0 }) != false, let manifest = try await manifest(id, revision: revision) else {
             return try await download(id, revision: revision, to: destination, progress: progress)
         }
@@ -393,10 +403,7 @@ extension NimbusProvider: DeltaDownloadProvider {
             return
         }
 
-        if !FileManager.default.fileExists(atPath: destination.path) {
-            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        let handle = try FileHandle(forWritingTo: destination)
+        let handle = try destination.open()
         defer { try? handle.close() }
         let contentPath = "/v1/files/\(id)/revisions/\(manifest.revisionId)/content"
         var written: Int64 = 0

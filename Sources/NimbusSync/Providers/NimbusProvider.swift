@@ -231,9 +231,9 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
             try state.setValue(String(decoding: try JSONEncoder.nimbus.encode(started), as: UTF8.self), for: sessionKey(requestId))
         }
         guard var session else { throw ProviderError.gone }
-        let handle: FileHandle
-        do { handle = try FileHandle(forReadingFrom: source.url) } catch { throw ProviderError.checksumMismatch }
-        defer { try? handle.close() }
+        let handle: ContentReader
+        do { handle = try source.open() } catch { throw ProviderError.checksumMismatch }
+        defer { handle.close() }
         var restarts = 0
         while true {
             // All chunks stored but no file yet (a crash before the commit): sending the last one again commits.
@@ -324,13 +324,10 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         }
     }
 
-    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        if !FileManager.default.fileExists(atPath: destination.path) {
-            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        let handle: FileHandle
-        do { handle = try FileHandle(forWritingTo: destination) } catch {
-            throw ProviderError.invalid(code: "local_file", message: "Cannot write \(destination.path): \(error.localizedDescription)")
+    public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        let handle: ContentWriter
+        do { handle = try destination.open() } catch {
+            throw ProviderError.invalid(code: "local_file", message: "Cannot write \(destination.url.path): \(error.localizedDescription)")
         }
         defer { try? handle.close() }
         let offset = Int64(try handle.seekToEnd())
@@ -397,7 +394,11 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     static func read(_ source: UploadSource) throws -> Data {
         let bytes: Data
-        do { bytes = try Data(contentsOf: source.url) } catch { throw ProviderError.checksumMismatch }
+        do {
+            let reader = try source.open()
+            defer { reader.close() }
+            bytes = try reader.readToEnd()
+        } catch { throw ProviderError.checksumMismatch }
         guard Int64(bytes.count) == source.size else { throw ProviderError.checksumMismatch }
         return bytes
     }

@@ -105,24 +105,24 @@ final class ChecksumMemory: @unchecked Sendable {
 /// A file read in pieces for an HTTP body: hashed on the way, progress reported per piece. The body is checked
 /// against the expected checksum by the caller once it is sent (``digest``).
 final class HashingFileBody: @unchecked Sendable {
-    let url: URL
+    let source: UploadSource
     let progress: @Sendable (Int64) -> Void
     private let lock = NSLock()
     private var hasher = SHA256()
     private var sent: Int64 = 0
 
-    init(url: URL, progress: @escaping @Sendable (Int64) -> Void) {
-        self.url = url
+    init(_ source: UploadSource, progress: @escaping @Sendable (Int64) -> Void) {
+        self.source = source
         self.progress = progress
     }
 
     /// The pieces of the file, 1 MiB at a time.
     func stream() throws -> AsyncThrowingStream<ByteBuffer, any Error> {
-        let handle: FileHandle
-        do { handle = try FileHandle(forReadingFrom: url) } catch { throw ProviderError.checksumMismatch }
+        let handle: ContentReader
+        do { handle = try source.open() } catch { throw ProviderError.checksumMismatch }
         return AsyncThrowingStream { continuation in
             let task = Task {
-                defer { try? handle.close() }
+                defer { handle.close() }
                 do {
                     while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
                         try Task.checkCancellation()
@@ -154,7 +154,7 @@ extension HTTPClientResponse {
 }
 
 /// Writes a response body to the end of a file (a download resuming after what is there), then fsyncs it.
-func appendBody(_ response: HTTPClientResponse, to handle: FileHandle, from offset: Int64, progress: @escaping @Sendable (Int64) -> Void) async throws {
+func appendBody(_ response: HTTPClientResponse, to handle: ContentWriter, from offset: Int64, progress: @escaping @Sendable (Int64) -> Void) async throws {
     var written = offset
     for try await buffer in response.body {
         try handle.write(contentsOf: buffer.readableBytesView)

@@ -163,12 +163,27 @@ public struct UploadSource: Sendable, Equatable {
     /// at its own content-defined points (each part at most 4 MiB; the last is `size`): an encrypted remote's sealed
     /// chunks, so an edit is stored as the few sealed chunks it changed. Nil: the provider's own cuts.
     public var boundaries: [Int64]?
+    /// The file at `url` is sealed at rest (an encrypted library's staged upload): read it through ``open()``.
+    var sealing: ContentSealing?
 
     public init(url: URL, size: Int64, checksum: String, boundaries: [Int64]? = nil) {
         self.url = url
         self.size = size
         self.checksum = checksum
         self.boundaries = boundaries
+    }
+
+    init(url: URL, size: Int64, checksum: String, sealing: ContentSealing?) {
+        self.init(url: url, size: size, checksum: checksum)
+        self.sealing = sealing
+    }
+
+    /// The content's bytes. Providers read them this way, never from `url` directly: in an encrypted library the
+    /// file there is sealed.
+    public func open() throws -> ContentReader { try ContentReader(url: url, sealing: sealing) }
+
+    public static func == (a: UploadSource, b: UploadSource) -> Bool {
+        a.url == b.url && a.size == b.size && a.checksum == b.checksum && a.boundaries == b.boundaries && (a.sealing == nil) == (b.sealing == nil)
     }
 }
 
@@ -261,7 +276,7 @@ public protocol RemoteProvider: Sendable {
 
     /// Writes revision `revision` of file `id` (its head when nil) to `destination`, resuming after the bytes
     /// already there (a partial earlier download of the same revision), reporting bytes written to `progress`.
-    func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws
+    func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws
 
     /// Moves and/or renames an item; ``ProviderError/nameTaken(existing:)`` if the name is taken there,
     /// ``ProviderError/invalid(code:message:)`` for a folder moved into itself.
@@ -269,6 +284,13 @@ public protocol RemoteProvider: Sendable {
 
     /// Deletes an item (a folder with everything in it), to the trash where there is one.
     func delete(_ id: String) async throws
+}
+
+extension RemoteProvider {
+    /// ``download(_:revision:to:progress:)`` into a plain file.
+    public func download(_ id: String, revision: String?, to url: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        try await download(id, revision: revision, to: DownloadTarget(url: url), progress: progress)
+    }
 }
 
 /// A provider that tells when something changes there (so the engine pulls at once instead of polling).

@@ -324,7 +324,11 @@ public final class S3Provider: TreeListingProvider {
 
     func putWhole(_ source: UploadSource, key: String, isNew: Bool, base: String?, progress: @escaping @Sendable (Int64) -> Void) async throws -> String {
         let data: Data
-        do { data = try Data(contentsOf: source.url) } catch { throw ProviderError.checksumMismatch }
+        do {
+            let reader = try source.open()
+            defer { reader.close() }
+            data = try reader.readToEnd()
+        } catch { throw ProviderError.checksumMismatch }
         guard Int64(data.count) == source.size, FileHasher.hex(SHA256.hash(data: data)) == source.checksum else { throw ProviderError.checksumMismatch }
         let etag = try await conditionally("sending \(ProviderPath.name(of: key))") { condition in
             try await client.put(
@@ -370,9 +374,9 @@ public final class S3Provider: TreeListingProvider {
             session = made
         }
         guard let session else { throw ProviderError.network("no upload session") }
-        let input: FileHandle
-        do { input = try FileHandle(forReadingFrom: source.url) } catch { throw ProviderError.checksumMismatch }
-        defer { try? input.close() }
+        let input: ContentReader
+        do { input = try source.open() } catch { throw ProviderError.checksumMismatch }
+        defer { input.close() }
         var hasher = SHA256()
         var parts: [(number: Int, etag: String)] = []
         var offset: Int64 = 0
@@ -410,13 +414,10 @@ public final class S3Provider: TreeListingProvider {
         return etag
     }
 
-    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
+    public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         guard let object = try await head(id) else { throw ProviderError.notFound }
         if let revision, object.etag != revision { throw ProviderError.versionConflict(current: file(id, object)) }
-        if !FileManager.default.fileExists(atPath: destination.path) {
-            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        let output = try FileHandle(forWritingTo: destination)
+        let output = try destination.open()
         defer { try? output.close() }
         var offset = Int64(try output.seekToEnd())
         if offset > object.size {
@@ -438,7 +439,7 @@ public final class S3Provider: TreeListingProvider {
             progress(offset)
         }
         try output.synchronize()
-        if let (checksum, _) = try? FileHasher.sha256(of: destination) { checksums.remember(checksum, of: id, revision: object.etag) }
+        if let (checksum, _) = try? destination.hash() { checksums.remember(checksum, of: id, revision: object.etag) }
     }
 
     public func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {

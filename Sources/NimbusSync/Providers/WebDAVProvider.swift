@@ -337,7 +337,7 @@ public final class WebDAVProvider: QuotaProvider {
             }
         }
         let temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
-        let body = HashingFileBody(url: source.url, progress: progress)
+        let body = HashingFileBody(source, progress: progress)
         let (put, _) = try await send(
             "PUT", address(temporary), headers: [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")],
             stream: .stream(try body.stream(), length: .known(source.size)))
@@ -419,15 +419,12 @@ public final class WebDAVProvider: QuotaProvider {
         if let known = existing.checksum { return known == checksum }
         let scratch = FileManager.default.temporaryDirectory.appending(path: "nimbus-dav-check-\(UUID.random().uuidString)")
         defer { try? FileManager.default.removeItem(at: scratch) }
-        try await download(existing.id, revision: existing.revision, to: scratch) { _ in }
+        try await download(existing.id, revision: existing.revision, to: DownloadTarget(url: scratch)) { _ in }
         return checksums.checksum(of: existing.id, revision: existing.revision) == checksum
     }
 
-    public func download(_ id: String, revision: String?, to destination: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        if !FileManager.default.fileExists(atPath: destination.path) {
-            _ = FileManager.default.createFile(atPath: destination.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        let output = try FileHandle(forWritingTo: destination)
+    public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        let output = try destination.open()
         defer { try? output.close() }
         let offset = Int64(try output.seekToEnd())
         var headers: [(String, String)] = []
@@ -465,8 +462,8 @@ public final class WebDAVProvider: QuotaProvider {
     }
 
     /// Remembers the checksum of a revision now fetched whole.
-    func finish(_ id: String, revision: String?, at destination: URL) throws {
-        guard let revision, let (checksum, _) = try? FileHasher.sha256(of: destination) else { return }
+    func finish(_ id: String, revision: String?, at destination: DownloadTarget) throws {
+        guard let revision, let (checksum, _) = try? destination.hash() else { return }
         checksums.remember(checksum, of: id, revision: revision)
     }
 

@@ -1,0 +1,188 @@
+import Crypto
+import Foundation
+import GRDB
+import _CryptoExtras
+
+/// How a library is encrypted at rest on the device (issue 15), chosen when the library is made
+/// (``SyncConfiguration/encryption``). Every later open must unlock it the same way.
+public enum StoreEncryption: Sendable {
+    /// A passphrase (or the account password): the library's random data key is kept wrapped under it
+    /// (PBKDF2-HMAC-SHA256, 600,000 rounds) in `store-key.json` in the library's folder.
+    case passphrase(String)
+    /// A key store holds the data key itself (the Keychain, a 0600 key file, an environment secret); a new library
+    /// stores a new random key there.
+    case keyStore(any KeyStore)
+}
+
+/// A library's keys at rest, from its data key by HKDF-SHA256: one for content files (``SegmentedEncryption``),
+/// one for names and other text in the database.
+///
+/// Column encryption, not a whole-database cipher: SQLCipher is not among the packages this project builds with
+/// (Debian's is 3.4 from 2017, and it would replace the SQLite GRDB links on every platform). What is sealed: the
+/// names of the three trees (`r_name`, `s_name`, `l_name`) deterministically — AES-256-GCM-SIV under a fixed nonce
+/// over the name padded to 16 bytes, so equal names seal equal and the engine's lookups by name and comparisons
+/// between trees still run in SQL (only equality shows) — and, with a random nonce each, failure messages and the
+/// provider's small state (resumable sessions). Ids, sizes, dates, checksums and MIME types stay readable: they
+/// are what SQL joins on, and say nothing of names or content. Listings are ordered in memory.
+final class StoreCipher: Sendable {
+    let content: SegmentedEncryption
+    let nameKey: SymmetricKey
+    let textKey: SymmetricKey
+    /// Proves a key is this library's without reading anything encrypted (kept in `meta`).
+    let check: String
+
+    static let nonce = [UInt8](repeating: 0, count: 12)
+
+    init(dataKey: SymmetricKey) {
+        func derive(_ info: String) -> SymmetricKey {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: dataKey, info: Array(info.utf8), outputByteCount: 32)
+        }
+        content = SegmentedEncryption(key: derive("nimbus-store-content-v1"))
+        nameKey = derive("nimbus-store-names-v1")
+        textKey = derive("nimbus-store-text-v1")
+        check = Data(HMAC<SHA256>.authenticationCode(for: Array("nimbus-store-key-check".utf8), using: dataKey)).base64EncodedString()
+    }
+
+    /// A name as stored: base64 of the sealed, padded name (deterministic).
+    func sealName(_ name: String) -> String {
+        let bytes = Array(name.utf8)
+        let padding = 16 - bytes.count % 16
+        let padded = bytes + [UInt8](repeating: UInt8(padding), count: padding)
+        // Sealing with a valid key and nonce cannot fail; an empty result would only fail to open, never leak.
+        guard let nonce = try? AES.GCM._SIV.Nonce(data: Self.nonce),
+            let box = try? AES.GCM._SIV.seal(padded, using: nameKey, nonce: nonce, authenticating: Array("name".utf8))
+        else { return "" }
+        return (box.ciphertext + box.tag).base64EncodedString()
+    }
+
+    func sealName(_ name: String?) -> String? { name.map { sealName($0) } }
+
+    /// The name a stored one stands for, or ``EncryptionError/tampered(_:)``.
+    func openName(_ stored: String) throws -> String {
+        guard let raw = Data(base64Encoded: stored), raw.count >= 32, raw.count % 16 == 0 else {
+            throw EncryptionError.tampered("a name in the database is not sealed")
+        }
+        let plain: Data
+        do {
+            let box = try AES.GCM._SIV.SealedBox(
+                nonce: try AES.GCM._SIV.Nonce(data: Self.nonce), ciphertext: raw.prefix(raw.count - 16), tag: raw.suffix(16))
+            plain = try AES.GCM._SIV.open(box, using: nameKey, authenticating: Array("name".utf8))
+        } catch {
+            throw EncryptionError.tampered("a name in the database does not authenticate")
+        }
+        guard let padding = plain.last, (1...16).contains(padding), plain.count >= Int(padding),
+            let name = String(bytes: plain.dropLast(Int(padding)), encoding: .utf8)
+        else { throw EncryptionError.tampered("a name in the database is malformed") }
+        return name
+    }
+
+    func openName(_ stored: String?) throws -> String? { try stored.map { try openName($0) } }
+
+    /// Other text (an error message, a session's state), sealed with a random nonce.
+    func sealText(_ text: String) -> String {
+        guard let box = try? AES.GCM.seal(Data(text.utf8), using: textKey, authenticating: Array("text".utf8)), let combined = box.combined else {
+            return ""
+        }
+        return "~" + combined.base64EncodedString()
+    }
+
+    func openText(_ stored: String) throws -> String {
+        guard stored.hasPrefix("~"), let raw = Data(base64Encoded: String(stored.dropFirst())) else {
+            throw EncryptionError.tampered("a value in the database is not sealed")
+        }
+        do {
+            let plain = try AES.GCM.open(try AES.GCM.SealedBox(combined: raw), using: textKey, authenticating: Array("text".utf8))
+            return String(decoding: plain, as: UTF8.self)
+        } catch {
+            throw EncryptionError.tampered("a value in the database does not authenticate")
+        }
+    }
+
+    // MARK: Which database has which cipher
+
+    /// The cipher of each open encrypted library, by its database's label (rows are sealed and opened where they
+    /// are read and written, inside GRDB's closures, which have the `Database` and nothing else).
+    static let registered = LockedBox([String: StoreCipher]())
+
+    static func register(_ cipher: StoreCipher?, label: String) {
+        registered.withLock { $0[label] = cipher }
+    }
+}
+
+extension Database {
+    /// This library's cipher when it is encrypted at rest; nil for a plain one.
+    var storeCipher: StoreCipher? {
+        guard let label = configuration.label else { return nil }
+        return StoreCipher.registered.withLock { $0[label] }
+    }
+}
+
+/// Opening a library's store key (``StoreEncryption``): made with the library, unlocked at every later open.
+enum StoreKey {
+    static let fileName = "store-key.json"
+
+    /// The data key of the library in `directory` whose database says `encrypted` (and keeps `check`), unlocked by
+    /// `encryption`; a new key when the library is new (`isNew`). Nil for a plain library opened without encryption.
+    static func unlock(
+        directory: URL, encryption: StoreEncryption?, encrypted: Bool, isNew: Bool, check: String?
+    ) throws -> SymmetricKey? {
+        let keyFile = directory.appending(path: fileName)
+        if isNew {
+            guard let encryption else { return nil }
+            let key = WrappedKey.newDataKey()
+            switch encryption {
+            case .passphrase(let passphrase):
+                try write(try WrappedKey.wrap(key, passphrase: passphrase), to: keyFile)
+            case .keyStore(let store):
+                if let existing = try store.loadKey() { return existing }
+                try store.storeKey(key)
+            }
+            return key
+        }
+        guard encrypted else {
+            if encryption != nil {
+                throw EncryptionError.notEncrypted(
+                    "the library in \(directory.path) was made without encryption; its data is not encrypted. Make a new library to encrypt it.")
+            }
+            return nil
+        }
+        guard let encryption else {
+            throw EncryptionError.keyMissing("the library in \(directory.path) is encrypted; give its passphrase or key to open it.")
+        }
+        let key: SymmetricKey
+        switch encryption {
+        case .passphrase(let passphrase):
+            guard let data = try? Data(contentsOf: keyFile) else {
+                throw EncryptionError.keyMissing("\(keyFile.path) is gone: the library's key was wiped, and its data cannot be read.")
+            }
+            let wrapped: WrappedKey
+            do { wrapped = try JSONDecoder().decode(WrappedKey.self, from: data) } catch {
+                throw EncryptionError.tampered("\(keyFile.path) is not a key file")
+            }
+            key = try wrapped.unwrap(passphrase: passphrase)
+        case .keyStore(let store):
+            guard let stored = try store.loadKey() else {
+                throw EncryptionError.keyMissing("the key store holds no key for the library in \(directory.path).")
+            }
+            key = stored
+        }
+        if let check, StoreCipher(dataKey: key).check != check { throw EncryptionError.wrongPassphrase }
+        return key
+    }
+
+    static func write(_ wrapped: WrappedKey, to url: URL) throws {
+        let data = try JSONEncoder().encode(wrapped)
+        let temporary = url.deletingLastPathComponent().appending(path: ".\(url.lastPathComponent).\(UUID().uuidString)")
+        guard FileManager.default.createFile(atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary.path])
+        }
+        if let handle = try? FileHandle(forWritingTo: temporary) {
+            try? handle.synchronize()
+            try? handle.close()
+        }
+        guard rename(temporary.path, url.path) == 0 else {
+            try? FileManager.default.removeItem(at: temporary)
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: url.path])
+        }
+    }
+}
