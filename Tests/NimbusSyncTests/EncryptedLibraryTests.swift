@@ -159,6 +159,48 @@ struct EncryptedLibraryTests {
             }
         }
     }
+
+    @Test("docs/encryption.md's Python recipes open a name from the database and a staged content file of an encrypted library")
+    func pythonRecovers() async throws {
+        try await SyncWorld.run { world in
+            try FileManager.default.createDirectory(at: world.root, withIntermediateDirectories: true)
+            let keyFile = world.root.appending(path: "py.key")
+            let dataKey = SymmetricKey(size: .bits256)
+            try FileKeyStore(url: keyFile).storeKey(dataKey)
+            let directory = world.root.appending(path: "device-Y")
+            let engine = try world.device("Y", directory: directory) { $0.encryption = .keyStore(FileKeyStore(url: keyFile)) }.engine
+            let content = randomBytes(150_000, seed: 5)
+            _ = try await engine.upload(from: try world.file("Ünïcode plan 🌧.txt", content))
+            let staged = try #require(try FileManager.default.contentsOfDirectory(atPath: directory.appending(path: "staged").path).first)
+            let doc = try String(
+                contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appending(path: "../../docs/encryption.md"), encoding: .utf8)
+            let blocks = doc.components(separatedBy: "```python\n").dropFirst().compactMap { $0.components(separatedBy: "```").first }
+            let segments = try #require(blocks.first { $0.contains("def decrypt(data") })
+            let store = try #require(blocks.first { $0.contains("def open_store_name") })
+            let script = segments + store + """
+                import sys, sqlite3, hashlib
+                key = base64.b64decode(sys.argv[1])
+                db = sqlite3.connect(sys.argv[2])
+                stored = db.execute("SELECT l_name FROM items WHERE luid != 'root'").fetchone()[0]
+                plain = decrypt(open(sys.argv[3], "rb").read(), store_key(key, "nimbus-store-content-v1"), "nimbus-store")
+                print(open_store_name(stored, key))
+                print(hashlib.sha256(plain).hexdigest())
+                """
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [
+                "python3", "-c", script, dataKey.withUnsafeBytes { Data($0).base64EncodedString() },
+                directory.appending(path: "sync.sqlite").path, directory.appending(path: "staged").appending(path: staged).path,
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "python3 with the cryptography package is needed (pip install cryptography; moto brings it)")
+            #expect(String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init) == ["Ünïcode plan 🌧.txt", sha256(content)])
+        }
+    }
 }
 
 @Suite("Sealed files written as they come")

@@ -202,6 +202,17 @@ struct Simulation {
                 $0.encryption = encryption(index)
             }
             devices[index] = rebuilt
+        case 93..<96:
+            // Keep a file offline (a pin, hydrated by the next rounds) or fetch it once, now: content in the
+            // device's store (sealed, on encrypted seeds), read back by the check.
+            guard let file = try await randomItem(engine, folders: false) else { return }
+            if random.below(2) == 0 {
+                _ = try? await engine.makeAvailableOffline(file.id)
+                log.append("D\(index) pin \(file.name)")
+            } else {
+                _ = try? await engine.download(file.id)
+                log.append("D\(index) download \(file.name)")
+            }
         default:
             device.clock.advance(by: Double(random.below(3)))
         }
@@ -348,6 +359,19 @@ struct Simulation {
         }
         for version in versions where !version.excused && !stored.contains(version.checksum) {
             throw SimulationFailure(message: "content committed on D\(version.device) was lost (\(version.checksum))\n\(log.joined(separator: "\n"))")
+        }
+        // Content kept offline reads back as what the item says it is (opened and checked, when sealed).
+        for (index, device) in devices.enumerated() {
+            for (path, checksum) in try await device.engine.tree() where checksum != "folder" {
+                guard let item = try await device.engine.item(atPath: path), item.isAvailableOffline else { continue }
+                let data: Data?
+                do { data = try await device.engine.readContent(of: item.id) } catch {
+                    throw SimulationFailure(message: "D\(index) cannot read \(path) kept offline: \(error)\n\(log.joined(separator: "\n"))")
+                }
+                if let data, sha256(data) != checksum {
+                    throw SimulationFailure(message: "D\(index) holds other bytes for \(path)\n\(log.joined(separator: "\n"))")
+                }
+            }
         }
         // An encrypted store holds none of the names it synced, in any file (database, its journal, content).
         if encrypted {

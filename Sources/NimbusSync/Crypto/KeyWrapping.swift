@@ -133,3 +133,15 @@ public struct EnvironmentKeyStore: KeyStore {
 
     public func deleteKey() throws {}
 }
+
+/// A key already unlocked (by the caller, once), held in memory only: several libraries of one device sharing one
+/// data key (the CLI's library and its folder pairs), without asking for the passphrase again.
+public struct MemoryKeyStore: KeyStore {
+    let key: SymmetricKey
+
+    public init(key: SymmetricKey) { self.key = key }
+
+    public func loadKey() throws -> SymmetricKey? { key }
+    public func storeKey(_ key: SymmetricKey) throws {}
+    public func deleteKey() throws {}
+}

@@ -6,7 +6,7 @@ public final class LockedBox<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
 
-    init(_ value: Value) { self.value = value }
+    public init(_ value: Value) { self.value = value }
 
     public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
         lock.lock()

@@ -17,6 +17,9 @@ struct Home {
         var pairs: [String: [String]] = [:]
         /// Remotes added with `nimbus remote add`, by name.
         var remotes: [String: RemoteConfig] = [:]
+        /// In an encrypted home, `pairs` sealed (AES-256-GCM under a key from the store's data key): which folders
+        /// sync with which remote folders names them. Opened by ``Home/loadConfig()``, sealed by ``Home/save(_:)``.
+        var sealedPairs: String?
 
         /// Every folder pair, by folder and then in the order its remotes were added.
         var allPairs: [(local: String, remote: String)] {
@@ -42,6 +45,7 @@ struct Home {
                 pairs = (try container.decodeIfPresent([String: String].self, forKey: .pairs) ?? [:]).mapValues { [$0] }
             }
             remotes = try container.decodeIfPresent([String: RemoteConfig].self, forKey: .remotes) ?? [:]
+            sealedPairs = try container.decodeIfPresent(String.self, forKey: .sealedPairs)
         }
     }
 
@@ -103,11 +107,23 @@ struct Home {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
-    func loadConfig() throws -> Config {
+    /// The device's config; `unsealing` false leaves an encrypted home's folder pairs sealed (no passphrase asked).
+    func loadConfig(unsealing: Bool = true) throws -> Config {
         if let data = try? Data(contentsOf: configURL) {
-            do { return try JSONDecoder.nimbus.decode(Config.self, from: data) } catch {
+            var config: Config
+            do { config = try JSONDecoder.nimbus.decode(Config.self, from: data) } catch {
                 throw CLIError("\(configURL.path) is damaged (\(error)); fix or delete it.")
             }
+            if unsealing, let sealed = config.sealedPairs {
+                // The folder pairs of an encrypted home: the store is unlocked to read them.
+                let key = try configKey()
+                guard let raw = Data(base64Encoded: sealed),
+                    let plain = try? AES.GCM.open(try AES.GCM.SealedBox(combined: raw), using: key, authenticating: Array("pairs".utf8)),
+                    let pairs = try? JSONDecoder().decode([String: [String]].self, from: plain)
+                else { throw CLIError("The folder pairs in \(configURL.path) do not open with this store's key; the file was changed.") }
+                config.pairs = pairs
+            }
+            return config
         }
         let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "device"
         return Config(deviceName: "\(host)-\(String(UUID().uuidString.prefix(4)).lowercased())")
@@ -115,14 +131,20 @@ struct Home {
 
     func save(_ config: Config) throws {
         try ensure()
+        var config = config
+        if isEncrypted {
+            let box = try AES.GCM.seal(try JSONEncoder().encode(config.pairs), using: try configKey(), authenticating: Array("pairs".utf8))
+            config.sealedPairs = box.combined?.base64EncodedString()
+            config.pairs = [:]
+        }
         let data = try JSONEncoder.nimbus.encode(config)
         let temporary = configURL.appendingPathExtension("tmp")
         try data.write(to: temporary, options: .atomic)
         guard rename(temporary.path, configURL.path) == 0 else { throw CLIError("Could not write \(configURL.path).") }
     }
 
-    /// Opens this device's library (the NimbusSync engine).
-    func engine(strategy: ConflictStrategy? = nil, transfers: Int? = nil) throws -> SyncEngine {
+    /// Opens this device's library (the NimbusSync engine). `creating` makes a new library encrypted under it.
+    func engine(strategy: ConflictStrategy? = nil, transfers: Int? = nil, creating encryption: StoreEncryption? = nil) throws -> SyncEngine {
         try ensure()
         let config = try loadConfig()
         if !FileManager.default.fileExists(atPath: configURL.path) { try save(config) }
@@ -130,10 +152,81 @@ struct Home {
         configuration.conflictStrategy = strategy ?? config.conflict
         configuration.backoffCap = .seconds(30)
         if let transfers { configuration.maxConcurrentOperations = transfers }
+        configuration.encryption = try encryption ?? storeEncryption()
         do {
             return try SyncEngine(configuration: configuration)
+        } catch let error as EncryptionError {
+            throw Self.explained(error)
         } catch {
             throw CLIError("Cannot open \(libraryURL.path): \(error)")
+        }
+    }
+
+    // MARK: Encryption at rest (`nimbus login --encrypt`)
+
+    /// Where the store's passphrase is read from (else it is asked for on a terminal).
+    static let passphraseVariable = "NIMBUS_PASSPHRASE"
+
+    /// The library's wrapped data key: present when this device's store is encrypted.
+    var storeKeyURL: URL { libraryURL.appending(path: "store-key.json") }
+    var isEncrypted: Bool { FileManager.default.fileExists(atPath: storeKeyURL.path) }
+
+    /// The store's passphrase: `NIMBUS_PASSPHRASE`, else asked on a terminal (twice when `confirming` a new one).
+    static func passphrase(prompt: String = "Passphrase of this device's store: ", confirming: Bool = false) throws -> String {
+        if let value = ProcessInfo.processInfo.environment[passphraseVariable], !value.isEmpty { return value }
+        // Asked once per command.
+        if !confirming, let typed = typedPassphrase.withLock({ $0 }) { return typed }
+        guard let typed = Terminal.readSecret(prompt: prompt) else {
+            throw CLIError("This device's store is encrypted and no passphrase was given: set \(passphraseVariable), or run on a terminal to be asked.")
+        }
+        guard !typed.isEmpty else { throw CLIError("An empty passphrase is not one.") }
+        if confirming, Terminal.readSecret(prompt: "Again: ") != typed { throw CLIError("The passphrases differ; nothing was changed.") }
+        typedPassphrase.withLock { $0 = typed }
+        return typed
+    }
+
+    private static let typedPassphrase = LockedBox<String?>(nil)
+
+    /// The unlocked data key of this process (one PBKDF2 per command, shared by the library and every folder pair).
+    private static let unlocked = LockedBox<SymmetricKey?>(nil)
+
+    /// How to open this device's stores: nil when they are plain; else the data key, unwrapped once with the
+    /// passphrase (a clear error when it is missing or wrong).
+    func storeEncryption() throws -> StoreEncryption? {
+        guard isEncrypted else { return nil }
+        if let key = Self.unlocked.withLock({ $0 }) { return .keyStore(MemoryKeyStore(key: key)) }
+        let wrapped: WrappedKey
+        do { wrapped = try JSONDecoder().decode(WrappedKey.self, from: Data(contentsOf: storeKeyURL)) } catch {
+            throw CLIError("\(storeKeyURL.path) is damaged (\(error)); this device's store cannot be unlocked.")
+        }
+        do {
+            let key = try wrapped.unwrap(passphrase: try Self.passphrase())
+            Self.unlocked.withLock { $0 = key }
+            return .keyStore(MemoryKeyStore(key: key))
+        } catch let error as EncryptionError {
+            throw Self.explained(error)
+        }
+    }
+
+    /// The key that seals the folder pairs in an encrypted home's config.
+    func configKey() throws -> SymmetricKey {
+        guard case .keyStore(let store)? = try storeEncryption(), let key = try store.loadKey() else {
+            throw CLIError("This device's store is encrypted and cannot be unlocked.")
+        }
+        return HKDF<SHA256>.deriveKey(inputKeyMaterial: key, info: Array("nimbus-home-config-v1".utf8), outputByteCount: 32)
+    }
+
+    /// An encryption failure as the CLI says it: what happened and what to do.
+    static func explained(_ error: EncryptionError) -> CLIError {
+        switch error {
+        case .wrongPassphrase:
+            CLIError("The passphrase is wrong: it does not unlock this device's store (\(passphraseVariable) or what was typed). Nothing was read or changed.")
+        case .keyMissing(let what):
+            CLIError("This device's store is encrypted and cannot be unlocked: \(what) Set \(passphraseVariable), or run on a terminal to be asked.")
+        case .notEncrypted:
+            CLIError("\(error.description) Run 'nimbus logout --wipe' first (after a sync: queued changes would be lost), then log in with --encrypt.")
+        default:
+            CLIError("\(error.description)")
         }
     }
 
@@ -277,8 +370,19 @@ struct Home {
         case .named(let name, let remote, let path):
             configuration.provider = try providerMaker(name, remote, path: path)
         }
+        // An encrypted device keeps its folder pairs' state encrypted too, under the same data key.
+        configuration.encryption = try storeEncryption()
         do {
             return try FolderSync(root: local, configuration: configuration, settleTime: 0.5)
+        } catch EncryptionError.notEncrypted where configuration.encryption != nil {
+            // Made before the store was encrypted: still opened (its folder is plain on disk anyway), with a word.
+            FileHandle.standardError.write(Data("note: the sync state of \(local.path) was made before this device's store was encrypted; it stays unencrypted.\n".utf8))
+            configuration.encryption = nil
+            do { return try FolderSync(root: local, configuration: configuration, settleTime: 0.5) } catch {
+                throw CLIError("Cannot open the sync state of \(local.path): \(error)")
+            }
+        } catch let error as EncryptionError {
+            throw Self.explained(error)
         } catch {
             throw CLIError("Cannot open the sync state of \(local.path): \(error)")
         }

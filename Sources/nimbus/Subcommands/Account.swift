@@ -18,6 +18,9 @@ struct Login: AsyncParsableCommand {
     @Option(help: "This device's name (shown in conflict copies).")
     var deviceName: String?
 
+    @Flag(help: "Encrypt this device's store at rest (AES-256: cached files, queued uploads, names), under a passphrase from NIMBUS_PASSPHRASE or asked for. Chosen when the store is made; every later command unlocks it the same way.")
+    var encrypt = false
+
     func run() async throws {
         guard let server = URL(string: url), server.scheme == "http" || server.scheme == "https", server.host != nil else {
             throw ValidationError("'\(url)' is not a server URL (e.g. http://127.0.0.1:8080).")
@@ -33,10 +36,18 @@ struct Login: AsyncParsableCommand {
             password = line
         }
         let home = Home.current
+        var encryption: StoreEncryption?
+        if encrypt && !home.isEncrypted {
+            if FileManager.default.fileExists(atPath: home.libraryURL.appending(path: "sync.sqlite").path) {
+                throw CLIError(
+                    "This device's store (\(home.libraryURL.path)) was made without encryption. Run 'nimbus logout --wipe' first (after a sync: queued changes would be lost), then log in with --encrypt.")
+            }
+            encryption = .passphrase(try Home.passphrase(prompt: "New passphrase for this device's store: ", confirming: true))
+        }
         var config = try home.loadConfig()
         if let deviceName { config.deviceName = deviceName }
         try home.save(config)
-        let engine = try home.engine()
+        let engine = try home.engine(creating: encryption)
         do {
             try await engine.signIn(server: server, username: username, password: password)
         } catch let error as SyncError {
@@ -45,21 +56,89 @@ struct Login: AsyncParsableCommand {
         config.server = server
         config.username = username
         try home.save(config)
-        print("Logged in to \(server.absoluteString) as \(username) (device \(config.deviceName)).")
+        print("Logged in to \(server.absoluteString) as \(username) (device \(config.deviceName))\(engine.isEncrypted ? "; this device's store is encrypted" : "").")
     }
 }
 
 struct Logout: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Sign this device out (local files and queued changes stay).")
 
+    @Flag(help: "Also delete this device's store: its key (an encrypted store can never be read again), cached files and queue, and the folder pairs' sync state (your synced folders stay). Refused while changes wait to be sent.")
+    var wipe = false
+
+    @Flag(help: "With --wipe: go ahead even though changes wait to be sent (they are lost).")
+    var discardPending = false
+
     func run() async throws {
         let home = Home.current
+        if wipe { return try await wipeStore(home) }
         let engine = try home.engine()
         await engine.signOut()
         var config = try home.loadConfig()
         config.username = nil
         try home.save(config)
         print("Logged out.")
+    }
+
+    func wipeStore(_ home: Home) async throws {
+        // Read while it can be (an encrypted home's folder pairs open with the store's key).
+        var config = try home.loadConfig(unsealing: false)
+        if FileManager.default.fileExists(atPath: home.libraryURL.appending(path: "sync.sqlite").path) {
+            var engine: SyncEngine?
+            do {
+                engine = try home.engine()
+            } catch let error as CLIError {
+                // Locked (no passphrase): what waits cannot be checked.
+                guard discardPending else {
+                    throw CLIError("\(error.description)\nWithout the store unlocked, unsent changes cannot be checked: pass --discard-pending to wipe anyway.")
+                }
+            }
+            do {
+                try await engine?.signOut(wipingKeys: true, discardingPending: discardPending)
+            } catch let error as SyncError {
+                throw CLIError("\(error.description) Run 'nimbus uploads resume' first, or pass --discard-pending.")
+            }
+        }
+        for folder in [home.libraryURL, home.url.appending(path: "pairs")] where FileManager.default.fileExists(atPath: folder.path) {
+            try FileManager.default.removeItem(at: folder)
+        }
+        config.username = nil
+        config.pairs = [:]
+        config.sealedPairs = nil
+        try home.save(config)
+        print("Logged out; this device's store was wiped (its key, cached files, queue and folder pairs' sync state).")
+    }
+}
+
+struct PassphraseCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "passphrase",
+        abstract: "Change the passphrase of this device's encrypted store (its key is re-wrapped; nothing is re-encrypted).")
+
+    @Flag(help: "Read the new passphrase from standard input (the current one comes from NIMBUS_PASSPHRASE or is asked for).")
+    var newPassphraseStdin = false
+
+    func run() async throws {
+        let home = Home.current
+        guard home.isEncrypted else { throw CLIError("This device's store is not encrypted (log in with --encrypt to make an encrypted one).") }
+        let current = try Home.passphrase(prompt: "Current passphrase: ")
+        let new: String
+        if newPassphraseStdin {
+            guard let line = readLine(strippingNewline: true), !line.isEmpty else { throw CLIError("No new passphrase on standard input.") }
+            new = line
+        } else {
+            guard let typed = Terminal.readSecret(prompt: "New passphrase: "), !typed.isEmpty else {
+                throw CLIError("No terminal to ask for the new passphrase; use --new-passphrase-stdin.")
+            }
+            guard Terminal.readSecret(prompt: "Again: ") == typed else { throw CLIError("The passphrases differ; nothing was changed.") }
+            new = typed
+        }
+        do {
+            try SyncEngine.changePassphrase(in: home.libraryURL, from: current, to: new)
+        } catch let error as EncryptionError {
+            throw Home.explained(error)
+        }
+        print("The passphrase of this device's store was changed.")
     }
 }
 

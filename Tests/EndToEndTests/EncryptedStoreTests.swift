@@ -1,0 +1,88 @@
+import Foundation
+import NimbusTestSupport
+import Testing
+
+/// `nimbus login --encrypt` (issue 15): the real binary, a real server, the device's whole `NIMBUS_HOME` scanned.
+@Suite("Encrypted device store (CLI)")
+struct EncryptedStoreTests {
+    /// Needles found anywhere under `folder`, with the file they are in.
+    static func readable(_ needles: [Data], under folder: URL) -> [String] {
+        var found: [String] = []
+        let files = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil)
+        while let url = files?.nextObject() as? URL {
+            guard let data = try? Data(contentsOf: url) else { continue }
+            for needle in needles where data.range(of: needle) != nil {
+                found.append("\(String(decoding: needle.prefix(40), as: UTF8.self)) in \(url.lastPathComponent)")
+            }
+        }
+        return found
+    }
+
+    @Test("login --encrypt: put, sync, get and a put killed with -9 work; no name or content is readable in the store; a missing or wrong passphrase is a clear error")
+    func encryptedHome() throws {
+        let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])
+        _ = try bench.device("registrar", user: "eve")  // registers eve
+        let work = try bench.folder("work-E")
+        let device = CLIDevice(home: bench.root.appending(path: "home-E"), workingDirectory: work)
+        let unlocked = ["NIMBUS_PASSPHRASE": "correct battery staple"]
+
+        let login = try device.run(
+            ["login", bench.server.baseURL, "--username", "eve", "--password-stdin", "--encrypt"], stdin: "correct horse", environment: unlocked)
+        #expect(login.status == 0, "\(login.stderr)")
+        #expect(login.stdout.contains("encrypted"))
+
+        let memo = "The acquisition of Initech closes on March 3rd; confidential."
+        try Data(memo.utf8).write(to: work.appending(path: "acquisition-memo-initech.txt"))
+        let put = try device.run(["put", "acquisition-memo-initech.txt", "/"], environment: unlocked)
+        #expect(put.status == 0, "\(put.stderr)")
+
+        // Locked: every command that opens the store says what to do, and changes nothing.
+        let locked = try device.run(["ls", "/"])
+        #expect(locked.status != 0)
+        #expect(locked.stderr.contains("NIMBUS_PASSPHRASE"), "\(locked.stderr)")
+        let wrong = try device.run(["ls", "/"], environment: ["NIMBUS_PASSPHRASE": "not the passphrase"])
+        #expect(wrong.status != 0)
+        #expect(wrong.stderr.contains("wrong"), "\(wrong.stderr)")
+        #expect(try device.run(["sync", "--help"]).status == 0)
+
+        // A synced folder: its state (names, partial downloads) is encrypted too.
+        let folder = try bench.folder("board-E")
+        try Data("Minutes: the board approved the layoffs plan.".utf8).write(to: folder.appending(path: "board-minutes-secret.txt"))
+        let sync = try device.run(["sync", folder.path, "/board-papers-folder", "--once"], environment: unlocked)
+        #expect(sync.status == 0, "\(sync.stderr)")
+        let listed = try device.run(["ls", "/board-papers-folder"], environment: unlocked)
+        #expect(listed.stdout.contains("board-minutes-secret.txt"), "\(listed.stdout) \(listed.stderr)")
+
+        // A big put killed with -9 mid-transfer (its staged copy sealed) resumes with the same command.
+        var bytes = [UInt8](repeating: 0, count: 24 * 1024 * 1024)
+        for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 2654435761 >> 7) }
+        let big = Data(bytes)
+        try big.write(to: work.appending(path: "quarterly-video-call.bin"))
+        let running = device.start(["put", "quarterly-video-call.bin", "/quarterly-video-call.bin"], environment: unlocked)
+        Thread.sleep(forTimeInterval: 1.0)
+        running.kill9()
+        let again = try device.run(["put", "quarterly-video-call.bin", "/quarterly-video-call.bin"], environment: unlocked)
+        #expect(again.status == 0, "\(again.stderr)")
+        let get = try device.run(["get", "/quarterly-video-call.bin", "back.bin"], environment: unlocked)
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: work.appending(path: "back.bin")) == big)
+        #expect(try device.run(["get", "/acquisition-memo-initech.txt", "memo.txt"], environment: unlocked).status == 0)
+        #expect(try String(contentsOf: work.appending(path: "memo.txt"), encoding: .utf8) == memo)
+
+        let needles = ["acquisition-memo-initech", "board-minutes-secret", "quarterly-video-call", "board-papers-folder", memo, "layoffs plan"]
+            .map { Data($0.utf8) } + [big.subdata(in: 5_000_000..<5_000_064), big.subdata(in: 20_000_000..<20_000_064)]
+        #expect(Self.readable(needles, under: device.home) == [])
+
+        // A new passphrase: the old one no longer opens the store, the new one does.
+        let change = try device.run(["passphrase", "--new-passphrase-stdin"], stdin: "a whole new phrase", environment: unlocked)
+        #expect(change.status == 0, "\(change.stderr)")
+        #expect(try device.run(["ls", "/"], environment: unlocked).status != 0)
+        #expect(try device.run(["ls", "/"], environment: ["NIMBUS_PASSPHRASE": "a whole new phrase"]).stdout.contains("acquisition-memo-initech.txt"))
+
+        // Wiping: the key and the store are gone; the synced folder stays.
+        let wipe = try device.run(["logout", "--wipe"], environment: ["NIMBUS_PASSPHRASE": "a whole new phrase"])
+        #expect(wipe.status == 0, "\(wipe.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: device.home.appending(path: "library/store-key.json").path))
+        #expect(FileManager.default.fileExists(atPath: folder.appending(path: "board-minutes-secret.txt").path))
+    }
+}
