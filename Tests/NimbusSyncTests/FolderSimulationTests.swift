@@ -62,6 +62,9 @@ struct FolderSimulation {
     var encrypted: Bool { seed % 8 == 5 }
     var cryptKey: SymmetricKey { SymmetricKey(data: SHA256.hash(data: Data("simulation \(seed)".utf8))) }
     var strategy: ConflictStrategy { seed % 5 == 0 ? .lastWriterWins : .keepBoth }
+    /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (issue 15; with 5, through the
+    /// encrypted remote too): partial downloads sealed, then opened into the folder; names sealed in the database.
+    var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
 
     mutating func run() async throws {
         try await world.register(user)
@@ -99,6 +102,9 @@ struct FolderSimulation {
         configuration.randomSeed = seed &* 7 &+ UInt64(index) &+ UInt64(counter)
         configuration.maxConcurrentOperations = Simulation.width(seed)
         configuration.tokenStore = tokens
+        if storeEncrypted {
+            configuration.encryption = .keyStore(FileKeyStore(url: state.deletingLastPathComponent().appending(path: "key-\(index)")))
+        }
         if seed % 4 == 3 {
             // Half of them with folder revisions that change with anything beneath (as WebDAV collection ETags on
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
@@ -312,6 +318,19 @@ struct FolderSimulation {
             let rawNames = Set(raw.keys.flatMap { $0.split(separator: "/").map(String.init) })
             if raw.count != server.count || !plainNames.isDisjoint(with: rawNames) {
                 throw SimulationFailure(message: "an encrypted seed's server tree is not all sealed: \(raw.keys.sorted())")
+            }
+        }
+        if storeEncrypted {
+            // No name the folders hold is readable in any device's sync state (database, journal, staged files).
+            let names = Set(server.keys.flatMap { $0.split(separator: "/").map(String.init) }).filter { $0.count >= 5 }
+            for (index, device) in devices.enumerated() {
+                guard let files = FileManager.default.enumerator(at: device.state, includingPropertiesForKeys: nil) else { continue }
+                for case let url as URL in files {
+                    guard let data = try? Data(contentsOf: url) else { continue }
+                    for name in names where data.range(of: Data(name.utf8)) != nil {
+                        throw SimulationFailure(message: "'\(name)' is readable in D\(index)'s encrypted sync state (\(url.lastPathComponent))\n\(log.joined(separator: "\n"))")
+                    }
+                }
             }
         }
         for (index, device) in devices.enumerated() {
