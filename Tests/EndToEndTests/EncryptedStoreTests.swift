@@ -53,6 +53,15 @@ struct EncryptedStoreTests {
         let listed = try device.run(["ls", "/board-papers-folder"], environment: unlocked)
         #expect(listed.stdout.contains("board-minutes-secret.txt"), "\(listed.stdout) \(listed.stderr)")
 
+        // A folder pair with a remote whose ids are paths (a local-folder remote): those ids are sealed too.
+        let nas = try bench.folder("nas-E")
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path], environment: unlocked).status == 0)
+        let mirror = try bench.folder("mirror-E")
+        try Data("Salary review for the whole team".utf8).write(to: mirror.appending(path: "salary-review-private.txt"))
+        let toNas = try device.run(["sync", mirror.path, "nas:/mirror-private-folder", "--once"], environment: unlocked)
+        #expect(toNas.status == 0, "\(toNas.stderr)")
+        #expect(FileManager.default.fileExists(atPath: nas.appending(path: "mirror-private-folder/salary-review-private.txt").path))
+
         // A big put killed with -9 mid-transfer (its staged copy sealed) resumes with the same command.
         var bytes = [UInt8](repeating: 0, count: 24 * 1024 * 1024)
         for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 2654435761 >> 7) }
@@ -69,7 +78,10 @@ struct EncryptedStoreTests {
         #expect(try device.run(["get", "/acquisition-memo-initech.txt", "memo.txt"], environment: unlocked).status == 0)
         #expect(try String(contentsOf: work.appending(path: "memo.txt"), encoding: .utf8) == memo)
 
-        let needles = ["acquisition-memo-initech", "board-minutes-secret", "quarterly-video-call", "board-papers-folder", memo, "layoffs plan"]
+        let needles = [
+            "acquisition-memo-initech", "board-minutes-secret", "quarterly-video-call", "board-papers-folder", memo, "layoffs plan",
+            "salary-review-private", "mirror-private-folder", "Salary review",
+        ]
             .map { Data($0.utf8) } + [big.subdata(in: 5_000_000..<5_000_064), big.subdata(in: 20_000_000..<20_000_064)]
         #expect(Self.readable(needles, under: device.home) == [])
 

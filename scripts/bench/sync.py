@@ -10,6 +10,10 @@
 2. No-op re-sync of the tree: time of `nimbus sync --once` vs `rclone copy` again.
 3. Edit on device A, both devices running `nimbus sync --watch`: p50/p90 latency until device B has the new
    content, over N edits.
+
+With --encrypt (issue 15), the same initial upload, no-op re-sync and big-file upload are also run from a device
+whose store is encrypted at rest (`nimbus login --encrypt`), into their own folders, plus the tree downloaded by a
+plain and by an encrypted device: encrypted/plain time ratios in the same run (goal: within 1.15).
 """
 import argparse, json, os, resource, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
 
@@ -45,6 +49,7 @@ def main():
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--edits", type=int, default=100)
     parser.add_argument("--skip", action="append", default=[], choices=["big", "edits"], help="leave out a part (repeatable)")
+    parser.add_argument("--encrypt", action="store_true", help="also measure a device whose store is encrypted at rest")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-sync-bench-")
@@ -58,9 +63,13 @@ def main():
                                          headers={"Content-Type": "application/json"}, method="POST")
         urllib.request.urlopen(request).read()
 
-        def device(name):
+        def device(name, encrypted=False):
             env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{name}")
-            subprocess.run([binary, "login", base, "--username", "bench", "--password-stdin", "--device-name", name],
+            extra = []
+            if encrypted:
+                env["NIMBUS_PASSPHRASE"] = "benchmark passphrase"
+                extra = ["--encrypt"]
+            subprocess.run([binary, "login", base, "--username", "bench", "--password-stdin", "--device-name", name] + extra,
                            input="benchmark pw\n", text=True, check=True, env=env, stdout=subprocess.DEVNULL)
             return env
 
@@ -100,6 +109,18 @@ def main():
         noop_theirs = timed(rclone + [tree, "w:tree"], env=rclone_env)
         print(f"no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s (ratio {noop_ours / noop_theirs:.2f})")
 
+        if args.encrypt:
+            # The same from a device whose store is encrypted at rest, into its own folder (same server, same run).
+            e = device("E", encrypted=True)
+            enc = timed([binary, "sync", tree, "/tree-e", "--once", "--quiet"], env=e)
+            noop_enc = timed([binary, "sync", tree, "--once", "--quiet"], env=e)
+            print(f"encrypted store: initial upload {enc:.1f} s vs plain {ours:.1f} s (ratio {enc / ours:.2f}); "
+                  f"no-op {noop_enc:.2f} s vs plain {noop_ours:.2f} s (ratio {noop_enc / noop_ours:.2f})")
+            p, f = device("P"), device("F", encrypted=True)
+            down_plain = timed([binary, "sync", f"{work}/down-p", "/tree", "--once", "--quiet"], env=p)
+            down_enc = timed([binary, "sync", f"{work}/down-f", "/tree", "--once", "--quiet"], env=f)
+            print(f"encrypted store: download of the tree {down_enc:.1f} s vs plain {down_plain:.1f} s (ratio {down_enc / down_plain:.2f})")
+
         if "big" not in args.skip:
             big = f"{work}/big"
             os.makedirs(big)
@@ -112,6 +133,9 @@ def main():
             mb = args.big_mib * 1.048576
             print(f"initial upload of one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
                   f"({theirs:.1f} s); ratio {ours / theirs:.2f}")
+            if args.encrypt:
+                enc = timed([binary, "sync", big, "/big-e", "--once", "--quiet"], env=e)
+                print(f"encrypted store: one {args.big_mib} MiB file {enc:.1f} s vs plain {ours:.1f} s (ratio {enc / ours:.2f})")
 
         if "edits" not in args.skip:
             # Edit latency between two watching devices.

@@ -44,13 +44,21 @@ final class StoreCipher: Sendable {
     }
 
     /// A name as stored: base64 of the sealed, padded name (deterministic).
-    func sealName(_ name: String) -> String {
-        let bytes = Array(name.utf8)
+    func sealName(_ name: String) -> String { sealDeterministic(name, as: "name") }
+
+    /// A provider's item id as stored (deterministic, like names: ids are looked up and joined on). The ids of
+    /// WebDAV, S3 and local-folder remotes are paths: names.
+    func sealId(_ id: String) -> String { sealDeterministic(id, as: "id") }
+
+    func openId(_ stored: String) throws -> String { try openDeterministic(stored, as: "id") }
+
+    func sealDeterministic(_ text: String, as kind: String) -> String {
+        let bytes = Array(text.utf8)
         let padding = 16 - bytes.count % 16
         let padded = bytes + [UInt8](repeating: UInt8(padding), count: padding)
         // Sealing with a valid key and nonce cannot fail; an empty result would only fail to open, never leak.
         guard let nonce = try? AES.GCM._SIV.Nonce(data: Self.nonce),
-            let box = try? AES.GCM._SIV.seal(padded, using: nameKey, nonce: nonce, authenticating: Array("name".utf8))
+            let box = try? AES.GCM._SIV.seal(padded, using: nameKey, nonce: nonce, authenticating: Array(kind.utf8))
         else { return "" }
         return (box.ciphertext + box.tag).base64EncodedString()
     }
@@ -58,7 +66,9 @@ final class StoreCipher: Sendable {
     func sealName(_ name: String?) -> String? { name.map { sealName($0) } }
 
     /// The name a stored one stands for, or ``EncryptionError/tampered(_:)``.
-    func openName(_ stored: String) throws -> String {
+    func openName(_ stored: String) throws -> String { try openDeterministic(stored, as: "name") }
+
+    func openDeterministic(_ stored: String, as kind: String) throws -> String {
         guard let raw = Data(base64Encoded: stored), raw.count >= 32, raw.count % 16 == 0 else {
             throw EncryptionError.tampered("a name in the database is not sealed")
         }
@@ -66,7 +76,7 @@ final class StoreCipher: Sendable {
         do {
             let box = try AES.GCM._SIV.SealedBox(
                 nonce: try AES.GCM._SIV.Nonce(data: Self.nonce), ciphertext: raw.prefix(raw.count - 16), tag: raw.suffix(16))
-            plain = try AES.GCM._SIV.open(box, using: nameKey, authenticating: Array("name".utf8))
+            plain = try AES.GCM._SIV.open(box, using: nameKey, authenticating: Array(kind.utf8))
         } catch {
             throw EncryptionError.tampered("a name in the database does not authenticate")
         }
@@ -114,6 +124,32 @@ extension Database {
     var storeCipher: StoreCipher? {
         guard let label = configuration.label else { return nil }
         return StoreCipher.registered.withLock { $0[label] }
+    }
+
+    /// A provider id as this store keeps it (sealed when encrypted): for SQL arguments.
+    func storedId(_ id: String) -> String { storeCipher?.sealId(id) ?? id }
+
+    /// A provider id as read from this store.
+    func openedId(_ stored: String) throws -> String { try storeCipher?.openId(stored) ?? stored }
+
+    /// A provider-state key as stored. Keys are `namespace.rest` (`s3.upload.<request>`, `dav.sha256.<id>`,
+    /// `crypt.<id>`), and ids of some providers are paths: in an encrypted store the rest is sealed after the namespace
+    /// — the first segment, and a `sha256.` after it — so the lookups by prefix of ``ChecksumMemory`` still work.
+    func storedKey(_ key: String) -> String {
+        guard let cipher = storeCipher else { return key }
+        guard let dot = key.firstIndex(of: ".") else { return "~" + cipher.sealId(key) }
+        var end = key.index(after: dot)
+        if key[end...].hasPrefix("sha256.") { end = key.index(end, offsetBy: 7) }
+        return String(key[..<end]) + "~" + cipher.sealId(String(key[end...]))
+    }
+
+    /// Text as stored (sealed with a random nonce when encrypted), and back.
+    func sealedText(_ text: String) -> String { storeCipher?.sealText(text) ?? text }
+    func openedText(_ stored: String) throws -> String { try storeCipher?.openText(stored) ?? stored }
+
+    func openedKey(_ stored: String) throws -> String {
+        guard let cipher = storeCipher, let tilde = stored.firstIndex(of: "~") else { return stored }
+        return String(stored[..<tilde]) + (try cipher.openId(String(stored[stored.index(after: tilde)...])))
     }
 }
 

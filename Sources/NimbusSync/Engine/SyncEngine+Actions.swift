@@ -297,11 +297,14 @@ extension SyncEngine {
             return cached
         }
         try await database.pool.write { db in
-            try db.execute(sql: "DELETE FROM revisions WHERE file_id = ?", arguments: [fileId])
+            try db.execute(sql: "DELETE FROM revisions WHERE file_id = ?", arguments: [db.storedId(fileId)])
             for (position, revision) in result.enumerated() {
                 try db.execute(
                     sql: "INSERT INTO revisions (file_id, position, revision) VALUES (?, ?, ?)",
-                    arguments: [fileId, position, String(decoding: try JSONEncoder.nimbus.encode(revision), as: UTF8.self)])
+                    arguments: [
+                        db.storedId(fileId), position,
+                        db.sealedText(String(decoding: try JSONEncoder.nimbus.encode(revision), as: UTF8.self)),
+                    ])
             }
         }
         return result
@@ -312,8 +315,8 @@ extension SyncEngine {
     public func cachedRevisions(of id: ItemID) throws -> [FileRevision] {
         try database.pool.read { db in
             guard let fileId = try ItemRow.fetch(db, luid: id.rawValue)?.fileId else { return [] }
-            return try String.fetchAll(db, sql: "SELECT revision FROM revisions WHERE file_id = ? ORDER BY position", arguments: [fileId])
-                .compactMap { try? JSONDecoder.nimbus.decode(FileRevision.self, from: Data($0.utf8)) }
+            return try String.fetchAll(db, sql: "SELECT revision FROM revisions WHERE file_id = ? ORDER BY position", arguments: [db.storedId(fileId)])
+                .compactMap { try? JSONDecoder.nimbus.decode(FileRevision.self, from: Data(try db.openedText($0).utf8)) }
         }
     }
 

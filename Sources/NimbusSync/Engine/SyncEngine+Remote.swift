@@ -105,6 +105,7 @@ extension SyncEngine {
             // Parents come before children in `listed`, so each parent's LUID exists when a child needs it.
             for item in items { try self.applyChange(db, .upsert(item)) }
             let known = try String.fetchAll(db, sql: "SELECT file_id FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND luid != 'root'")
+                .map { try db.openedId($0) }
             for fileId in known where !seen.contains(fileId) {
                 // (With a change feed the whole account is known; only what was under this remote's root and is
                 // not listed any more is gone.)
@@ -174,19 +175,19 @@ extension SyncEngine {
                 WHERE EXISTS (SELECT 1 FROM items i WHERE i.file_id = l.file_id AND i.r_present = 1 AND i.is_folder = 1)
                 """)
         {
-            result[row[0]] = row[1] as String
+            result[try db.openedId(row[0])] = row[1] as String
         }
         return result
     }
 
     /// Keeps what this listing saw of each folder's revision, and forgets folders no longer there.
     nonisolated static func recordListedFolders(_ db: Database, _ versions: [String: String], seen: Set<String>) throws {
-        for fileId in try String.fetchAll(db, sql: "SELECT file_id FROM listed_folders") where !seen.contains(fileId) {
-            try db.execute(sql: "DELETE FROM listed_folders WHERE file_id = ?", arguments: [fileId])
+        for stored in try String.fetchAll(db, sql: "SELECT file_id FROM listed_folders") where !seen.contains(try db.openedId(stored)) {
+            try db.execute(sql: "DELETE FROM listed_folders WHERE file_id = ?", arguments: [stored])
         }
         let upsert = try db.cachedStatement(
             sql: "INSERT INTO listed_folders (file_id, revision) VALUES (?, ?) ON CONFLICT(file_id) DO UPDATE SET revision = excluded.revision")
-        for (fileId, revision) in versions { try upsert.execute(arguments: [fileId, revision]) }
+        for (fileId, revision) in versions { try upsert.execute(arguments: [db.storedId(fileId), revision]) }
     }
 
     /// The file ids of everything the stored remote tree has beneath `folders`, at any depth.
@@ -201,7 +202,8 @@ extension SyncEngine {
                             SELECT luid FROM items WHERE file_id = ?
                             UNION SELECT i.luid FROM items i JOIN sub ON i.r_parent = sub.luid WHERE i.r_present = 1
                         ) SELECT file_id FROM items WHERE luid IN (SELECT luid FROM sub) AND file_id IS NOT NULL
-                        """, arguments: [folder]))
+                        """, arguments: [db.storedId(folder)]
+                ).map { try db.openedId($0) })
         }
         return result
     }
@@ -219,13 +221,13 @@ extension SyncEngine {
         for row in try Row.fetchAll(
             db, sql: "SELECT file_id, r_checksum, r_size FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND is_folder = 0 AND r_checksum IS NOT NULL")
         {
-            let fileId: String = row[0]
+            let fileId = try db.openedId(row[0])
             guard !seen.contains(fileId) else { continue }
             gone["\(row[1] as String) \(row[2] as Int64? ?? 0)", default: []].append(fileId)
         }
         for (content, before) in gone {
             guard before.count == 1, let after = new[content], after.count == 1 else { continue }
-            try db.execute(sql: "UPDATE items SET file_id = ? WHERE file_id = ?", arguments: [after[0].id, before[0]])
+            try db.execute(sql: "UPDATE items SET file_id = ? WHERE file_id = ?", arguments: [db.storedId(after[0].id), db.storedId(before[0])])
         }
     }
 
@@ -257,7 +259,7 @@ extension SyncEngine {
             row.rPresent = false
             try row.update(db, from: stored)
         case .upsert(let item):
-            let rootId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = 'root'"))
+            let rootId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = 'root'")).map { try db.openedId($0) }
             if item.id == rootId { return }
             let parent: String?
             if let parentId = item.parentId, let known = parents[parentId] {
@@ -271,7 +273,7 @@ extension SyncEngine {
             if let known = try Row.fetchOne(
                 db.cachedStatement(
                     sql: "SELECT r_present, r_parent, r_name, r_revision, r_checksum, r_size, r_mime, r_modified, is_folder FROM items WHERE file_id = ?"),
-                arguments: [item.id]),
+                arguments: [db.storedId(item.id)]),
                 known[0] as Bool, known[1] as String? == parent, known[2] as String? == (db.storeCipher?.sealName(item.name) ?? item.name),
                 known[3] as String? == item.revision,
                 item.checksum == nil || known[4] as String? == item.checksum, known[5] as Int64? == item.size, known[6] as String? == item.mimeType,

@@ -526,7 +526,9 @@ extension SyncEngine {
             var folders: [String: String] = [:]
             var paths: [String: String] = [:]
             for parent in Set(rows.compactMap(\.lParent)) {
-                if let fileId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = ?"), arguments: [parent]) {
+                if let fileId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = ?"), arguments: [parent])
+                    .map({ try db.openedId($0) })
+                {
                     folders[parent] = fileId
                 }
                 if self.disk != nil, let path = try self.localPath(db, parent) { paths[parent] = path }

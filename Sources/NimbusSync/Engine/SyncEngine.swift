@@ -293,7 +293,7 @@ public actor SyncEngine {
             let name = try cipher.map { try $0.openName(text(2) ?? "") } ?? text(2) ?? ""
             items.append(
                 SyncItem(
-                    id: ItemID(luid), fileId: text(1), parentId: parent, name: name,
+                    id: ItemID(luid), fileId: try cipher.map { cipher in try text(1).map { try cipher.openId($0) } } ?? text(1), parentId: parent, name: name,
                     mimeType: text(3) ?? (isFolder ? folderMimeType : "application/octet-stream"), isFolder: isFolder,
                     size: integer(5), checksum: text(6), revisionId: text(7), modifiedAt: Date(millis: integer(8)), state: state,
                     isPinned: integer(10) != 0, isAvailableOffline: integer(11) != 0))
@@ -538,7 +538,7 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
 
     func value(for key: String) throws -> String? {
         try pool.read { db in
-            let stored = try String.fetchOne(db, sql: "SELECT value FROM provider_state WHERE key = ?", arguments: [key])
+            let stored = try String.fetchOne(db, sql: "SELECT value FROM provider_state WHERE key = ?", arguments: [db.storedKey(key)])
             return try db.storeCipher.map { cipher in try stored.map { try cipher.openText($0) } } ?? stored
         }
     }
@@ -550,12 +550,13 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
             let rows = try Row.fetchAll(
                 db, sql: "SELECT key, value FROM provider_state WHERE key >= ? AND key < ?", arguments: [prefix, prefix + "\u{10FFFF}"])
             let cipher = db.storeCipher
-            return Dictionary(try rows.map { ($0[0] as String, try cipher?.openText($0[1]) ?? $0[1]) }, uniquingKeysWith: { $1 })
+            return Dictionary(try rows.map { (try db.openedKey($0[0]), try cipher?.openText($0[1]) ?? $0[1]) }, uniquingKeysWith: { $1 })
         }
     }
 
     func setBlocks(_ blocks: [BlockManifest.Block], of fileId: String, revision: String) throws {
         try pool.write { db in
+            let fileId = db.storedId(fileId)
             try db.execute(sql: "DELETE FROM block_index WHERE file_id = ?", arguments: [fileId])
             let insert = try db.cachedStatement(
                 sql: "INSERT INTO block_index (file_id, position, revision, hash, offset, size) VALUES (?, ?, ?, ?, ?, ?)")
@@ -572,7 +573,8 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
 
     func blocks(of fileId: String) throws -> (revision: String, blocks: [BlockManifest.Block])? {
         try pool.read { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT revision, hash, size FROM block_index WHERE file_id = ? ORDER BY position", arguments: [fileId])
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT revision, hash, size FROM block_index WHERE file_id = ? ORDER BY position", arguments: [db.storedId(fileId)])
             guard let revision = rows.first?[0] as String? else { return nil }
             return (revision, rows.map { BlockManifest.Block(hash: FileHasher.hex($0[1] as Data), size: $0[2]) })
         }
@@ -585,7 +587,7 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
             for hash in hashes {
                 guard let key = [UInt8](hex: hash).map({ Data($0) }) else { continue }
                 let rows = try Row.fetchAll(statement, arguments: [key])
-                if !rows.isEmpty { found[hash] = rows.map { BlockLocation(fileId: $0[0], offset: $0[1], size: $0[2]) } }
+                if !rows.isEmpty { found[hash] = try rows.map { BlockLocation(fileId: try db.openedId($0[0]), offset: $0[1], size: $0[2]) } }
             }
             return found
         }
@@ -598,9 +600,9 @@ final class DatabaseStateStore: ProviderStateStore, BlockIndexStore, @unchecked 
                 if let value {
                     try db.execute(
                         sql: "INSERT INTO provider_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        arguments: [key, cipher?.sealText(value) ?? value])
+                        arguments: [db.storedKey(key), cipher?.sealText(value) ?? value])
                 } else {
-                    try db.execute(sql: "DELETE FROM provider_state WHERE key = ?", arguments: [key])
+                    try db.execute(sql: "DELETE FROM provider_state WHERE key = ?", arguments: [db.storedKey(key)])
                 }
             }
         }

@@ -178,13 +178,16 @@ struct ItemRow: Sendable, Equatable {
     }
 
     static func fetch(_ db: Database, fileId: String) throws -> ItemRow? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE file_id = ?"), arguments: [fileId]).map { try decode($0, db) }
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE file_id = ?"), arguments: [db.storedId(fileId)]).map {
+            try decode($0, db)
+        }
     }
 
     /// This row as an encrypted store keeps it (names sealed, see ``StoreCipher``); itself for a plain store.
     func sealed(_ cipher: StoreCipher?) -> ItemRow {
         guard let cipher else { return self }
         var row = self
+        row.fileId = fileId.map { cipher.sealId($0) }
         row.rName = cipher.sealName(rName)
         row.sName = cipher.sealName(sName)
         row.lName = cipher.sealName(lName)
@@ -195,6 +198,7 @@ struct ItemRow: Sendable, Equatable {
     func opened(_ cipher: StoreCipher?) throws -> ItemRow {
         guard let cipher else { return self }
         var row = self
+        row.fileId = try fileId.map { try cipher.openId($0) }
         row.rName = try cipher.openName(rName)
         row.sName = try cipher.openName(sName)
         row.lName = try cipher.openName(lName)
@@ -203,7 +207,7 @@ struct ItemRow: Sendable, Equatable {
 
     /// The LUID of the item that is provider item `fileId`, without decoding the row.
     static func luid(_ db: Database, fileId: String) throws -> String? {
-        try String.fetchOne(db.cachedStatement(sql: "SELECT luid FROM items WHERE file_id = ?"), arguments: [fileId])
+        try String.fetchOne(db.cachedStatement(sql: "SELECT luid FROM items WHERE file_id = ?"), arguments: [db.storedId(fileId)])
     }
 
     static let insertSQL = """
