@@ -475,9 +475,10 @@ extension SyncEngine {
 
     /// Hands the item's downloaded content file over to the caller (who moves it where it belongs); the engine
     /// forgets it. `nil` if the current content is not here.
-    /// In an encrypted library the file handed over is a plain copy, opened and checked, in the system's temporary
-    /// folder (the sealed one is removed).
-    public func takeContent(of id: ItemID) throws -> URL? {
+    /// In an encrypted library the file handed over is a plain copy, opened and checked, in `directory` (pass the
+    /// folder it is going to, so it is moved, not copied again) or the system's temporary folder; the sealed one is
+    /// removed.
+    public func takeContent(of id: ItemID, into directory: URL? = nil) throws -> URL? {
         let taken = try database.pool.write { db -> (path: String, checksum: String?)? in
             guard let stored = try ItemRow.fetch(db, luid: id.rawValue), let path = stored.contentPath, stored.contentChecksum == stored.lChecksum,
                 self.isStored(path)
@@ -490,7 +491,7 @@ extension SyncEngine {
         }
         guard let taken else { return nil }
         guard sealing != nil else { return URL(fileURLWithPath: taken.path) }
-        let plain = FileManager.default.temporaryDirectory.appending(path: "nimbus-\(UUID.random().uuidString.lowercased())")
+        let plain = (directory ?? FileManager.default.temporaryDirectory).appending(path: ".nimbus-\(UUID.random().uuidString.lowercased())")
         defer { try? FileManager.default.removeItem(atPath: taken.path) }
         try copyOut(taken.path, to: plain, checksum: taken.checksum)
         return plain

@@ -264,7 +264,7 @@ struct Get: AsyncParsableCommand {
         await progress.watch(item.id, name: item.name, size: item.size)
         try await engine.download(item.id)
         try await drain(engine, progress: progress)
-        guard let content = try await engine.takeContent(of: item.id) else {
+        guard let content = try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent()) else {
             throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.")
         }
         let temporary = destination.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
