@@ -100,6 +100,13 @@ extension SyncEngine {
         return data
     }
 
+    /// The item's current content for reading at any offset (a viewer, a player), if it is on this device: in an
+    /// encrypted library only the 64 KiB segments read are opened, each authenticated. Close it when done.
+    public func openContent(of id: ItemID) throws -> ContentReader? {
+        guard let (path, _) = try storedContent(of: id) else { return nil }
+        return try ContentReader(url: URL(fileURLWithPath: path), sealing: sealing(for: path))
+    }
+
     /// Writes the item's current content to `destination` (a new file; replaced if there), if it is on this device;
     /// false if it is not.
     @discardableResult
