@@ -134,7 +134,14 @@ def main():
             print(f"initial upload of one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
                   f"({theirs:.1f} s); ratio {ours / theirs:.2f}")
             if args.encrypt:
-                enc = timed([binary, "sync", big, "/big-e", "--once", "--quiet"], env=e)
+                # Other bytes (the server would already hold the first file's blocks).
+                big_e = f"{work}/big-e"
+                os.makedirs(big_e)
+                with open(f"{big_e}/one.bin", "wb") as handle:
+                    for _ in range(args.big_mib):
+                        handle.write(os.urandom(1 << 20))
+                os.utime(f"{big_e}/one.bin", (old, old))
+                enc = timed([binary, "sync", big_e, "/big-e", "--once", "--quiet"], env=e)
                 print(f"encrypted store: one {args.big_mib} MiB file {enc:.1f} s vs plain {ours:.1f} s (ratio {enc / ours:.2f})")
 
         if "edits" not in args.skip:

@@ -81,16 +81,21 @@ public final class ContentReader: @unchecked Sendable {
 public struct DownloadTarget: Sendable {
     public var url: URL
     let sealing: ContentSealing?
+    /// Whether ``ContentWriter/synchronize()`` makes the bytes durable (fsync). Not for a sealed partial that is
+    /// opened into a plain file (a synced folder's download): that copy is made durable instead, one fsync per file.
+    let durable: Bool
 
     /// A plain file.
     public init(url: URL) {
         self.url = url
         sealing = nil
+        durable = true
     }
 
-    init(url: URL, sealing: ContentSealing?) {
+    init(url: URL, sealing: ContentSealing?, durable: Bool = true) {
         self.url = url
         self.sealing = sealing
+        self.durable = durable
     }
 
     /// Opens (or creates, 0600) the file for appending.
@@ -98,7 +103,7 @@ public struct DownloadTarget: Sendable {
         if !FileManager.default.fileExists(atPath: url.path) {
             _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
-        return try ContentWriter(url: url, sealing: sealing)
+        return try ContentWriter(url: url, sealing: sealing, durable: durable)
     }
 
     /// How many bytes of content are there already (a partial download).
@@ -129,6 +134,7 @@ public final class ContentWriter: @unchecked Sendable {
     let handle: FileHandle
     let url: URL
     let sealing: ContentSealing?
+    let durable: Bool
     // Sealed: the file's id, the next segment's index, the plaintext not yet sealed, whether the file ends with a
     // segment sealed as the last (then it is reopened before anything more is written).
     var fileId: [UInt8] = []
@@ -136,9 +142,10 @@ public final class ContentWriter: @unchecked Sendable {
     var pending = Data()
     var tailSealed = false
 
-    init(url: URL, sealing: ContentSealing?, readOnly: Bool = false) throws {
+    init(url: URL, sealing: ContentSealing?, readOnly: Bool = false, durable: Bool = true) throws {
         self.url = url
         self.sealing = sealing
+        self.durable = durable
         handle = readOnly ? try FileHandle(forReadingFrom: url) : try FileHandle(forUpdating: url)
         guard sealing != nil else { return }
         do {
@@ -254,7 +261,7 @@ public final class ContentWriter: @unchecked Sendable {
             try seal(pending[...], last: true)
             tailSealed = true
         }
-        try handle.synchronize()
+        if durable { try handle.synchronize() }
     }
 
     public func close() throws {

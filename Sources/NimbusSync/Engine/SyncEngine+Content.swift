@@ -18,9 +18,11 @@ extension SyncEngine {
         UploadSource(url: URL(fileURLWithPath: path), size: size, checksum: checksum, sealing: sealing(for: path))
     }
 
-    /// A download into `url` (in the store: sealed in an encrypted library).
+    /// A download into `url` (in the store: sealed in an encrypted library). A synced folder's sealed partial is
+    /// opened into a plain file that is made durable, so the partial itself is not fsynced.
     nonisolated func downloadTarget(_ url: URL) -> DownloadTarget {
-        DownloadTarget(url: url, sealing: sealing(for: url.path))
+        let sealing = sealing(for: url.path)
+        return DownloadTarget(url: url, sealing: sealing, durable: sealing == nil || disk == nil)
     }
 
     /// The content's size: of the plaintext, for a sealed file. Nil when there is no regular file.

@@ -183,6 +183,9 @@ struct ItemRow: Sendable, Equatable {
         }
     }
 
+    /// The indexes in ``columns`` of what an encrypted store seals: file_id, r_name, s_name, l_name.
+    static let sealedColumns: Set<Int> = [1, 5, 13, 18]
+
     /// This row as an encrypted store keeps it (names sealed, see ``StoreCipher``); itself for a plain store.
     func sealed(_ cipher: StoreCipher?) -> ItemRow {
         guard let cipher else { return self }
@@ -227,12 +230,17 @@ struct ItemRow: Sendable, Equatable {
         guard luid == original.luid else { return try save(db) }
         var assignments: [String] = []
         var arguments: [(any DatabaseValueConvertible)?] = []
-        // Sealed names are deterministic: a name that did not change seals the same, and is not written.
-        let cipher = db.storeCipher
-        for (index, (new, old)) in zip(sealed(cipher).values, original.sealed(cipher).values).enumerated()
+        // Compared in the clear; what changed in a sealed column (an encrypted store's id and names) is sealed.
+        var sealedValues: [(any DatabaseValueConvertible)?]?
+        for (index, (new, old)) in zip(values, original.values).enumerated()
         where (new?.databaseValue ?? .null) != (old?.databaseValue ?? .null) {
             assignments.append("\(Self.columnNames[index]) = ?")
-            arguments.append(new)
+            if Self.sealedColumns.contains(index), let cipher = db.storeCipher {
+                if sealedValues == nil { sealedValues = sealed(cipher).values }
+                arguments.append(sealedValues?[index] ?? nil)
+            } else {
+                arguments.append(new)
+            }
         }
         guard !assignments.isEmpty else { return }
         arguments.append(luid)
