@@ -180,100 +180,106 @@ public enum ChunkedEncryption {
         _ = try openReporting(source, to: destination, key: key, context: context)
     }
 
-    /// ``open(_:to:key:context:)``, hashing the plaintext on the way.
+    /// ``open(_:to:key:context:)``, hashing the plaintext on the way; `sealing` seals what is written (an encrypted
+    /// library's download).
     @discardableResult
     public static func openReporting(
         _ source: URL, to destination: URL, key: SymmetricKey, context: String, sealing: ContentSealing? = nil
     ) throws -> Digest {
-        let keys = Keys(key, context: context)
-        var hasher = SHA256()
-        var sealedSize: Int64 = 0
-        var openedSize: Int64 = 0
         let partial = destination.appendingPathExtension("partial")
         guard FileManager.default.createFile(atPath: partial.path, contents: nil) else {
             throw SyncError.localFile("Cannot write \(partial.path).")
         }
+        let digest: Digest
         do {
-            let input = try FileHandle(forReadingFrom: source)
-            defer { try? input.close() }
-            // Written sealed when the destination is an encrypted library's.
             let output = try ContentWriter(url: partial, sealing: sealing)
             defer { try? output.close() }
-            guard let start = try input.read(upToCount: magic.count), Array(start) == magic else {
-                throw EncryptionError.notEncrypted("not a Nimbus chunk-encrypted file")
-            }
-            let total = try input.seekToEnd()
-            sealedSize = Int64(total)
-            guard total >= UInt64(magic.count + footerSize) else { throw EncryptionError.tampered("the file is cut short") }
-            try input.seek(toOffset: total - UInt64(footerSize))
-            let footer = try opened(try input.read(upToCount: footerSize) ?? Data(), keys.index, context + "\u{0}footer", what: "the footer")
-            guard footer.count == 12 else { throw EncryptionError.tampered("the footer is malformed") }
-            let headOffset = integer(footer, 0..<8, as: UInt64.self)
-            let headSize = Int(integer(footer, 8..<12, as: UInt32.self))
-            guard headOffset >= UInt64(magic.count), headOffset + UInt64(headSize) + UInt64(footerSize) <= total else {
-                throw EncryptionError.tampered("the footer points outside the file")
-            }
-            try input.seek(toOffset: headOffset)
-            let head = try opened(try input.read(upToCount: headSize) ?? Data(), keys.index, context, what: "the index")
-            guard head.count >= 24 else { throw EncryptionError.tampered("the index is malformed") }
-            let size = integer(head, 0..<8, as: UInt64.self)
-            let count = Int(integer(head, 8..<12, as: UInt32.self))
-            let padding = integer(head, 12..<20, as: UInt64.self)
-            let pageCount = Int(integer(head, 20..<24, as: UInt32.self))
-            guard head.count == 24 + pageCount * 36 else { throw EncryptionError.tampered("the index is malformed") }
-            guard headOffset + UInt64(headSize) + padding + UInt64(footerSize) == total else {
-                throw EncryptionError.tampered("the file's length is wrong")
-            }
-            // The pages, just before the head, each checked against the head's hash of it.
-            var pageLengths: [Int] = []
-            for page in 0..<pageCount { pageLengths.append(Int(integer(head, 24 + page * 36..<28 + page * 36, as: UInt32.self))) }
-            let pagesSize = UInt64(pageLengths.reduce(0, +))
-            guard pagesSize + UInt64(magic.count) <= headOffset else { throw EncryptionError.tampered("the index pages point outside the file") }
-            let recordsEnd = headOffset - pagesSize
-            try input.seek(toOffset: recordsEnd)
-            var entries = Data()
-            for (page, length) in pageLengths.enumerated() {
-                let at = 28 + page * 36
-                guard let box = try input.read(upToCount: length), box.count == length,
-                    Data(SHA256.hash(data: box)) == head.subdata(in: head.startIndex + at..<head.startIndex + at + 32)
-                else { throw EncryptionError.tampered("index page \(page) is changed, missing or out of place") }
-                entries.append(try opened(box, keys.index, context + "\u{0}page", what: "index page \(page)"))
-            }
-            guard entries.count == count * 36 else { throw EncryptionError.tampered("the index is malformed") }
-            let payload = entries
-            try input.seek(toOffset: UInt64(magic.count))
-            let nonce = try AES.GCM._SIV.Nonce(data: zeroNonce)
-            var offset = UInt64(magic.count)
-            var plainSize: UInt64 = 0
-            for index in 0..<count {
-                let at = index * 36
-                let length = Int(integer(payload, at..<at + 4, as: UInt32.self))
-                guard length >= 16, length <= FastCDC.Parameters.standard.maximum + 16, offset + UInt64(length) <= recordsEnd,
-                    let record = try input.read(upToCount: length), record.count == length,
-                    Data(SHA256.hash(data: record)) == payload.subdata(in: payload.startIndex + at + 4..<payload.startIndex + at + 36)
-                else { throw EncryptionError.tampered("chunk \(index) is changed, missing or out of place") }
-                let plain: Data
-                do {
-                    plain = try AES.GCM._SIV.open(
-                        AES.GCM._SIV.SealedBox(nonce: nonce, ciphertext: record.prefix(length - 16), tag: record.suffix(16)), using: keys.chunk)
-                } catch {
-                    throw EncryptionError.tampered("chunk \(index) does not authenticate")
-                }
-                hasher.update(data: plain)
-                try output.write(contentsOf: plain)
-                offset += UInt64(length)
-                plainSize += UInt64(plain.count)
-            }
-            guard offset == recordsEnd, plainSize == size else { throw EncryptionError.tampered("chunks are missing or repeated") }
-            openedSize = Int64(plainSize)
-            try output.synchronize()
+            digest = try openReporting(source, into: output, key: key, context: context)
         } catch {
             try? FileManager.default.removeItem(at: partial)
             throw error
         }
         _ = try? FileManager.default.removeItem(at: destination)
         try FileManager.default.moveItem(at: partial, to: destination)
-        return Digest(sealedSize: sealedSize, plainSize: openedSize, checksum: FileHasher.hex(hasher.finalize()))
+        return digest
+    }
+
+    /// The plaintext of the sealed file `source` written to `output` (from where it is), checked as it goes; on an
+    /// error, what was written is not the content (the caller drops it).
+    static func openReporting(_ source: URL, into output: ContentWriter, key: SymmetricKey, context: String) throws -> Digest {
+        let keys = Keys(key, context: context)
+        var hasher = SHA256()
+        var sealedSize: Int64 = 0
+        let input = try FileHandle(forReadingFrom: source)
+        defer { try? input.close() }
+        guard let start = try input.read(upToCount: magic.count), Array(start) == magic else {
+            throw EncryptionError.notEncrypted("not a Nimbus chunk-encrypted file")
+        }
+        let total = try input.seekToEnd()
+        sealedSize = Int64(total)
+        guard total >= UInt64(magic.count + footerSize) else { throw EncryptionError.tampered("the file is cut short") }
+        try input.seek(toOffset: total - UInt64(footerSize))
+        let footer = try opened(try input.read(upToCount: footerSize) ?? Data(), keys.index, context + "\u{0}footer", what: "the footer")
+        guard footer.count == 12 else { throw EncryptionError.tampered("the footer is malformed") }
+        let headOffset = integer(footer, 0..<8, as: UInt64.self)
+        let headSize = Int(integer(footer, 8..<12, as: UInt32.self))
+        guard headOffset >= UInt64(magic.count), headOffset + UInt64(headSize) + UInt64(footerSize) <= total else {
+            throw EncryptionError.tampered("the footer points outside the file")
+        }
+        try input.seek(toOffset: headOffset)
+        let head = try opened(try input.read(upToCount: headSize) ?? Data(), keys.index, context, what: "the index")
+        guard head.count >= 24 else { throw EncryptionError.tampered("the index is malformed") }
+        let size = integer(head, 0..<8, as: UInt64.self)
+        let count = Int(integer(head, 8..<12, as: UInt32.self))
+        let padding = integer(head, 12..<20, as: UInt64.self)
+        let pageCount = Int(integer(head, 20..<24, as: UInt32.self))
+        guard head.count == 24 + pageCount * 36 else { throw EncryptionError.tampered("the index is malformed") }
+        guard headOffset + UInt64(headSize) + padding + UInt64(footerSize) == total else {
+            throw EncryptionError.tampered("the file's length is wrong")
+        }
+        // The pages, just before the head, each checked against the head's hash of it.
+        var pageLengths: [Int] = []
+        for page in 0..<pageCount { pageLengths.append(Int(integer(head, 24 + page * 36..<28 + page * 36, as: UInt32.self))) }
+        let pagesSize = UInt64(pageLengths.reduce(0, +))
+        guard pagesSize + UInt64(magic.count) <= headOffset else { throw EncryptionError.tampered("the index pages point outside the file") }
+        let recordsEnd = headOffset - pagesSize
+        try input.seek(toOffset: recordsEnd)
+        var entries = Data()
+        for (page, length) in pageLengths.enumerated() {
+            let at = 28 + page * 36
+            guard let box = try input.read(upToCount: length), box.count == length,
+                Data(SHA256.hash(data: box)) == head.subdata(in: head.startIndex + at..<head.startIndex + at + 32)
+            else { throw EncryptionError.tampered("index page \(page) is changed, missing or out of place") }
+            entries.append(try opened(box, keys.index, context + "\u{0}page", what: "index page \(page)"))
+        }
+        guard entries.count == count * 36 else { throw EncryptionError.tampered("the index is malformed") }
+        let payload = entries
+        try input.seek(toOffset: UInt64(magic.count))
+        let nonce = try AES.GCM._SIV.Nonce(data: zeroNonce)
+        var offset = UInt64(magic.count)
+        var plainSize: UInt64 = 0
+        for index in 0..<count {
+            let at = index * 36
+            let length = Int(integer(payload, at..<at + 4, as: UInt32.self))
+            guard length >= 16, length <= FastCDC.Parameters.standard.maximum + 16, offset + UInt64(length) <= recordsEnd,
+                let record = try input.read(upToCount: length), record.count == length,
+                Data(SHA256.hash(data: record)) == payload.subdata(in: payload.startIndex + at + 4..<payload.startIndex + at + 36)
+            else { throw EncryptionError.tampered("chunk \(index) is changed, missing or out of place") }
+            let plain: Data
+            do {
+                plain = try AES.GCM._SIV.open(
+                    AES.GCM._SIV.SealedBox(nonce: nonce, ciphertext: record.prefix(length - 16), tag: record.suffix(16)), using: keys.chunk)
+            } catch {
+                throw EncryptionError.tampered("chunk \(index) does not authenticate")
+            }
+            hasher.update(data: plain)
+            try output.write(contentsOf: plain)
+            offset += UInt64(length)
+            plainSize += UInt64(plain.count)
+        }
+        guard offset == recordsEnd, plainSize == size else { throw EncryptionError.tampered("chunks are missing or repeated") }
+        try output.synchronize()
+        return Digest(sealedSize: sealedSize, plainSize: Int64(plainSize), checksum: FileHasher.hex(hasher.finalize()))
     }
 
     /// Padding that looks random, the same for every version of one file (its context), so re-sealing an edited

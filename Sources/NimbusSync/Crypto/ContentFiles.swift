@@ -84,22 +84,39 @@ public struct DownloadTarget: Sendable {
     /// Whether ``ContentWriter/synchronize()`` makes the bytes durable (fsync). Not for a sealed partial that is
     /// opened into a plain file (a synced folder's download): that copy is made durable instead, one fsync per file.
     let durable: Bool
+    /// A download kept in memory (a small file an encrypted library opens straight into a synced folder: no sealed
+    /// partial to write and delete, no plaintext on disk before its place). `url` names nothing then.
+    let buffer: LockedBox<Data>?
 
     /// A plain file.
     public init(url: URL) {
         self.url = url
         sealing = nil
         durable = true
+        buffer = nil
     }
+
+    /// A download into memory.
+    init(memoryNamed url: URL) {
+        self.url = url
+        sealing = nil
+        durable = true
+        buffer = LockedBox(Data())
+    }
+
+    /// Whether the download goes to memory, not to `url`.
+    public var isInMemory: Bool { buffer != nil }
 
     init(url: URL, sealing: ContentSealing?, durable: Bool = true) {
         self.url = url
         self.sealing = sealing
         self.durable = durable
+        buffer = nil
     }
 
     /// Opens (or creates, 0600) the file for appending.
     public func open() throws -> ContentWriter {
+        if let buffer { return ContentWriter(buffer: buffer) }
         if !FileManager.default.fileExists(atPath: url.path) {
             _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
@@ -108,12 +125,14 @@ public struct DownloadTarget: Sendable {
 
     /// How many bytes of content are there already (a partial download).
     public var existingSize: Int64 {
+        if let buffer { return Int64(buffer.withLock { $0.count }) }
         guard let sealing else { return FileHasher.regularFileSize(url.path) ?? 0 }
         return (try? ContentWriter(url: url, sealing: sealing, readOnly: true).size) ?? 0
     }
 
     /// SHA-256 and size of the content written.
     func hash() throws -> (checksum: String, size: Int64) {
+        if let buffer { return buffer.withLock { (FileHasher.hex(SHA256.hash(data: $0)), Int64($0.count)) } }
         guard sealing != nil else { return try FileHasher.sha256(of: url) }
         let reader = try ContentReader(url: url, sealing: sealing)
         defer { reader.close() }
@@ -131,7 +150,15 @@ public struct DownloadTarget: Sendable {
 /// readable whenever it is closed (its last segment sealed as the last); opening it again reopens that segment to go
 /// on after it, and a tail torn by a crash is cut back to the last whole segment.
 public final class ContentWriter: @unchecked Sendable {
-    let handle: FileHandle
+    private let fileHandle: FileHandle?
+    let buffer: LockedBox<Data>?
+    /// The file (every writer but a memory one has it).
+    private var handle: FileHandle {
+        get throws {
+            guard let fileHandle else { throw CocoaError(.fileNoSuchFile) }
+            return fileHandle
+        }
+    }
     let url: URL
     let sealing: ContentSealing?
     let durable: Bool
@@ -142,11 +169,20 @@ public final class ContentWriter: @unchecked Sendable {
     var pending = Data()
     var tailSealed = false
 
+    init(buffer: LockedBox<Data>) {
+        self.buffer = buffer
+        fileHandle = nil
+        url = URL(fileURLWithPath: "/dev/null")
+        sealing = nil
+        durable = false
+    }
+
     init(url: URL, sealing: ContentSealing?, readOnly: Bool = false, durable: Bool = true) throws {
         self.url = url
         self.sealing = sealing
         self.durable = durable
-        handle = readOnly ? try FileHandle(forReadingFrom: url) : try FileHandle(forUpdating: url)
+        buffer = nil
+        fileHandle = readOnly ? try FileHandle(forReadingFrom: url) : try FileHandle(forUpdating: url)
         guard sealing != nil else { return }
         do {
             try resume(write: !readOnly)
@@ -223,11 +259,13 @@ public final class ContentWriter: @unchecked Sendable {
     /// The bytes already there: where the next write goes.
     @discardableResult
     public func seekToEnd() throws -> UInt64 {
+        if let buffer { return UInt64(buffer.withLock { $0.count }) }
         guard sealing != nil else { return try handle.seekToEnd() }
         return UInt64(size)
     }
 
     public func write<Bytes: DataProtocol>(contentsOf bytes: Bytes) throws {
+        if let buffer { return buffer.withLock { $0.append(contentsOf: bytes) } }
         guard sealing != nil else { return try handle.write(contentsOf: bytes) }
         let data = bytes as? Data ?? Data(bytes)
         if tailSealed {
@@ -250,6 +288,7 @@ public final class ContentWriter: @unchecked Sendable {
 
     /// Only a restart (offset 0) for a sealed file.
     public func truncate(atOffset offset: UInt64) throws {
+        if let buffer { return buffer.withLock { $0 = $0.prefix(Int(offset)) } }
         guard sealing != nil else { return try handle.truncate(atOffset: offset) }
         guard offset == 0 else { throw EncryptionError.tampered("a sealed download can only start over") }
         try restart()
@@ -257,6 +296,7 @@ public final class ContentWriter: @unchecked Sendable {
 
     /// Makes what was written durable (a sealed file: complete, its last segment sealed).
     public func synchronize() throws {
+        if buffer != nil { return }
         if sealing != nil, !tailSealed {
             try seal(pending[...], last: true)
             tailSealed = true
@@ -265,6 +305,7 @@ public final class ContentWriter: @unchecked Sendable {
     }
 
     public func close() throws {
+        if buffer != nil { return }
         if sealing != nil, !tailSealed {
             try seal(pending[...], last: true)
             tailSealed = true

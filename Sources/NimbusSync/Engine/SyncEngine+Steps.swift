@@ -647,7 +647,7 @@ extension SyncEngine {
             fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         let target = disk.absolute(relative)
         let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
-        if sealing != nil {
+        if partial.sealed {
             // Sealed in the store: opened (and checked) into a plain file that goes straight into the folder.
             let plain = stagingDirectory.appending(path: "plain-\(UUID.random().uuidString.lowercased())")
             defer { try? FileManager.default.removeItem(at: plain) }
@@ -715,11 +715,14 @@ extension SyncEngine {
     /// its checksum when the provider gives one; free space is checked first.
     func fetch(
         fileId: String, revision: String, size: Int64, checksum: String?, luid: String, _ provider: any RemoteProvider, seeds: [URL] = []
-    ) async throws -> (url: URL, checksum: String) {
+    ) async throws -> (url: URL, checksum: String, sealed: Bool) {
         let key = FileHasher.hex(SHA256.hash(data: Data("\(fileId)\n\(revision)".utf8))).prefix(32)
         let partial = stagingDirectory.appending(path: "download-\(key).partial")
-        // In an encrypted library the partial download is sealed as it comes (and resumed sealed).
-        let target = downloadTarget(partial)
+        // In an encrypted library the partial download is sealed as it comes (and resumed sealed) — but a small file
+        // going into a synced folder is taken in memory and written plain once, beside where it goes: no sealed
+        // partial to write and delete for every small file (what made downloading many small files slow).
+        let inMemory = sealing != nil && disk != nil && size <= Self.memoryDownloadLimit
+        let target = inMemory ? DownloadTarget(memoryNamed: partial) : downloadTarget(partial)
         let have = target.existingSize
         if let available = Self.freeSpace(at: stagingDirectory), available < size - have {
             throw SyncError.insufficientSpace(needed: size - have, available: available)
@@ -739,8 +742,23 @@ extension SyncEngine {
             try? FileManager.default.removeItem(at: partial)
             throw SyncError.checksumMismatch(expected: checksum, actual: actual)
         }
-        return (partial, actual)
+        if let buffer = target.buffer {
+            let plain = stagingDirectory.appending(path: "plain-\(UUID.random().uuidString.lowercased())")
+            try buffer.withLock { data in
+                guard FileManager.default.createFile(atPath: plain.path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                    throw SyncError.localFile("Cannot write \(plain.path).")
+                }
+            }
+            let handle = try FileHandle(forWritingTo: plain)
+            try handle.synchronize()
+            try handle.close()
+            return (plain, actual, false)
+        }
+        return (partial, actual, target.sealing != nil)
     }
+
+    /// Files up to this size that an encrypted library downloads into a synced folder are taken in memory.
+    static let memoryDownloadLimit: Int64 = 1 << 20
 
     /// The local copy of a file of this device, for a download to take blocks from: the file in the synced folder,
     /// or the content kept in the store (the app library). Its bytes are checked block by block on use.
@@ -765,7 +783,7 @@ extension SyncEngine {
         if row.contentPath != nil && row.contentChecksum == checksum { return }
         guard let fileId = row.fileId, let revision = row.rRevision, row.rChecksum == checksum else { return }
         let provider = try requireProvider()
-        let fetched: (url: URL, checksum: String)
+        let fetched: (url: URL, checksum: String, sealed: Bool)
         do {
             // An older version kept here may hold most of the new one.
             let seeds = sealing != nil ? [] : row.contentPath.flatMap { FileManager.default.fileExists(atPath: $0) ? [URL(fileURLWithPath: $0)] : nil } ?? []

@@ -301,14 +301,27 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
 
     public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         let keys = try await keys()
-        // The sealed bytes go beside the destination (a partial of them is resumed); opened into it once whole.
-        let sealedFile = destination.url.appendingPathExtension("sealed")
+        // The sealed bytes go beside the destination (a partial of them is resumed), or to the scratch folder for a
+        // download into memory; opened into the destination once whole.
+        let sealedFile: URL
+        if destination.isInMemory {
+            try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+            sealedFile = scratch.appending(path: "down-\(UUID().uuidString).sealed")
+        } else {
+            sealedFile = destination.url.appendingPathExtension("sealed")
+        }
         try await inner.download(id, revision: revision, to: DownloadTarget(url: sealedFile), progress: progress)
         defer { try? FileManager.default.removeItem(at: sealedFile) }
         let digest: ChunkedEncryption.Digest
         do {
-            digest = try ChunkedEncryption.openReporting(
-                sealedFile, to: destination.url, key: keys.dataKey, context: Self.context, sealing: destination.sealing)
+            if destination.isInMemory {
+                let writer = try destination.open()
+                try writer.truncate(atOffset: 0)
+                digest = try ChunkedEncryption.openReporting(sealedFile, into: writer, key: keys.dataKey, context: Self.context)
+            } else {
+                digest = try ChunkedEncryption.openReporting(
+                    sealedFile, to: destination.url, key: keys.dataKey, context: Self.context, sealing: destination.sealing)
+            }
         } catch let error as EncryptionError {
             throw ProviderError.server(status: 502, code: "crypt_tampered", message: error.description)
         }
