@@ -52,7 +52,36 @@ final class StoreCipher: Sendable {
 
     func openId(_ stored: String) throws -> String { try openDeterministic(stored, as: "id") }
 
+    /// Names and ids sealed and opened lately, both ways (deterministic, so each has one sealed form): a plan reads
+    /// every row, and AES-GCM-SIV per name was most of what encryption added to a sync. Dropped whole when full.
+    private let recent = LockedBox((sealed: [String: String](), opened: [String: String]()))
+    static let recentLimit = 50_000
+
     func sealDeterministic(_ text: String, as kind: String) -> String {
+        let key = kind + "\u{0}" + text
+        if let known = recent.withLock({ $0.sealed[key] }) { return known }
+        let sealed = sealUncached(text, as: kind)
+        remember(sealed: sealed, plain: text, kind: kind)
+        return sealed
+    }
+
+    func openDeterministic(_ stored: String, as kind: String) throws -> String {
+        let key = kind + "\u{0}" + stored
+        if let known = recent.withLock({ $0.opened[key] }) { return known }
+        let plain = try openUncached(stored, as: kind)
+        remember(sealed: stored, plain: plain, kind: kind)
+        return plain
+    }
+
+    private func remember(sealed: String, plain: String, kind: String) {
+        recent.withLock {
+            if $0.opened.count >= Self.recentLimit { $0 = ([:], [:]) }
+            $0.sealed[kind + "\u{0}" + plain] = sealed
+            $0.opened[kind + "\u{0}" + sealed] = plain
+        }
+    }
+
+    private func sealUncached(_ text: String, as kind: String) -> String {
         let bytes = Array(text.utf8)
         let padding = 16 - bytes.count % 16
         let padded = bytes + [UInt8](repeating: UInt8(padding), count: padding)
@@ -68,7 +97,7 @@ final class StoreCipher: Sendable {
     /// The name a stored one stands for, or ``EncryptionError/tampered(_:)``.
     func openName(_ stored: String) throws -> String { try openDeterministic(stored, as: "name") }
 
-    func openDeterministic(_ stored: String, as kind: String) throws -> String {
+    private func openUncached(_ stored: String, as kind: String) throws -> String {
         guard let raw = Data(base64Encoded: stored), raw.count >= 32, raw.count % 16 == 0 else {
             throw EncryptionError.tampered("a name in the database is not sealed")
         }
