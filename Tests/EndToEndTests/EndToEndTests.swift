@@ -195,7 +195,8 @@ struct EndToEndTests {
         #expect(rounds < 6)
         let remote = try phone.run(["ls", "/Docs"]).stdout.split(separator: "\n").count
         let local = tree(folder).count
-        #expect(remote == local, "the laptop and the server agree after the confirmation (\(local) here, \(remote) there)")
+        let remoteList = try phone.run(["ls", "/Docs"]).stdout
+        #expect(remote == local, "the laptop and the server agree after the confirmation (\(local) here, \(remote) there): \(remoteList) vs \(tree(folder).keys.sorted())")
     }
 
     @Test("two devices sync two folders: creates, edits, renames, moves and deletes on both sides converge")

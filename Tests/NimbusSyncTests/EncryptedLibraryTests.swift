@@ -144,6 +144,31 @@ struct EncryptedLibraryTests {
         }
     }
 
+    @Test("a download whose last byte came before a crash is taken as it is, not refused (plain and encrypted)", arguments: [false, true])
+    func completePartial(encrypted: Bool) async throws {
+        try await SyncWorld.run { world in
+            try await world.register("cy")
+            let a = try world.device("A").engine
+            try await a.signIn(server: world.server, username: "cy", password: "correct horse")
+            let content = randomBytes(700_000, seed: 9)
+            _ = try await a.upload(from: try world.file("whole.bin", content))
+            try await a.syncOnce()
+            let directory = world.root.appending(path: "device-C\(encrypted)")
+            let c = try world.device("C", directory: directory) { if encrypted { $0.encryption = .passphrase("partial passphrase") } }.engine
+            try await c.signIn(server: world.server, username: "cy", password: "correct horse")
+            try await c.syncOnce()
+            let item = try #require(try await c.item(atPath: "/whole.bin"))
+            // The whole download is in the partial file (as the engine writes it), and then the process died.
+            let key = sha256(Data("\(try #require(item.fileId))\n\(try #require(item.revisionId))".utf8)).prefix(32)
+            let partial = directory.appending(path: "staged/download-\(key).partial")
+            let writer = try DownloadTarget(url: partial, sealing: await c.sealing).open()
+            try writer.write(contentsOf: content)
+            try writer.close()
+            try await c.download(item.id)
+            #expect(try await c.readContent(of: item.id) == content)
+        }
+    }
+
     @Test("a key store holds the key; a different key in it is refused")
     func keyStores() async throws {
         try await SyncWorld.run { world in

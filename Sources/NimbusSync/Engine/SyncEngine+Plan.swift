@@ -261,6 +261,14 @@ extension SyncEngine {
     }
 
     /// When the earliest step waiting for a retry falls due; nil when nothing waits for one (or nothing is left).
+    /// Steps waiting out a backoff (not failed for good): how many, and when the first is due.
+    func waitingRetries() throws -> (count: Int, next: Date?) {
+        try database.pool.read { db in
+            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*), MIN(next_attempt_at) FROM failures WHERE failed = 0")
+            return (row?[0] ?? 0, (row?[1] as Int64?).map(Date.init(millis:)))
+        }
+    }
+
     func nextDue() throws -> Date? {
         try database.pool.read { db in
             try Int64.fetchOne(db, sql: "SELECT MIN(next_attempt_at) FROM failures WHERE failed = 0").map(Date.init(millis:))

@@ -723,7 +723,18 @@ extension SyncEngine {
         // partial to write and delete for every small file (what made downloading many small files slow).
         let inMemory = sealing != nil && disk != nil && size <= Self.memoryDownloadLimit
         let target = inMemory ? DownloadTarget(memoryNamed: partial) : downloadTarget(partial)
-        let have = target.existingSize
+        var have = target.existingSize
+        // Whole already (a crash came between the last byte and taking it): checked, not fetched again — asking for
+        // the bytes after the end would be refused. Not this revision's bytes after all: start over.
+        var complete = false
+        if have >= size, have > 0, let checksum {
+            if let (actual, actualSize) = try? target.hash(), actual == checksum, actualSize == size {
+                complete = true
+            } else {
+                try? FileManager.default.removeItem(at: partial)
+                have = 0
+            }
+        }
         if let available = Self.freeSpace(at: stagingDirectory), available < size - have {
             throw SyncError.insufficientSpace(needed: size - have, available: available)
         }
@@ -732,7 +743,9 @@ extension SyncEngine {
         let report: @Sendable (Int64) -> Void = { written in
             progress.withLock { $0[luid] = .downloading(progress: min(1, Double(written) / Double(max(size, 1)))) }
         }
-        if let delta = provider as? any DeltaDownloadProvider, size >= delta.deltaMinimum {
+        if complete {
+            // (checked above)
+        } else if let delta = provider as? any DeltaDownloadProvider, size >= delta.deltaMinimum {
             try await delta.download(fileId, revision: revision, to: target, reusing: seeds, locate: { [weak self] in await self?.localCopy(of: $0) }, progress: report)
         } else {
             try await provider.download(fileId, revision: revision, to: target, progress: report)

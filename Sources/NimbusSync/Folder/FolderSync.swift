@@ -67,6 +67,11 @@ public actor FolderSync {
     /// (an unmounted disk or an `rm -rf` slip must not empty the other side).
     public func setConfirmDeletions(_ value: Bool) async { await engine.setConfirmDeletions(value) }
 
+    /// Steps that failed and wait out a backoff before they are tried again: how many, and when the first is due.
+    public func waitingRetries() async throws -> (count: Int, next: Date?) {
+        try await engine.waitingRetries()
+    }
+
     /// One full cycle: the remote's changes, a scan of the folder, then plans carried out until nothing is left
     /// that can run now.
     public func syncOnce() async throws -> FolderSyncReport {

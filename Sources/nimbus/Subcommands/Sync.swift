@@ -152,6 +152,22 @@ struct SyncCommand: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(Int64(max(0.05, settles.timeIntervalSinceNow + 0.05) * 1000)))
             report.absorb(try await cycle(folder, spec))
         }
+        // Steps that failed and are due again within seconds (the server answered: a deletion paused a moment ago,
+        // a conflict being settled) are waited for, a few times; what still waits is said, and the exit is non-zero.
+        var retries = 0
+        while retries < 3, !report.errors.contains(where: { $0.hasPrefix("Offline") }),
+            let next = try await folder.waitingRetries().next, next.timeIntervalSinceNow < 10
+        {
+            retries += 1
+            try await Task.sleep(for: .milliseconds(Int64(max(0.05, next.timeIntervalSinceNow + 0.05) * 1000)))
+            // (The errors of the earlier tries are replaced by this one's: they were tried again.)
+            report.absorb(try await cycle(folder, spec))
+        }
+        let waiting = try await folder.waitingRetries()
+        if waiting.count > 0, report.errors.isEmpty {
+            let seconds = max(1, Int((waiting.next?.timeIntervalSinceNow ?? 0).rounded(.up)))
+            report.errors.append("\(waiting.count) change\(waiting.count == 1 ? "" : "s") failed and will be tried again (in \(seconds) s); run the sync again, or use --watch.")
+        }
         return report
     }
 
