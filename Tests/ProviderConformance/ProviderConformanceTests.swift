@@ -42,6 +42,16 @@ struct ProviderConformanceTests {
                 try await provider.createFolder(named: "taken", in: root.id, requestId: "req-4")
             }
             await #expect(throws: ProviderError.self) { try await provider.createFolder(named: "a/b", in: root.id, requestId: "req-5") }
+
+            // mkdir -p: what is there is taken, the rest made; a file in the way is refused.
+            let deep = try await provider.makeFolders(["Docs", "Inner", "2026", "Q4"])
+            #expect(deep.isFolder && deep.name == "Q4")
+            let year = try #require(try await provider.children(of: inner.id).first)
+            #expect(year.name == "2026" && year.isFolder)
+            #expect(try await provider.children(of: year.id).map(\.id) == [deep.id])
+            #expect(try await provider.makeFolders(["Docs", "Inner", "2026", "Q4"]).id == deep.id)
+            await #expect(throws: ProviderError.self) { try await provider.makeFolders(["taken", "below"]) }
+            #expect(try await provider.children(of: root.id).map(\.name).sorted() == ["Docs", "taken"])
         }
     }
 

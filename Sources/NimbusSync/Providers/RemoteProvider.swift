@@ -287,6 +287,30 @@ public protocol RemoteProvider: Sendable {
 }
 
 extension RemoteProvider {
+    /// The folder at `path` (names below the root) made where missing, like `mkdir -p`; another client making the
+    /// same folder meanwhile is taken as it is. A file in the way is ``ProviderError/invalid(code:message:)``.
+    public func makeFolders(_ path: [String]) async throws -> RemoteItem {
+        var current = try await root()
+        for part in path {
+            for attempt in 0..<2 {
+                if let existing = try await children(of: current.id).first(where: { $0.name == part }) {
+                    guard existing.isFolder else {
+                        throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+                    }
+                    current = existing
+                    break
+                }
+                do {
+                    current = try await createFolder(named: part, in: current.id, requestId: UUID.random().uuidString.lowercased())
+                    break
+                } catch ProviderError.nameTaken where attempt == 0 {
+                    continue
+                }
+            }
+        }
+        return current
+    }
+
     /// ``download(_:revision:to:progress:)`` into a plain file.
     public func download(_ id: String, revision: String?, to url: URL, progress: @escaping @Sendable (Int64) -> Void) async throws {
         try await download(id, revision: revision, to: DownloadTarget(url: url), progress: progress)

@@ -160,19 +160,8 @@ struct RemoteCommand: AsyncParsableCommand {
                 var wrappedTop = remote
                 wrappedTop.remote = top.description
                 let topProvider = try home.wrappedProviderMaker(name, wrappedTop)(NimbusProvider.NoState())
-                var current = try await topProvider.root()
-                let parts: [String]
                 switch target {
-                case .nimbus(let path): parts = RemotePath.components(path)
-                case .named(_, _, let path): parts = RemotePath.components(path)
-                }
-                for part in parts {
-                    if let existing = try await topProvider.children(of: current.id).first(where: { $0.name == part }) {
-                        guard existing.isFolder else { throw CLIError("\(spec) is not a folder there.") }
-                        current = existing
-                    } else {
-                        current = try await topProvider.createFolder(named: part, in: current.id, requestId: "crypt-folder-\(UUID().uuidString)")
-                    }
+                case .nimbus(let path), .named(_, _, let path): _ = try await topProvider.makeFolders(RemotePath.components(path))
                 }
                 let inner = try home.wrappedProviderMaker(name, remote)(NimbusProvider.NoState())
                 let scratch = home.url.appending(path: "crypt-scratch/\(name)")

@@ -212,15 +212,7 @@ struct SyncCommand: AsyncParsableCommand {
             let known = FileManager.default.fileExists(atPath: home.pairDirectory(local: root.path, remote: spec.description).path)
             guard path != "/", !known else { return }
             do {
-                var current = try await base.root()
-                for part in RemotePath.components(path) {
-                    if let existing = try await base.children(of: current.id).first(where: { $0.name == part }) {
-                        guard existing.isFolder else { throw CLIError("\(spec): \(part) is a file, not a folder.") }
-                        current = existing
-                    } else {
-                        current = try await base.createFolder(named: part, in: current.id, requestId: UUID().uuidString.lowercased())
-                    }
-                }
+                _ = try await base.makeFolders(RemotePath.components(path))
             } catch let error as ProviderError {
                 throw CLIError("Could not make the folder \(path) on '\(name)': \(error.description)")
             }
