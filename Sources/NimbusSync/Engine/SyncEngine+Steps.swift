@@ -757,14 +757,14 @@ extension SyncEngine {
         }
         if let buffer = target.buffer {
             let plain = stagingDirectory.appending(path: "plain-\(UUID.random().uuidString.lowercased())")
-            try buffer.withLock { data in
-                guard FileManager.default.createFile(atPath: plain.path, contents: data, attributes: [.posixPermissions: 0o600]) else {
-                    throw SyncError.localFile("Cannot write \(plain.path).")
-                }
+            // Made empty, then written and made durable once (`createFile` with contents fsyncs on its own: two per file).
+            guard FileManager.default.createFile(atPath: plain.path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+                throw SyncError.localFile("Cannot write \(plain.path).")
             }
             let handle = try FileHandle(forWritingTo: plain)
+            defer { try? handle.close() }
+            try buffer.withLock { try handle.write(contentsOf: $0) }
             try handle.synchronize()
-            try handle.close()
             return (plain, actual, false)
         }
         return (partial, actual, target.sealing != nil)
