@@ -125,13 +125,18 @@ def main():
             print(f"encrypted store: download of the tree {down_enc:.1f} s vs plain {down_plain:.1f} s (ratio {down_enc / down_plain:.2f}; "
                   f"each the mean of two, in the order plain, encrypted, encrypted, plain)")
 
-        if "big" not in args.skip:
-            big = f"{work}/big"
-            os.makedirs(big)
-            with open(f"{big}/one.bin", "wb") as handle:
+        def big_folder(name):
+            """A folder holding one file of --big-mib random MiB, written a while ago (settled)."""
+            folder = f"{work}/{name}"
+            os.makedirs(folder)
+            with open(f"{folder}/one.bin", "wb") as handle:
                 for _ in range(args.big_mib):
                     handle.write(os.urandom(1 << 20))
-            os.utime(f"{big}/one.bin", (old, old))
+            os.utime(f"{folder}/one.bin", (old, old))
+            return folder
+
+        if "big" not in args.skip:
+            big = big_folder("big")
             ours = timed([binary, "sync", big, "/big", "--once", "--quiet"], env=a)
             theirs = timed(rclone + [big, "w:big"], env=rclone_env)
             mb = args.big_mib * 1.048576
@@ -139,12 +144,7 @@ def main():
                   f"({theirs:.1f} s); ratio {ours / theirs:.2f}")
             if args.encrypt:
                 # Other bytes (the server would already hold the first file's blocks).
-                big_e = f"{work}/big-e"
-                os.makedirs(big_e)
-                with open(f"{big_e}/one.bin", "wb") as handle:
-                    for _ in range(args.big_mib):
-                        handle.write(os.urandom(1 << 20))
-                os.utime(f"{big_e}/one.bin", (old, old))
+                big_e = big_folder("big-e")
                 enc = timed([binary, "sync", big_e, "/big-e", "--once", "--quiet"], env=e)
                 print(f"encrypted store: one {args.big_mib} MiB file {enc:.1f} s vs plain {ours:.1f} s (ratio {enc / ours:.2f})")
 
