@@ -17,19 +17,20 @@ public enum Migration {
         /// Rows per table, in the source and in the target after the copy.
         public var rows: [(table: String, source: Int, target: Int)] = []
         public var blocksCopied = 0
+        public var packsCopied = 0
         public var blocksVerified = 0
         public var bytesVerified: Int64 = 0
 
         public var description: String {
             var lines = rows.map { "\($0.table): \($0.source) rows → \($0.target)" }
-            lines.append("blocks: \(blocksCopied) copied, \(blocksVerified) verified by SHA-256 (\(bytesVerified) bytes)")
+            lines.append("blocks: \(blocksCopied) copied (and \(packsCopied) packs), \(blocksVerified) verified by SHA-256 (\(bytesVerified) bytes)")
             return lines.joined(separator: "\n")
         }
     }
 
     /// Tables in the order their rows can be inserted (users before what references them).
     static let tables = [
-        "users", "devices", "login_failures", "files", "revisions", "revision_blocks", "blocks", "changes", "uploads", "upload_blocks",
+        "users", "devices", "login_failures", "files", "revisions", "revision_blocks", "packs", "blocks", "changes", "uploads", "upload_blocks",
         "settings", "app_passwords", "dav_properties",
     ]
 
@@ -62,14 +63,36 @@ public enum Migration {
         var report = Report()
         // Blocks first: a row in the target never names a block the target store lacks.
         let hashes = try await source.read { db in
-            try db.fetchAll("SELECT user_id, hash, size FROM blocks WHERE data IS NULL ORDER BY user_id, hash", []).map {
-                (user: try $0.get("user_id", as: String.self), hash: try $0.get("hash", as: String.self), size: try $0.get("size", as: Int64.self))
+            try db.fetchAll("SELECT user_id, hash, size, pack, pack_offset, pack_stored FROM blocks WHERE data IS NULL ORDER BY user_id, hash", []).map {
+                (
+                    user: try $0.get("user_id", as: String.self), hash: try $0.get("hash", as: String.self), size: try $0.get("size", as: Int64.self),
+                    pack: try SQLMetadataStore.packLocation($0)
+                )
             }
         }
+        let packs = try await source.read { db in
+            try db.fetchAll("SELECT user_id, id FROM packs ORDER BY user_id, id", []).map { (user: try $0.get("user_id", as: String.self), id: try $0.get("id", as: String.self)) }
+        }
         if targetBlobs is LocalBlobStore {
-            progress("blocks: staying in \(sourceBlobs.blobsDirectory)")
+            progress("blocks: staying in \(sourceBlobs.blobsDirectory) and \(sourceBlobs.packsDirectory)")
         } else {
-            for (index, block) in hashes.enumerated() {
+            // Packs as they are (the rows that name places in them are copied unchanged).
+            for pack in packs {
+                let present = try await NIOThreadPool.singleton.runIfActive { try targetBlobs.containsPackBlocking(pack.id, user: pack.user) }
+                guard !present else { continue }
+                let staged = dataDirectory.appending(path: "tmp").path + "/migrate-" + randomToken()
+                let from = sourceBlobs.packPath(pack.id, user: pack.user)
+                try await NIOThreadPool.singleton.runIfActive {
+                    let bytes = try POSIXFile.readAll(from)
+                    let fd = try POSIXFile.openForWriting(staged)
+                    defer { POSIXFile.closeFile(fd) }
+                    try bytes.withUnsafeBytes { try POSIXFile.writeAll(fd, $0, path: staged) }
+                }
+                let place = PackLocation(pack: pack.id, offset: 0, stored: 0)
+                try await targetBlobs.put([StagedBlock(ref: BlockRef(hash: "", size: 0, pack: place), path: staged)], user: pack.user)
+                report.packsCopied += 1
+            }
+            for (index, block) in hashes.enumerated() where block.pack == nil {
                 let present = try await NIOThreadPool.singleton.runIfActive { try targetBlobs.containsBlocking(block.hash, user: block.user) }
                 if !present {
                     // Through a staging copy: put consumes its staged file.
@@ -137,7 +160,7 @@ public enum Migration {
         }
         for block in hashes {
             var hasher = SHA256()
-            try await targetBlobs.read([BlockRef(hash: block.hash, size: block.size)], user: block.user, range: 0..<block.size) { buffer in
+            try await targetBlobs.read([BlockRef(hash: block.hash, size: block.size, pack: block.pack)], user: block.user, range: 0..<block.size) { buffer in
                 buffer.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
             }
             guard hasher.finalize().hexString == block.hash else {

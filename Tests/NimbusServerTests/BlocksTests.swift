@@ -322,6 +322,45 @@ struct BlocksTests {
         }
     }
 
+    @Test("blocks sent together live in one pack; a pack of blocks already kept is not kept; a pack goes when none of its blocks is used")
+    func packs() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("packer")
+            let headers = ["Content-Type": StoredBlocks.contentType]
+            let a = randomData(70_000), b = randomData(80_000), c = randomData(90_000), d = randomData(60_000)
+            let text = Data((0..<2000).map { "line \($0) of a text that compresses\n" }.joined().utf8)
+            func send(_ blocks: [Data]) async throws {
+                let reply = try await alice.send(.POST, "/v1/blocks", body: Self.framed(blocks.map { (sha256($0), $0) }), headers: headers)
+                #expect(reply.status == 200, "\(reply.text)")
+            }
+            try await send([a, b, c, text])
+            #expect(try await server.parts.storedBlockCount() == 1, "four blocks, one pack")
+            let content = a + b + text
+            let commit = try await alice.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "ab.bin", size: Int64(content.count), checksum: sha256(content), blocks: [.block(sha256(a)), .block(sha256(b)), .block(sha256(text))]))
+            #expect(commit.status == 201, "\(commit.text)")
+            let file = try commit.decode(File.self)
+            #expect(try await alice.content(file.id) == content, "read back from the pack, the compressed text block included")
+            #expect(try await alice.send(.GET, "/v1/files/\(file.id)/content", headers: ["Range": "bytes=69990-150009"]).body == content[69990..<150010])
+            #expect(try await alice.send(.GET, "/v1/blocks/\(sha256(text))").body == text)
+            try await send([a, b])
+            #expect(try await server.parts.storedBlockCount() == 1, "blocks the user has: their new pack is not kept")
+            try await send([c, d])
+            #expect(try await server.parts.storedBlockCount() == 2, "c (not committed) moves to the new pack with d")
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            #expect(try await server.parts.storedBlockCount() == 1, "c and d swept, and their pack with them; the first stays for a, b and the text")
+            let later = try await server.logIn("packer")
+            #expect(try await later.content(file.id) == content)
+            #expect(try await Self.missing(later, [sha256(c), sha256(d)]).count == 2)
+            #expect(try await later.send(.DELETE, "/v1/files/\(file.id)?permanent=true").status == 204)
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            #expect(try await server.parts.storedBlockCount() == 0, "nothing names the first pack any more: it went")
+        }
+    }
+
     @Test("a block sent and never committed is swept after the grace period; one committed stays")
     func sweepUncommitted() async throws {
         try await TestServer.run { server in

@@ -153,29 +153,28 @@ struct BlocksController: Sendable {
             guard actual == hash else { throw DriveError.checksumMismatch(expected: hash, actual: actual) }
             return try JSONResponse.make(StoredBlock(hash: hash, size: known.block.size))
         }
-        let staged = try await UploadController.stage(body, blobs: drive.blobs, max: Int64(limit), mimeType: "application/octet-stream").content
-        guard staged.size > 0, staged.blocks.count == 1 else {
-            drive.blobs.discard(staged.blocks)
-            throw DriveError.badRequest("A block holds at least one byte.")
+        // At most `limit` (4 MiB) in memory, then written as a pack of one (compressed at rest where that saves a
+        // tenth, in the local store).
+        var bytes: [UInt8] = []
+        var digest = SHA256()
+        for try await buffer in body {
+            guard bytes.count + buffer.readableBytes <= limit else { throw DriveError.tooLarge("A block can be at most \(limit) bytes.") }
+            buffer.withUnsafeReadableBytes { digest.update(bufferPointer: $0) }
+            bytes += buffer.readableBytesView
         }
-        guard staged.checksum == hash else {
-            drive.blobs.discard(staged.blocks)
-            throw DriveError.checksumMismatch(expected: hash, actual: staged.checksum)
-        }
-        var blocks = staged.blocks
+        guard !bytes.isEmpty else { throw DriveError.badRequest("A block holds at least one byte.") }
+        let actual = digest.finalize().hexString
+        guard actual == hash else { throw DriveError.checksumMismatch(expected: hash, actual: actual) }
+        var writer = drive.blobs.makePackWriter()
         do {
-            // Kept compressed at rest where that saves a tenth: the smaller copy is a new file, made durable here.
-            let smaller = try await drive.blobs.compressStaged(blocks)
-            if smaller != blocks {
-                blocks = smaller
-                try await drive.blobs.syncStaged(blocks)
-            }
+            try await writer.add(bytes, hash: hash)
+            let blocks = try await writer.finish()
             try await drive.store.putBlocks(blocks, userId: userId, now: drive.now)
         } catch {
-            drive.blobs.discard(blocks)
+            writer.abandon()
             throw error
         }
-        return try JSONResponse.make(StoredBlock(hash: hash, size: staged.size), status: known == nil ? .created : .ok)
+        return try JSONResponse.make(StoredBlock(hash: hash, size: Int64(bytes.count)), status: known == nil ? .created : .ok)
     }
 
     /// Many blocks in one request (`Content-Type: application/x-nimbus-blocks`): for each, a line
@@ -201,7 +200,9 @@ struct BlocksController: Sendable {
         let limit = drive.blobs.blockSize
         var parser = BlockBatchParser(maxBlock: limit)
         var staged: [StagedBlock] = []
-        var stager: BlockStager?
+        // The request's blocks one after another in packs (one fsync each), the block being read in memory (≤ 4 MiB).
+        var writer = drive.blobs.makePackWriter()
+        var current: (bytes: [UInt8], digest: SHA256)?
         var total = 0
         do {
             for try await buffer in body {
@@ -216,29 +217,26 @@ struct BlocksController: Sendable {
                         guard total <= Self.maxBatchBytes else {
                             throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
                         }
-                        var made = drive.blobs.makeStager(runningHash: SHA256())
-                        made.deferSync = true  // made durable together below
-                        made.blocksOnly = true  // one block: its hash is the checksum
-                        stager = made
+                        current = ([], SHA256())
+                        current?.bytes.reserveCapacity(length)
                     case .bytes(let slice):
-                        try await stager?.append(slice)
+                        slice.withUnsafeReadableBytes { current?.digest.update(bufferPointer: $0) }
+                        current?.bytes += slice.readableBytesView
                     case .end(let hash):
-                        guard var current = stager else { continue }
-                        stager = nil
-                        let (blocks, checksum, _, _) = try await current.finish()
-                        staged += blocks
+                        guard let block = current else { continue }
+                        current = nil
+                        let checksum = block.digest.finalize().hexString
                         guard checksum == hash else { throw DriveError.checksumMismatch(expected: hash, actual: checksum) }
+                        try await writer.add(block.bytes, hash: hash)
                     }
                 }
             }
             try parser.finish()
+            staged = try await writer.finish()
             guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
-            staged = try await drive.blobs.compressStaged(staged)
-            try await drive.blobs.syncStaged(staged)
             try await drive.store.putBlocks(staged, userId: userId, now: drive.now)
         } catch {
-            if var stager { stager.abandon() }
-            drive.blobs.discard(staged)
+            writer.abandon()
             throw error
         }
         return try JSONResponse.make(StoredBlocks(stored: staged.map { StoredBlock(hash: $0.ref.hash, size: $0.ref.size) }))

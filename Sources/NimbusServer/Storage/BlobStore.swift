@@ -4,16 +4,19 @@ import Foundation
 import NIOCore
 import NIOPosix
 
-/// One content-addressed block of a file: its SHA-256 (lowercase hex) and length, and its bytes when the
-/// metadata database keeps them (small blocks, see ``StagedContent/inlineLimit``).
+/// One content-addressed block of a file: its SHA-256 (lowercase hex) and length, its bytes when the
+/// metadata database keeps them (small blocks, see ``StagedContent/inlineLimit``), and its place when it lives in
+/// a pack (``PackWriter``; nil: the block is its own file or object).
 struct BlockRef: Sendable, Hashable, Codable {
     var hash: String
     var size: Int64
     var inline: [UInt8]? = nil
+    var pack: PackLocation? = nil
 }
 
-/// A block ready to become part of the store: bytes durably in a local staging file (`path`), or, for a small
-/// block, in memory (`data`), to be kept in the metadata database by the transaction that commits it.
+/// A block ready to become part of the store: bytes durably in a local staging file (`path`: the block's own, or
+/// the staged pack its ``BlockRef/pack`` names), or, for a small block, in memory (`data`), to be kept in the
+/// metadata database by the transaction that commits it.
 struct StagedBlock: Sendable, Hashable {
     var ref: BlockRef
     var path: String
@@ -44,10 +47,16 @@ protocol BlobStore: Sendable {
     /// Stores staged blocks (inline ones are skipped: the database keeps them) and removes their staging files.
     /// Durable when it returns; idempotent.
     func put(_ blocks: [StagedBlock], user: String) async throws
-    /// Whether the store holds the block's bytes.
+    /// Whether the store holds the block's bytes as its own file or object.
     func containsBlocking(_ hash: String, user: String) throws -> Bool
-    /// Deletes blocks; absent ones are fine.
+    /// Deletes blocks kept as their own files or objects; absent ones are fine.
     func deleteBlocking(_ hashes: [String], user: String) throws
+    /// A writer of packs in this store's staging folder (see ``PackWriter``).
+    func makePackWriter() -> PackWriter
+    /// Whether the store holds the pack.
+    func containsPackBlocking(_ id: String, user: String) throws -> Bool
+    /// Deletes packs; absent ones are fine.
+    func deletePacksBlocking(_ ids: [String], user: String) throws
     /// Drops staging files of blocks that will not be put (failed or duplicate uploads).
     func discard(_ blocks: [StagedBlock])
     /// Makes staged blocks written by stagers with ``BlockStager/deferSync`` durable, all at once (many small blocks
@@ -61,7 +70,8 @@ protocol BlobStore: Sendable {
     func clearStaging() throws
     /// Answers when the store can be reached (for `/healthz`); throws with the reason when it cannot.
     func checkReachable() async throws
-    /// How many blocks the store holds, all users together (tests and `nimbus admin`).
+    /// How many files or objects the store holds, all users together: blocks kept on their own, and packs (tests
+    /// and `nimbus admin`).
     func storedBlockCount() async throws -> Int
     /// Staged blocks of the block API made smaller where that saves space at rest (see ``StoredBlockCodec``), before
     /// ``syncStaged(_:)``; a store that keeps blocks as they are returns them unchanged.
@@ -111,6 +121,20 @@ enum StoredBlockCodec {
 
 /// A store's inline blocks and ranges, shared by every implementation.
 extension BlobStore {
+    /// Whether the store holds the block's bytes: its pack, or its own file or object.
+    func containsBlocking(_ block: BlockRef, user: String) throws -> Bool {
+        if let pack = block.pack { return try containsPackBlocking(pack.pack, user: user) }
+        return try containsBlocking(block.hash, user: user)
+    }
+
+    /// The packs that `blocks` were staged in, each once, with its staging file.
+    static func stagedPacks(_ blocks: [StagedBlock]) -> [(id: String, path: String)] {
+        var seen: Set<String> = []
+        return blocks.compactMap { block in
+            guard block.data == nil, let pack = block.ref.pack, seen.insert(pack.pack).inserted else { return nil }
+            return (pack.pack, block.path)
+        }
+    }
     /// Through ``read(_:user:range:into:)``: right for any store (a remote one reads over the network anyway).
     func checksum(of blocks: [BlockRef], user: String) async throws -> String {
         var digest = SHA256()
@@ -146,7 +170,8 @@ extension BlobStore {
     }
 }
 
-/// Blocks as files: `blobs/<userId>/<sha256>`, staging in `tmp/`, on one file system so rename is atomic.
+/// Blocks as files: `blobs/<userId>/<sha256>`, packs as `packs/<userId>/<id>`, staging in `tmp/`, on one file system
+/// so rename is atomic.
 /// A store whose staging files live in a local folder (request-scoped, this replica's): both stores so far.
 protocol LocallyStaged: BlobStore {
     var stagingDirectory: String { get }
@@ -155,13 +180,18 @@ protocol LocallyStaged: BlobStore {
 
 extension LocallyStaged {
     func discard(_ blocks: [StagedBlock]) {
-        for block in blocks where block.data == nil {
-            try? POSIXFile.remove(block.path)
+        for path in Set(blocks.filter { $0.data == nil }.map(\.path)) {
+            try? POSIXFile.remove(path)
         }
     }
 
+    func makePackWriter() -> PackWriter {
+        PackWriter(stagingDirectory: stagingDirectory, threadPool: threadPool, compresses: false)
+    }
+
+    /// Packs are durable once written (``PackWriter/finish()``); the rest together.
     func syncStaged(_ blocks: [StagedBlock]) async throws {
-        let paths = blocks.filter { $0.data == nil }.map(\.path)
+        let paths = blocks.filter { $0.data == nil && $0.ref.pack == nil }.map(\.path)
         guard !paths.isEmpty else { return }
         let directory = stagingDirectory
         try await threadPool.runIfActive { try POSIXFile.syncFiles(paths, in: directory) }
@@ -182,6 +212,7 @@ struct LocalBlobStore: LocallyStaged {
 
     var blobsDirectory: String { root.appending(path: "blobs").path }
     var stagingDirectory: String { root.appending(path: "tmp").path }
+    var packsDirectory: String { root.appending(path: "packs").path }
 
     init(root: URL, blockSize: Int = 4 * 1024 * 1024, threadPool: NIOThreadPool = .singleton) throws {
         self.root = root
@@ -190,6 +221,37 @@ struct LocalBlobStore: LocallyStaged {
         try POSIXFile.makeDirectory(root.path)
         try POSIXFile.makeDirectory(blobsDirectory)
         try POSIXFile.makeDirectory(stagingDirectory)
+        try POSIXFile.makeDirectory(packsDirectory)
+    }
+
+    /// Blocks of the block API that shrink by a tenth are kept compressed at rest (see ``StoredBlockCodec``).
+    func makePackWriter() -> PackWriter {
+        PackWriter(stagingDirectory: stagingDirectory, threadPool: threadPool, compresses: true)
+    }
+
+    func packPath(_ id: String, user: String) -> String { packsDirectory + "/" + user + "/" + id }
+
+    func containsPackBlocking(_ id: String, user: String) throws -> Bool { POSIXFile.exists(packPath(id, user: user)) }
+
+    func deletePacksBlocking(_ ids: [String], user: String) throws {
+        for id in ids { try POSIXFile.remove(packPath(id, user: user)) }
+    }
+
+    /// Where a block's bytes are: its pack at its offset, or its own file (whose length says whether it is kept
+    /// compressed). The caller closes the descriptor.
+    func open(_ block: BlockRef, user: String) throws -> (fd: Int32, path: String, offset: Int64, stored: Int64) {
+        if let pack = block.pack {
+            let path = packPath(pack.pack, user: user)
+            return (try POSIXFile.openForReading(path), path, pack.offset, pack.stored)
+        }
+        let path = path(of: block.hash, user: user)
+        let fd = try POSIXFile.openForReading(path)
+        do {
+            return (fd, path, 0, try POSIXFile.size(fd, path: path))
+        } catch {
+            POSIXFile.closeFile(fd)
+            throw error
+        }
     }
 
     func makeStager(runningHash: SHA256) -> BlockStager {
@@ -201,7 +263,16 @@ struct LocalBlobStore: LocallyStaged {
     func path(of hash: String, user: String) -> String { userDirectory(user) + "/" + hash }
 
     func put(_ blocks: [StagedBlock], user: String) async throws {
-        let stored = blocks.filter { $0.data == nil }
+        let packs = Self.stagedPacks(blocks)
+        if !packs.isEmpty {
+            let directory = packsDirectory + "/" + user
+            try await threadPool.runIfActive {
+                try POSIXFile.makeDirectory(directory)
+                for pack in packs { try POSIXFile.move(pack.path, to: packPath(pack.id, user: user)) }
+                try POSIXFile.syncDirectory(directory)
+            }
+        }
+        let stored = blocks.filter { $0.data == nil && $0.ref.pack == nil }
         guard !stored.isEmpty else { return }
         let directory = userDirectory(user)
         try await threadPool.runIfActive {
@@ -230,10 +301,9 @@ struct LocalBlobStore: LocallyStaged {
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
         let pieceSize = 256 * 1024
         try await forEachPiece(blocks, range: range, into: body) { block, from, end in
-            let path = path(of: block.hash, user: user)
-            let fd = try await threadPool.runIfActive { try POSIXFile.openForReading(path) }
+            let (fd, path, base, stored) = try await threadPool.runIfActive { try open(block, user: user) }
             defer { POSIXFile.closeFile(fd) }
-            if let whole = try await threadPool.runIfActive({ try Self.expanded(fd, block, path: path) }) {
+            if let whole = try await threadPool.runIfActive({ try Self.expanded(fd, block, path: path, at: base, stored: stored) }) {
                 var offset = Int(from)
                 while offset < Int(end) {
                     let upper = min(offset + pieceSize, Int(end))
@@ -245,7 +315,7 @@ struct LocalBlobStore: LocallyStaged {
             var offset = from
             while offset < end {
                 let count = Int(min(Int64(pieceSize), end - offset))
-                let at = offset
+                let at = base + offset
                 let bytes = try await threadPool.runIfActive { try POSIXFile.read(fd, count: count, at: at, path: path) }
                 guard bytes.count == count else {
                     throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
@@ -267,10 +337,9 @@ struct LocalBlobStore: LocallyStaged {
                     digest.update(data: bytes)
                     continue
                 }
-                let path = path(of: block.hash, user: user)
-                let fd = try POSIXFile.openForReading(path)
+                let (fd, path, base, stored) = try open(block, user: user)
                 defer { POSIXFile.closeFile(fd) }
-                if let whole = try Self.expanded(fd, block, path: path) {
+                if let whole = try Self.expanded(fd, block, path: path, at: base, stored: stored) {
                     digest.update(data: whole)
                     continue
                 }
@@ -278,7 +347,7 @@ struct LocalBlobStore: LocallyStaged {
                 while done < block.size {
                     let want = Int(min(Int64(buffer.count), block.size - done))
                     let got = try buffer.withUnsafeMutableBytes { raw in
-                        try POSIXFile.readInto(fd, raw.baseAddress!, count: want, at: done, path: path)
+                        try POSIXFile.readInto(fd, raw.baseAddress!, count: want, at: base + done, path: path)
                     }
                     guard got == want else { throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.") }
                     buffer.withUnsafeBytes { digest.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<got])) }
@@ -291,14 +360,14 @@ struct LocalBlobStore: LocallyStaged {
 
     func storedBlockCount() async throws -> Int {
         (FileManager.default.subpaths(atPath: blobsDirectory) ?? []).filter { $0.contains("/") }.count
+            + (FileManager.default.subpaths(atPath: packsDirectory) ?? []).filter { $0.contains("/") }.count
     }
 
-    /// The block's bytes when its file holds them compressed (shorter than the block); nil when it holds them as
-    /// they are (read them in place).
-    static func expanded(_ fd: Int32, _ block: BlockRef, path: String) throws -> [UInt8]? {
-        let stored = try POSIXFile.size(fd, path: path)
+    /// The block's bytes when they are kept compressed (`stored` bytes at `offset`, fewer than the block's size);
+    /// nil when they are kept as they are (read them in place).
+    static func expanded(_ fd: Int32, _ block: BlockRef, path: String, at offset: Int64, stored: Int64) throws -> [UInt8]? {
         guard stored < block.size else { return nil }
-        let bytes = try POSIXFile.read(fd, count: Int(stored), at: 0, path: path)
+        let bytes = try POSIXFile.read(fd, count: Int(stored), at: offset, path: path)
         return try StoredBlockCodec.expand(bytes, size: block.size, hash: block.hash)
     }
 
@@ -307,7 +376,7 @@ struct LocalBlobStore: LocallyStaged {
     func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock] {
         try await threadPool.runIfActive {
             try blocks.map { block in
-                guard block.data == nil, block.ref.size >= 4096 else { return block }
+                guard block.data == nil, block.ref.pack == nil, block.ref.size >= 4096 else { return block }
                 let fd = try POSIXFile.openForReading(block.path)
                 defer { POSIXFile.closeFile(fd) }
                 guard StoredBlockCodec.worthTrying(try POSIXFile.read(fd, count: 4096, at: 0, path: block.path)) else { return block }

@@ -6,11 +6,12 @@ import NIOCore
 import NIOPosix
 import NimbusS3
 
-/// Blocks as objects in an S3-compatible bucket: `<prefix>blocks/<userId>/<sha256>`. Staging stays local to the
-/// replica that receives the bytes (`tmp/` under `--data`), for the length of one request.
+/// Blocks as objects in an S3-compatible bucket: `<prefix>blocks/<userId>/<sha256>`, packs of blocks (see
+/// ``PackWriter``) as `<prefix>packs/<userId>/<id>`. Staging stays local to the replica that receives the bytes
+/// (`tmp/` under `--data`), for the length of one request.
 ///
-/// A block is one PUT (blocks are at most ``blockSize``, 4 MiB, under S3's 5 GiB single-PUT limit), so no multipart
-/// upload is needed here. An unreachable or throttling store is ``DriveError/unavailable(_:retryAfter:)``: 503
+/// A block or a pack is one PUT (blocks are at most ``blockSize``, 4 MiB, packs 16 MiB, under S3's 5 GiB single-PUT
+/// limit), so no multipart upload is needed here. An unreachable or throttling store is ``DriveError/unavailable(_:retryAfter:)``: 503
 /// with `Retry-After`, never a hang (requests time out after `timeout`).
 struct S3BlobStore: LocallyStaged {
     let client: S3Client
@@ -36,13 +37,26 @@ struct S3BlobStore: LocallyStaged {
 
     func key(of hash: String, user: String) -> String { "\(prefix)blocks/\(user)/\(hash)" }
 
+    func packKey(_ id: String, user: String) -> String { "\(prefix)packs/\(user)/\(id)" }
+
+    /// Where a block's bytes are: its pack's object at its offset, or its own object.
+    func location(_ block: BlockRef, user: String) -> (key: String, offset: Int64, stored: Int64) {
+        guard let pack = block.pack else { return (key(of: block.hash, user: user), 0, block.size) }
+        return (packKey(pack.pack, user: user), pack.offset, pack.stored)
+    }
+
     func makeStager(runningHash: SHA256) -> BlockStager {
         BlockStager(stagingDirectory: stagingDirectory, blockSize: blockSize, threadPool: threadPool, runningHash: runningHash)
     }
 
     func put(_ blocks: [StagedBlock], user: String) async throws {
+        try await Self.forEach(Self.stagedPacks(blocks).map { [$0.id, $0.path] }, width: width) { pack in
+            let path = pack[1]
+            let bytes = try await threadPool.runIfActive { try POSIXFile.readAll(path) }
+            try await mapped { try await client.put(packKey(pack[0], user: user), body: ByteBuffer(bytes: bytes)) }
+        }
         var seen: Set<String> = []
-        let stored = blocks.filter { $0.data == nil && seen.insert($0.ref.hash).inserted }
+        let stored = blocks.filter { $0.data == nil && $0.ref.pack == nil && seen.insert($0.ref.hash).inserted }
         try await Self.forEach(stored, width: width) { block in
             let path = block.path
             let bytes = try await threadPool.runIfActive { try POSIXFile.readAll(path) }
@@ -67,14 +81,32 @@ struct S3BlobStore: LocallyStaged {
         }
     }
 
+    func containsPackBlocking(_ id: String, user: String) throws -> Bool {
+        try Self.blocking { try await mapped { try await client.head(packKey(id, user: user)) != nil } }
+    }
+
+    func deletePacksBlocking(_ ids: [String], user: String) throws {
+        try Self.blocking {
+            try await Self.forEach(ids, width: width) { id in try await mapped { try await client.delete(packKey(id, user: user)) } }
+        }
+    }
+
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
         let pieceSize: Int64 = 1024 * 1024
         try await forEachPiece(blocks, range: range, into: body) { block, from, end in
+            let (key, base, stored) = location(block, user: user)
+            if stored < block.size {
+                // Kept compressed (a pack the local store wrote, moved here by `nimbus admin migrate`): whole.
+                let bytes = try await mapped { try await client.get(key, range: base..<(base + stored)) }
+                let whole = try StoredBlockCodec.expand(Array(buffer: bytes), size: block.size, hash: block.hash)
+                try await body(ByteBuffer(bytes: whole[Int(from)..<Int(end)]))
+                return
+            }
             var offset = from
             while offset < end {
                 let upper = min(offset + pieceSize, end)
-                let part = offset..<upper
-                let bytes = try await mapped { try await client.get(key(of: block.hash, user: user), range: part) }
+                let part = (base + offset)..<(base + upper)
+                let bytes = try await mapped { try await client.get(key, range: part) }
                 guard bytes.readableBytes == Int(upper - offset) else {
                     throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
                 }
@@ -101,7 +133,7 @@ struct S3BlobStore: LocallyStaged {
     }
 
     func storedBlockCount() async throws -> Int {
-        try await mapped { try await client.listAll(prefix: prefix + "blocks/").count }
+        try await mapped { try await client.listAll(prefix: prefix + "blocks/").count + client.listAll(prefix: prefix + "packs/").count }
     }
 
     @discardableResult

@@ -9,8 +9,11 @@ extension SQLMetadataStore {
         let unique = Array(Set(hashes))
         return try await database.read { db in
             var found: [String: (block: BlockRef, live: Bool)] = [:]
-            for row in try Self.fetchAll(db, "SELECT hash, size, data, orphaned_at FROM blocks WHERE user_id = ? AND hash IN", [userId], unique) {
-                let block = BlockRef(hash: try row.get("hash"), size: try row.get("size"), inline: try row.get("data", as: [UInt8]?.self))
+            for row in try Self.fetchAll(
+                db, "SELECT hash, size, data, orphaned_at, pack, pack_offset, pack_stored FROM blocks WHERE user_id = ? AND hash IN", [userId], unique)
+            {
+                let block = BlockRef(
+                    hash: try row.get("hash"), size: try row.get("size"), inline: try row.get("data", as: [UInt8]?.self), pack: try Self.packLocation(row))
                 found[block.hash] = (block, try row.get("orphaned_at", as: Int64?.self) == nil)
             }
             return found

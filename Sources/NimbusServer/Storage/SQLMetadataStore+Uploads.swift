@@ -62,7 +62,7 @@ extension SQLMetadataStore {
                 }
                 let adoptions = try self.planAdoption(db, effects, userId: userId, blocks: blocks)
                 try self.checkQuota(db, &effects, userId: userId, adding: adoptions)
-                try self.verifyStored(adoptions, userId: userId)
+                try self.verifyStored(db, adoptions, userId: userId)
                 try self.applyAdoption(db, &effects, userId: userId, adoptions, now: now)
                 for (index, block) in blocks.enumerated() {
                     try db.perform("INSERT INTO upload_blocks (upload_id, chunk, idx, user_id, hash, size) VALUES (?, ?, ?, ?, ?, ?)", [uploadId, chunk, index, userId, block.ref.hash, block.ref.size])
@@ -169,8 +169,12 @@ extension SQLMetadataStore {
     }
 
     static func uploadBlocks(_ db: any SQLTransaction, uploadId: String) throws -> [BlockRef] {
-        try db.fetchAll("SELECT hash, size FROM upload_blocks WHERE upload_id = ? ORDER BY chunk, idx", [uploadId])
-            .map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size")) }
+        try db.fetchAll(
+            """
+            SELECT u.hash, u.size, b.pack, b.pack_offset, b.pack_stored FROM upload_blocks u
+            LEFT JOIN blocks b ON b.user_id = u.user_id AND b.hash = u.hash WHERE u.upload_id = ? ORDER BY u.chunk, u.idx
+            """, [uploadId]
+        ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size"), pack: try packLocation($0)) }
     }
 
     static func upload(_ row: SQLRow) throws -> UploadRecord {

@@ -790,7 +790,7 @@ final class SQLMetadataStore: MetadataStore {
         let placement = try Self.planTarget(db, &effects, userId: userId, target: target)
         let adoptions = try planAdoption(db, effects, userId: userId, blocks: content.blocks)
         try checkQuota(db, &effects, userId: userId, adding: adoptions)
-        try verifyStored(adoptions, userId: userId)
+        try verifyStored(db, adoptions, userId: userId)
         return .commit(target: placement, adoptions: adoptions)
     }
 
@@ -835,10 +835,11 @@ final class SQLMetadataStore: MetadataStore {
     func blocks(ofRevision revisionId: String) async throws -> [BlockRef] {
         try await database.read { db in
             try db.fetchAll("""
-                    SELECT r.hash, r.size, b.data FROM revision_blocks r LEFT JOIN blocks b ON b.user_id = r.user_id AND b.hash = r.hash
+                    SELECT r.hash, r.size, b.data, b.pack, b.pack_offset, b.pack_stored FROM revision_blocks r
+                    LEFT JOIN blocks b ON b.user_id = r.user_id AND b.hash = r.hash
                     WHERE r.revision_id = ? ORDER BY r.idx
                     """, [revisionId]
-            ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size"), inline: try $0.get("data", as: [UInt8]?.self)) }
+            ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size"), inline: try $0.get("data", as: [UInt8]?.self), pack: try Self.packLocation($0)) }
         }
     }
 
@@ -1141,21 +1142,48 @@ extension SQLMetadataStore {
     // MARK: Blocks: put before commit, adopt in the commit, orphan when unreferenced, sweep after a grace period
 
     /// Puts staged blocks in the blob store, before the transaction that will adopt them. Their rows are written
-    /// first, marked orphaned (or an orphaned row's age refreshed), so that a crash or a failed commit leaves
-    /// nothing the sweep does not find; a live row stays as it is.
+    /// first, marked orphaned (or an orphaned row's age refreshed, and its place made the new copy's), so that a
+    /// crash or a failed commit leaves nothing the sweep does not find; a live row stays as it is. A pack none of
+    /// whose blocks a row names (the user had them all) is not put at all; the others get a `packs` row, which the
+    /// sweep deletes with the pack once no block names it.
     func putBlocks(_ blocks: [StagedBlock], userId: String, now: Date) async throws {
         let stored = blocks.filter { $0.data == nil }
         guard !stored.isEmpty else { return }
-        try await write(user: userId) { db, _ in
+        let staged = Set(stored.compactMap(\.ref.pack?.pack))
+        let (kept, replaced) = try await write(user: userId) { db, _ -> (Set<String>, [String]) in
+            // Orphaned blocks kept as their own files that now move into a pack: their files go once it is put.
+            var replaced: [String] = []
+            let packed = stored.filter { $0.ref.pack != nil }.map(\.ref.hash)
+            for row in try Self.fetchAll(db, "SELECT hash FROM blocks WHERE pack IS NULL AND orphaned_at IS NOT NULL AND user_id = ? AND hash IN", [userId], packed) {
+                replaced.append(try row.get("hash"))
+            }
             for block in stored {
+                let pack = block.ref.pack
                 try db.perform(
                     """
-                    INSERT INTO blocks (user_id, hash, size, created_at, orphaned_at) VALUES (?, ?, ?, ?, ?)
-                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at WHERE blocks.orphaned_at IS NOT NULL
-                    """, [userId, block.ref.hash, block.ref.size, now.millis, now.millis])
+                    INSERT INTO blocks (user_id, hash, size, created_at, orphaned_at, pack, pack_offset, pack_stored) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at, pack = excluded.pack,
+                        pack_offset = excluded.pack_offset, pack_stored = excluded.pack_stored
+                    WHERE blocks.orphaned_at IS NOT NULL
+                    """, [userId, block.ref.hash, block.ref.size, now.millis, now.millis, pack?.pack, pack?.offset, pack?.stored])
+            }
+            guard !staged.isEmpty else { return ([], replaced) }
+            let kept = Set(try Self.fetchAll(db, "SELECT DISTINCT pack FROM blocks WHERE user_id = ? AND pack IN", [userId], staged.sorted())
+                .map { try $0.get("pack", as: String.self) })
+            for id in kept.sorted() {
+                try db.perform("INSERT INTO packs (user_id, id, created_at) VALUES (?, ?, ?)", [userId, id, now.millis])
+            }
+            return (kept, replaced)
+        }
+        let unused = stored.filter { $0.ref.pack.map { !kept.contains($0.pack) } ?? false }
+        blobs.discard(unused)
+        try await blobs.put(stored.filter { $0.ref.pack.map { kept.contains($0.pack) } ?? true }, user: userId)
+        if !replaced.isEmpty {
+            try await write(user: userId) { db, _ in
+                let still = try Self.fetchAll(db, "SELECT hash FROM blocks WHERE pack IS NOT NULL AND user_id = ? AND hash IN", [userId], replaced)
+                try self.blobs.deleteBlocking(try still.map { try $0.get("hash", as: String.self) }, user: userId)
             }
         }
-        try await blobs.put(stored, user: userId)
     }
 
     /// Adoption makes the blocks a commit references live and charges the new ones to the user. A live row means
@@ -1163,7 +1191,7 @@ extension SQLMetadataStore {
     /// is checked in the blob store, under the user's lock, where no sweep can run; an inline block brings its
     /// bytes and needs no blob store at all. In three steps, so that every check comes before any write:
     /// ``planAdoption(_:userId:blocks:)`` (which blocks are not live yet: what the quota is charged),
-    /// ``verifyStored(_:userId:)`` (the blob store has them), then ``applyAdoption(_:_:userId:_:now:)``.
+    /// ``verifyStored(_:_:userId:)`` (the blob store has them), then ``applyAdoption(_:_:userId:_:now:)``.
     ///
     /// A block a commit makes live: new to the user (no row) or orphaned (a row).
     struct Adoption: Sendable {
@@ -1192,9 +1220,13 @@ extension SQLMetadataStore {
         return adoptions
     }
 
-    func verifyStored(_ adoptions: [Adoption], userId: String) throws {
+    func verifyStored(_ db: any SQLTransaction, _ adoptions: [Adoption], userId: String) throws {
         for adoption in adoptions where adoption.block.data == nil {
-            if try !blobs.containsBlocking(adoption.block.ref.hash, user: userId) {
+            var block = adoption.block.ref
+            if adoption.hasRow, let row = try db.fetchOne("SELECT pack, pack_offset, pack_stored FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.hash]) {
+                block.pack = try Self.packLocation(row)  // where the row says the bytes are
+            }
+            if try !blobs.containsBlocking(block, user: userId) {
                 throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
             }
         }
@@ -1204,7 +1236,10 @@ extension SQLMetadataStore {
         for adoption in adoptions {
             let block = adoption.block
             if !adoption.hasRow {
-                try db.insert(into: "blocks", ["user_id", "hash", "size", "created_at", "data"], [userId, block.ref.hash, block.ref.size, now.millis, block.data])
+                let pack = block.data == nil ? block.ref.pack : nil
+                try db.insert(
+                    into: "blocks", ["user_id", "hash", "size", "created_at", "data", "pack", "pack_offset", "pack_stored"],
+                    [userId, block.ref.hash, block.ref.size, now.millis, block.data, pack?.pack, pack?.offset, pack?.stored])
             } else {
                 try db.perform(
                     "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
@@ -1234,26 +1269,44 @@ extension SQLMetadataStore {
         }
     }
 
-    /// Deletes blocks orphaned before `before` from the blob store, then their rows; one transaction per user,
-    /// under its lock, so no commit can adopt a block while it goes. Returns how many blocks went.
+    /// Deletes blocks orphaned before `before` from the blob store, then their rows, then the packs made before
+    /// `before` that no block names any more; one transaction per user, under its lock, so no commit can adopt a
+    /// block while it goes. Returns how many blocks went.
     func sweepBlocks(orphanedBefore before: Date) async throws -> Int {
+        let unreferencedPacks = """
+            SELECT id FROM packs WHERE user_id = ? AND created_at < ?
+            AND NOT EXISTS (SELECT 1 FROM blocks WHERE blocks.user_id = packs.user_id AND blocks.pack = packs.id) LIMIT 1000
+            """
         let users = try await database.read { db in
-            try db.values("SELECT DISTINCT user_id FROM blocks WHERE orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [before.millis], as: String.self)
+            Set(try db.values("SELECT DISTINCT user_id FROM blocks WHERE orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [before.millis], as: String.self))
+                .union(try db.values("SELECT DISTINCT user_id FROM packs WHERE created_at < ? LIMIT 1000", [before.millis], as: String.self))
         }
         var swept = 0
-        for userId in users {
+        for userId in users.sorted() {
             swept += try await write(user: userId) { db, _ in
-                let hashes = try db.values(
-                    "SELECT hash FROM blocks WHERE user_id = ? AND orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [userId, before.millis],
-                    as: String.self)
-                try self.blobs.deleteBlocking(hashes, user: userId)
+                let rows = try db.fetchAll(
+                    "SELECT hash, pack FROM blocks WHERE user_id = ? AND orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [userId, before.millis])
+                let hashes = try rows.map { try $0.get("hash", as: String.self) }
+                let own = try rows.filter { try $0.get("pack", as: String?.self) == nil }.map { try $0.get("hash", as: String.self) }
+                try self.blobs.deleteBlocking(own, user: userId)
                 for hash in hashes {
                     try db.perform("DELETE FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NOT NULL", [userId, hash])
+                }
+                let packs = try db.values(unreferencedPacks, [userId, before.millis], as: String.self)
+                try self.blobs.deletePacksBlocking(packs, user: userId)
+                for id in packs {
+                    try db.perform("DELETE FROM packs WHERE user_id = ? AND id = ?", [userId, id])
                 }
                 return hashes.count
             }
         }
         return swept
+    }
+
+    /// A block row's place in a pack (nil: the block is its own file or object, or kept in the row).
+    static func packLocation(_ row: SQLRow) throws -> PackLocation? {
+        guard let pack = try row.get("pack", as: String?.self) else { return nil }
+        return PackLocation(pack: pack, offset: try row.get("pack_offset"), stored: try row.get("pack_stored"))
     }
 
     /// Adds a head revision made of `blocks` (already placed) and prunes revisions past retention.

@@ -231,6 +231,22 @@ enum Schema {
             // A folder's tree version: the WebDAV collection ETag, moved by any change beneath it.
             try db.execute(sql: "ALTER TABLE files ADD COLUMN tree_version INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("11-packs") { db in
+            // Blocks written together live in one pack file (see `PackWriter`): where in it, and how many bytes
+            // there (fewer than `size`: kept compressed). NULL pack: the block is its own file, as before.
+            try db.execute(sql: """
+                    ALTER TABLE blocks ADD COLUMN pack TEXT;
+                    ALTER TABLE blocks ADD COLUMN pack_offset INTEGER;
+                    ALTER TABLE blocks ADD COLUMN pack_stored INTEGER;
+                    CREATE INDEX blocks_pack ON blocks(user_id, pack) WHERE pack IS NOT NULL;
+                    CREATE TABLE packs (
+                        user_id TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, id)
+                    );
+                    """)
+        }
         return migrator
     }
 }

@@ -77,6 +77,16 @@ struct MeteredBlobStore: BlobStore {
         try measure("delete") { try base.deleteBlocking(hashes, user: user) }
     }
 
+    func makePackWriter() -> PackWriter { base.makePackWriter() }
+
+    func containsPackBlocking(_ id: String, user: String) throws -> Bool {
+        try measure("contains") { try base.containsPackBlocking(id, user: user) }
+    }
+
+    func deletePacksBlocking(_ ids: [String], user: String) throws {
+        try measure("delete") { try base.deletePacksBlocking(ids, user: user) }
+    }
+
     func discard(_ blocks: [StagedBlock]) { base.discard(blocks) }
 
     func syncStaged(_ blocks: [StagedBlock]) async throws { try await base.syncStaged(blocks) }

@@ -248,6 +248,17 @@ enum PostgresSchema {
             "7-tree-versions",
             ["ALTER TABLE files ADD COLUMN tree_version BIGINT NOT NULL DEFAULT 0"]
         ),
+        (
+            // Blocks written together live in one pack (see `PackWriter`); NULL pack: the block is its own object.
+            "8-packs",
+            [
+                "ALTER TABLE blocks ADD COLUMN pack TEXT",
+                "ALTER TABLE blocks ADD COLUMN pack_offset BIGINT",
+                "ALTER TABLE blocks ADD COLUMN pack_stored BIGINT",
+                "CREATE INDEX blocks_pack ON blocks(user_id, pack) WHERE pack IS NOT NULL",
+                "CREATE TABLE packs (user_id TEXT NOT NULL, id TEXT NOT NULL, created_at BIGINT NOT NULL, PRIMARY KEY (user_id, id))",
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
