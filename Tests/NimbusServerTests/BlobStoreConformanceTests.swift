@@ -59,48 +59,77 @@ struct BlobStoreConformanceTests {
         (try? FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "tmp").path)) ?? []
     }
 
+    /// A block staged as its own file (as stores before packs kept every block, and `admin migrate` still puts them).
+    static func stageOwn(_ bytes: [UInt8], in folder: URL) throws -> StagedBlock {
+        let path = folder.appending(path: "tmp").path + "/own-" + UUID().uuidString
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        return StagedBlock(ref: BlockRef(hash: SHA256.hash(data: bytes).hexString, size: Int64(bytes.count)), path: path)
+    }
+
     @Test("put makes blocks durable and readable, by whole and by any range across blocks, inline ones included", arguments: Kind.allCases)
     func putAndRead(_ kind: Kind) async throws {
         try await Self.withStore(kind) { store, folder in
             let content = [UInt8](randomData(200_000))
             let blocks = try await Self.stage(content, in: store)
-            #expect(blocks.count == 4, "64 KiB blocks")
-            #expect(Self.staged(folder).count == 4)
+            #expect(blocks.count >= 2, "content-defined blocks of ~64 KiB")
+            #expect(blocks.map(\.ref.size).reduce(0, +) == 200_000)
+            #expect(Set(blocks.compactMap(\.ref.pack?.pack)).count == 1 && Self.staged(folder).count == 1, "all in one staged pack")
+            for block in blocks { #expect(block.ref.hash == SHA256.hash(data: content[Int(block.ref.pack!.offset)..<Int(block.ref.pack!.offset + block.ref.size)]).hexString) }
             try await store.put(blocks, user: "u1")
             #expect(Self.staged(folder).isEmpty, "put consumes the staging files")
-            for block in blocks { #expect(try await Self.offPool { try store.containsBlocking(block.ref.hash, user: "u1") }) }
-            #expect(try await !Self.offPool { try store.containsBlocking(blocks[0].ref.hash, user: "u2") }, "one namespace per user")
-            #expect(try await store.storedBlockCount() == 4)
+            for block in blocks { #expect(try await Self.offPool { try store.containsBlocking(block.ref, user: "u1") }) }
+            #expect(try await !Self.offPool { try store.containsBlocking(blocks[0].ref, user: "u2") }, "one namespace per user")
+            #expect(try await store.storedBlockCount() == 1, "one pack")
             // A small block kept in the database sits between stored ones: read serves it from memory.
             let inline: [UInt8] = Array("inline bytes".utf8)
             let refs = blocks.map(\.ref)
+            let first = Int(refs[0].size), second = Int(refs[1].size)
             let mixed = [refs[0], BlockRef(hash: "x", size: Int64(inline.count), inline: inline), refs[1]]
-            let whole = Array(content[0..<65536]) + inline + Array(content[65536..<131072])
+            let whole = Array(content[0..<first]) + inline + Array(content[first..<first + second])
             #expect(try await Self.read(store, mixed, user: "u1", range: 0..<Int64(whole.count)) == whole)
-            for range in [Int64(0)..<1, 65530..<65550, 65536..<65548, 65540..<70000, 1000..<131084] {
+            let edge = Int64(first)
+            for range in [Int64(0)..<1, edge - 6..<edge + 14, edge..<edge + 12, edge + 4..<edge + 4000, 1000..<Int64(whole.count) - 2] {
                 #expect(try await Self.read(store, mixed, user: "u1", range: range) == Array(whole[Int(range.lowerBound)..<Int(range.upperBound)]))
             }
             #expect(try await Self.read(store, refs, user: "u1", range: 0..<200_000) == content)
+            // A block kept as its own file or object (stores before packs; `admin migrate`) reads the same way.
+            let own = [UInt8](randomData(5000))
+            let single = try Self.stageOwn(own, in: folder)
+            try await store.put([single], user: "u1")
+            #expect(try await Self.offPool { try store.containsBlocking(single.ref, user: "u1") })
+            #expect(try await Self.read(store, [refs[0], single.ref], user: "u1", range: edge - 10..<edge + 5000) == Array(content[first - 10..<first]) + own)
+            #expect(try await store.storedBlockCount() == 2)
         }
     }
 
-    @Test("put is idempotent (a block twice in one call, or again later); delete is too, and a deleted block is gone", arguments: Kind.allCases)
+    @Test("put is idempotent (a block twice in one call, or again later); delete is too, and a deleted block or pack is gone", arguments: Kind.allCases)
     func idempotence(_ kind: Kind) async throws {
         try await Self.withStore(kind) { store, folder in
             let content = [UInt8](randomData(64 * 1024))
-            let first = try await Self.stage(content, in: store)
-            let twin = try await Self.stage(content, in: store)
-            try await store.put(first + twin, user: "u1")
-            try await store.put(try await Self.stage(content, in: store), user: "u1")
+            let first = try Self.stageOwn(content, in: folder)
+            let twin = try Self.stageOwn(content, in: folder)
+            try await store.put([first, twin], user: "u1")
+            try await store.put([try Self.stageOwn(content, in: folder)], user: "u1")
             #expect(try await store.storedBlockCount() == 1)
             #expect(Self.staged(folder).isEmpty)
-            #expect(try await Self.read(store, first.map(\.ref), user: "u1", range: 0..<65536) == content)
-            let hash = first[0].ref.hash
+            #expect(try await Self.read(store, [first.ref], user: "u1", range: 0..<65536) == content)
+            let hash = first.ref.hash
             try await Self.offPool { try store.deleteBlocking([hash], user: "u1") }
             try await Self.offPool { try store.deleteBlocking([hash, "0000"], user: "u1") }
             #expect(try await !Self.offPool { try store.containsBlocking(hash, user: "u1") })
             #expect(try await store.storedBlockCount() == 0)
-            await #expect(throws: (any Error).self) { _ = try await Self.read(store, first.map(\.ref), user: "u1", range: 0..<65536) }
+            await #expect(throws: (any Error).self) { _ = try await Self.read(store, [first.ref], user: "u1", range: 0..<65536) }
+            // Packs: two stagings of the same content are two packs (the database keeps one place per block).
+            let packed = try await Self.stage(content, in: store)
+            let again = try await Self.stage(content, in: store)
+            try await store.put(packed + again, user: "u1")
+            #expect(try await store.storedBlockCount() == 2)
+            let ids = Set((packed + again).compactMap(\.ref.pack?.pack))
+            try await Self.offPool { try store.deletePacksBlocking(Array(ids) + ["pnothing"], user: "u1") }
+            try await Self.offPool { try store.deletePacksBlocking(Array(ids), user: "u1") }
+            #expect(try await !Self.offPool { try store.containsBlocking(packed[0].ref, user: "u1") })
+            #expect(try await store.storedBlockCount() == 0)
+            await #expect(throws: (any Error).self) { _ = try await Self.read(store, packed.map(\.ref), user: "u1", range: 0..<65536) }
         }
     }
 
@@ -110,13 +139,14 @@ struct BlobStoreConformanceTests {
             let kept = try await Self.stage([UInt8](randomData(1000)), in: store)
             try await store.put(kept, user: "u1")
             let dropped = try await Self.stage([UInt8](randomData(100_000)), in: store)
-            #expect(Self.staged(folder).count == 2)
-            store.discard(dropped)
+            let own = try Self.stageOwn([UInt8](randomData(2000)), in: folder)
+            #expect(Self.staged(folder).count == 2, "one pack, one block")
+            store.discard(dropped + [own])
             #expect(Self.staged(folder).isEmpty)
             _ = try await Self.stage([UInt8](randomData(100_000)), in: store)  // a crash leaves these
             try store.clearStaging()
             #expect(Self.staged(folder).isEmpty)
-            #expect(try await Self.offPool { try store.containsBlocking(kept[0].ref.hash, user: "u1") })
+            #expect(try await Self.offPool { try store.containsBlocking(kept[0].ref, user: "u1") })
             try await store.checkReachable()
         }
     }
@@ -185,8 +215,9 @@ struct BlockLifecycleTests {
             let now = server.clock.now()
             try await store.putBlocks(content.blocks, userId: user.id, now: now)
             // What a sweep running between the put and the commit would do.
-            let hashes = content.blocks.map(\.ref.hash)
-            try await NIOThreadPool.singleton.runIfActive { try blobs.deleteBlocking(hashes, user: user.id) }
+            let packs = Array(Set(content.blocks.compactMap(\.ref.pack?.pack)))
+            #expect(!packs.isEmpty)
+            try await NIOThreadPool.singleton.runIfActive { try blobs.deletePacksBlocking(packs, user: user.id) }
             await #expect(throws: DriveError.self) {
                 _ = try await store.write(user: user.id) { db, effects in
                     try store.commit(db, &effects, userId: user.id, target: .new(parentId: nil, name: "x.bin", policy: .fail), content: content, now: now)
@@ -239,7 +270,7 @@ struct FreshBucketTests {
             let content = randomData(5 * 1024 * 1024)
             let file = try await alice.upload("big.bin", content)
             #expect(try await alice.content(file.id) == content)
-            #expect(try await server.parts.storedBlockCount() == 2)
+            #expect(try await server.parts.storedBlockCount() == 1, "one pack")
             #expect(try await APIClient(baseURL: server.baseURL).get("/healthz").status == 200)
         }
     }

@@ -322,6 +322,44 @@ struct BlocksTests {
         }
     }
 
+    @Test("a file uploaded whole (simple, resumable) is made of the block API's blocks: a copy or an edit sent by blocks sends only what is new")
+    func wholeUploadsShareBlocks() async throws {
+        try await TestServer.run(configure: { $0.chunkSize = 1024 * 1024 }) { server in
+            let alice = try await server.signUp()
+            let content = seededData(3 * 1024 * 1024 + 555, seed: "wholeUploadsShareBlocks")
+            // The web app's simple upload: cut by the server exactly as a client cuts it.
+            let simple = try await alice.upload("simple.bin", content)
+            let pieces = Self.chunks(content)
+            #expect(try await Self.missing(alice, pieces.map(\.hash)).isEmpty, "every block a client would send is there")
+            let manifest: BlockManifest = try await alice.get("/v1/files/\(simple.id)/blocks").decode()
+            #expect(manifest.blocks.map(\.hash) == pieces.map(\.hash))
+            // An edit made on a laptop and sent by blocks: the insertion and its neighbours, not the file.
+            var edited = content
+            edited.insert(contentsOf: seededData(10 * 1024, seed: "wholeUploadsShareBlocks insert"), at: 2_000_000)
+            let (version, sent) = try await Self.upload(
+                alice, edited, commit: BlockCommitRequest(fileId: simple.id, size: 0, checksum: "", blocks: []), ifMatch: simple.revisionId)
+            #expect(sent < 10 * 1024 + 3 * 256 * 1024, "sent \(sent) bytes for a 10 KiB insertion")
+            #expect(try await alice.content(version.id) == edited)
+
+            // A resumable upload in 1 MiB chunks: each chunk is cut on its own (a forced cut at its end), so all but
+            // a block or two around each chunk's end are the client's blocks.
+            let other = seededData(4 * 1024 * 1024 + 99, seed: "wholeUploadsShareBlocks resumable")
+            let session: UploadResponse = try await alice.initiate("resumable.bin", size: other.count).decode()
+            for k in 0..<Int(session.totalChunks) {
+                let reply = try await alice.sendChunk(session, other, chunk: k)
+                #expect(reply.status == (k + 1 == Int(session.totalChunks) ? 201 : 308), "\(reply.text)")
+            }
+            let otherPieces = Self.chunks(other)
+            let lacking = try await Self.missing(alice, otherPieces.map(\.hash))
+            #expect(lacking.count <= 2 * (Int(session.totalChunks) - 1), "\(lacking.count) of \(otherPieces.count) blocks differ")
+            #expect(lacking.count < otherPieces.count / 3)
+            let copy = try await Self.upload(alice, other, commit: BlockCommitRequest(name: "copy.bin", size: 0, checksum: "", blocks: []))
+            let missingBytes = otherPieces.filter { lacking.contains($0.hash) }.map(\.bytes.count).reduce(0, +)
+            #expect(copy.sent == missingBytes && copy.sent < other.count / 3, "a copy sent by blocks sends \(copy.sent) of \(other.count) bytes")
+            #expect(try await alice.content(copy.file.id) == other)
+        }
+    }
+
     @Test("blocks sent together live in one pack; a pack of blocks already kept is not kept; a pack goes when none of its blocks is used")
     func packs() async throws {
         try await TestServer.run { server in

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import NIOCore
 import NIOPosix
+import NimbusAPI
 
 /// One content-addressed block of a file: its SHA-256 (lowercase hex) and length, its bytes when the
 /// metadata database keeps them (small blocks, see ``StagedContent/inlineLimit``), and its place when it lives in
@@ -59,9 +60,6 @@ protocol BlobStore: Sendable {
     func deletePacksBlocking(_ ids: [String], user: String) throws
     /// Drops staging files of blocks that will not be put (failed or duplicate uploads).
     func discard(_ blocks: [StagedBlock])
-    /// Makes staged blocks written by stagers with ``BlockStager/deferSync`` durable, all at once (many small blocks
-    /// cost one file-system sync instead of one fsync each).
-    func syncStaged(_ blocks: [StagedBlock]) async throws
     /// Reads `range` (offsets within the whole content) of content made of `blocks`, in pieces.
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws
     /// The SHA-256 (hex) of the content made of `blocks`, read back from the store.
@@ -73,16 +71,12 @@ protocol BlobStore: Sendable {
     /// How many files or objects the store holds, all users together: blocks kept on their own, and packs (tests
     /// and `nimbus admin`).
     func storedBlockCount() async throws -> Int
-    /// Staged blocks of the block API made smaller where that saves space at rest (see ``StoredBlockCodec``), before
-    /// ``syncStaged(_:)``; a store that keeps blocks as they are returns them unchanged.
-    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock]
 }
 
 /// Blocks kept compressed at rest (issue 14), in the local store: a block of the block API whose bytes shrink by a
 /// tenth or more under zlib (RFC 1950, level 1: text, documents, source code — not photos, video or archives) is
-/// stored as that zlib stream. Nothing records which blocks are: a stored file shorter than its block is
-/// compressed, one of the block's size is its bytes — so a block put raw once and compressed later (or the other
-/// way round) reads right whichever copy the last rename left.
+/// written into its pack as that zlib stream; its row's `pack_stored` (fewer bytes than its size) says so. (Blocks
+/// kept as their own files before packs: a file shorter than its block is compressed.)
 enum StoredBlockCodec {
     static let algorithm = CompressionAlgorithm.zlib(configuration: ZlibConfiguration(compressionLevel: 1))
 
@@ -189,12 +183,10 @@ extension LocallyStaged {
         PackWriter(stagingDirectory: stagingDirectory, threadPool: threadPool, compresses: false)
     }
 
-    /// Packs are durable once written (``PackWriter/finish()``); the rest together.
-    func syncStaged(_ blocks: [StagedBlock]) async throws {
-        let paths = blocks.filter { $0.data == nil && $0.ref.pack == nil }.map(\.path)
-        guard !paths.isEmpty else { return }
-        let directory = stagingDirectory
-        try await threadPool.runIfActive { try POSIXFile.syncFiles(paths, in: directory) }
+    /// Whole uploads are not compressed at rest: ranged reads of video must stay cheap, and most big files do not
+    /// shrink (photos, video, archives).
+    func makeStager(runningHash: SHA256) -> BlockStager {
+        BlockStager(writer: PackWriter(stagingDirectory: stagingDirectory, threadPool: threadPool, compresses: false), runningHash: runningHash)
     }
 
     func clearStaging() throws {
@@ -252,10 +244,6 @@ struct LocalBlobStore: LocallyStaged {
             POSIXFile.closeFile(fd)
             throw error
         }
-    }
-
-    func makeStager(runningHash: SHA256) -> BlockStager {
-        BlockStager(stagingDirectory: stagingDirectory, blockSize: blockSize, threadPool: threadPool, runningHash: runningHash)
     }
 
     func userDirectory(_ user: String) -> String { blobsDirectory + "/" + user }
@@ -371,137 +359,77 @@ struct LocalBlobStore: LocallyStaged {
         return try StoredBlockCodec.expand(bytes, size: block.size, hash: block.hash)
     }
 
-    /// The block API's staged blocks, each replaced by its zlib stream where that saves a tenth (see
-    /// ``StoredBlockCodec``); not yet durable — ``syncStaged(_:)`` comes next.
-    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock] {
-        try await threadPool.runIfActive {
-            try blocks.map { block in
-                guard block.data == nil, block.ref.pack == nil, block.ref.size >= 4096 else { return block }
-                let fd = try POSIXFile.openForReading(block.path)
-                defer { POSIXFile.closeFile(fd) }
-                guard StoredBlockCodec.worthTrying(try POSIXFile.read(fd, count: 4096, at: 0, path: block.path)) else { return block }
-                let bytes = try POSIXFile.read(fd, count: Int(block.ref.size), at: 0, path: block.path)
-                guard bytes.count == Int(block.ref.size), let compressed = StoredBlockCodec.compress(bytes) else { return block }
-                var smaller = block
-                smaller.path = block.path + ".z"
-                let out = try POSIXFile.openForWriting(smaller.path)
-                defer { POSIXFile.closeFile(out) }
-                try compressed.withUnsafeBytes { try POSIXFile.writeAll(out, $0, path: smaller.path) }
-                try POSIXFile.remove(block.path)
-                return smaller
-            }
-        }
-    }
-
     func checkReachable() async throws {
         guard POSIXFile.exists(blobsDirectory) else { throw DriveError.unavailable("The blob folder \(blobsDirectory) is missing.") }
     }
 }
 
-/// Cuts a stream of bytes into fixed-size blocks, writing each to a staging file and fsyncing it.
+/// Cuts a stream of bytes into content-defined chunks (FastCDC, the same cuts the block API's clients make:
+/// ``FastCDC/Parameters/standard``, ~64 KiB) written one after another into packs (``PackWriter``), so that a file
+/// uploaded whole (simple, batch, resumable, WebDAV) is made of the same blocks as one sent by blocks, and an
+/// edit of it sent later by blocks finds most of them on the server. Each call's content is its own stream: a
+/// resumable upload's chunks are cut separately (a forced cut at each chunk's end; FastCDC finds the common cuts
+/// again within a block or two after it).
 ///
-/// Memory stays bounded by the write buffer (1 MiB) whatever the content size. Disk writes and fsyncs run on
-/// the NIO thread pool, not on Swift's cooperative threads. Call ``abandon()`` if the upload fails.
+/// Memory stays bounded (the chunk being cut, ≤ 256 KiB, and the pack writer's 1 MiB buffer) whatever the content
+/// size. Disk writes and fsyncs run on the NIO thread pool, not on Swift's cooperative threads; every block is
+/// durable when ``finish()`` returns. Call ``abandon()`` if the upload fails.
 struct BlockStager {
-    let stagingDirectory: String
-    let blockSize: Int
-    let threadPool: NIOThreadPool
-    private let flushThreshold = 1024 * 1024
-    /// Seal blocks without fsyncing each: the caller makes them durable together with
-    /// ``BlobStore/syncStaged(_:)`` before they are put.
-    var deferSync = false
-    /// Hash only each block, not the whole content too (for one block the two are the same: the block API's
-    /// stagers); ``finish()`` then reports the last block's hash as the checksum.
-    var blocksOnly = false
-
-    private var whole = SHA256()
-    private var blockHash = SHA256()
-    private var blockLength = 0
-    private var current: (fd: Int32, path: String)?
+    private var writer: PackWriter
+    private var scanner = FastCDC.Scanner()
+    private var whole: SHA256
+    /// Bytes of the chunk not yet ended (from the last cut).
     private var pending: [UInt8] = []
-    private(set) var blocks: [StagedBlock] = []
+    private var cuts: [Int] = []
     private(set) var totalSize: Int64 = 0
+    var blocks: [StagedBlock] { writer.blocks }
 
-    init(stagingDirectory: String, blockSize: Int, threadPool: NIOThreadPool, runningHash: SHA256 = SHA256()) {
-        self.stagingDirectory = stagingDirectory
-        self.blockSize = blockSize
-        self.threadPool = threadPool
+    init(writer: PackWriter, runningHash: SHA256 = SHA256()) {
+        self.writer = writer
         self.whole = runningHash
+        pending.reserveCapacity(FastCDC.Parameters.standard.maximum)
     }
 
     mutating func append(_ buffer: ByteBuffer) async throws {
-        var buffer = buffer
-        while buffer.readableBytes > 0 {
-            let take = min(buffer.readableBytes, blockSize - blockLength)
-            guard let slice = buffer.readSlice(length: take) else { break }
-            slice.withUnsafeReadableBytes { raw in
-                if !blocksOnly { whole.update(bufferPointer: raw) }
-                blockHash.update(bufferPointer: raw)
-                pending.append(contentsOf: raw)
+        var chunks: [ArraySlice<UInt8>] = []
+        buffer.withUnsafeReadableBytes { raw in
+            whole.update(bufferPointer: raw)
+            cuts.removeAll(keepingCapacity: true)
+            scanner.scan(raw, cuts: &cuts)
+            var from = 0
+            for cut in cuts {
+                pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[from..<cut]))
+                chunks.append(pending[...])
+                pending = []
+                pending.reserveCapacity(FastCDC.Parameters.standard.maximum)
+                from = cut
             }
-            blockLength += take
-            totalSize += Int64(take)
-            if blockLength == blockSize {
-                try await sealBlock()
-            } else if pending.count >= flushThreshold {
-                try await flush()
-            }
+            pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[from...]))
+        }
+        totalSize += Int64(buffer.readableBytes)
+        for chunk in chunks {
+            try await writer.add(chunk, hash: SHA256.hash(data: chunk).hexString)
         }
     }
 
-    /// Seals the last block and returns the staged blocks, the SHA-256 of everything hashed (including what
-    /// the running hash started with), the running hash itself, and the size staged here.
+    /// Ends the last block and returns the staged blocks (durable), the SHA-256 of everything hashed (including
+    /// what the running hash started with), the running hash itself, and the size staged here.
     mutating func finish() async throws -> (blocks: [StagedBlock], checksum: String, runningHash: SHA256, size: Int64) {
-        if blockLength > 0 {
-            try await sealBlock()
+        if !pending.isEmpty {
+            let chunk = pending
+            pending = []
+            scanner.reset()
+            try await writer.add(chunk, hash: SHA256.hash(data: chunk).hexString)
         }
+        let blocks = try await writer.finish()
         let running = whole
-        let copy = whole
-        if blocksOnly { return (blocks, blocks.last?.ref.hash ?? SHA256.hash(data: [UInt8]()).hexString, running, totalSize) }
-        return (blocks, copy.finalize().hexString, running, totalSize)
+        return (blocks, whole.finalize().hexString, running, totalSize)
     }
 
     /// Deletes every staged file this stager wrote.
     mutating func abandon() {
-        if let current {
-            POSIXFile.closeFile(current.fd)
-            try? POSIXFile.remove(current.path)
-            self.current = nil
-        }
-        for block in blocks {
-            try? POSIXFile.remove(block.path)
-        }
-        blocks = []
-    }
-
-    private mutating func flush() async throws {
-        if current == nil {
-            let path = stagingDirectory + "/" + randomToken() + ".blk"
-            let fd = try await threadPool.runIfActive { try POSIXFile.openForWriting(path) }
-            current = (fd, path)
-        }
-        guard let current, !pending.isEmpty else { return }
-        let bytes = pending
-        pending.removeAll(keepingCapacity: true)
-        try await threadPool.runIfActive {
-            try bytes.withUnsafeBytes { try POSIXFile.writeAll(current.fd, $0, path: current.path) }
-        }
-    }
-
-    private mutating func sealBlock() async throws {
-        try await flush()
-        guard let current else { return }
-        if !deferSync {
-            try await threadPool.runIfActive {
-                try POSIXFile.sync(current.fd, path: current.path)
-            }
-        }
-        POSIXFile.closeFile(current.fd)
-        self.current = nil
-        let hash = blockHash.finalize().hexString
-        blocks.append(StagedBlock(ref: BlockRef(hash: hash, size: Int64(blockLength)), path: current.path))
-        blockHash = SHA256()
-        blockLength = 0
+        writer.abandon()
+        pending = []
     }
 }
 

@@ -97,34 +97,6 @@ enum POSIXFile {
         _ = close(fd)
     }
 
-    /// Makes the files at `paths` (all on the file system of `directory`) durable: one `syncfs` on Linux, an
-    /// fsync of each elsewhere.
-    static func syncFiles(_ paths: [String], in directory: String) throws {
-        if let syncfs = Self.syncfs {
-            let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { throw Failure(call: "open", path: directory, code: errno) }
-            defer { _ = close(fd) }
-            guard syncfs(fd) == 0 else { throw Failure(call: "syncfs", path: directory, code: errno) }
-            return
-        }
-        for path in paths {
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw Failure(call: "open", path: path, code: errno) }
-            defer { _ = close(fd) }
-            guard fsync(fd) == 0 else { throw Failure(call: "fsync", path: path, code: errno) }
-        }
-    }
-
-    /// Linux's `syncfs(2)` (looked up at run time: Glibc's module does not export it); nil elsewhere.
-    static let syncfs: (@convention(c) (Int32) -> Int32)? = {
-        #if os(Linux)
-        guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "syncfs") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self)
-        #else
-        return nil
-        #endif
-    }()
-
     /// fsyncs a directory so that entries created or renamed in it survive a crash.
     static func syncDirectory(_ path: String) throws {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

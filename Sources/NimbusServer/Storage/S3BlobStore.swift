@@ -45,10 +45,6 @@ struct S3BlobStore: LocallyStaged {
         return (packKey(pack.pack, user: user), pack.offset, pack.stored)
     }
 
-    func makeStager(runningHash: SHA256) -> BlockStager {
-        BlockStager(stagingDirectory: stagingDirectory, blockSize: blockSize, threadPool: threadPool, runningHash: runningHash)
-    }
-
     func put(_ blocks: [StagedBlock], user: String) async throws {
         try await Self.forEach(Self.stagedPacks(blocks).map { [$0.id, $0.path] }, width: width) { pack in
             let path = pack[1]
@@ -67,9 +63,6 @@ struct S3BlobStore: LocallyStaged {
         }
         discard(blocks)
     }
-
-    /// Kept as they are: a block is read by ranges of its object (compression at rest is the local store's).
-    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock] { blocks }
 
     func containsBlocking(_ hash: String, user: String) throws -> Bool {
         try Self.blocking { try await mapped { try await client.head(key(of: hash, user: user)) != nil } }

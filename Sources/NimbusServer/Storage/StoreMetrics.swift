@@ -89,10 +89,6 @@ struct MeteredBlobStore: BlobStore {
 
     func discard(_ blocks: [StagedBlock]) { base.discard(blocks) }
 
-    func syncStaged(_ blocks: [StagedBlock]) async throws { try await base.syncStaged(blocks) }
-
-    func compressStaged(_ blocks: [StagedBlock]) async throws -> [StagedBlock] { try await base.compressStaged(blocks) }
-
     func checksum(of blocks: [BlockRef], user: String) async throws -> String { try await base.checksum(of: blocks, user: user) }
 
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
