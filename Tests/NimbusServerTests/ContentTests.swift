@@ -294,11 +294,12 @@ struct ContentTests {
             let part = try await alice.get("/v1/files/\(file.id)/content", headers: ["Range": "bytes=100-199"])
             #expect(part.status == 206)
             #expect(part.body == small[100..<200])
-            // A big file whose last block is these very bytes (a content-defined chunk ends just before them, and
-            // they are shorter than the least chunk): that block is stored (and charged) once.
+            // A big file (over the inline limit) whose last block is these very bytes (a content-defined chunk ends
+            // just before them, and they are shorter than the least chunk): that block is stored (and charged) once.
             let random = randomData(1024 * 1024)
-            let firstChunk = random.withUnsafeBytes { FastCDC.lengths(of: $0) }[0]
-            let big = random.prefix(firstChunk) + small
+            var cut = 0
+            for length in random.withUnsafeBytes({ FastCDC.lengths(of: $0) }) where cut <= 64 * 1024 { cut += length }
+            let big = random.prefix(cut) + small
             let bigFile = try await alice.upload("big.bin", big)
             #expect(try await used() == Int64(big.count))
             #expect(try await alice.content(bigFile.id) == big)

@@ -129,6 +129,7 @@ extension BlobStore {
             return (pack.pack, block.path)
         }
     }
+
     /// Through ``read(_:user:range:into:)``: right for any store (a remote one reads over the network anyway).
     func checksum(of blocks: [BlockRef], user: String) async throws -> String {
         var digest = SHA256()
@@ -139,12 +140,51 @@ extension BlobStore {
         return digest.finalize().hexString
     }
 
-    /// Walks `blocks` and calls `piece` for the part of each that `range` covers: inline bytes are sent at once,
-    /// stored blocks are read by `readStored(hash, offsetInBlock, endInBlock)`.
-    func forEachPiece(
+}
+
+/// Descriptors opened during one read, closed together at its end.
+final class OpenFiles {
+    let threadPool: NIOThreadPool
+    private var files: [String: Int32] = [:]
+
+    init(threadPool: NIOThreadPool) { self.threadPool = threadPool }
+
+    func open(_ path: String) async throws -> Int32 {
+        if let fd = files[path] { return fd }
+        let fd = try await threadPool.runIfActive { try POSIXFile.openForReading(path) }
+        files[path] = fd
+        return fd
+    }
+
+    func closeAll() {
+        for fd in files.values { POSIXFile.closeFile(fd) }
+        files = [:]
+    }
+}
+
+extension BlobStore {
+    /// Reads `range` of the content made of `blocks`, joining blocks that lie next to each other in the same pack
+    /// (a file's blocks usually do: written in order) into runs read in pieces of up to 1 MiB. ~64 KiB blocks read
+    /// one by one cost a thread-pool hop and a `pread` each locally (downloads ran at a fifth of the speed), and a
+    /// `GET` each from S3. `place` says where a block's bytes are (file or object, offset, stored length); a block
+    /// stored compressed (fewer bytes than its size) comes whole from `expand`; `readRun` reads a piece of a run.
+    func readCoalesced(
         _ blocks: [BlockRef], range: Range<Int64>, into body: (ByteBuffer) async throws -> Void,
-        readStored: (BlockRef, Int64, Int64) async throws -> Void
+        place: (BlockRef) async throws -> (key: String, offset: Int64, stored: Int64),
+        expand: (BlockRef, String, Int64, Int64) async throws -> [UInt8],
+        readRun: (String, Int64, Int64) async throws -> ByteBuffer
     ) async throws {
+        var run: (key: String, start: Int64, length: Int64)? = nil
+        func send(_ pending: (key: String, start: Int64, length: Int64)?) async throws {
+            guard let pending else { return }
+            var offset = pending.start
+            let end = pending.start + pending.length
+            while offset < end {
+                let count = min(Int64(1 << 20), end - offset)
+                try await body(try await readRun(pending.key, offset, count))
+                offset += count
+            }
+        }
         var blockStart: Int64 = 0
         for block in blocks {
             let blockEnd = blockStart + block.size
@@ -152,15 +192,30 @@ extension BlobStore {
             guard blockEnd > range.lowerBound, blockStart < range.upperBound else { continue }
             let from = max(range.lowerBound, blockStart) - blockStart
             let to = min(range.upperBound, blockEnd) - blockStart
-            if let bytes = block.inline {
-                guard bytes.count == block.size else {
-                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
-                }
-                try await body(ByteBuffer(bytes: bytes[Int(from)..<Int(to)]))
+            if let inline = block.inline {
+                guard inline.count == block.size else { throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.") }
+                try await send(run)
+                run = nil
+                try await body(ByteBuffer(bytes: inline[Int(from)..<Int(to)]))
                 continue
             }
-            try await readStored(block, from, to)
+            let (key, offset, stored) = try await place(block)
+            if stored < block.size {
+                let whole = try await expand(block, key, offset, stored)
+                guard whole.count == Int(block.size) else { throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.") }
+                try await send(run)
+                run = nil
+                try await body(ByteBuffer(bytes: whole[Int(from)..<Int(to)]))
+                continue
+            }
+            if let current = run, current.key == key, current.start + current.length == offset + from {
+                run = (key, current.start, current.length + to - from)
+            } else {
+                try await send(run)
+                run = (key, offset + from, to - from)
+            }
         }
+        try await send(run)
     }
 }
 
@@ -287,31 +342,26 @@ struct LocalBlobStore: LocallyStaged {
     }
 
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
-        let pieceSize = 256 * 1024
-        try await forEachPiece(blocks, range: range, into: body) { block, from, end in
-            let (fd, path, base, stored) = try await threadPool.runIfActive { try open(block, user: user) }
-            defer { POSIXFile.closeFile(fd) }
-            if let whole = try await threadPool.runIfActive({ try Self.expanded(fd, block, path: path, at: base, stored: stored) }) {
-                var offset = Int(from)
-                while offset < Int(end) {
-                    let upper = min(offset + pieceSize, Int(end))
-                    try await body(ByteBuffer(bytes: whole[offset..<upper]))
-                    offset = upper
-                }
-                return
-            }
-            var offset = from
-            while offset < end {
-                let count = Int(min(Int64(pieceSize), end - offset))
-                let at = base + offset
-                let bytes = try await threadPool.runIfActive { try POSIXFile.read(fd, count: count, at: at, path: path) }
-                guard bytes.count == count else {
-                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
-                }
-                try await body(ByteBuffer(bytes: bytes))
-                offset += Int64(count)
-            }
-        }
+        let files = OpenFiles(threadPool: threadPool)
+        defer { files.closeAll() }
+        try await readCoalesced(
+            blocks, range: range, into: body,
+            place: { block in
+                if let pack = block.pack { return (packPath(pack.pack, user: user), pack.offset, pack.stored) }
+                let path = path(of: block.hash, user: user)
+                return (path, 0, try POSIXFile.size(try await files.open(path), path: path))
+            },
+            expand: { block, path, offset, stored in
+                let fd = try await files.open(path)
+                return try await threadPool.runIfActive { try Self.expanded(fd, block, path: path, at: offset, stored: stored) } ?? []
+            },
+            readRun: { path, start, length in
+                let fd = try await files.open(path)
+                let count = Int(length)
+                let bytes = try await threadPool.runIfActive { try POSIXFile.read(fd, count: count, at: start, path: path) }
+                guard bytes.count == count else { throw DriveError.internalError("A block in \(path) is shorter than its manifest says.") }
+                return ByteBuffer(bytes: bytes)
+            })
     }
 
     /// One blocking loop on a thread-pool thread, one buffer for every block: a commit of a 256 MiB file's 3,600

@@ -85,28 +85,19 @@ struct S3BlobStore: LocallyStaged {
     }
 
     func read(_ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void) async throws {
-        let pieceSize: Int64 = 1024 * 1024
-        try await forEachPiece(blocks, range: range, into: body) { block, from, end in
-            let (key, base, stored) = location(block, user: user)
-            if stored < block.size {
+        try await readCoalesced(
+            blocks, range: range, into: body,
+            place: { location($0, user: user) },
+            expand: { block, key, offset, stored in
                 // Kept compressed (a pack the local store wrote, moved here by `nimbus admin migrate`): whole.
-                let bytes = try await mapped { try await client.get(key, range: base..<(base + stored)) }
-                let whole = try StoredBlockCodec.expand(Array(buffer: bytes), size: block.size, hash: block.hash)
-                try await body(ByteBuffer(bytes: whole[Int(from)..<Int(end)]))
-                return
-            }
-            var offset = from
-            while offset < end {
-                let upper = min(offset + pieceSize, end)
-                let part = (base + offset)..<(base + upper)
-                let bytes = try await mapped { try await client.get(key, range: part) }
-                guard bytes.readableBytes == Int(upper - offset) else {
-                    throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.")
-                }
-                try await body(bytes)
-                offset = upper
-            }
-        }
+                let bytes = try await mapped { try await client.get(key, range: offset..<(offset + stored)) }
+                return try StoredBlockCodec.expand(Array(buffer: bytes), size: block.size, hash: block.hash)
+            },
+            readRun: { key, start, length in
+                let bytes = try await mapped { try await client.get(key, range: start..<(start + length)) }
+                guard bytes.readableBytes == Int(length) else { throw DriveError.internalError("A block in \(key) is shorter than its manifest says.") }
+                return bytes
+            })
     }
 
     func checkReachable() async throws {
