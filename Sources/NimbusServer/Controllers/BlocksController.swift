@@ -171,7 +171,7 @@ struct BlocksController: Sendable {
             let blocks = try await writer.finish()
             try await drive.store.putBlocks(blocks, userId: userId, now: drive.now)
         } catch {
-            writer.abandon()
+            await writer.abandon()
             throw error
         }
         return try JSONResponse.make(StoredBlock(hash: hash, size: Int64(bytes.count)), status: known == nil ? .created : .ok)
@@ -236,7 +236,7 @@ struct BlocksController: Sendable {
             guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
             try await drive.store.putBlocks(staged, userId: userId, now: drive.now)
         } catch {
-            writer.abandon()
+            await writer.abandon()
             throw error
         }
         return try JSONResponse.make(StoredBlocks(stored: staged.map { StoredBlock(hash: $0.ref.hash, size: $0.ref.size) }))

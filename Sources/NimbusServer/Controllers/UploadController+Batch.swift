@@ -101,7 +101,7 @@ extension UploadController {
             let (blocks, checksum, _, size) = try await stager.finish()
             return StagedContent(blocks: blocks, checksum: checksum, size: size, mimeType: mimeType)
         } catch {
-            stager.abandon()
+            await stager.abandon()
             throw error
         }
     }

@@ -121,7 +121,7 @@ struct UploadController: Sendable {
             let (blocks, checksum, running, size) = try await stager.finish()
             return (StagedContent(blocks: blocks, checksum: checksum, size: size, mimeType: mimeType), running)
         } catch {
-            stager.abandon()
+            await stager.abandon()
             throw error
         }
     }

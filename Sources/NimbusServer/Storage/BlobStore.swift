@@ -458,7 +458,7 @@ struct BlockStager {
         }
         totalSize += Int64(buffer.readableBytes)
         for chunk in chunks {
-            try await writer.add(chunk, hash: SHA256.hash(data: chunk).hexString)
+            try await writer.add(chunk, hash: nil)  // hashed on the thread pool while this task hashes the whole
         }
     }
 
@@ -469,7 +469,7 @@ struct BlockStager {
             let chunk = pending
             pending = []
             scanner.reset()
-            try await writer.add(chunk, hash: SHA256.hash(data: chunk).hexString)
+            try await writer.add(chunk, hash: nil)
         }
         let blocks = try await writer.finish()
         let running = whole
@@ -477,8 +477,8 @@ struct BlockStager {
     }
 
     /// Deletes every staged file this stager wrote.
-    mutating func abandon() {
-        writer.abandon()
+    mutating func abandon() async {
+        await writer.abandon()
         pending = []
     }
 }
