@@ -282,6 +282,39 @@ struct EndToEndTests {
         #expect(try device.run(["uploads", "list"]).stdout.contains("No unfinished uploads"))
     }
 
+    @Test("put sends the file from where it is: killed with -9, then the file rewritten, the resumed upload sends what it holds now")
+    func killedPutThenRewritten() throws {
+        let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])
+        let device = try bench.device("A")
+        // Caught mid-transfer: the kill lands while the upload is under way (a bigger file each time it came too late).
+        var size = 48 * 1024 * 1024
+        var caught: (name: String, file: URL)?
+        for attempt in 0..<4 where caught == nil {
+            let name = "draft-\(attempt).bin"
+            let file = device.workingDirectory.appending(path: name)
+            try Data((0..<size).map { UInt8(truncatingIfNeeded: ($0 &+ attempt) &* 2654435761 >> 9) }).write(to: file)
+            let running = device.start(["put", name, "/" + name])
+            Thread.sleep(forTimeInterval: 0.4)
+            running.kill9()
+            if !(try device.run(["uploads", "list"]).stdout.contains("No unfinished uploads")) { caught = (name, file) }
+            size *= 2
+        }
+        let (name, file) = try #require(caught, "no put was caught mid-transfer")
+        // Nothing of it sits in the device's store: the queued upload names the file itself.
+        let home = device.home
+        let copies = (FileManager.default.enumerator(atPath: home.path)?.allObjects as? [String] ?? []).filter { path in
+            ((try? FileManager.default.attributesOfItem(atPath: home.appending(path: path).path)[.size] as? Int) ?? 0) >= 20 * 1024 * 1024
+        }
+        #expect(copies.isEmpty, "no copy of the file in NIMBUS_HOME: \(copies)")
+        let rewritten = Data((0..<(20 * 1024 * 1024 + 7)).map { UInt8(truncatingIfNeeded: $0 &* 40503 >> 3) })
+        try rewritten.write(to: file)
+        let resumed = try device.run(["uploads", "resume"])
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(try device.run(["get", "/" + name, "back.bin"]).status == 0)
+        #expect(try Data(contentsOf: device.workingDirectory.appending(path: "back.bin")) == rewritten, "what the file holds now, never a mix")
+        #expect(try device.run(["uploads", "list"]).stdout.contains("No unfinished uploads"))
+    }
+
     @Test("a sync --watch killed with -9 mid-transfer resumes, and edits propagate while watching")
     func killedWatch() throws {
         let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])

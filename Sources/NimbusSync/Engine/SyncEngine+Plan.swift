@@ -107,13 +107,17 @@ extension SyncEngine {
     func runPlans(_ provider: any RemoteProvider, including: (PlannedOperation) -> Bool = { _ in true }) async throws {
         do { try await mapRoot(provider) } catch let error as ProviderError { throw SyncError(error) }
         var previous: [PlannedOperation] = []
+        var repeats = 0
         for _ in 0..<500 {
             guard mayRun else { return }
             let plan = try await currentPlan()
             let runnable = try await admitted(plan).filter(including)
             if Self.tracing { trace("plan: \(plan) → running \(runnable.count)") }
             if runnable.isEmpty { return }
-            if runnable == previous { return }  // nothing came of the last round (every step failed): later
+            // The same steps again: once or twice is a step that learned something and goes again (a file that
+            // changed while it was sent, hashed anew); more is nothing coming of it (every step failed): later.
+            repeats = runnable == previous ? repeats + 1 : 0
+            if repeats > 2 { return }
             previous = runnable
             let progressed = try await execute(runnable, provider)
             if needsScan { try await observeLocal() }

@@ -793,7 +793,9 @@ extension SyncEngine {
     /// Puts the item's current content in the engine's store (the app library: pinned files, `download(_:)`).
     func fetchContent(_ row: ItemRow) async throws {
         guard disk == nil, !row.isFolder, let checksum = row.lChecksum else { return }
-        if row.contentPath != nil && row.contentChecksum == checksum { return }
+        // A file uploaded without a copy (`copy: false`) is the caller's, not the store's: it may change or go at any
+        // time, so a download keeps a copy of its own (the caller's file serving as a seed for the blocks it holds).
+        if row.contentPath != nil && row.contentChecksum == checksum && row.contentOwned { return }
         guard let fileId = row.fileId, let revision = row.rRevision, row.rChecksum == checksum else { return }
         let provider = try requireProvider()
         let fetched: (url: URL, checksum: String, sealed: Bool)

@@ -207,8 +207,11 @@ struct Put: AsyncParsableCommand {
         let targetPath = (folderPath == "/" ? "" : folderPath) + "/" + name
         let progress = ProgressDisplay(options: output)
         var id: ItemID
-        // The file is hashed only when something is at the target already (to tell a put interrupted earlier from a
-        // clash); otherwise the engine hashes it once, as it copies it in.
+        // The file is sent from where it is, not copied into the device's store first (a second durable write of
+        // the whole file, and as much free space again): a file changed while it goes up is refused by the server's
+        // checksum and read again, and a put interrupted by Ctrl-C or a crash goes on from the file when run again.
+        // An encrypted store copies it anyway (sealed). The file is hashed here only when something is at the target
+        // already (to tell a put interrupted earlier from a clash); otherwise the engine hashes it once.
         let existingItem = try await engine.item(atPath: targetPath)
         if let existing = existingItem, !existing.isFolder, try existing.checksum == FileHasher.sha256(of: source).checksum {
             // Already there, or already queued (a put interrupted earlier): finish what was started.
@@ -219,16 +222,18 @@ struct Put: AsyncParsableCommand {
                 throw CLIError("\(targetPath) already exists; pass --on-conflict rename or --on-conflict replace.")
             case .replace:
                 guard !existing.isFolder else { throw CLIError("\(targetPath) is a folder.") }
-                try await engine.update(existing.id, from: source)
+                try await engine.update(existing.id, from: source, copy: false)
                 id = existing.id
             case .rename:
                 var n = 1
                 while try await engine.item(atPath: (folderPath == "/" ? "" : folderPath) + "/" + FileName.numbered(name, n)) != nil { n += 1 }
                 name = FileName.numbered(name, n)
-                id = try await engine.upload(from: source, named: name, in: folder.id)
+                id = try await engine.upload(from: source, named: name, in: folder.id, copy: false)
             }
         } else {
-            do { id = try await engine.upload(from: source, named: name, in: folder.id) } catch let error as SyncError { throw CLIError(error.description) }
+            do { id = try await engine.upload(from: source, named: name, in: folder.id, copy: false) } catch let error as SyncError {
+                throw CLIError(error.description)
+            }
         }
         await progress.watch(id, name: name, size: size)
         try await drain(engine, progress: progress)
@@ -264,7 +269,14 @@ struct Get: AsyncParsableCommand {
         await progress.watch(item.id, name: item.name, size: item.size)
         try await engine.download(item.id)
         try await drain(engine, progress: progress)
-        guard let content = try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent()) else {
+        var taken = try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent())
+        if taken == nil {
+            // Its upload was still under way (from a file not copied into the store): sent now, so fetch it.
+            try await engine.download(item.id)
+            try await drain(engine, progress: progress)
+            taken = try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent())
+        }
+        guard let content = taken else {
             throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.")
         }
         let temporary = destination.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
