@@ -11,7 +11,7 @@ struct Nimbus: AsyncParsableCommand {
         abstract: "A self-hostable file drive: the server, and the tools around it.",
         version: "0.1.0",
         subcommands: [
-            Serve.self, User.self, Login.self, Logout.self, PassphraseCommand.self, WhoAmI.self, AboutCommand.self, List.self, MakeDirectory.self, Remove.self,
+            Serve.self, User.self, Login.self, Logout.self, PassphraseCommand.self, UnlockCommand.self, LockCommand.self, WhoAmI.self, AboutCommand.self, List.self, MakeDirectory.self, Remove.self,
             Move.self, Put.self, Get.self, Versions.self, Restore.self, Trash.self, Untrash.self, Uploads.self, Status.self,
             Conflicts.self, SyncCommand.self, RemoteCommand.self, AppPasswordCommand.self, AdminCommand.self,
         ])

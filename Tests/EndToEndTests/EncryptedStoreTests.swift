@@ -97,4 +97,58 @@ struct EncryptedStoreTests {
         #expect(!FileManager.default.fileExists(atPath: device.home.appending(path: "library/store-key.json").path))
         #expect(FileManager.default.fileExists(atPath: folder.appending(path: "board-minutes-secret.txt").path))
     }
+
+    @Test(
+        "unlock keeps the key in the kernel keyring for a while: commands need no passphrase until lock, the time is up or logout --wipe",
+        .enabled(if: FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libkeyutils.so.1")
+            || FileManager.default.fileExists(atPath: "/usr/lib/aarch64-linux-gnu/libkeyutils.so.1")))
+    func unlockAndLock() throws {
+        let bench = try Bench()
+        _ = try bench.device("registrar", user: "uma")
+        let work = try bench.folder("work-U")
+        let device = CLIDevice(home: bench.root.appending(path: "home-U"), workingDirectory: work)
+        let passphrase = ["NIMBUS_PASSPHRASE": "a long walk to the lighthouse"]
+        let login = try device.run(["login", bench.server.baseURL, "--username", "uma", "--password-stdin", "--encrypt"], stdin: "correct horse", environment: passphrase)
+        #expect(login.status == 0, "\(login.stderr)")
+        #expect(try device.run(["ls", "/"]).status != 0, "locked: no passphrase, no keyring entry")
+
+        // Bad input changes nothing.
+        let bad = try device.run(["unlock", "--for", "forever"], environment: passphrase)
+        #expect(bad.status != 0 && bad.stderr.contains("--for"), "\(bad.stderr)")
+        let wrong = try device.run(["unlock"], environment: ["NIMBUS_PASSPHRASE": "not it"])
+        #expect(wrong.status != 0 && wrong.stderr.contains("wrong"), "\(wrong.stderr)")
+        #expect(try device.run(["ls", "/"]).status != 0, "a wrong passphrase unlocked nothing")
+
+        let unlock = try device.run(["unlock", "--for", "10m"], environment: passphrase)
+        #expect(unlock.status == 0 && unlock.stdout.contains("10 minutes"), "\(unlock.stdout) \(unlock.stderr)")
+        try Data("unlocked".utf8).write(to: work.appending(path: "note.txt"))
+        let put = try device.run(["put", "note.txt", "/"])
+        #expect(put.status == 0, "no passphrase needed: \(put.stderr)")
+        #expect(try device.run(["ls", "/"]).stdout.contains("note.txt"))
+        let lock = try device.run(["lock"])
+        #expect(lock.status == 0, "\(lock.stderr)")
+        let locked = try device.run(["ls", "/"])
+        #expect(locked.status != 0 && locked.stderr.contains("NIMBUS_PASSPHRASE"), "\(locked.stderr)")
+
+        // The time runs out by itself.
+        #expect(try device.run(["unlock", "--for", "2s"], environment: passphrase).status == 0)
+        #expect(try device.run(["ls", "/"]).status == 0)
+        Thread.sleep(forTimeInterval: 3.5)
+        #expect(try device.run(["ls", "/"]).status != 0, "expired after two seconds")
+
+        // A new passphrase ends an unlock made with the old wrapping; logout --wipe forgets the key too.
+        #expect(try device.run(["unlock"], environment: passphrase).status == 0)
+        let changed = try device.run(["passphrase", "--new-passphrase-stdin"], stdin: "another passphrase\n", environment: passphrase)
+        #expect(changed.status == 0, "\(changed.stderr)")
+        #expect(try device.run(["ls", "/"]).status != 0, "the unlock ended with the old wrapping")
+        #expect(try device.run(["unlock"], environment: ["NIMBUS_PASSPHRASE": "another passphrase"]).status == 0)
+        #expect(try device.run(["ls", "/"]).status == 0)
+        let wipe = try device.run(["logout", "--wipe"])
+        #expect(wipe.status == 0, "\(wipe.stderr)")
+        let again = try device.run(
+            ["login", bench.server.baseURL, "--username", "uma", "--password-stdin", "--encrypt"], stdin: "correct horse", environment: passphrase)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try device.run(["ls", "/"]).status != 0, "a new store is locked")
+        #expect(try device.run(["lock"]).status == 0)
+    }
 }

@@ -190,22 +190,41 @@ struct Home {
     /// The unlocked data key of this process (one PBKDF2 per command, shared by the library and every folder pair).
     private static let unlocked = LockedBox<SymmetricKey?>(nil)
 
-    /// How to open this device's stores: nil when they are plain; else the data key, unwrapped once with the
-    /// passphrase (a clear error when it is missing or wrong).
+    /// How to open this device's stores: nil when they are plain; else the data key — from the kernel keyring when
+    /// `nimbus unlock` left it there, else unwrapped once with the passphrase (a clear error when it is missing or
+    /// wrong).
     func storeEncryption() throws -> StoreEncryption? {
         guard isEncrypted else { return nil }
         if let key = Self.unlocked.withLock({ $0 }) { return .keyStore(MemoryKeyStore(key: key)) }
+        if KernelKeyring.isAvailable, let key = try? keyring()?.loadKey() {
+            Self.unlocked.withLock { $0 = key }
+            return .keyStore(MemoryKeyStore(key: key))
+        }
+        let key = try unwrapWithPassphrase()
+        Self.unlocked.withLock { $0 = key }
+        return .keyStore(MemoryKeyStore(key: key))
+    }
+
+    /// The data key, unwrapped with the passphrase (`NIMBUS_PASSPHRASE` or asked): 600,000 rounds of PBKDF2.
+    func unwrapWithPassphrase() throws -> SymmetricKey {
         let wrapped: WrappedKey
         do { wrapped = try JSONDecoder().decode(WrappedKey.self, from: Data(contentsOf: storeKeyURL)) } catch {
             throw CLIError("\(storeKeyURL.path) is damaged (\(error)); this device's store cannot be unlocked.")
         }
         do {
-            let key = try wrapped.unwrap(passphrase: try Self.passphrase())
-            Self.unlocked.withLock { $0 = key }
-            return .keyStore(MemoryKeyStore(key: key))
+            return try wrapped.unwrap(passphrase: try Self.passphrase())
         } catch let error as EncryptionError {
             throw Self.explained(error)
         }
+    }
+
+    /// Where `nimbus unlock` keeps the data key: the user's kernel keyring, under a name made from the wrapped key
+    /// (so a store re-wrapped by `nimbus passphrase`, or wiped and made again, never finds an older entry). Nil when
+    /// the store is not encrypted.
+    func keyring(lifetime: Duration? = nil) -> KernelKeyring? {
+        guard let wrapped = try? Data(contentsOf: storeKeyURL) else { return nil }
+        let id = SHA256.hash(data: wrapped).prefix(16).map { String(format: "%02x", $0) }.joined()
+        return KernelKeyring(name: "nimbus:store:\(id)", lifetime: lifetime)
     }
 
     /// The key that seals the folder pairs in an encrypted home's config.

@@ -83,6 +83,7 @@ struct Logout: AsyncParsableCommand {
     func wipeStore(_ home: Home) async throws {
         // Read while it can be (an encrypted home's folder pairs open with the store's key).
         var config = try home.loadConfig(unsealing: false)
+        let keyring = home.keyring()
         if FileManager.default.fileExists(atPath: home.libraryURL.appending(path: "sync.sqlite").path) {
             var engine: SyncEngine?
             do {
@@ -99,6 +100,7 @@ struct Logout: AsyncParsableCommand {
                 throw CLIError("\(error.description) Run 'nimbus uploads resume' first, or pass --discard-pending.")
             }
         }
+        try? keyring?.deleteKey()  // a key 'nimbus unlock' kept goes too
         for folder in [home.libraryURL, home.url.appending(path: "pairs")] where FileManager.default.fileExists(atPath: folder.path) {
             try FileManager.default.removeItem(at: folder)
         }
@@ -133,12 +135,68 @@ struct PassphraseCommand: AsyncParsableCommand {
             guard Terminal.readSecret(prompt: "Again: ") == typed else { throw CLIError("The passphrases differ; nothing was changed.") }
             new = typed
         }
+        let before = home.keyring()
         do {
             try SyncEngine.changePassphrase(in: home.libraryURL, from: current, to: new)
         } catch let error as EncryptionError {
             throw Home.explained(error)
         }
+        try? before?.deleteKey()  // an unlock of the old wrapping ends with it
         print("The passphrase of this device's store was changed.")
+    }
+}
+
+struct UnlockCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unlock",
+        abstract: "Keep this device's encrypted store unlocked for a while, so commands need no passphrase.",
+        discussion: """
+            The store's key is kept in this user's kernel keyring (Linux), never on disk, until the time is up, \
+            'nimbus lock', 'nimbus logout --wipe' or a reboot. Any process of this user can use it meanwhile \
+            (as with ssh-agent).
+            """)
+
+    @Option(name: .customLong("for"), help: "How long: 30s, 15m, 8h, 7d (at most 30d).")
+    var lifetime = "15m"
+
+    func run() async throws {
+        let home = Home.current
+        guard home.isEncrypted else { throw CLIError("This device's store is not encrypted; there is nothing to unlock.") }
+        guard let (duration, words) = Self.duration(lifetime) else {
+            throw CLIError("--for takes a number and a unit (s, m, h or d) up to 30d, such as 15m or 8h; not '\(lifetime)'.")
+        }
+        guard KernelKeyring.isAvailable, let keyring = home.keyring(lifetime: duration) else {
+            throw CLIError("This system has no kernel keyring nimbus can use (libkeyutils.so.1); set NIMBUS_PASSPHRASE for each command instead.")
+        }
+        let key = try home.unwrapWithPassphrase()
+        do {
+            try keyring.deleteKey()
+            try keyring.storeKey(key)
+        } catch let error as EncryptionError {
+            throw Home.explained(error)
+        }
+        print("This device's store stays unlocked for \(words) (its key in this user's kernel keyring, never on disk); 'nimbus lock' forgets it sooner.")
+    }
+
+    /// `30s`, `15m`, `8h`, `7d` → the duration and how to say it; nil for anything else or over 30 days.
+    static func duration(_ text: String) -> (Duration, String)? {
+        let units: [Character: (seconds: Int64, word: String)] = ["s": (1, "second"), "m": (60, "minute"), "h": (3600, "hour"), "d": (86400, "day")]
+        guard let last = text.last, let unit = units[last], let count = Int64(text.dropLast()), count > 0 else { return nil }
+        let seconds = count * unit.seconds
+        guard seconds <= 30 * 86400 else { return nil }
+        return (.seconds(seconds), "\(count) \(unit.word)\(count == 1 ? "" : "s")")
+    }
+}
+
+struct LockCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock", abstract: "Forget the key 'nimbus unlock' kept: commands ask for the passphrase again.")
+
+    func run() async throws {
+        let home = Home.current
+        guard home.isEncrypted else { throw CLIError("This device's store is not encrypted; there is nothing to lock.") }
+        do { try home.keyring()?.deleteKey() } catch let error as EncryptionError { throw Home.explained(error) }
+        print("Locked: commands ask for the passphrase of this device's store again.")
     }
 }
 
