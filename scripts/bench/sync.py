@@ -13,7 +13,9 @@
 
 With --encrypt (issue 15), the same initial upload, no-op re-sync and big-file upload are also run from a device
 whose store is encrypted at rest (`nimbus login --encrypt`), into their own folders, plus the tree downloaded by a
-plain and by an encrypted device: encrypted/plain time ratios in the same run (goal: within 1.15).
+plain and by an encrypted device: encrypted/plain time ratios in the same run (goal: within 1.15). With --unlock
+as well, each encrypted device runs `nimbus unlock` once after its login and its commands then go without
+NIMBUS_PASSPHRASE (the key from the kernel keyring: no PBKDF2 per process); `nimbus lock` at the end.
 """
 import argparse, json, os, resource, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
 
@@ -50,10 +52,12 @@ def main():
     parser.add_argument("--edits", type=int, default=100)
     parser.add_argument("--skip", action="append", default=[], choices=["big", "edits"], help="leave out a part (repeatable)")
     parser.add_argument("--encrypt", action="store_true", help="also measure a device whose store is encrypted at rest")
+    parser.add_argument("--unlock", action="store_true", help="with --encrypt: encrypted devices run 'nimbus unlock' once, then no passphrase")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-sync-bench-")
     processes = []
+    unlocked = []
     try:
         server = subprocess.Popen([binary, "serve", "--data", f"{work}/server", "--port", "0", "--allow-registration", "--log-level", "error"],
                                   stdout=subprocess.PIPE, text=True)
@@ -71,6 +75,11 @@ def main():
                 extra = ["--encrypt"]
             subprocess.run([binary, "login", base, "--username", "bench", "--password-stdin", "--device-name", name] + extra,
                            input="benchmark pw\n", text=True, check=True, env=env, stdout=subprocess.DEVNULL)
+            if encrypted and args.unlock:
+                subprocess.run([binary, "unlock", "--for", "1h"], check=True, env=env, stdout=subprocess.DEVNULL)
+                env = dict(env)
+                del env["NIMBUS_PASSPHRASE"]
+                unlocked.append(env)
             return env
 
         a = device("A")
@@ -179,6 +188,8 @@ def main():
             print(f"edit on A → updated on B under --watch, {args.edits} edits: p50 {statistics.median(latencies):.2f} s, "
                   f"p90 {latencies[int(len(latencies) * 0.9)]:.2f} s, max {latencies[-1]:.2f} s")
     finally:
+        for env in unlocked:
+            subprocess.run([binary, "lock"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for process in processes:
             process.terminate()
         for process in processes:
