@@ -284,13 +284,9 @@ struct LocalBlobStore: LocallyStaged {
         for id in ids { try POSIXFile.remove(packPath(id, user: user)) }
     }
 
-    /// Where a block's bytes are: its pack at its offset, or its own file (whose length says whether it is kept
-    /// compressed). The caller closes the descriptor.
+    /// Where a block kept as its own file is (its length says whether it is kept compressed). The caller closes the
+    /// descriptor.
     func open(_ block: BlockRef, user: String) throws -> (fd: Int32, path: String, offset: Int64, stored: Int64) {
-        if let pack = block.pack {
-            let path = packPath(pack.pack, user: user)
-            return (try POSIXFile.openForReading(path), path, pack.offset, pack.stored)
-        }
         let path = path(of: block.hash, user: user)
         let fd = try POSIXFile.openForReading(path)
         do {
@@ -364,19 +360,33 @@ struct LocalBlobStore: LocallyStaged {
             })
     }
 
-    /// One blocking loop on a thread-pool thread, one buffer for every block: a commit of a 256 MiB file's 3,600
-    /// blocks read this way took half the time of the piece-by-piece async reads.
+    /// One blocking loop on a thread-pool thread, one buffer for every block, each pack opened once: a commit of a
+    /// 256 MiB file's 3,600 blocks read this way took half the time of the piece-by-piece async reads.
     func checksum(of blocks: [BlockRef], user: String) async throws -> String {
         try await threadPool.runIfActive {
             var digest = SHA256()
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var packs: [String: Int32] = [:]
+            defer { for fd in packs.values { POSIXFile.closeFile(fd) } }
             for block in blocks {
                 if let bytes = block.inline {
                     digest.update(data: bytes)
                     continue
                 }
-                let (fd, path, base, stored) = try open(block, user: user)
-                defer { POSIXFile.closeFile(fd) }
+                let (fd, path, base, stored): (Int32, String, Int64, Int64)
+                if let pack = block.pack {
+                    path = packPath(pack.pack, user: user)
+                    if let open = packs[path] {
+                        fd = open
+                    } else {
+                        fd = try POSIXFile.openForReading(path)
+                        packs[path] = fd
+                    }
+                    (base, stored) = (pack.offset, pack.stored)
+                } else {
+                    (fd, path, base, stored) = try open(block, user: user)
+                }
+                defer { if block.pack == nil { POSIXFile.closeFile(fd) } }
                 if let whole = try Self.expanded(fd, block, path: path, at: base, stored: stored) {
                     digest.update(data: whole)
                     continue

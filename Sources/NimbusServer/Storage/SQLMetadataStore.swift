@@ -1279,7 +1279,12 @@ extension SQLMetadataStore {
             """
         let users = try await database.read { db in
             Set(try db.values("SELECT DISTINCT user_id FROM blocks WHERE orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [before.millis], as: String.self))
-                .union(try db.values("SELECT DISTINCT user_id FROM packs WHERE created_at < ? LIMIT 1000", [before.millis], as: String.self))
+                .union(
+                    try db.values(
+                        """
+                        SELECT DISTINCT user_id FROM packs WHERE created_at < ?
+                        AND NOT EXISTS (SELECT 1 FROM blocks WHERE blocks.user_id = packs.user_id AND blocks.pack = packs.id) LIMIT 1000
+                        """, [before.millis], as: String.self))
         }
         var swept = 0
         for userId in users.sorted() {
