@@ -30,14 +30,42 @@ enum LocalChunking {
     /// The file's FastCDC chunks with their SHA-256, and its size: read 8 MiB at a time, the chunks of each window
     /// hashed on every core (the cut points, at 2 GB/s, are found on one).
     static func chunks(of url: URL, sealing: ContentSealing? = nil) throws -> (chunks: [LocalChunk], size: Int64) {
-        let handle = try ContentReader(url: url, sealing: sealing)
-        defer { handle.close() }
-        var scanner = FastCDC.Scanner()
+        var reader = try Reader(url: url, sealing: sealing)
+        defer { reader.close() }
         var chunks: [LocalChunk] = []
-        var carry = Data()  // the bytes of the chunk still going on
-        var carryStart: Int64 = 0  // where they are in the file
-        var cuts: [Int] = []
-        while let data = try handle.read(upToCount: 8 << 20), !data.isEmpty {
+        while let window = try reader.next() { chunks += window }
+        return (chunks, reader.size)
+    }
+
+    /// The chunks of a file, window by window (8 MiB read at a time): so an upload can send the first chunks while
+    /// the rest of the file is still being cut.
+    struct Reader {
+        private let handle: ContentReader
+        private var scanner = FastCDC.Scanner()
+        private var carry = Data()  // the bytes of the chunk still going on
+        private var carryStart: Int64 = 0  // where they are in the file
+        private var cuts: [Int] = []
+        private var ended = false
+        /// The bytes read so far (the file's size once ``next()`` has returned nil).
+        var size: Int64 { carryStart + Int64(carry.count) }
+
+        init(url: URL, sealing: ContentSealing?) throws {
+            handle = try ContentReader(url: url, sealing: sealing)
+        }
+
+        func close() { handle.close() }
+
+        /// The chunks that end in the next window (possibly none), or nil at the end of the file.
+        mutating func next() throws -> [LocalChunk]? {
+            guard !ended else { return nil }
+            guard let data = try handle.read(upToCount: 8 << 20), !data.isEmpty else {
+                ended = true
+                guard !carry.isEmpty else { return nil }
+                let last = LocalChunk(offset: carryStart, length: carry.count, hash: FileHasher.hex(SHA256.hash(data: carry)))
+                carryStart += Int64(carry.count)
+                carry = Data()
+                return [last]
+            }
             cuts.removeAll(keepingCapacity: true)
             data.withUnsafeBytes { scanner.scan($0, cuts: &cuts) }
             var window = carry
@@ -48,14 +76,14 @@ enum LocalChunking {
                 ranges.append(from..<carry.count + cut)
                 from = carry.count + cut
             }
-            for (range, hash) in zip(ranges, hashes(of: window, ranges)) {
+            var chunks: [LocalChunk] = []
+            for (range, hash) in zip(ranges, LocalChunking.hashes(of: window, ranges)) {
                 chunks.append(LocalChunk(offset: carryStart + Int64(range.lowerBound), length: range.count, hash: hash))
             }
             carryStart += Int64(from)
             carry = window.subdata(in: from..<window.count)
+            return chunks
         }
-        if !carry.isEmpty { chunks.append(LocalChunk(offset: carryStart, length: carry.count, hash: FileHasher.hex(SHA256.hash(data: carry)))) }
-        return (chunks, carryStart + Int64(carry.count))
     }
 
     /// Whether given part ends can be blocks: growing, none over 4 MiB long, the last the file's end.
@@ -218,7 +246,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         var batch: [LocalChunk] = []
         var bytes = 0
         for chunk in chunks {
-            if !batch.isEmpty && (bytes + chunk.length > 8 << 20 || batch.count == 128) {
+            if Self.full(batch, bytes: bytes, adding: chunk) {
                 batches.append(batch)
                 batch = []
                 bytes = 0
@@ -234,41 +262,49 @@ extension NimbusProvider: DeltaDownloadProvider {
                     try await group.next()
                     running -= 1
                 }
-                group.addTask {
-                    var body = Data()
-                    body.reserveCapacity(batch.reduce(0) { $0 + $1.length + 80 })
-                    guard let handle = try? source.open() else { throw ProviderError.checksumMismatch }
-                    defer { handle.close() }
-                    for chunk in batch {
-                        guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let bytes = try? handle.read(upToCount: chunk.length),
-                            bytes.count == chunk.length
-                        else { throw ProviderError.checksumMismatch }
-                        body.append(contentsOf: Array("\(chunk.hash) \(chunk.length)\n".utf8))
-                        body.append(bytes)
-                    }
-                    var request = TransportRequest(method: "POST", path: "/v1/blocks", headers: ["Content-Type": StoredBlocks.contentType], body: body)
-                    if self.compressesBlocks.withLock({ $0 }) != false, let encoded = BlockCompression.deflate(body, sample: batch.first?.length ?? 0) {
-                        request.body = encoded
-                        request.headers["Content-Encoding"] = "deflate"
-                    }
-                    var (head, data) = try await self.send(request)
-                    if head.status == 415, request.headers["Content-Encoding"] != nil {
-                        // A server that takes blocks only as they are: never compress for it again.
-                        self.compressesBlocks.withLock { $0 = false }
-                        request.body = body
-                        request.headers["Content-Encoding"] = nil
-                        (head, data) = try await self.send(request)
-                    }
-                    try Self.check(head, data)
-                    self.bytesOnWire.withLock { $0 += Int64(request.body?.count ?? 0) }
-                    let length = batch.reduce(Int64(0)) { $0 + Int64($1.length) }
-                    progress(sent.withLock { $0 += length; return $0 })
-                }
+                group.addTask { try await self.sendBatch(batch, from: source, sent: sent, progress: progress) }
                 running += 1
             }
             try await group.waitForAll()
         }
         bytesSent.withLock { $0 += chunks.reduce(0) { $0 + Int64($1.length) } }
+    }
+
+    /// Whether one more chunk would take a request past 8 MiB or 128 blocks.
+    static func full(_ batch: [LocalChunk], bytes: Int, adding chunk: LocalChunk) -> Bool {
+        !batch.isEmpty && (bytes + chunk.length > 8 << 20 || batch.count == 128)
+    }
+
+    /// One `POST /v1/blocks` of `batch`'s chunks, read from the file (compressed when that helps).
+    func sendBatch(_ batch: [LocalChunk], from source: UploadSource, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        var body = Data()
+        body.reserveCapacity(batch.reduce(0) { $0 + $1.length + 80 })
+        guard let handle = try? source.open() else { throw ProviderError.checksumMismatch }
+        defer { handle.close() }
+        for chunk in batch {
+            guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let bytes = try? handle.read(upToCount: chunk.length),
+                bytes.count == chunk.length
+            else { throw ProviderError.checksumMismatch }
+            body.append(contentsOf: Array("\(chunk.hash) \(chunk.length)\n".utf8))
+            body.append(bytes)
+        }
+        var request = TransportRequest(method: "POST", path: "/v1/blocks", headers: ["Content-Type": StoredBlocks.contentType], body: body)
+        if self.compressesBlocks.withLock({ $0 }) != false, let encoded = BlockCompression.deflate(body, sample: batch.first?.length ?? 0) {
+            request.body = encoded
+            request.headers["Content-Encoding"] = "deflate"
+        }
+        var (head, data) = try await self.send(request)
+        if head.status == 415, request.headers["Content-Encoding"] != nil {
+            // A server that takes blocks only as they are: never compress for it again.
+            self.compressesBlocks.withLock { $0 = false }
+            request.body = body
+            request.headers["Content-Encoding"] = nil
+            (head, data) = try await self.send(request)
+        }
+        try Self.check(head, data)
+        self.bytesOnWire.withLock { $0 += Int64(request.body?.count ?? 0) }
+        let length = batch.reduce(Int64(0)) { $0 + Int64($1.length) }
+        progress(sent.withLock { $0 += length; return $0 })
     }
 
     /// The upload as blocks; nil when the server turns out to have no block API (the caller sends the file whole).
@@ -278,16 +314,6 @@ extension NimbusProvider: DeltaDownloadProvider {
         // No whole-file hash here (one SHA-256 pass per byte, not two): the server hashes the committed blocks and
         // refuses a checksum they do not have (422 → checksumMismatch), so a file changed since it was scanned
         // cannot be committed under the old checksum.
-        let local: (chunks: [LocalChunk], size: Int64)
-        do {
-            if let boundaries = source.boundaries, LocalChunking.usable(boundaries, size: source.size) {
-                local = try LocalChunking.chunks(of: source.url, endingAt: boundaries, sealing: source.sealing)
-            } else {
-                local = try LocalChunking.chunks(of: source.url, sealing: source.sealing)
-            }
-        } catch { throw ProviderError.checksumMismatch }
-        guard local.size == source.size else { throw ProviderError.checksumMismatch }
-
         // The base revision's blocks: what the server surely has, and what the list can name by index.
         var baseRevision: String?
         var baseBlocks: [BlockManifest.Block] = []
@@ -301,33 +327,94 @@ extension NimbusProvider: DeltaDownloadProvider {
         var baseIndex: [String: Int] = [:]
         for (index, block) in baseBlocks.enumerated() where baseIndex[block.hash] == nil { baseIndex[block.hash] = index }
 
+        // The file cut window by window (8 MiB), each window's new chunks asked about and the missing ones sent —
+        // three requests at a time — while the next windows are cut: the first bytes go before the file is read to
+        // its end. (The crypt remote gives its parts' ends: all at once.)
+        var reader: LocalChunking.Reader?
+        var given: [LocalChunk]?
+        do {
+            if let boundaries = source.boundaries, LocalChunking.usable(boundaries, size: source.size) {
+                given = try LocalChunking.chunks(of: source.url, endingAt: boundaries, sealing: source.sealing).chunks
+            } else {
+                reader = try LocalChunking.Reader(url: source.url, sealing: source.sealing)
+            }
+        } catch { throw ProviderError.checksumMismatch }
+        defer { reader?.close() }
+        var local: [LocalChunk] = []
         var seen: Set<String> = []
-        let asked = local.chunks.map(\.hash).filter { baseIndex[$0] == nil && seen.insert($0).inserted }
-        guard let missing = try await missingBlocks(asked) else { return nil }
+        var queued: Set<String> = []
+        let sent = LockedBox(Int64(0))
+        let supported = try await withThrowingTaskGroup(of: Void.self) { group -> Bool in
+            var running = 0
+            var batch: [LocalChunk] = []
+            var bytes = 0
+            var finished = false
+            while !finished {
+                var window: [LocalChunk]?
+                do {
+                    if reader != nil { window = try reader?.next() } else { (window, given) = (given, nil) }
+                } catch { throw ProviderError.checksumMismatch }
+                var ready: [[LocalChunk]] = []
+                if let window {
+                    local += window
+                    let asked = window.map(\.hash).filter { baseIndex[$0] == nil && seen.insert($0).inserted }
+                    var missing: Set<String> = []
+                    if !asked.isEmpty {
+                        guard let found = try await missingBlocks(asked) else { return false }  // no block API here
+                        missing = found
+                    }
+                    var skipped: Int64 = 0
+                    for chunk in window {
+                        guard missing.contains(chunk.hash), queued.insert(chunk.hash).inserted else {
+                            skipped += Int64(chunk.length)
+                            continue
+                        }
+                        if Self.full(batch, bytes: bytes, adding: chunk) {
+                            ready.append(batch)
+                            (batch, bytes) = ([], 0)
+                        }
+                        batch.append(chunk)
+                        bytes += chunk.length
+                    }
+                    if skipped > 0 { progress(sent.withLock { $0 += skipped; return $0 }) }
+                } else {
+                    finished = true
+                    if !batch.isEmpty { ready.append(batch) }
+                }
+                for toSend in ready {
+                    if running == 3 {
+                        try await group.next()
+                        running -= 1
+                    }
+                    group.addTask { try await self.sendBatch(toSend, from: source, sent: sent, progress: progress) }
+                    running += 1
+                }
+            }
+            try await group.waitForAll()
+            return true
+        }
+        guard supported else { return nil }
+        bytesSent.withLock { $0 += local.filter { queued.contains($0.hash) }.reduce(0) { $0 + Int64($1.length) } }
+        guard local.reduce(Int64(0), { $0 + Int64($1.length) }) == source.size else { throw ProviderError.checksumMismatch }
         /// The file's chunks with these hashes, each once.
         func chunks(among hashes: Set<String>) -> [LocalChunk] {
             var queued: Set<String> = []
-            return local.chunks.filter { hashes.contains($0.hash) && queued.insert($0.hash).inserted }
+            return local.filter { hashes.contains($0.hash) && queued.insert($0.hash).inserted }
         }
-        let toSend = chunks(among: missing)
-        let skipped = source.size - toSend.reduce(0) { $0 + Int64($1.length) }
-        let sent = LockedBox(skipped)
-        progress(skipped)
-        try await sendBlocks(toSend, from: source, sent: sent, progress: progress)
 
         // The list: runs of the base's blocks where the content follows the base, hashes elsewhere.
         var entries: [BlockListEntry] = []
         var index = 0
-        while index < local.chunks.count {
-            if let at = baseIndex[local.chunks[index].hash] {
+        while index < local.count {
+            if let at = baseIndex[local[index].hash] {
                 var count = 1
-                while index + count < local.chunks.count, at + count < baseBlocks.count, baseBlocks[at + count].hash == local.chunks[index + count].hash {
+                while index + count < local.count, at + count < baseBlocks.count, baseBlocks[at + count].hash == local[index + count].hash {
                     count += 1
                 }
                 entries.append(.base(from: at, count: count))
                 index += count
             } else {
-                entries.append(.block(local.chunks[index].hash))
+                entries.append(.block(local[index].hash))
                 index += 1
             }
         }
@@ -358,7 +445,7 @@ extension NimbusProvider: DeltaDownloadProvider {
             progress(source.size)
             let file = try Self.decode(File.self, data)
             if file.checksum == source.checksum {
-                rememberBlocks(file.id, revision: file.revisionId, local.chunks.map { BlockManifest.Block(hash: $0.hash, size: Int64($0.length)) })
+                rememberBlocks(file.id, revision: file.revisionId, local.map { BlockManifest.Block(hash: $0.hash, size: Int64($0.length)) })
             }
             return Self.item(file)
         }
