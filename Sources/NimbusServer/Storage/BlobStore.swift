@@ -442,7 +442,6 @@ struct BlockStager {
     private var pending: [UInt8] = []
     private var cuts: [Int] = []
     private(set) var totalSize: Int64 = 0
-    var blocks: [StagedBlock] { writer.blocks }
 
     init(writer: PackWriter, runningHash: SHA256 = SHA256()) {
         self.writer = writer

@@ -242,37 +242,54 @@ extension NimbusProvider: DeltaDownloadProvider {
     /// checksum mismatch, never a wrong block): many to a request (`POST /v1/blocks`, up to 8 MiB or 128 blocks),
     /// three requests at a time.
     func sendBlocks(_ chunks: [LocalChunk], from source: UploadSource, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        var batches: [[LocalChunk]] = []
-        var batch: [LocalChunk] = []
-        var bytes = 0
-        for chunk in chunks {
-            if Self.full(batch, bytes: bytes, adding: chunk) {
-                batches.append(batch)
-                batch = []
-                bytes = 0
-            }
-            batch.append(chunk)
-            bytes += chunk.length
-        }
-        if !batch.isEmpty { batches.append(batch) }
+        var requests = BlockRequests()
+        var batches = chunks.compactMap { requests.add($0) }
+        if let last = requests.rest() { batches.append(last) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             var running = 0
             for batch in batches {
-                if running == 3 {
-                    try await group.next()
-                    running -= 1
-                }
-                group.addTask { try await self.sendBatch(batch, from: source, sent: sent, progress: progress) }
-                running += 1
+                try await launch(batch, in: &group, running: &running, from: source, sent: sent, progress: progress)
             }
             try await group.waitForAll()
         }
         bytesSent.withLock { $0 += chunks.reduce(0) { $0 + Int64($1.length) } }
     }
 
-    /// Whether one more chunk would take a request past 8 MiB or 128 blocks.
-    static func full(_ batch: [LocalChunk], bytes: Int, adding chunk: LocalChunk) -> Bool {
-        !batch.isEmpty && (bytes + chunk.length > 8 << 20 || batch.count == 128)
+    /// Chunks gathered into requests of up to 8 MiB or 128 blocks.
+    struct BlockRequests {
+        private var batch: [LocalChunk] = []
+        private var bytes = 0
+
+        /// Adds a chunk; returns the request it closed (the chunk starts the next), if any.
+        mutating func add(_ chunk: LocalChunk) -> [LocalChunk]? {
+            var closed: [LocalChunk]?
+            if !batch.isEmpty && (bytes + chunk.length > 8 << 20 || batch.count == 128) {
+                closed = batch
+                (batch, bytes) = ([], 0)
+            }
+            batch.append(chunk)
+            bytes += chunk.length
+            return closed
+        }
+
+        /// The last request, not full (nil when empty).
+        mutating func rest() -> [LocalChunk]? {
+            defer { (batch, bytes) = ([], 0) }
+            return batch.isEmpty ? nil : batch
+        }
+    }
+
+    /// Sends `batch` in `group`, first waiting for one of three requests in flight to end.
+    func launch(
+        _ batch: [LocalChunk], in group: inout ThrowingTaskGroup<Void, any Error>, running: inout Int, from source: UploadSource,
+        sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws {
+        if running == 3 {
+            try await group.next()
+            running -= 1
+        }
+        group.addTask { try await self.sendBatch(batch, from: source, sent: sent, progress: progress) }
+        running += 1
     }
 
     /// One `POST /v1/blocks` of `batch`'s chunks, read from the file (compressed when that helps).
@@ -346,8 +363,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         let sent = LockedBox(Int64(0))
         let supported = try await withThrowingTaskGroup(of: Void.self) { group -> Bool in
             var running = 0
-            var batch: [LocalChunk] = []
-            var bytes = 0
+            var requests = BlockRequests()
             var finished = false
             while !finished {
                 var window: [LocalChunk]?
@@ -369,25 +385,15 @@ extension NimbusProvider: DeltaDownloadProvider {
                             skipped += Int64(chunk.length)
                             continue
                         }
-                        if Self.full(batch, bytes: bytes, adding: chunk) {
-                            ready.append(batch)
-                            (batch, bytes) = ([], 0)
-                        }
-                        batch.append(chunk)
-                        bytes += chunk.length
+                        if let closed = requests.add(chunk) { ready.append(closed) }
                     }
                     if skipped > 0 { progress(sent.withLock { $0 += skipped; return $0 }) }
                 } else {
                     finished = true
-                    if !batch.isEmpty { ready.append(batch) }
+                    if let last = requests.rest() { ready.append(last) }
                 }
                 for toSend in ready {
-                    if running == 3 {
-                        try await group.next()
-                        running -= 1
-                    }
-                    group.addTask { try await self.sendBatch(toSend, from: source, sent: sent, progress: progress) }
-                    running += 1
+                    try await launch(toSend, in: &group, running: &running, from: source, sent: sent, progress: progress)
                 }
             }
             try await group.waitForAll()
