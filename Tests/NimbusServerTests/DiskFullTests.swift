@@ -121,6 +121,9 @@ struct DiskFullTests {
                 #expect(!FileManager.default.fileExists(atPath: mount.appending(path: "data/reserve").path), "given up to let the sign-in write")
                 #expect(try await phone.content(kept.id) == Data("kept".utf8))
                 #expect(try await phone.send(.DELETE, "/v1/files/\(kept.id)").status == 204)
+                // Truncated before it is removed: a process another test spawns meanwhile can inherit the open
+                // handle (Foundation's FileHandle is not close-on-exec), and would keep a removed file's space.
+                #expect(truncate(filler.path, 0) == 0)
                 try FileManager.default.removeItem(at: filler)
                 let after = try await phone.uploadReply("after.bin", randomData(100_000))
                 #expect(after.status == 201, "\(after.status) \(after.text)")
