@@ -135,6 +135,20 @@ public struct S3Client: Sendable {
     }
 
     /// The object's size and ETag, or `nil` if there is none under `key`.
+    /// Whether an object has the key, asked so that the connection is kept when it has not: a one-byte ranged `GET`
+    /// (a 404 comes with a body and its length). A `HEAD` answered 404 without a `Content-Length` (`rclone serve
+    /// s3`) is taken by the HTTP client as ending at the connection's close — a new connection per look.
+    public func exists(_ key: String) async throws -> Bool {
+        do {
+            _ = try await send("GET", key: key, headers: [("range", "bytes=0-0")], readBody: false)
+            return true
+        } catch let error as S3Error where error.status == 404 && error.code != "NoSuchBucket" {
+            return false
+        } catch let error as S3Error where error.status == 416 {
+            return true  // an empty object
+        }
+    }
+
     public func head(_ key: String) async throws -> S3Object? {
         do {
             let (head, _) = try await send("HEAD", key: key)
@@ -256,8 +270,11 @@ public struct S3Client: Sendable {
     // MARK: Requests
 
     /// Sends one signed request; a status outside 2xx throws ``S3Error`` with the store's code and message.
+    /// `readBody`: false leaves a successful answer's body unread (the connection is then closed, not reused); an
+    /// error's body is always read.
     func send(
-        _ method: String, key: String?, query: [(String, String)] = [], headers: [(String, String)] = [], body: ByteBuffer? = nil
+        _ method: String, key: String?, query: [(String, String)] = [], headers: [(String, String)] = [], body: ByteBuffer? = nil,
+        readBody: Bool = true
     ) async throws -> (head: HTTPClientResponse, body: ByteBuffer) {
         let basePath = endpoint.path.hasSuffix("/") ? String(endpoint.path.dropLast()) : endpoint.path
         let path = basePath + "/" + SigV4Signer.encode(bucket) + (key.map { "/" + SigV4Signer.encode($0, slash: false) } ?? "")
@@ -277,7 +294,8 @@ public struct S3Client: Sendable {
         let data: ByteBuffer
         do {
             response = try await http.execute(request, timeout: timeout)
-            data = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: 1 << 30)
+            let ok = (200..<300).contains(Int(response.status.code))
+            data = ok && !readBody ? ByteBuffer() : try await response.body.collect(upTo: method == "HEAD" || !ok ? 1 << 20 : 1 << 30)
         } catch {
             throw S3Error(status: 0, code: nil, message: "\(error)")
         }

@@ -1,4 +1,5 @@
 import Crypto
+import NimbusAPI
 import Foundation
 
 /// AWS Signature Version 4 for S3-compatible stores, header form
@@ -10,6 +11,10 @@ public struct SigV4Signer: Sendable {
     public var secretKey: String
     public var region: String
     public var service: String
+
+    /// The last day's derived signing key (four HMACs), kept: a sync of many small files signs thousands of requests
+    /// a day with the same one.
+    private let derived = DerivedKeyCache()
 
     public init(accessKey: String, secretKey: String, region: String, service: String = "s3") {
         self.accessKey = accessKey
@@ -42,10 +47,7 @@ public struct SigV4Signer: Sendable {
         let canonical = parts.joined(separator: "\n")
         let scope = "\(day)/\(region)/\(service)/aws4_request"
         let toSign = ["AWS4-HMAC-SHA256", stamp, scope, Self.hex(SHA256.hash(data: Data(canonical.utf8)))].joined(separator: "\n")
-        var key = SymmetricKey(data: Data("AWS4\(secretKey)".utf8))
-        for part in [day, region, service, "aws4_request"] {
-            key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
-        }
+        let key = derivedKey(day: day)
         let signature = Self.hex(HMAC<SHA256>.authenticationCode(for: Data(toSign.utf8), using: key))
         return [
             ("Authorization", "AWS4-HMAC-SHA256 Credential=\(accessKey)/\(scope), SignedHeaders=\(names), Signature=\(signature)"),
@@ -54,13 +56,25 @@ public struct SigV4Signer: Sendable {
         ]
     }
 
-    /// `yyyyMMdd'T'HHmmss'Z'` in UTC.
+    /// The signing key of `day` (`yyyyMMdd`) for this signer's secret, region and service.
+    func derivedKey(day: String) -> SymmetricKey {
+        let identity = "\(day)/\(region)/\(service)/\(secretKey)"
+        if let key = derived.key(for: identity) { return key }
+        var key = SymmetricKey(data: Data("AWS4\(secretKey)".utf8))
+        for part in [day, region, service, "aws4_request"] {
+            key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
+        }
+        derived.store(key, for: identity)
+        return key
+    }
+
+    /// `yyyyMMdd'T'HHmmss'Z'` in UTC (`gmtime_r`: a `Calendar` per request was a visible part of signing).
     static func timestamp(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone
-        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ value: Int?) -> String { let v = value ?? 0; return v < 10 ? "0\(v)" : "\(v)" }
-        return "\(c.year ?? 1970)\(two(c.month))\(two(c.day))T\(two(c.hour))\(two(c.minute))\(two(c.second))Z"
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var c = tm()
+        gmtime_r(&seconds, &c)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(c.tm_year + 1900)\(two(c.tm_mon + 1))\(two(c.tm_mday))T\(two(c.tm_hour))\(two(c.tm_min))\(two(c.tm_sec))Z"
     }
 
     /// Header values are signed with surrounding spaces removed and inner runs of spaces collapsed.
@@ -122,6 +136,24 @@ public struct SigV4Signer: Sendable {
     }
 
     static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {
-        digest.map { String(format: "%02x", $0) }.joined()
+        Hex.encode(digest)
+    }
+}
+
+/// One derived key behind a lock, shared by copies of a signer.
+final class DerivedKeyCache: @unchecked Sendable {
+    private let lock = NSLock()
+    private var identity = ""
+    private var key: SymmetricKey?
+
+    func key(for identity: String) -> SymmetricKey? {
+        lock.withLock { self.identity == identity ? key : nil }
+    }
+
+    func store(_ key: SymmetricKey, for identity: String) {
+        lock.withLock {
+            self.identity = identity
+            self.key = key
+        }
     }
 }

@@ -57,7 +57,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         notifier = shared
         services.append(shared)
         // One signing key for every replica, so a token issued by one is accepted by all.
-        let made = SecretFile.random().map { String(format: "%02x", $0) }.joined()
+        let made = Hex.encode(SecretFile.random())
         guard let key = [UInt8](hex: try await store.sharedSetting("jwt-secret", orStore: made)), key.count >= 32 else {
             throw DriveError.internalError("The database's jwt-secret setting is not a valid key.")
         }

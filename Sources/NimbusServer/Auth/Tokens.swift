@@ -123,7 +123,7 @@ enum SecretFile {
             return bytes
         }
         let bytes = random()
-        let hex = bytes.map { String(format: "%02x", $0) }.joined()
+        let hex = Hex.encode(bytes)
         let temporary = url.path + ".tmp"
         try? POSIXFile.remove(temporary)
         let fd = try POSIXFile.openForWriting(temporary)

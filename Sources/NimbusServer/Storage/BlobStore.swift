@@ -494,12 +494,7 @@ struct BlockStager {
 
 extension Digest {
     var hexString: String {
-        var text = ""
-        text.reserveCapacity(64)
-        for byte in self {
-            text += String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16)
-        }
-        return text
+        Hex.encode(self)
     }
 }
 

@@ -32,6 +32,9 @@ public final class S3Provider: TreeListingProvider {
     @_spi(Testing) public let partsSent = LockedBox(0)
     /// Whether the store takes `If-None-Match`/`If-Match` on writes (until one is refused as not implemented).
     let conditionsWork = LockedBox(true)
+    /// Whether the store has been seen to refuse a second `If-None-Match: *` write of one key (``probeConditions()``,
+    /// once per remote, kept in the state store): only then does a new file go up without looking first.
+    @_spi(Testing) public let conditionsProven = LockedBox<Bool?>(nil)
 
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .resumableUploads] }
 
@@ -178,7 +181,10 @@ public final class S3Provider: TreeListingProvider {
             let id = id(ofKey: prefix)
             return RemoteItem(id: id, parentId: folderId, name: ProviderPath.name(of: id), isFolder: true)
         }
-        for object in objects where object.key != folder && !object.key.hasSuffix("/") && object.key != folder + Self.markerName {
+        for object in objects
+        where object.key != folder && !object.key.hasSuffix("/") && object.key != folder + Self.markerName
+            && !ProviderPath.name(of: object.key).hasPrefix(Self.probePrefix)
+        {
             let id = id(ofKey: object.key)
             guard ProviderPath.parent(of: id) == folderId else { continue }
             items.append(file(id, object))
@@ -201,7 +207,7 @@ public final class S3Provider: TreeListingProvider {
             for depth in 1..<(parts.count + (isMarker ? 1 : 0)) where depth <= parts.count {
                 folders.insert(parts[0..<depth].joined(separator: "/"))
             }
-            if !isMarker { items.append(file(parts.joined(separator: "/"), object)) }
+            if !isMarker, parts.last?.hasPrefix(Self.probePrefix) != true { items.append(file(parts.joined(separator: "/"), object)) }
         }
         let folderItems = folders.sorted().map { RemoteItem(id: $0, parentId: ProviderPath.parent(of: $0), name: ProviderPath.name(of: $0), isFolder: true) }
         // A key that is also a folder's path (`a` and `a/b`) cannot be both here: the folder wins.
@@ -256,15 +262,42 @@ public final class S3Provider: TreeListingProvider {
         let id: String
         var base: String?
         let isNew: Bool
+        let refusesOverwrite = if case .new = target, source.size <= singlePutLimit { try await probeConditions() } else { false }
         switch target {
+        case .new(let parentId, let name, _) where refusesOverwrite:
+            // A store that refuses to overwrite (proven): one conditional PUT is the check, the looks for a folder
+            // under the name and for the parent go beside it.
+            id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+            async let existingFolder = folderExists(id)
+            async let parentThere = knownFolder(parentId)
+            let etag: String
+            do {
+                etag = try await putWhole(source, key: key(id), isNew: true, base: nil, conditionRequired: true, progress: progress)
+            } catch ProviderError.versionConflict {
+                _ = try? await existingFolder
+                _ = try? await parentThere
+                if let current = try await head(id), file(id, current).checksum == source.checksum { return file(id, current) }  // a retry
+                throw ProviderError.nameTaken(existing: id)
+            }
+            let folderThere = try await existingFolder
+            let parentOK = try await parentThere
+            if folderThere || !parentOK {
+                // Written here a moment ago under a name a folder holds, or into a folder gone meanwhile: taken back
+                // (the condition made it ours), and the engine hears why.
+                try? await call("taking back \(name)") { try await client.delete(key(id)) }
+                if folderThere { throw ProviderError.nameTaken(existing: id) }
+                throw ProviderError.notFound
+            }
+            checksums.remember(source.checksum, of: id, revision: etag)
+            return file(id, S3Object(key: key(id), size: source.size, etag: etag, metadata: ["sha256": source.checksum], modified: Date()))
         case .new(let parentId, let name, _):
             id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
             isNew = true
             // The three looks at once: a file or a folder under the name, and the folder it goes in.
-            async let existingFile = head(id)
+            async let fileThere = call("looking at \(name)") { try await client.exists(key(id)) }
             async let existingFolder = folderExists(id)
             async let parentThere = knownFolder(parentId)
-            if let existing = try await existingFile {
+            if try await fileThere, let existing = try await head(id) {
                 let item = file(id, existing)
                 if item.checksum == source.checksum { return item }  // a retry after a lost answer
                 throw ProviderError.nameTaken(existing: id)
@@ -309,6 +342,58 @@ public final class S3Provider: TreeListingProvider {
         return file(id, S3Object(key: key(id), size: source.size, etag: etag, metadata: ["sha256": source.checksum], modified: Date()))
     }
 
+    /// Whether this store is known to refuse an `If-None-Match: *` write over an existing key: asked once per remote
+    /// (a hidden probe object written twice, the second time with the condition, then deleted) and remembered in the
+    /// state store. A store that ignores the header (AWS before 2024, some gateways) or refuses it (`rclone serve
+    /// s3`) keeps the look just before each new file.
+    @_spi(Testing) public func probeConditions() async throws -> Bool {
+        if let known = conditionsProven.withLock({ $0 }) { return known }
+        // The first uploads of a round come at once: one probe, the others wait for its answer.
+        let probe = probing.withLock { running in
+            if let running { return running }
+            let task = Task { try await self.probeOnce() }
+            running = task
+            return task
+        }
+        do {
+            return try await probe.value
+        } catch {
+            probing.withLock { $0 = nil }
+            throw error
+        }
+    }
+
+    let probing = LockedBox<Task<Bool, any Error>?>(nil)
+
+    func probeOnce() async throws -> Bool {
+        if let known = conditionsProven.withLock({ $0 }) { return known }
+        let stateKey = "s3.conditional-writes"
+        if let stored = try? state.value(for: stateKey) {
+            conditionsProven.withLock { $0 = stored == "yes" }
+            return stored == "yes"
+        }
+        let probe = key(Self.probePrefix + UUID.random().uuidString.lowercased())
+        var proven = false
+        do {
+            try await call("probing the store") { _ = try await client.put(probe, body: ByteBuffer()) }
+            do {
+                _ = try await client.put(probe, body: ByteBuffer(), ifNoneMatch: true)
+            } catch let error as S3Error where error.status == 412 || error.code == "PreconditionFailed" {
+                proven = true
+            } catch let error as S3Error where error.isRetryable && error.status == 0 {
+                throw Self.failure(error, what: "probing the store")
+            } catch is S3Error {
+            }
+            try? await call("probing the store") { try await client.delete(probe) }
+        }
+        conditionsProven.withLock { $0 = proven }
+        try? state.setValue(proven ? "yes" : "no", for: stateKey)
+        return proven
+    }
+
+    /// Names of hidden probe objects (never listed).
+    static let probePrefix = ".nimbus-partial-probe-"
+
     /// Folders seen to exist a moment ago (listed, made or checked here), so that a run of uploads into one folder
     /// checks it once a minute rather than once per file. A folder deleted there meanwhile by someone else gets the
     /// file anyway (its path exists again, with the file in it: nothing is lost).
@@ -322,7 +407,11 @@ public final class S3Provider: TreeListingProvider {
         return true
     }
 
-    func putWhole(_ source: UploadSource, key: String, isNew: Bool, base: String?, progress: @escaping @Sendable (Int64) -> Void) async throws -> String {
+    /// `conditionRequired`: the write goes with its condition or not at all (a store proven to honour it; a 500 is
+    /// then a failure to retry, never a sign to drop the condition).
+    func putWhole(
+        _ source: UploadSource, key: String, isNew: Bool, base: String?, conditionRequired: Bool = false, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> String {
         let data: Data
         do {
             let reader = try source.open()
@@ -330,10 +419,15 @@ public final class S3Provider: TreeListingProvider {
             data = try reader.readToEnd()
         } catch { throw ProviderError.checksumMismatch }
         guard Int64(data.count) == source.size, FileHasher.hex(SHA256.hash(data: data)) == source.checksum else { throw ProviderError.checksumMismatch }
-        let etag = try await conditionally("sending \(ProviderPath.name(of: key))") { condition in
-            try await client.put(
-                key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: condition && isNew, ifMatch: condition ? base : nil)
-        }
+        let what = "sending \(ProviderPath.name(of: key))"
+        let etag = try await conditionRequired
+            ? call(what) {
+                try await client.put(key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: isNew, ifMatch: base)
+            }
+            : conditionally(what) { condition in
+                try await client.put(
+                    key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: condition && isNew, ifMatch: condition ? base : nil)
+            }
         progress(source.size)
         return etag
     }
@@ -384,7 +478,7 @@ public final class S3Provider: TreeListingProvider {
         while offset < source.size {
             guard let data = try input.read(upToCount: Int(min(partSize, source.size - offset))), !data.isEmpty else { break }
             hasher.update(data: data)
-            let md5 = Insecure.MD5.hash(data: data).map { String(format: "%02x", $0) }.joined()
+            let md5 = Hex.encode(Insecure.MD5.hash(data: data))
             if let etag = stored[number], etag == md5 {
                 parts.append((number, etag))  // already there, these very bytes
             } else {

@@ -1,4 +1,5 @@
 import Crypto
+import NimbusAPI
 import Foundation
 
 /// A value behind a lock, for state that synchronous callbacks (stream terminations) must reach.
@@ -86,13 +87,7 @@ public enum FileHasher {
     }
 
     static func hex(_ digest: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes: [UInt8] = []
-        for byte in digest {
-            bytes.append(digits[Int(byte >> 4)])
-            bytes.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        Hex.encode(digest)
     }
 
     /// Copies `source` to `destination` (which must not exist), hashing on the way, and fsyncs the copy.

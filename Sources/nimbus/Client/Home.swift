@@ -223,7 +223,7 @@ struct Home {
     /// the store is not encrypted.
     func keyring(lifetime: Duration? = nil) -> KernelKeyring? {
         guard let wrapped = try? Data(contentsOf: storeKeyURL) else { return nil }
-        let id = SHA256.hash(data: wrapped).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let id = Hex.encode(SHA256.hash(data: wrapped).prefix(16))
         return KernelKeyring(name: "nimbus:store:\(id)", lifetime: lifetime)
     }
 
