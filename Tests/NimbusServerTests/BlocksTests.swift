@@ -399,6 +399,52 @@ struct BlocksTests {
         }
     }
 
+    @Test("a pack left more than half dead is compacted: its live blocks move to a new pack, the old one goes a grace period later; one mostly alive stays")
+    func packCompaction() async throws {
+        try await TestServer.run { server in
+            var alice = try await server.signUp("compactor")
+            let headers = ["Content-Type": StoredBlocks.contentType]
+            let a = randomData(70_000), b = randomData(80_000), c = randomData(90_000), d = randomData(600_000)
+            let reply = try await alice.send(.POST, "/v1/blocks", body: Self.framed([a, b, c, d].map { (sha256($0), $0) }), headers: headers)
+            #expect(reply.status == 200, "\(reply.text)")
+            func commit(_ name: String, _ blocks: [Data]) async throws -> File {
+                let content = blocks.reduce(Data(), +)
+                let made = try await alice.send(
+                    .POST, "/v1/blocks/commit",
+                    json: BlockCommitRequest(name: name, size: Int64(content.count), checksum: sha256(content), blocks: blocks.map { .block(sha256($0)) }))
+                #expect(made.status == 201, "\(made.text)")
+                return try made.decode(File.self)
+            }
+            let small = try await commit("small.bin", [a])
+            let mostly = try await commit("mostly.bin", [b, d])
+            let dies = try await commit("dies.bin", [c])
+            #expect(try await server.parts.storedBlockCount() == 1)
+
+            // c dies: 90 KB of 840 KB dead, the pack stays as it is.
+            #expect(try await alice.send(.DELETE, "/v1/files/\(dies.id)?permanent=true").status == 204)
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            alice = try await server.logIn("compactor")  // the access token ran out with the clock
+            #expect(try await server.parts.storedBlockCount() == 1, "mostly alive: not rewritten")
+
+            // b and d die: only a (70 KB) is alive in it, so a moves to a new pack; the old pack waits a grace period.
+            #expect(try await alice.send(.DELETE, "/v1/files/\(mostly.id)?permanent=true").status == 204)
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            alice = try await server.logIn("compactor")  // the access token ran out with the clock
+            #expect(try await server.parts.storedBlockCount() == 2, "the new pack, and the old one kept for readers that looked before the move")
+            #expect(try await alice.content(small.id) == a)
+            #expect(try await alice.send(.GET, "/v1/files/\(small.id)/content", headers: ["Range": "bytes=100-199"]).body == a[100..<200])
+            server.clock.advance(by: 24 * 3600 + 1)
+            await server.parts.runMaintenance()
+            alice = try await server.logIn("compactor")  // the access token ran out with the clock
+            #expect(try await server.parts.storedBlockCount() == 1, "the old pack went")
+            #expect(try await alice.content(small.id) == a, "read from the new pack")
+            #expect(try await alice.send(.GET, "/v1/blocks/\(sha256(a))").body == a)
+            #expect(try await Self.missing(alice, [sha256(a), sha256(b)]) == [sha256(b)])
+        }
+    }
+
     @Test("a block sent and never committed is swept after the grace period; one committed stays")
     func sweepUncommitted() async throws {
         try await TestServer.run { server in

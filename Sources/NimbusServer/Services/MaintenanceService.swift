@@ -25,7 +25,7 @@ struct MaintenanceService: Service {
             let purged = try await store.purgeTrash(trashedBefore: now.addingTimeInterval(-configuration.trashRetention.timeInterval), now: now)
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
             _ = try await store.pruneDeletionLog(before: now.addingTimeInterval(-configuration.massDeletion.window.timeInterval))
-            let swept = try await store.sweepBlocks(orphanedBefore: now.addingTimeInterval(-configuration.blockGracePeriod.timeInterval))
+            let swept = try await store.sweepBlocks(orphanedBefore: now.addingTimeInterval(-configuration.blockGracePeriod.timeInterval), now: now)
             // The disk reserve given up on a full disk comes back once there is room again (space freed just now).
             (store as? SQLMetadataStore)?.reserve?.replenish(spare: configuration.minimumFreeSpace)
             if expired + purged + compacted + swept > 0 {

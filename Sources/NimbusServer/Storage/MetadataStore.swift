@@ -132,6 +132,7 @@ protocol MetadataStore: Sendable {
     /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
     func compactChanges(before: Date) async throws -> Int
     /// Deletes from the blob store the blocks nothing has referenced since before `before` (the grace period
-    /// lets an upload in flight adopt a block again); returns how many went.
-    func sweepBlocks(orphanedBefore before: Date) async throws -> Int
+    /// lets an upload in flight adopt a block again); returns how many went. A pack left more than half dead by this
+    /// is compacted (its live blocks moved into a new pack; the old one deleted a grace period after `now`).
+    func sweepBlocks(orphanedBefore before: Date, now: Date) async throws -> Int
 }

@@ -17,8 +17,8 @@ struct PackLocation: Sendable, Hashable, Codable {
 /// closed, and put whole by ``BlobStore/put(_:user:)``; each ``StagedBlock`` names its pack and place
 /// (``BlockRef/pack``), and the metadata database keeps that place in the block's row. A pack no block row names
 /// any more is deleted by the sweep (``SQLMetadataStore/sweepBlocks(orphanedBefore:)``); a pack whose blocks the
-/// user already had is never put. Bytes of blocks that died inside a pack still alive stay until the pack goes
-/// (no compaction yet: packs hold the blocks written together, which tend to die together).
+/// user already had is never put. A pack the sweep leaves more than half dead is compacted (its live blocks written
+/// again by a new writer: ``SQLMetadataStore/compactPack(_:userId:now:)``).
 struct PackWriter {
     static let maxPackSize: Int64 = 16 * 1024 * 1024
     let stagingDirectory: String

@@ -65,7 +65,7 @@ struct S3BlobStore: LocallyStaged {
     }
 
     func containsBlocking(_ hash: String, user: String) throws -> Bool {
-        try Self.blocking { try await mapped { try await client.head(key(of: hash, user: user)) != nil } }
+        try Self.blocking { try await mapped { try await client.exists(key(of: hash, user: user)) } }
     }
 
     func deleteBlocking(_ hashes: [String], user: String) throws {
@@ -75,7 +75,7 @@ struct S3BlobStore: LocallyStaged {
     }
 
     func containsPackBlocking(_ id: String, user: String) throws -> Bool {
-        try Self.blocking { try await mapped { try await client.head(packKey(id, user: user)) != nil } }
+        try Self.blocking { try await mapped { try await client.exists(packKey(id, user: user)) } }
     }
 
     func deletePacksBlocking(_ ids: [String], user: String) throws {

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NimbusAPI
 
 /// ``MetadataStore`` on a ``SQLDatabase``: every domain verb — name clashes, quota, revision retention, trash,
@@ -1170,8 +1171,10 @@ extension SQLMetadataStore {
             guard !staged.isEmpty else { return ([], replaced) }
             let kept = Set(try Self.fetchAll(db, "SELECT DISTINCT pack FROM blocks WHERE user_id = ? AND pack IN", [userId], staged.sorted())
                 .map { try $0.get("pack", as: String.self) })
+            var sizes: [String: Int64] = [:]
+            for block in stored { if let pack = block.ref.pack { sizes[pack.pack] = max(sizes[pack.pack] ?? 0, pack.offset + pack.stored) } }
             for id in kept.sorted() {
-                try db.perform("INSERT INTO packs (user_id, id, created_at) VALUES (?, ?, ?)", [userId, id, now.millis])
+                try db.perform("INSERT INTO packs (user_id, id, created_at, size) VALUES (?, ?, ?, ?)", [userId, id, now.millis, sizes[id]])
             }
             return (kept, replaced)
         }
@@ -1272,7 +1275,7 @@ extension SQLMetadataStore {
     /// Deletes blocks orphaned before `before` from the blob store, then their rows, then the packs made before
     /// `before` that no block names any more; one transaction per user, under its lock, so no commit can adopt a
     /// block while it goes. Returns how many blocks went.
-    func sweepBlocks(orphanedBefore before: Date) async throws -> Int {
+    func sweepBlocks(orphanedBefore before: Date, now: Date) async throws -> Int {
         let unreferencedPacks = """
             SELECT id FROM packs WHERE user_id = ? AND created_at < ?
             AND NOT EXISTS (SELECT 1 FROM blocks WHERE blocks.user_id = packs.user_id AND blocks.pack = packs.id) LIMIT 1000
@@ -1288,10 +1291,11 @@ extension SQLMetadataStore {
         }
         var swept = 0
         for userId in users.sorted() {
-            swept += try await write(user: userId) { db, _ in
+            let (count, touched) = try await write(user: userId) { db, _ -> (Int, Set<String>) in
                 let rows = try db.fetchAll(
                     "SELECT hash, pack FROM blocks WHERE user_id = ? AND orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [userId, before.millis])
                 let hashes = try rows.map { try $0.get("hash", as: String.self) }
+                let touched = Set(try rows.compactMap { try $0.get("pack", as: String?.self) })
                 let own = try rows.filter { try $0.get("pack", as: String?.self) == nil }.map { try $0.get("hash", as: String.self) }
                 try self.blobs.deleteBlocking(own, user: userId)
                 for hash in hashes {
@@ -1302,10 +1306,83 @@ extension SQLMetadataStore {
                 for id in packs {
                     try db.perform("DELETE FROM packs WHERE user_id = ? AND id = ?", [userId, id])
                 }
-                return hashes.count
+                return (hashes.count, touched.subtracting(packs))
+            }
+            swept += count
+            for pack in touched.sorted() {
+                do {
+                    try await compactPack(pack, userId: userId, now: now)
+                } catch {
+                    // Compaction only saves space: a failure leaves the old pack as it was (and the new one, if put,
+                    // to the sweep), and is tried again when more of its blocks die.
+                }
             }
         }
         return swept
+    }
+
+    /// Compaction: a pack more than half of whose bytes belong to no live block any more (their rows were swept)
+    /// has its live blocks copied into a new pack, their rows moved there, and the old pack left for the sweep —
+    /// with its `created_at` set to now, so it is deleted only after the grace period: a download that read a
+    /// block's old place just before the move still finds the bytes. Order, as for uploads: the new pack's row
+    /// (naming no block: the sweep takes it if this stops half-way), then its bytes, then the move. A block whose
+    /// row changed meanwhile (sent again into another pack) keeps its new place.
+    func compactPack(_ id: String, userId: String, now: Date) async throws {
+        let found = try await database.read { db -> (size: Int64?, live: [(ref: BlockRef, offset: Int64)])? in
+            guard let pack = try db.fetchOne("SELECT size FROM packs WHERE user_id = ? AND id = ?", [userId, id]) else { return nil }
+            let rows = try db.fetchAll(
+                "SELECT hash, size, pack, pack_offset, pack_stored FROM blocks WHERE user_id = ? AND pack = ? ORDER BY pack_offset", [userId, id])
+            return (
+                try pack.get("size", as: Int64?.self),
+                try rows.map { row in
+                    let location = try Self.packLocation(row)
+                    return (BlockRef(hash: try row.get("hash"), size: try row.get("size"), pack: location), location?.offset ?? 0)
+                }
+            )
+        }
+        guard let found, let size = found.size, !found.live.isEmpty else { return }
+        let liveBytes = found.live.reduce(Int64(0)) { $0 + ($1.ref.pack?.stored ?? 0) }
+        guard liveBytes * 2 < size else { return }
+        // Read the live blocks (whole, expanded) and write them into a new pack.
+        var writer = blobs.makePackWriter()
+        let staged: [StagedBlock]
+        do {
+            for entry in found.live {
+                var bytes: [UInt8] = []
+                bytes.reserveCapacity(Int(entry.ref.size))
+                try await blobs.read([entry.ref], user: userId, range: 0..<entry.ref.size) { piece in bytes += piece.readableBytesView }
+                try await writer.add(bytes, hash: entry.ref.hash)
+            }
+            staged = try await writer.finish()
+        } catch {
+            await writer.abandon()
+            throw error
+        }
+        let newPacks = Set(staged.compactMap(\.ref.pack?.pack))
+        let sizes = staged.reduce(into: [String: Int64]()) { sizes, block in
+            if let pack = block.ref.pack { sizes[pack.pack] = max(sizes[pack.pack] ?? 0, pack.offset + pack.stored) }
+        }
+        let stamp = now.millis
+        try await write(user: userId) { db, _ in
+            for pack in newPacks.sorted() {
+                try db.perform("INSERT INTO packs (user_id, id, created_at, size) VALUES (?, ?, ?, ?)", [userId, pack, stamp, sizes[pack]])
+            }
+        }
+        do {
+            try await blobs.put(staged, user: userId)
+        } catch {
+            blobs.discard(staged)
+            throw error
+        }
+        try await write(user: userId) { db, _ in
+            for (block, old) in zip(staged, found.live) {
+                guard let place = block.ref.pack else { continue }
+                try db.perform(
+                    "UPDATE blocks SET pack = ?, pack_offset = ?, pack_stored = ? WHERE user_id = ? AND hash = ? AND pack = ? AND pack_offset = ?",
+                    [place.pack, place.offset, place.stored, userId, block.ref.hash, id, old.offset])
+            }
+            try db.perform("UPDATE packs SET created_at = ? WHERE user_id = ? AND id = ?", [stamp, userId, id])
+        }
     }
 
     /// A block row's place in a pack (nil: the block is its own file or object, or kept in the row).

@@ -247,6 +247,11 @@ enum Schema {
                     );
                     """)
         }
+        migrator.registerMigration("12-pack-size") { db in
+            // A pack's length, so the sweep can tell how much of it is dead (compaction). NULL: unknown (a pack
+            // from before this column; never compacted).
+            try db.execute(sql: "ALTER TABLE packs ADD COLUMN size INTEGER")
+        }
         return migrator
     }
 }

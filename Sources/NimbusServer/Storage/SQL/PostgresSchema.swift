@@ -259,6 +259,11 @@ enum PostgresSchema {
                 "CREATE TABLE packs (user_id TEXT NOT NULL, id TEXT NOT NULL, created_at BIGINT NOT NULL, PRIMARY KEY (user_id, id))",
             ]
         ),
+        (
+            // A pack's length, so the sweep can tell how much of it is dead (compaction); NULL: unknown.
+            "9-pack-size",
+            ["ALTER TABLE packs ADD COLUMN size BIGINT"]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
