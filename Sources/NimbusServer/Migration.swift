@@ -31,8 +31,11 @@ public enum Migration {
     /// Tables in the order their rows can be inserted (users before what references them).
     static let tables = [
         "users", "devices", "login_failures", "files", "revisions", "revision_blocks", "packs", "blocks", "changes", "uploads", "upload_blocks",
-        "settings", "app_passwords", "dav_properties",
+        "settings", "app_passwords", "dav_properties", "dav_locks", "deletion_log", "deletion_guard",
     ]
+
+    /// Tables without a key (so `ON CONFLICT DO NOTHING` cannot skip rows copied before): copied whole again each run.
+    static let keyless: Set<String> = ["deletion_log"]
 
     /// Copies and verifies; `progress` gets a line per step. Throws (changing nothing more) when verification fails.
     public static func migrate(
@@ -123,7 +126,9 @@ public enum Migration {
                 }
                 guard let lastRow = page.last else { break }
                 last = try lastRow.get("nimbus_rowid")
+                let first = after == 0
                 try await target.write { db in
+                    if first, keyless.contains(table) { try db.perform("DELETE FROM \(table)", []) }
                     for row in page {
                         let names = row.columns.indexes.sorted { $0.value < $1.value }.map(\.key).filter { $0 != "nimbus_rowid" }
                         let values = try names.map { name -> any SQLArgument in try row.get(name, as: SQLValue.self) }

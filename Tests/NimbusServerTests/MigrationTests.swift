@@ -1,7 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NimbusAPI
-import NimbusServer
+@testable import NimbusServer
 import NimbusTestSupport
 import Testing
 
@@ -58,11 +58,19 @@ struct MigrationTests {
             }
         }
         let was = try #require(before.withLockedValue { $0 })
+        // A device the mass-deletion breaker paused stays paused after the move (its deletions wait for a confirm).
+        let sqlite = try SQLiteDatabase(path: directory.appending(path: "nimbus.sqlite").path)
+        try await sqlite.write { db in
+            try db.perform("INSERT INTO deletion_guard (user_id, device_id, paused_at, paused_items) VALUES ('u-mig', 'd-mig', 1000, 42)", [])
+            try db.perform("INSERT INTO deletion_log (user_id, device_id, at, items) VALUES ('u-mig', 'd-mig', 1000, 42)", [])
+        }
         let database = try TestServices.postgresURL()
         let blobs = try TestServices.s3().blobsURL()
         let report = try await Migration.migrate(dataDirectory: directory, toDatabase: database, toBlobs: blobs)
         #expect(report.rows.allSatisfy { $0.table == "settings" || $0.source == $0.target }, "\(report)")
         #expect(report.rows.first { $0.table == "files" }?.target == 6, "root, big, small, old, text, after")
+        #expect(report.rows.first { $0.table == "deletion_guard" }?.target == 1, "the breaker's state moves too")
+        #expect((report.rows.first { $0.table == "deletion_log" }?.target ?? 0) >= 2, "the test's own deletion, and the row put there")
         #expect(report.blocksCopied == 0, "every block is in a pack; small content rides in the rows")
         #expect(report.packsCopied == 3, "the two versions of the big file and the text's block, a pack each")
         #expect(report.blocksVerified > 3, "every content-defined block of both versions, and the text's")
