@@ -410,7 +410,8 @@ struct ProviderConformanceTests {
             #expect(learned != nil, "the first new file asked")
             let proven = learned == true
             #expect(proven == (kind == .s3Moto), "moto refuses a second If-None-Match write; rclone serve s3 answers 500")
-            #expect(try state.value(for: "s3.conditional-writes") == (proven ? "yes" : "no"), "remembered for the next run")
+            let stateKey = "s3.conditional-writes.\(s3.client.endpoint.absoluteString)/\(s3.client.bucket)"
+            #expect(try state.value(for: stateKey) == (proven ? "yes" : "no"), "remembered for the next run")
             let keys = try await s3.client.listAll(prefix: s3.prefix).map(\.key)
             #expect(!keys.contains { $0.contains(".nimbus-partial-probe-") }, "\(keys)")
             // Someone else's file under the name, written after the listing: refused either way, and kept.

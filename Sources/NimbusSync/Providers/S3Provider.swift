@@ -367,7 +367,8 @@ public final class S3Provider: TreeListingProvider {
 
     func probeOnce() async throws -> Bool {
         if let known = conditionsProven.withLock({ $0 }) { return known }
-        let stateKey = "s3.conditional-writes"
+        // Per endpoint and bucket: a remote re-added elsewhere under the same name asks again.
+        let stateKey = "s3.conditional-writes.\(client.endpoint.absoluteString)/\(client.bucket)"
         if let stored = try? state.value(for: stateKey) {
             conditionsProven.withLock { $0 = stored == "yes" }
             return stored == "yes"
