@@ -128,6 +128,35 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a batch of new files: each succeeds or fails alone, answers in order; the same batch again returns the same files", arguments: ProviderKind.selected)
+    func batches(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            guard let batching = provider as? any BatchUploadProvider else { return }
+            let root = try await provider.root()
+            let taken = try await provider.upload(try source("theirs", kind), to: .new(parentId: root.id, name: "taken.txt", mimeType: nil), requestId: "b-0") { _ in }
+            let names = (0..<7).map { "f\($0).txt" } + ["taken.txt"]
+            let files = try names.enumerated().map { index, name in
+                BatchFile(source: try source("content \(index)", kind), parentId: root.id, name: name, mimeType: nil, requestId: "b-\(index + 1)")
+            }
+            let results = try await batching.uploadBatch(files)
+            #expect(results.count == files.count)
+            for (index, result) in results.enumerated() {
+                switch result {
+                case .success(let item):
+                    #expect(index < 7 && item.name == names[index] && item.size == Int64("content \(index)".utf8.count))
+                case .failure(let error):
+                    #expect(index == 7 && error == .nameTaken(existing: taken.id), "\(names[index]): \(error)")
+                }
+            }
+            let again = try await batching.uploadBatch(Array(files.prefix(7)))
+            #expect(zip(again, results).allSatisfy { (try? $0.get().id) == (try? $1.get().id) && (try? $0.get().id) != nil }, "a retried batch is the same files")
+            #expect(try await provider.children(of: root.id).count == 8)
+            let back = kind.scratch.appending(path: "batch-back")
+            try await provider.download(taken.id, revision: nil, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == Data("theirs".utf8), "the clash changed nothing")
+        }
+    }
+
     @Test("a new version based on the head succeeds; one based on an older revision is a versionConflict with the head", arguments: ProviderKind.selected)
     func versions(kind: ProviderKind) async throws {
         try await kind.with { provider in

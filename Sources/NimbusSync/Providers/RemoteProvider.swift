@@ -354,6 +354,42 @@ public protocol BatchUploadProvider: RemoteProvider {
     func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>]
 }
 
+extension BatchUploadProvider {
+    /// ``uploadBatch(_:)`` for a provider with no batch request of its own (WebDAV, S3): each file its own upload,
+    /// `width` at a time, the answers in order. What the engine gains is its own side: a batch of small files is read,
+    /// marked sent and recorded in one transaction each, instead of several per file. An error that is not a
+    /// ``ProviderError`` (the provider's own bug, a local read) is that file's `.network` failure, tried again later.
+    func uploadEach(_ files: [BatchFile], width: Int) async throws -> [Result<RemoteItem, ProviderError>] {
+        try await withThrowingTaskGroup(of: (Int, Result<RemoteItem, ProviderError>).self) { group in
+            var results = [Result<RemoteItem, ProviderError>](repeating: .failure(.network("not sent")), count: files.count)
+            var next = 0
+            func start() {
+                let index = next
+                let file = files[index]
+                next += 1
+                group.addTask {
+                    do {
+                        let target = UploadTarget.new(parentId: file.parentId, name: file.name, mimeType: file.mimeType)
+                        return (index, .success(try await self.upload(file.source, to: target, requestId: file.requestId) { _ in }))
+                    } catch let error as ProviderError {
+                        return (index, .failure(error))
+                    } catch is CancellationError {
+                        throw CancellationError()
+                    } catch {
+                        return (index, .failure(.network("\(error)")))
+                    }
+                }
+            }
+            while next < min(max(1, width), files.count) { start() }
+            while let (index, result) = try await group.next() {
+                results[index] = result
+                if next < files.count { start() }
+            }
+            return results
+        }
+    }
+}
+
 public struct BatchFile: Sendable {
     public var source: UploadSource
     public var parentId: String

@@ -20,7 +20,7 @@ import NimbusS3
 /// version) for stores that honour them, and compare with `HEAD` just before for those that do not. There is no
 /// rename in S3: a move copies then deletes (a folder, each object under it; a retry after a crash goes on).
 /// `SlowDown` and 503 are retried with backoff here (twice) and then handed to the engine's.
-public final class S3Provider: TreeListingProvider {
+public final class S3Provider: TreeListingProvider, BatchUploadProvider {
     public let client: S3Client
     /// Key prefix of the remote's root: empty (the whole bucket) or ending in `/`.
     public let prefix: String
@@ -37,6 +37,15 @@ public final class S3Provider: TreeListingProvider {
     @_spi(Testing) public let conditionsProven = LockedBox<Bool?>(nil)
 
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .resumableUploads] }
+
+    /// Small new files go to the engine in batches (one transaction per batch on its side), each file still its own
+    /// upload here, `batchWidth` at a time.
+    public var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { (1 << 20, 32, 16 << 20) }
+    let batchWidth = 2
+
+    public func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>] {
+        try await uploadEach(files, width: batchWidth)
+    }
 
     public init(client: S3Client, prefix: String, state: any ProviderStateStore, singlePutLimit: Int64 = 16 << 20, partSize: Int64 = 8 << 20) {
         self.client = client
