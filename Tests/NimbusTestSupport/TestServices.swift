@@ -89,7 +89,17 @@ public enum TestServices {
     public static func webdav(_ kind: String) throws -> WebDAV {
         try started.withLockedValue { state in
             if state.webdav[kind] == nil {
-                state.webdav[kind] = Result { try startWebDAV(kind, &state) }
+                // Up to three ports: one found free can be taken (bound by another test) before the server binds it,
+                // and then the server exits at once.
+                state.webdav[kind] = Result {
+                    var failure: any Error = Missing(description: "\(kind) did not start")
+                    for _ in 0..<3 {
+                        do { return try startWebDAV(kind, &state) } catch let error as Missing where error.description.contains("did not start") {
+                            failure = error
+                        }
+                    }
+                    throw failure
+                }
                 registerCleanup()
             }
             return try state.webdav[kind]!.get()
@@ -151,8 +161,11 @@ public enum TestServices {
         try process.run()
         state.processes.append(process)
         state.folders.append(folder)
-        waitUntilListening(port, tries: 300)
-        guard canConnect(port) else { throw Missing(description: "\(kind) did not start on port \(port)") }
+        waitUntilListening(port, tries: 300, while: process)
+        guard canConnect(port) else {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            throw Missing(description: "\(kind) did not start on port \(port)")
+        }
         return WebDAV(url: "http://127.0.0.1:\(port)/", username: "dav", password: "dav-secret", folder: folder)
     }
 
@@ -273,9 +286,11 @@ public enum TestServices {
 
     /// Waits (0.1 s per try) until the port accepts a connection. (A `for … where` loop here once went on probing
     /// after success: each probe a connection wsgidav's backlog of 5 had to take, 30 s of dropped SYNs.)
-    static func waitUntilListening(_ port: Int, tries: Int) {
+    /// Waits until the port accepts connections, at most `tries` × 0.1 s, or until `process` (the server) has exited.
+    static func waitUntilListening(_ port: Int, tries: Int, while process: Process? = nil) {
         for _ in 0..<tries {
             if canConnect(port) { return }
+            if let process, !process.isRunning { return }
             Thread.sleep(forTimeInterval: 0.1)
         }
     }
