@@ -51,6 +51,16 @@ struct BlocksTests {
         return (try reply.decode(File.self), sent)
     }
 
+    /// Commits blocks the server already has, in order, as a new file.
+    static func commit(_ client: APIClient, _ name: String, _ blocks: [Data]) async throws -> File {
+        let content = blocks.reduce(Data(), +)
+        let made = try await client.send(
+            .POST, "/v1/blocks/commit",
+            json: BlockCommitRequest(name: name, size: Int64(content.count), checksum: sha256(content), blocks: blocks.map { .block(sha256($0)) }))
+        #expect(made.status == 201, "\(made.text)")
+        return try made.decode(File.self)
+    }
+
     @Test("a file sent as blocks reads back whole; a second copy and an edited version send only the blocks the store lacks")
     func deltaUploads() async throws {
         try await TestServer.run { server in
@@ -374,11 +384,7 @@ struct BlocksTests {
             try await send([a, b, c, text])
             #expect(try await server.parts.storedBlockCount() == 1, "four blocks, one pack")
             let content = a + b + text
-            let commit = try await alice.send(
-                .POST, "/v1/blocks/commit",
-                json: BlockCommitRequest(name: "ab.bin", size: Int64(content.count), checksum: sha256(content), blocks: [.block(sha256(a)), .block(sha256(b)), .block(sha256(text))]))
-            #expect(commit.status == 201, "\(commit.text)")
-            let file = try commit.decode(File.self)
+            let file = try await Self.commit(alice, "ab.bin", [a, b, text])
             #expect(try await alice.content(file.id) == content, "read back from the pack, the compressed text block included")
             #expect(try await alice.send(.GET, "/v1/files/\(file.id)/content", headers: ["Range": "bytes=69990-150009"]).body == content[69990..<150010])
             #expect(try await alice.send(.GET, "/v1/blocks/\(sha256(text))").body == text)
@@ -407,17 +413,9 @@ struct BlocksTests {
             let a = randomData(70_000), b = randomData(80_000), c = randomData(90_000), d = randomData(600_000)
             let reply = try await alice.send(.POST, "/v1/blocks", body: Self.framed([a, b, c, d].map { (sha256($0), $0) }), headers: headers)
             #expect(reply.status == 200, "\(reply.text)")
-            func commit(_ name: String, _ blocks: [Data]) async throws -> File {
-                let content = blocks.reduce(Data(), +)
-                let made = try await alice.send(
-                    .POST, "/v1/blocks/commit",
-                    json: BlockCommitRequest(name: name, size: Int64(content.count), checksum: sha256(content), blocks: blocks.map { .block(sha256($0)) }))
-                #expect(made.status == 201, "\(made.text)")
-                return try made.decode(File.self)
-            }
-            let small = try await commit("small.bin", [a])
-            let mostly = try await commit("mostly.bin", [b, d])
-            let dies = try await commit("dies.bin", [c])
+            let small = try await Self.commit(alice, "small.bin", [a])
+            let mostly = try await Self.commit(alice, "mostly.bin", [b, d])
+            let dies = try await Self.commit(alice, "dies.bin", [c])
             #expect(try await server.parts.storedBlockCount() == 1)
 
             // c dies: 90 KB of 840 KB dead, the pack stays as it is.

@@ -34,6 +34,16 @@ def wait_for(port, seconds=20):
     raise RuntimeError(f"nothing listens on {port}")
 
 
+def s3_sides(port, provider):
+    """The `nimbus remote add` arguments and keys, and rclone's environment, command and target, for an S3 server on
+    `port` (bucket `bench`, keys bench-access/bench-secret)."""
+    add = ["remote", "add", "r", "s3", "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bench", "--keys-stdin"]
+    rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="s3", RCLONE_CONFIG_X_PROVIDER=provider,
+                      RCLONE_CONFIG_X_ENDPOINT=f"http://127.0.0.1:{port}", RCLONE_CONFIG_X_ACCESS_KEY_ID="bench-access",
+                      RCLONE_CONFIG_X_SECRET_ACCESS_KEY="bench-secret", RCLONE_CONFIG_X_FORCE_PATH_STYLE="true")
+    return add, "bench-access\nbench-secret\n", rclone_env, ["rclone", "copy"], "x:bench/"
+
+
 def timed(command, env=None, stdin=None):
     start = time.perf_counter()
     result = subprocess.run(command, env=env, input=stdin, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -130,23 +140,11 @@ def main():
                         break
                     except Exception:
                         time.sleep(0.5)
-                add = ["remote", "add", "r", "s3", "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bench", "--keys-stdin"]
-                secret = "bench-access\nbench-secret\n"
-                rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="s3", RCLONE_CONFIG_X_PROVIDER="SeaweedFS",
-                                  RCLONE_CONFIG_X_ENDPOINT=f"http://127.0.0.1:{port}", RCLONE_CONFIG_X_ACCESS_KEY_ID="bench-access",
-                                  RCLONE_CONFIG_X_SECRET_ACCESS_KEY="bench-secret", RCLONE_CONFIG_X_FORCE_PATH_STYLE="true")
-                rclone = ["rclone", "copy"]
-                target = "x:bench/"
+                add, secret, rclone_env, rclone, target = s3_sides(port, "SeaweedFS")
             else:
                 server = subprocess.Popen(["rclone", "serve", "s3", served, "--addr", f"127.0.0.1:{port}", "--auth-key", "bench-access,bench-secret"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                add = ["remote", "add", "r", "s3", "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bench", "--keys-stdin"]
-                secret = "bench-access\nbench-secret\n"
-                rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="s3", RCLONE_CONFIG_X_PROVIDER="Other",
-                                  RCLONE_CONFIG_X_ENDPOINT=f"http://127.0.0.1:{port}", RCLONE_CONFIG_X_ACCESS_KEY_ID="bench-access",
-                                  RCLONE_CONFIG_X_SECRET_ACCESS_KEY="bench-secret", RCLONE_CONFIG_X_FORCE_PATH_STYLE="true")
-                rclone = ["rclone", "copy"]
-                target = "x:bench/"
+                add, secret, rclone_env, rclone, target = s3_sides(port, "Other")
             processes.append(server)
             wait_for(port)
             env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{kind}")

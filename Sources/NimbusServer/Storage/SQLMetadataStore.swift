@@ -1171,8 +1171,7 @@ extension SQLMetadataStore {
             guard !staged.isEmpty else { return ([], replaced) }
             let kept = Set(try Self.fetchAll(db, "SELECT DISTINCT pack FROM blocks WHERE user_id = ? AND pack IN", [userId], staged.sorted())
                 .map { try $0.get("pack", as: String.self) })
-            var sizes: [String: Int64] = [:]
-            for block in stored { if let pack = block.ref.pack { sizes[pack.pack] = max(sizes[pack.pack] ?? 0, pack.offset + pack.stored) } }
+            let sizes = Self.packSizes(stored)
             for id in kept.sorted() {
                 try db.perform("INSERT INTO packs (user_id, id, created_at, size) VALUES (?, ?, ?, ?)", [userId, id, now.millis, sizes[id]])
             }
@@ -1321,6 +1320,13 @@ extension SQLMetadataStore {
         return swept
     }
 
+    /// Each pack's size in bytes as the staged blocks written into it reach (the end of its last block).
+    static func packSizes(_ blocks: [StagedBlock]) -> [String: Int64] {
+        blocks.reduce(into: [:]) { sizes, block in
+            if let pack = block.ref.pack { sizes[pack.pack] = max(sizes[pack.pack] ?? 0, pack.offset + pack.stored) }
+        }
+    }
+
     /// Compaction: a pack more than half of whose bytes belong to no live block any more (their rows were swept)
     /// has its live blocks copied into a new pack, their rows moved there, and the old pack left for the sweep —
     /// with its `created_at` set to now, so it is deleted only after the grace period: a download that read a
@@ -1359,9 +1365,7 @@ extension SQLMetadataStore {
             throw error
         }
         let newPacks = Set(staged.compactMap(\.ref.pack?.pack))
-        let sizes = staged.reduce(into: [String: Int64]()) { sizes, block in
-            if let pack = block.ref.pack { sizes[pack.pack] = max(sizes[pack.pack] ?? 0, pack.offset + pack.stored) }
-        }
+        let sizes = Self.packSizes(staged)
         let stamp = now.millis
         try await write(user: userId) { db, _ in
             for pack in newPacks.sorted() {

@@ -20,7 +20,7 @@ import NimbusS3
 /// version) for stores that honour them, and compare with `HEAD` just before for those that do not. There is no
 /// rename in S3: a move copies then deletes (a folder, each object under it; a retry after a crash goes on).
 /// `SlowDown` and 503 are retried with backoff here (twice) and then handed to the engine's.
-public final class S3Provider: TreeListingProvider, BatchUploadProvider {
+public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     public let client: S3Client
     /// Key prefix of the remote's root: empty (the whole bucket) or ending in `/`.
     public let prefix: String
@@ -38,14 +38,6 @@ public final class S3Provider: TreeListingProvider, BatchUploadProvider {
 
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .resumableUploads] }
 
-    /// Small new files go to the engine in batches (one transaction per batch on its side), each file still its own
-    /// upload here, `batchWidth` at a time.
-    public var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { (1 << 20, 32, 16 << 20) }
-    let batchWidth = 2
-
-    public func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>] {
-        try await uploadEach(files, width: batchWidth)
-    }
 
     public init(client: S3Client, prefix: String, state: any ProviderStateStore, singlePutLimit: Int64 = 16 << 20, partSize: Int64 = 8 << 20) {
         self.client = client
@@ -297,12 +289,7 @@ public final class S3Provider: TreeListingProvider, BatchUploadProvider {
                 if folderThere { throw ProviderError.nameTaken(existing: id) }
                 throw ProviderError.notFound
             }
-            if etag.isEmpty, let stored = try await head(id) {  // a store that answers a PUT without its ETag
-                checksums.remember(source.checksum, of: id, revision: stored.etag)
-                return file(id, stored)
-            }
-            checksums.remember(source.checksum, of: id, revision: etag)
-            return file(id, S3Object(key: key(id), size: source.size, etag: etag, metadata: ["sha256": source.checksum], modified: Date()))
+            return try await answer(id, etag: etag, source: source, look: etag.isEmpty)
         case .new(let parentId, let name, _):
             id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
             isNew = true
@@ -346,7 +333,13 @@ public final class S3Provider: TreeListingProvider, BatchUploadProvider {
         }
         // A single PUT's answer names the object's ETag; a multipart join's answer may not be what HEAD says later
         // (rclone), so that one is looked at.
-        guard !etag.isEmpty, source.size <= singlePutLimit else {
+        return try await answer(id, etag: etag, source: source, look: etag.isEmpty || source.size > singlePutLimit)
+    }
+
+    /// The file just written, its checksum remembered against its ETag: the PUT's own, or, with `look` (a store that
+    /// answered without one, or a multipart join), the one a `HEAD` gives.
+    private func answer(_ id: String, etag: String, source: UploadSource, look: Bool) async throws -> RemoteItem {
+        if look {
             guard let stored = try await head(id) else { throw ProviderError.notFound }
             checksums.remember(source.checksum, of: id, revision: stored.etag)
             return file(id, stored)

@@ -18,7 +18,7 @@ import NimbusS3
 /// is replaced; a new version is compared with its base just before and sent with an `If` header naming the
 /// target's ETag, which servers that evaluate it turn into an atomic check), so no half file is ever visible under
 /// an item's name. An interrupted upload starts over (its progress restarts from zero).
-public final class WebDAVProvider: QuotaProvider, BatchUploadProvider {
+public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     /// The remote's root folder, ending with `/`.
     public let url: URL
     let basePath: String
@@ -36,14 +36,6 @@ public final class WebDAVProvider: QuotaProvider, BatchUploadProvider {
     /// `fileid`, as Nextcloud, ownCloud and Nimbus do, whose collection ETags change with anything beneath them).
     let propagatesETags = LockedBox(false)
 
-    /// Small new files go to the engine in batches (one transaction per batch on its side), each file still its own
-    /// upload here, `batchWidth` at a time.
-    public var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { (1 << 20, 32, 16 << 20) }
-    let batchWidth = 2
-
-    public func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>] {
-        try await uploadEach(files, width: batchWidth)
-    }
 
     public var capabilities: ProviderCapabilities {
         propagatesETags.withLock { $0 } ? [.idempotentCreate, .quota, .treeVersions] : [.idempotentCreate, .quota]
