@@ -30,15 +30,62 @@ struct DAVMiddleware: RouterMiddleware {
     static let methods = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK"
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let path = request.uri.path
-        guard path == Self.prefix || path.hasPrefix(Self.prefix + "/") else { return try await next(request, context) }
+        guard let mount = DAVMount(path: request.uri.path) else { return try await next(request, context) }
         do {
-            return try await DAVRequest(drive: drive, request: request, context: context).respond()
+            return try await DAVRequest.$base.withValue(mount.base) {
+                try await DAVRequest(drive: drive, request: request, context: context, mount: mount).respond()
+            }
         } catch let error as DAVError {
             return error.response
         } catch {
             return DAVError(DriveError.from(error)).response
         }
+    }
+}
+
+/// Where a WebDAV path is served from. The user's tree is at `/dav/` and, in Nextcloud's layout, at
+/// `/remote.php/dav/files/USER/` (and its older `/remote.php/webdav/`), so clients made for Nextcloud (rclone's
+/// `--webdav-vendor nextcloud`, Nextcloud's own) work unchanged; Nextcloud's chunked uploads are at
+/// `/remote.php/dav/uploads/USER/` (see `DAVController+Uploads`). A path naming a user is served only to that user.
+struct DAVMount: Sendable {
+    enum Tree: Sendable { case files, uploads }
+    var tree: Tree
+    /// The path before the first name (`/dav`, `/remote.php/dav/files/ana`), as sent (percent-encoded).
+    var base: String
+    /// The user the path names (Nextcloud's layout), decoded; nil at `/dav/`.
+    var owner: String?
+
+    static let nextcloudFiles = "/remote.php/dav/files/"
+    static let nextcloudUploads = "/remote.php/dav/uploads/"
+    static let nextcloudLegacy = "/remote.php/webdav"
+
+    init(tree: Tree, base: String, owner: String?) {
+        self.tree = tree
+        self.base = base
+        self.owner = owner
+    }
+
+    init?(path: String) {
+        func within(_ base: String) -> Bool { path == base || path.hasPrefix(base + "/") }
+        if within(DAVMiddleware.prefix) {
+            self.init(tree: .files, base: DAVMiddleware.prefix, owner: nil)
+        } else if within(Self.nextcloudLegacy) {
+            self.init(tree: .files, base: Self.nextcloudLegacy, owner: nil)
+        } else {
+            for (prefix, tree) in [(Self.nextcloudFiles, Tree.files), (Self.nextcloudUploads, .uploads)] where path.hasPrefix(prefix) {
+                let user = path.dropFirst(prefix.count).prefix { $0 != "/" }
+                guard !user.isEmpty, let owner = String(user).removingPercentEncoding else { return nil }
+                self.init(tree: tree, base: prefix + user, owner: owner)
+                return
+            }
+            return nil
+        }
+    }
+
+    /// The names of a path in the user's tree under any of its mounts (a `Destination`), nil when it is elsewhere.
+    static func treeNames(of path: String, owner: String) throws -> [String]? {
+        guard let mount = DAVMount(path: path), mount.tree == .files, mount.owner == nil || mount.owner == owner else { return nil }
+        return try DAVRequest.segments(of: path, base: mount.base)
     }
 }
 
@@ -87,6 +134,11 @@ struct DAVRequest {
     let drive: Drive
     let request: Request
     let context: NimbusRequestContext
+    let mount: DAVMount
+
+    /// The path before the names of the request being answered (`/dav`, `/remote.php/dav/files/ana`): hrefs in
+    /// answers are made under it, paths in headers read under it.
+    @TaskLocal static var base = DAVMiddleware.prefix
 
     static let challenge: HTTPFields = [.wwwAuthenticate: "Basic realm=\"Nimbus\", charset=\"UTF-8\""]
 
@@ -98,7 +150,12 @@ struct DAVRequest {
                 .init("DAV")!: "1, 2", .allow: DAVMiddleware.methods, .init("MS-Author-Via")!: "DAV", .contentLength: "0",
             ])
         }
-        let me = try await signIn()
+        let (me, username) = try await signIn()
+        if let owner = mount.owner, owner != username {
+            let named = try await drive.store.user(username: owner)
+            guard named?.id == me.userId else { throw DAVError(.notFound, "'\(owner)' is not the user signed in; use /remote.php/dav/files/\(username)/.") }
+        }
+        if mount.tree == .uploads { return try await uploads(me, method: method) }
         let segments = try Self.segments(of: request.uri.path)
         switch method {
         case "PROPFIND": return try await propfind(me, segments)
@@ -119,18 +176,13 @@ struct DAVRequest {
 
     /// Basic auth with the user name and one of the user's app passwords. Failures count towards the login
     /// lockout of that account from that address, exactly like `POST /v1/auth/login`.
-    func signIn() async throws -> Identity {
+    func signIn() async throws -> (Identity, String) {
         guard let header = request.headers[.authorization] else {
             throw DAVError(.unauthorized, "Sign in with your user name and an app password (make one in Settings or with 'nimbus app-password add').", headers: Self.challenge)
         }
-        let parts = header.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].lowercased() == "basic", let decoded = Data(base64Encoded: String(parts[1])),
-            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else {
+        guard let (username, password) = Self.basicCredentials(header) else {
             throw DAVError(.unauthorized, "The Authorization header must be 'Basic base64(user:app-password)'.", headers: Self.challenge)
         }
-        let username = String(text[..<colon])
-        let password = String(text[text.index(after: colon)...])
         let drive = drive
         let outcome = try await drive.signIn(username: username, remoteIP: context.remoteIP, clearsFailures: false) { () -> Identity? in
             let record = try await drive.store.useAppPassword(passwordHash: AppPasswords.hash(password), now: drive.now)
@@ -139,7 +191,7 @@ struct DAVRequest {
             return Identity(userId: user.id, deviceId: Identity.appPasswordPrefix + record.id)
         }
         switch outcome {
-        case .signedIn(let identity): return identity
+        case .signedIn(let identity): return (identity, username)
         case .lockedOut(let wait):
             throw DAVError(.tooManyRequests, "Too many failed sign-ins for this account from this address; try again in \(wait) s.", headers: [.retryAfter: String(wait)])
         case .refused:
@@ -149,9 +201,9 @@ struct DAVRequest {
 
     // MARK: Paths
 
-    /// The decoded names after `/dav/`; `..`, `.` and empty names (but a trailing slash) are refused.
-    static func segments(of rawPath: String) throws -> [String] {
-        let rest = rawPath.dropFirst(DAVMiddleware.prefix.count)
+    /// The decoded names after the base (`/dav/`); `..`, `.` and empty names (but a trailing slash) are refused.
+    static func segments(of rawPath: String, base: String = DAVRequest.base) throws -> [String] {
+        let rest = rawPath.dropFirst(base.count)
         var names: [String] = []
         let parts = rest.split(separator: "/", omittingEmptySubsequences: false)
         for (index, part) in parts.enumerated() {
@@ -171,11 +223,29 @@ struct DAVRequest {
     /// The href of the item at `names` (percent-encoded per name; collections end with "/").
     static func href(_ names: [String], folder: Bool) -> String {
         let encoded = names.map { $0.addingPercentEncoding(withAllowedCharacters: unreserved) ?? $0 }
-        let path = DAVMiddleware.prefix + "/" + encoded.joined(separator: "/")
+        let path = base + "/" + encoded.joined(separator: "/")
         return folder && !names.isEmpty ? path + "/" : path
     }
 
     static let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@")
+
+    /// The names in the user's tree a `Destination` header (a URL or a path) points at, under this request's base
+    /// or another mount of the same tree (`/dav/…`, `/remote.php/dav/files/USER/…`); nil when it points elsewhere.
+    func destinationNames(_ header: String) throws -> [String]? {
+        let path = URL(string: header).flatMap { $0.scheme != nil ? $0.path(percentEncoded: true) : nil } ?? header
+        if path == Self.base || path.hasPrefix(Self.base + "/") { return try Self.segments(of: path) }
+        guard let owner = mount.owner ?? request.headers[.authorization].flatMap({ Self.basicCredentials($0)?.user }) else { return nil }
+        return try DAVMount.treeNames(of: path, owner: owner)
+    }
+
+    /// The user name and password of a Basic `Authorization` header.
+    static func basicCredentials(_ header: String) -> (user: String, password: String)? {
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "basic", let decoded = Data(base64Encoded: String(parts[1])),
+            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        else { return nil }
+        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
+    }
 
     /// The live item at `names`, or nil; a missing folder on the way is nil too.
     func resolve(_ me: Identity, _ names: [String]) async throws -> FileRecord? {
@@ -270,7 +340,7 @@ struct DAVRequest {
         }
         xml += "</D:multistatus>\n"
         return Response(
-            status: .init(code: 207, reasonPhrase: "Multi-Status"),
+            status: Self.multiStatus,
             headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
             body: .init(byteBuffer: ByteBuffer(string: xml)))
     }
@@ -382,7 +452,7 @@ struct DAVRequest {
         }
         xml += "</D:response>\n</D:multistatus>\n"
         return Response(
-            status: .init(code: 207, reasonPhrase: "Multi-Status"),
+            status: Self.multiStatus,
             headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
             body: .init(byteBuffer: ByteBuffer(string: xml)))
     }
@@ -427,14 +497,7 @@ struct DAVRequest {
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
-        // ownCloud's X-OC-Mtime (Unix seconds): the file keeps the client's modification time (rclone, Nextcloud clients).
-        var mtime: Date?
-        if let text = request.headers[.init("X-OC-Mtime")!] {
-            guard let seconds = Double(text.trimmingCharacters(in: .whitespaces)), seconds.isFinite, (0...253_402_300_799).contains(seconds) else {
-                throw DAVError(.badRequest, "X-OC-Mtime is Unix time in seconds.")
-            }
-            mtime = Date(timeIntervalSince1970: seconds)
-        }
+        let mtime = try clientModificationTime()
         var content = try await UploadController.receiveBody(request, declared: declared, drive: drive, userId: me.userId, mimeType: mimeType)
         var headers: HTTPFields = [.contentLength: "0"]
         if let mtime {
@@ -445,6 +508,18 @@ struct DAVRequest {
         headers[.eTag] = "\"\(file.etag)\""
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
+
+    /// ownCloud's `X-OC-Mtime` (Unix seconds): the file keeps the client's modification time (rclone, Nextcloud
+    /// clients); nil when not sent.
+    func clientModificationTime() throws -> Date? {
+        guard let text = request.headers[.init("X-OC-Mtime")!] else { return nil }
+        guard let seconds = Double(text.trimmingCharacters(in: .whitespaces)), seconds.isFinite, (0...253_402_300_799).contains(seconds) else {
+            throw DAVError(.badRequest, "X-OC-Mtime is Unix time in seconds.")
+        }
+        return Date(timeIntervalSince1970: seconds)
+    }
+
+    static let multiStatus = HTTPResponse.Status(code: 207, reasonPhrase: "Multi-Status")
 
     func mkcol(_ me: Identity, _ names: [String]) async throws -> Response {
         guard let name = names.last else { throw DAVError(.methodNotAllowed, "The root exists.") }
@@ -474,16 +549,9 @@ struct DAVRequest {
     func moveOrCopy(_ me: Identity, _ names: [String], copy: Bool) async throws -> Response {
         guard !names.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be moved or copied.") }
         guard let destinationHeader = request.headers[.init("Destination")!] else { throw DAVError(.badRequest, "A Destination header is needed.") }
-        let destinationPath: String
-        if let url = URL(string: destinationHeader), url.scheme != nil {
-            destinationPath = url.path(percentEncoded: true)
-        } else {
-            destinationPath = destinationHeader
+        guard let target = try destinationNames(destinationHeader) else {
+            throw DAVError(.badGateway, "The destination is not on this WebDAV share (\(Self.base)/).")
         }
-        guard destinationPath == DAVMiddleware.prefix || destinationPath.hasPrefix(DAVMiddleware.prefix + "/") else {
-            throw DAVError(.badGateway, "The destination is not on this WebDAV share (\(DAVMiddleware.prefix)/).")
-        }
-        let target = try Self.segments(of: destinationPath)
         guard !target.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be replaced.") }
         guard target != names else { throw DAVError(.forbidden, "The source and the destination are the same.") }
         if target.count > names.count && Array(target.prefix(names.count)) == names {

@@ -116,8 +116,20 @@ protocol MetadataStore: Sendable {
     func finalizeUpload(userId: String, uploadId: String, checksum: String, now: Date) async throws -> (upload: UploadRecord, file: FileRecord)
     /// Deletes a session; its blocks no longer count against the quota (their bytes go with the next sweep).
     func deleteUpload(userId: String, uploadId: String, now: Date) async throws
-    /// Frees the bytes of sessions past their expiry (they then answer 410) and forgets long-expired ones.
+    /// Frees the bytes of sessions past their expiry (they then answer 410) and forgets long-expired ones; WebDAV
+    /// chunked uploads past theirs are deleted.
     func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int
+
+    // MARK: WebDAV chunked uploads (Nextcloud's), see SQLMetadataStore+DAVUploads
+    func createDAVUpload(userId: String, name: String, destination: String?, now: Date, expiresAt: Date) async throws -> Bool
+    func davUploads(userId: String, name: String?, now: Date) async throws -> [DAVUploadRecord]
+    func storeDAVChunk(userId: String, upload: String, chunk: DAVUploadRecord.Chunk, blocks: [StagedBlock], now: Date, expiresAt: Date) async throws
+    func davUploadBlocks(userId: String, upload: String) async throws -> [BlockRef]
+    func finishDAVUpload(
+        userId: String, upload: String, target: ContentTarget, blocks: [BlockRef], checksum: String, size: Int64, mimeType: String,
+        modifiedAt: Date?, now: Date
+    ) async throws -> FileRecord
+    func deleteDAVUpload(userId: String, upload: String, chunk: Int64?, now: Date) async throws -> Bool
 
     // MARK: Change feed
     func latestSeq(userId: String) async throws -> Int64

@@ -144,7 +144,7 @@ extension SQLMetadataStore {
         try await write { db, _ in
             try db.perform("DELETE FROM uploads WHERE state = 'expired' AND expires_at <= ?", [now.millis - Int64(forgetAfter * 1000)])
         }
-        return count
+        return count + (try await expireDAVUploads(now: now))
     }
 
     // MARK: helpers

@@ -252,6 +252,29 @@ enum Schema {
             // from before this column; never compacted).
             try db.execute(sql: "ALTER TABLE packs ADD COLUMN size INTEGER")
         }
+        migrator.registerMigration("13-dav-uploads") { db in
+            // Nextcloud's chunked uploads (`/remote.php/dav/uploads/USER/NAME/CHUNK`): a folder of chunks per upload,
+            // each chunk's blocks held in `upload_blocks` (upload_id `dav:USER:NAME`, chunk = its order).
+            try db.execute(sql: """
+                    CREATE TABLE dav_uploads (
+                        user_id TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        destination TEXT,
+                        created_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, name)
+                    );
+                    CREATE INDEX dav_uploads_expiry ON dav_uploads(expires_at);
+                    CREATE TABLE dav_upload_chunks (
+                        user_id TEXT NOT NULL,
+                        upload TEXT NOT NULL,
+                        ord INTEGER NOT NULL,
+                        name TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, upload, ord)
+                    );
+                    """)
+        }
         return migrator
     }
 }

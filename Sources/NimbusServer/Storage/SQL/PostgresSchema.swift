@@ -264,6 +264,33 @@ enum PostgresSchema {
             "9-pack-size",
             ["ALTER TABLE packs ADD COLUMN size BIGINT"]
         ),
+        (
+            // Nextcloud's chunked uploads: a folder of chunks per upload, their blocks in `upload_blocks`.
+            "10-dav-uploads",
+            [
+                """
+                CREATE TABLE dav_uploads (
+                    user_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    destination TEXT,
+                    created_at BIGINT NOT NULL,
+                    expires_at BIGINT NOT NULL,
+                    PRIMARY KEY (user_id, name)
+                )
+                """,
+                "CREATE INDEX dav_uploads_expiry ON dav_uploads(expires_at)",
+                """
+                CREATE TABLE dav_upload_chunks (
+                    user_id TEXT NOT NULL,
+                    upload TEXT NOT NULL,
+                    ord BIGINT NOT NULL,
+                    name TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    PRIMARY KEY (user_id, upload, ord)
+                )
+                """,
+            ]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
