@@ -315,6 +315,60 @@ struct EndToEndTests {
         #expect(try device.run(["uploads", "list"]).stdout.contains("No unfinished uploads"))
     }
 
+    @Test("a big file synced to a WebDAV remote in Nextcloud's layout (Nimbus's /remote.php/dav/files/USER/) goes in chunks; killed with -9 mid-upload, the next sync sends the rest and the file arrives whole")
+    func chunkedWebDAVKilled() throws {
+        let bench = try Bench()
+        let device = try bench.device("laptop")
+        let password = try device.run(["app-password", "add", "sync", "--quiet"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let basic = "Basic " + Data("ana:\(password)".utf8).base64EncodedString()
+        func dav(_ method: String, _ path: String) -> (status: Int, body: Data) {
+            var request = URLRequest(url: URL(string: bench.server.baseURL + path)!)
+            request.httpMethod = method
+            request.setValue(basic, forHTTPHeaderField: "Authorization")
+            request.setValue("1", forHTTPHeaderField: "Depth")
+            let done = DispatchSemaphore(value: 0)
+            nonisolated(unsafe) var result = (0, Data())
+            URLSession.shared.dataTask(with: request) { data, response, _ in
+                result = ((response as? HTTPURLResponse)?.statusCode ?? 0, data ?? Data())
+                done.signal()
+            }.resume()
+            done.wait()
+            return result
+        }
+        func waitingUploads() -> Int {
+            String(decoding: dav("PROPFIND", "/remote.php/dav/uploads/ana/").body, as: UTF8.self).components(separatedBy: "<D:response>").count - 2
+        }
+        let added = try device.run(
+            ["remote", "add", "nc", "webdav", "--url", bench.server.baseURL + "/remote.php/dav/files/ana/", "--user", "ana", "--password-stdin"],
+            stdin: password + "\n")
+        #expect(added.status == 0, "\(added.stderr)")
+        let folder = try bench.folder("F")
+        #expect(try device.run(["sync", folder.path, "nc:/Backup", "--once"]).status == 0)
+        // Caught mid-transfer: chunks wait in the uploads folder (a bigger file each time the kill came too late).
+        var size = 40 * 1024 * 1024
+        var caught: (name: String, bytes: Data)?
+        for attempt in 0..<4 where caught == nil {
+            let name = "video-\(attempt).bin"
+            let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: ($0 &+ attempt) &* 2654435761 >> 9) })
+            try bytes.write(to: folder.appending(path: name))
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: name).path)
+            let running = device.start(["sync", folder.path, "--once"])
+            Thread.sleep(forTimeInterval: 0.5)
+            running.kill9()
+            if waitingUploads() > 0 { caught = (name, bytes) }
+            size *= 2
+        }
+        let (name, bytes) = try #require(caught, "no sync was caught mid-upload")
+        #expect(dav("GET", "/dav/Backup/\(name)").status == 404, "nothing half-sent is visible")
+        let again = try device.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        let got = dav("GET", "/dav/Backup/\(name)")
+        #expect(got.status == 200 && got.body == bytes, "the file arrived whole")
+        #expect(waitingUploads() == 0, "the upload the kill left is the one assembled (resumed, not started over beside it)")
+        let listed = String(decoding: dav("PROPFIND", "/dav/Backup/").body, as: UTF8.self)
+        #expect(!listed.contains(".nimbus-partial-"), "no hidden partial file left")
+    }
+
     @Test("a sync --watch killed with -9 mid-transfer resumes, and edits propagate while watching")
     func killedWatch() throws {
         let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])

@@ -489,6 +489,47 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("WebDAV (Nextcloud's chunked uploads): an upload cut off half-way goes on after a restart with the chunks not yet there")
+    func chunkedResume() async throws {
+        guard ProviderKind.selected.contains(.webdavNextcloud) else { return }
+        try await ProviderKind.webdavNextcloud.with { provider in
+            guard let first = provider as? WebDAVProvider else { return }
+            let root = try await first.root()
+            let bytes = randomBytes(5 * 1024 * 1024 + 300_000)  // six chunks of 1 MiB (the test's chunk size), the last short
+            let sent = try source(bytes, .webdavNextcloud)
+            // Cut off after the second chunk: the upload's own task is cancelled from its progress report.
+            let upload = Task {
+                try await first.upload(sent, to: .new(parentId: root.id, name: "big.bin", mimeType: nil), requestId: "resume-me") { done in
+                    if done >= 2 * 1024 * 1024 { withUnsafeCurrentTask { $0?.cancel() } }
+                }
+            }
+            _ = try? await upload.value
+            let sentBefore = first.chunksSent.withLock { $0 }
+            #expect(sentBefore >= 2 && sentBefore < 6, "cut off half-way: \(sentBefore) chunks")
+            #expect(try await first.children(of: root.id).isEmpty, "nothing visible before it is whole")
+
+            // A new provider (a restart): only the missing chunks go, and the file is whole.
+            let again = first.restarted(state: MemoryStateStore())
+            let item = try await again.upload(sent, to: .new(parentId: root.id, name: "big.bin", mimeType: nil), requestId: "resume-me") { _ in }
+            // (A chunk whose request was on its way when the task was cancelled may have arrived: one fewer then.)
+            #expect((5 - sentBefore...6 - sentBefore).contains(again.chunksSent.withLock { $0 }), "resumed, not restarted: \(again.chunksSent.withLock { $0 }) more chunks")
+            let back = ProviderKind.webdavNextcloud.scratch.appending(path: "big.back")
+            try await again.download(item.id, revision: item.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == bytes)
+            #expect(try await again.children(of: root.id).map(\.name) == ["big.bin"])
+
+            // Another content under the same request (the file changed before the retry) starts its own upload.
+            var edited = bytes
+            edited[10] ^= 1
+            let before = again.chunksSent.withLock { $0 }
+            let version = try await again.upload(try source(edited, .webdavNextcloud), to: .version(of: item.id, base: item.revision), requestId: "resume-me") { _ in }
+            #expect(again.chunksSent.withLock { $0 } - before == 6, "all six chunks of the new content")
+            let backAgain = ProviderKind.webdavNextcloud.scratch.appending(path: "edited.back")
+            try await again.download(version.id, revision: version.revision, to: backAgain) { _ in }
+            #expect(try Data(contentsOf: backAgain) == edited)
+        }
+    }
+
     @Test("Nimbus: big files go up as blocks; an edited version sends and fetches only the chunks that changed")
     func nimbusDelta() async throws {
         guard ProviderKind.selected.contains(.nimbus) else { return }
@@ -574,6 +615,8 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case webdavWsgidav
     /// Nimbus's own `/dav/` (signed in with an app password): collection ETags that propagate.
     case webdavNimbus
+    /// Nimbus in Nextcloud's layout (`/remote.php/dav/files/USER/`): files over 1 MiB go by its chunked uploads.
+    case webdavNextcloud
     case s3Rclone
     case s3Moto
     /// The crypt wrapper (issue 15) over a local folder, over `rclone serve webdav` and over moto's S3 (whole-tree listings).
@@ -665,7 +708,7 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case .localFolder:
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             try await body(LocalFolderProvider(root: root, state: MemoryStateStore()))
-        case .nimbus, .webdavNimbus, .cryptNimbus:
+        case .nimbus, .webdavNimbus, .webdavNextcloud, .cryptNimbus:
             var configuration = ServerConfiguration(dataDirectory: root)
             configuration.port = 0
             configuration.allowRegistration = true
@@ -681,10 +724,12 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
                         method: "POST", path: "/v1/auth/register", headers: ["Content-Type": "application/json"],
                         body: try JSONEncoder.nimbus.encode(NimbusAPI.Credentials(username: "conformance", password: "correct horse"))))
                 #expect(head.status == 201)
-                if self == .webdavNimbus {
+                if self == .webdavNimbus || self == .webdavNextcloud {
                     let (password, _) = try await Self.appPassword(transport, username: "conformance")
+                    let path = self == .webdavNimbus ? "dav/" : "remote.php/dav/files/conformance/"
                     try await body(
-                        WebDAVProvider(url: server.appending(path: "dav/"), username: "conformance", password: password, state: MemoryStateStore()))
+                        WebDAVProvider(
+                            url: server.appending(path: path), username: "conformance", password: password, state: MemoryStateStore(), chunkSize: 1 << 20))
                     return
                 }
                 let api = ServerClient(transport: transport, tokenStore: MemoryTokens())

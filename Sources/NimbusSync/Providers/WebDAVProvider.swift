@@ -17,7 +17,9 @@ import NimbusS3
 /// against the checksum, then `MOVE`d into place (`Overwrite: F` for a new file, so nothing that appeared meanwhile
 /// is replaced; a new version is compared with its base just before and sent with an `If` header naming the
 /// target's ETag, which servers that evaluate it turn into an atomic check), so no half file is ever visible under
-/// an item's name. An interrupted upload starts over (its progress restarts from zero).
+/// an item's name. An interrupted upload starts over (its progress restarts from zero) — unless the server takes
+/// Nextcloud's chunked uploads (see `WebDAVProvider+Chunked`): then a big file goes in chunks and a restart sends only
+/// the chunks not there yet.
 public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     /// The remote's root folder, ending with `/`.
     public let url: URL
@@ -36,6 +38,14 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     /// `fileid`, as Nextcloud, ownCloud and Nimbus do, whose collection ETags change with anything beneath them).
     let propagatesETags = LockedBox(false)
 
+    /// Nextcloud's uploads folder (`…/dav/uploads/USER/`) when the URL is in its layout (`…/dav/files/USER/…`).
+    let uploadsAddress: String?
+    /// Whether the server answered at ``uploadsAddress`` (asked before the first big upload); nil: not asked yet.
+    let chunkedUploads = LockedBox<Bool?>(nil)
+    /// Files above this go in chunks of this size where chunked uploads are taken (Nextcloud's default chunk).
+    let chunkSize: Int64
+    /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
+    @_spi(Testing) public let chunksSent = LockedBox(0)
 
     public var capabilities: ProviderCapabilities {
         propagatesETags.withLock { $0 } ? [.idempotentCreate, .quota, .treeVersions] : [.idempotentCreate, .quota]
@@ -45,20 +55,32 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`); see
     ///     ``check(url:username:)``, which an app calls first.
     ///   - username/password: Basic auth.
-    public init(url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .storage) {
+    ///   - chunkSize: a file bigger than this goes in chunks of this size to a server in Nextcloud's layout that takes
+    ///     its chunked uploads.
+    public convenience init(
+        url: URL, username: String?, password: String?, state: any ProviderStateStore, http: HTTPClient = .storage, chunkSize: Int64 = 10 << 20
+    ) {
+        let authorization = username.map { "Basic " + Data("\($0):\(password ?? "")".utf8).base64EncodedString() }
+        self.init(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize)
+    }
+
+    init(url: URL, authorization: String?, state: any ProviderStateStore, http: HTTPClient, chunkSize: Int64) {
         var text = url.absoluteString
         if !text.hasSuffix("/") { text += "/" }
         self.url = URL(string: text) ?? url
         rootAddress = self.url.absoluteString
         let path = self.url.path(percentEncoded: false)
         basePath = path.hasSuffix("/") ? path : path + "/"
-        if let username {
-            authorization = "Basic " + Data("\(username):\(password ?? "")".utf8).base64EncodedString()
-        } else {
-            authorization = nil
-        }
+        self.authorization = authorization
         self.http = http
         checksums = ChecksumMemory(state: state, prefix: "dav.sha256.")
+        self.chunkSize = max(1, chunkSize)
+        uploadsAddress = Self.nextcloudUploads(rootAddress)
+    }
+
+    /// A new provider on the same remote, as after a restart (for tests).
+    @_spi(Testing) public func restarted(state: any ProviderStateStore) -> WebDAVProvider {
+        WebDAVProvider(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize)
     }
 
     /// Refuses what cannot be a WebDAV folder's URL, and a password sent over plain `http://` to another machine
@@ -337,18 +359,28 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
                 throw ProviderError.versionConflict(current: current)
             }
         }
-        let temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
-        let body = HashingFileBody(source, progress: progress)
-        let (put, _) = try await send(
-            "PUT", address(temporary), headers: [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")],
-            stream: .stream(try body.stream(), length: .known(source.size)))
-        guard (200..<300).contains(Int(put.status.code)) else {
-            throw Self.failure(Int(put.status.code), put.headers, what: "sending \(ProviderPath.name(of: id))")
-        }
-        let digest = body.digest
-        guard digest.size == source.size, digest.checksum == source.checksum else {
-            _ = try? await send("DELETE", address(temporary))
-            throw ProviderError.checksumMismatch
+        let temporary: String
+        var putTag: String?
+        if let uploads = try await chunkedUploadsFolder(for: source.size) {
+            // In chunks to an upload named after what is sent and where, so a restart finds the chunks already there.
+            let transfer = Self.transferName(requestId: requestId, checksum: source.checksum, parentId: parentId)
+            temporary = ProviderPath.child(Self.partialPrefix + transfer, in: parentId)
+            try await sendInChunks(source, upload: uploads + transfer + "/", to: temporary, what: ProviderPath.name(of: id), progress: progress)
+        } else {
+            temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
+            let body = HashingFileBody(source, progress: progress)
+            let (put, _) = try await send(
+                "PUT", address(temporary), headers: [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")],
+                stream: .stream(try body.stream(), length: .known(source.size)))
+            guard (200..<300).contains(Int(put.status.code)) else {
+                throw Self.failure(Int(put.status.code), put.headers, what: "sending \(ProviderPath.name(of: id))")
+            }
+            let digest = body.digest
+            guard digest.size == source.size, digest.checksum == source.checksum else {
+                _ = try? await send("DELETE", address(temporary))
+                throw ProviderError.checksumMismatch
+            }
+            putTag = put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
         }
         var headers = [("Destination", address(id))]
         switch target {
@@ -375,7 +407,6 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
             throw Self.failure(status, moved.headers, what: "placing \(ProviderPath.name(of: id))")
         }
-        let putTag = put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
         var stored: RemoteItem
         if let putTag, !putTag.isEmpty, etagTrust.withLock({ $0.trusted }) {
             // Saves a PROPFIND per upload: the ETag the PUT answered is the file's (checked on the first uploads).
