@@ -495,6 +495,7 @@ struct ProviderConformanceTests {
         try await ProviderKind.webdavNextcloud.with { provider in
             guard let first = provider as? WebDAVProvider else { return }
             let root = try await first.root()
+            #expect(first.capabilities.contains(.resumableUploads), "learnt with the root: the uploads folder answers")
             let bytes = randomBytes(5 * 1024 * 1024 + 300_000)  // six chunks of 1 MiB (the test's chunk size), the last short
             let sent = try source(bytes, .webdavNextcloud)
             // Cut off after the second chunk: the upload's own task is cancelled from its progress report.

@@ -48,7 +48,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
     public var capabilities: ProviderCapabilities {
-        propagatesETags.withLock { $0 } ? [.idempotentCreate, .quota, .treeVersions] : [.idempotentCreate, .quota]
+        var capabilities: ProviderCapabilities = [.idempotentCreate, .quota]
+        if propagatesETags.withLock({ $0 }) { capabilities.insert(.treeVersions) }
+        if chunkedUploads.withLock({ $0 }) == true { capabilities.insert(.resumableUploads) }
+        return capabilities
     }
 
     /// - Parameters:
@@ -277,6 +280,9 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         propagatesETags.withLock { $0 = propagates }
         guard let response, let root = item(response, folderETags: propagates), root.isFolder else {
             throw ProviderError.invalid(code: "not_a_folder", message: "\(url.absoluteString) is not a folder on the WebDAV server.")
+        }
+        if uploadsAddress != nil, chunkedUploads.withLock({ $0 }) == nil {
+            _ = try? await chunkedUploadsFolder(for: .max)  // learnt once, so `capabilities` says it
         }
         return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true, revision: root.revision, modifiedAt: root.modifiedAt)
     }
