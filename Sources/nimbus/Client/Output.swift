@@ -84,6 +84,12 @@ actor ProgressDisplay {
 
     func show(_ id: ItemID, _ fraction: Double) {
         guard var transfer = transfers[id], !options.quiet, !options.json else { return }
+        if fraction + 0.005 < transfer.lastFraction {
+            // Interrupted and sent again: from the start where the remote cannot resume, else from what it kept.
+            if terminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+            Output.error("\(transfer.name): interrupted at \(Int(transfer.lastFraction * 100))%; sending again (now at \(Int(fraction * 100))%)")
+            transfer.started = Date()
+        }
         transfer.lastFraction = fraction
         let elapsed = max(Date().timeIntervalSince(transfer.started), 0.001)
         let done = Int64(Double(transfer.size) * fraction)
