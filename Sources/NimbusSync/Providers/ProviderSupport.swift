@@ -102,6 +102,23 @@ final class ChecksumMemory: @unchecked Sendable {
     }
 }
 
+extension UploadSource {
+    /// The whole content (a small file), if it is still what the engine froze — its size and SHA-256; else
+    /// ``ProviderError/checksumMismatch`` (the file changed since: the engine scans it again).
+    func readChecked() throws -> Data {
+        let bytes: Data
+        do {
+            let input = try open()
+            defer { input.close() }
+            bytes = try input.readToEnd()
+        } catch {
+            throw ProviderError.checksumMismatch
+        }
+        guard Int64(bytes.count) == size, FileHasher.hex(SHA256.hash(data: bytes)) == checksum else { throw ProviderError.checksumMismatch }
+        return bytes
+    }
+}
+
 /// A file read in pieces for an HTTP body: hashed on the way, progress reported per piece. The body is checked
 /// against the expected checksum by the caller once it is sent (``digest``).
 final class HashingFileBody: @unchecked Sendable {

@@ -419,13 +419,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     func putWhole(
         _ source: UploadSource, key: String, isNew: Bool, base: String?, conditionRequired: Bool = false, progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> String {
-        let data: Data
-        do {
-            let reader = try source.open()
-            defer { reader.close() }
-            data = try reader.readToEnd()
-        } catch { throw ProviderError.checksumMismatch }
-        guard Int64(data.count) == source.size, FileHasher.hex(SHA256.hash(data: data)) == source.checksum else { throw ProviderError.checksumMismatch }
+        let data = try source.readChecked()
         let what = "sending \(ProviderPath.name(of: key))"
         let etag = try await conditionRequired
             ? call(what) {

@@ -374,17 +374,24 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             try await sendInChunks(source, upload: uploads + transfer + "/", to: temporary, what: ProviderPath.name(of: id), progress: progress)
         } else {
             temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
-            let body = HashingFileBody(source, progress: progress)
-            let (put, _) = try await send(
-                "PUT", address(temporary), headers: [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")],
-                stream: .stream(try body.stream(), length: .known(source.size)))
+            let headers = [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")]
+            let put: HTTPClientResponse
+            if source.size <= Self.inMemoryLimit {
+                // A small file is read and checked whole before it goes (no stream and task per file).
+                let bytes = try source.readChecked()
+                (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)))
+                progress(source.size)
+            } else {
+                let body = HashingFileBody(source, progress: progress)
+                (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .stream(try body.stream(), length: .known(source.size)))
+                let digest = body.digest
+                guard digest.size == source.size, digest.checksum == source.checksum else {
+                    _ = try? await send("DELETE", address(temporary))
+                    throw ProviderError.checksumMismatch
+                }
+            }
             guard (200..<300).contains(Int(put.status.code)) else {
                 throw Self.failure(Int(put.status.code), put.headers, what: "sending \(ProviderPath.name(of: id))")
-            }
-            let digest = body.digest
-            guard digest.size == source.size, digest.checksum == source.checksum else {
-                _ = try? await send("DELETE", address(temporary))
-                throw ProviderError.checksumMismatch
             }
             putTag = put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
         }
@@ -428,6 +435,9 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         stored.checksum = source.checksum
         return stored
     }
+
+    /// Files up to this size are read whole and checked before they are sent.
+    static let inMemoryLimit: Int64 = 1 << 20
 
     /// Whether the strong ETag a PUT answers is the one its file keeps once moved into place (rclone and Apache
     /// keep it; a server that makes a new one on MOVE must be asked with a PROPFIND after every upload). Learned from
