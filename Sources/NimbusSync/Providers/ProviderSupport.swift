@@ -102,6 +102,28 @@ final class ChecksumMemory: @unchecked Sendable {
     }
 }
 
+extension ContentReader {
+    /// Up to `count` bytes from the current position as a buffer for an HTTP body; empty at the end. A plain file is
+    /// read straight into the buffer (a big upload's bytes are not copied once more through `Data`).
+    func readBuffer(upToCount count: Int) throws -> ByteBuffer? {
+        guard case .plain(let handle) = backing else { return try read(upToCount: count).map { ByteBuffer(data: $0) } }
+        var buffer = ByteBufferAllocator().buffer(capacity: count)
+        var done = false
+        while !done, buffer.readableBytes < count {
+            let wanted = count - buffer.readableBytes
+            let got = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: wanted) { pointer -> Int in
+                while true {
+                    let result = Foundation.read(handle.fileDescriptor, pointer.baseAddress, wanted)
+                    if result >= 0 { return result }
+                    if errno != EINTR { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                }
+            }
+            done = got == 0
+        }
+        return buffer
+    }
+}
+
 extension UploadSource {
     /// The whole content (a small file), if it is still what the engine froze — its size and SHA-256; else
     /// ``ProviderError/checksumMismatch`` (the file changed since: the engine scans it again).
@@ -141,13 +163,13 @@ final class HashingFileBody: @unchecked Sendable {
             let task = Task {
                 defer { handle.close() }
                 do {
-                    while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
+                    while let buffer = try handle.readBuffer(upToCount: 1 << 20), buffer.readableBytes > 0 {
                         try Task.checkCancellation()
                         self.lock.withLock {
-                            self.hasher.update(data: data)
-                            self.sent += Int64(data.count)
+                            buffer.withUnsafeReadableBytes { self.hasher.update(bufferPointer: $0) }
+                            self.sent += Int64(buffer.readableBytes)
                         }
-                        continuation.yield(ByteBuffer(data: data))
+                        continuation.yield(buffer)
                         self.progress(self.lock.withLock { self.sent })
                     }
                     continuation.finish()
