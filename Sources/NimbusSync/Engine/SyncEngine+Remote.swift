@@ -102,8 +102,10 @@ extension SyncEngine {
             // Files that left one place and appeared at another with the same content (moved there, by a provider
             // whose ids are paths) keep their identity: a move, not a deletion and a new file.
             if cursor == nil { try self.recognizeMoves(db, listed: items, seen: seen) }
-            // Parents come before children in `listed`, so each parent's LUID exists when a child needs it.
-            for item in items { try self.applyChange(db, .upsert(item)) }
+            // Parents come before children in `listed`, so each parent's LUID exists when a child needs it (and is
+            // looked up once per folder, not once per item).
+            var parents: [String: String] = [:]
+            for item in items { try self.applyChange(db, .upsert(item), parents: &parents) }
             let known = try String.fetchAll(db, sql: "SELECT file_id FROM items WHERE file_id IS NOT NULL AND r_present = 1 AND luid != 'root'")
                 .map { try db.openedId($0) }
             for fileId in known where !seen.contains(fileId) {
