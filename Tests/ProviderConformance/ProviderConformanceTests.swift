@@ -531,6 +531,36 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("WebDAV: a plain folder where Nextcloud's uploads would be (a server in its layout that is not Nextcloud) is not taken for them: whole uploads, nothing left there")
+    func chunkedUploadsRefused() async throws {
+        guard ProviderKind.selected.contains(.webdavRclone) else { return }
+        try await ProviderKind.webdavRclone.with { _ in
+            let server = try TestServices.webdav("rclone")
+            let top = WebDAVProvider(url: URL(string: server.url)!, username: server.username, password: server.password, state: MemoryStateStore())
+            let base = try await top.createFolder(named: "t-\(UUID().uuidString.prefix(8))", in: "/", requestId: "base")
+            var made: [String: String] = [:]
+            for path in ["dav", "dav/files", "dav/files/u", "dav/uploads", "dav/uploads/u"] {
+                let parent = path.contains("/") ? made[String(path[..<path.lastIndex(of: "/")!])]! : base.id
+                made[path] = try await top.createFolder(named: String(path.split(separator: "/").last!), in: parent, requestId: path).id
+            }
+            let dav = WebDAVProvider(
+                url: URL(string: server.url + base.name + "/dav/files/u/")!, username: server.username, password: server.password,
+                state: MemoryStateStore(), chunkSize: 1 << 20)
+            let root = try await dav.root()
+            let bytes = randomBytes(3 * 1024 * 1024 + 5)
+            let item = try await dav.upload(try source(bytes, .webdavRclone), to: .new(parentId: root.id, name: "big.bin", mimeType: nil), requestId: "r1") { _ in }
+            let back = ProviderKind.webdavRclone.scratch.appending(path: "big.back")
+            try await dav.download(item.id, revision: item.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == bytes)
+            #expect(try await top.children(of: try #require(made["dav/uploads/u"])).isEmpty, "the upload tried there was removed")
+            #expect(!dav.capabilities.contains(.resumableUploads))
+            let before = dav.chunksSent.withLock { $0 }
+            _ = try await dav.upload(try source(Data(bytes.reversed()), .webdavRclone), to: .new(parentId: root.id, name: "b2.bin", mimeType: nil), requestId: "r2") { _ in }
+            #expect(dav.chunksSent.withLock { $0 } == before, "known now: the next big file goes whole at once")
+            #expect(try await dav.children(of: root.id).map(\.name).sorted() == ["b2.bin", "big.bin"])
+        }
+    }
+
     @Test("Nimbus: big files go up as blocks; an edited version sends and fetches only the chunks that changed")
     func nimbusDelta() async throws {
         guard ProviderKind.selected.contains(.nimbus) else { return }

@@ -71,9 +71,9 @@ extension WebDAVProvider {
         var there = try await chunksThere(upload)
         if there == nil {
             let (made, _) = try await send("MKCOL", upload, headers: [("Destination", destination)])
-            guard (200..<300).contains(Int(made.status.code)) else {
-                throw Self.failure(Int(made.status.code), made.headers, what: "starting a chunked upload of \(what)")
-            }
+            let status = Int(made.status.code)
+            if [403, 405, 501].contains(status) { throw ChunkedUploadRefused.refused }
+            guard (200..<300).contains(status) else { throw Self.failure(status, made.headers, what: "starting a chunked upload of \(what)") }
             there = [:]
         }
         let input: ContentReader
@@ -104,8 +104,16 @@ extension WebDAVProvider {
             throw ProviderError.checksumMismatch
         }
         let (moved, _) = try await send("MOVE", upload + ".file", headers: common + [("Overwrite", "T")])
-        guard (200..<300).contains(Int(moved.status.code)) else {
-            throw Self.failure(Int(moved.status.code), moved.headers, what: "assembling \(what)")
+        let status = Int(moved.status.code)
+        if [403, 404, 405, 501].contains(status), (try? await chunksThere(upload)) != nil {
+            // The upload is there but its `.file` is not: a plain folder, not Nextcloud's uploads. Cleaned up.
+            _ = try? await send("DELETE", upload)
+            throw ChunkedUploadRefused.refused
         }
+        guard (200..<300).contains(status) else { throw Self.failure(status, moved.headers, what: "assembling \(what)") }
     }
 }
+
+/// A server whose uploads folder answers but does not take Nextcloud's chunked uploads (a plain folder under that
+/// path): the provider sends whole files instead.
+enum ChunkedUploadRefused: Error { case refused }

@@ -365,36 +365,26 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
                 throw ProviderError.versionConflict(current: current)
             }
         }
-        let temporary: String
+        var temporary: String?
         var putTag: String?
         if let uploads = try await chunkedUploadsFolder(for: source.size) {
             // In chunks to an upload named after what is sent and where, so a restart finds the chunks already there.
             let transfer = Self.transferName(requestId: requestId, checksum: source.checksum, parentId: parentId)
-            temporary = ProviderPath.child(Self.partialPrefix + transfer, in: parentId)
-            try await sendInChunks(source, upload: uploads + transfer + "/", to: temporary, what: ProviderPath.name(of: id), progress: progress)
-        } else {
-            temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
-            let headers = [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")]
-            let put: HTTPClientResponse
-            if source.size <= Self.inMemoryLimit {
-                // A small file is read and checked whole before it goes (no stream and task per file).
-                let bytes = try source.readChecked()
-                (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)))
-                progress(source.size)
-            } else {
-                let body = HashingFileBody(source, progress: progress)
-                (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .stream(try body.stream(), length: .known(source.size)))
-                let digest = body.digest
-                guard digest.size == source.size, digest.checksum == source.checksum else {
-                    _ = try? await send("DELETE", address(temporary))
-                    throw ProviderError.checksumMismatch
-                }
+            let hidden = ProviderPath.child(Self.partialPrefix + transfer, in: parentId)
+            do {
+                try await sendInChunks(source, upload: uploads + transfer + "/", to: hidden, what: ProviderPath.name(of: id), progress: progress)
+                temporary = hidden
+            } catch ChunkedUploadRefused.refused {
+                // The folder answered like Nextcloud's but does not assemble uploads: whole uploads from now on.
+                chunkedUploads.withLock { $0 = false }
             }
-            guard (200..<300).contains(Int(put.status.code)) else {
-                throw Self.failure(Int(put.status.code), put.headers, what: "sending \(ProviderPath.name(of: id))")
-            }
-            putTag = put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
         }
+        if temporary == nil {
+            let hidden = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
+            putTag = try await putWhole(source, at: hidden, what: ProviderPath.name(of: id), progress: progress)
+            temporary = hidden
+        }
+        guard let temporary else { throw ProviderError.network("no upload made") }
         var headers = [("Destination", address(id))]
         switch target {
         case .new:
@@ -434,6 +424,30 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         checksums.remember(source.checksum, of: id, revision: stored.revision)
         stored.checksum = source.checksum
         return stored
+    }
+
+    /// Sends `source` whole to `temporary` (checked against its checksum); the ETag the server answered, if strong.
+    func putWhole(_ source: UploadSource, at temporary: String, what: String, progress: @escaping @Sendable (Int64) -> Void) async throws -> String? {
+        let headers = [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")]
+        let put: HTTPClientResponse
+        if source.size <= Self.inMemoryLimit {
+            // A small file is read and checked whole before it goes (no stream and task per file).
+            let bytes = try source.readChecked()
+            (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)))
+            progress(source.size)
+        } else {
+            let body = HashingFileBody(source, progress: progress)
+            (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .stream(try body.stream(), length: .known(source.size)))
+            let digest = body.digest
+            guard digest.size == source.size, digest.checksum == source.checksum else {
+                _ = try? await send("DELETE", address(temporary))
+                throw ProviderError.checksumMismatch
+            }
+        }
+        guard (200..<300).contains(Int(put.status.code)) else {
+            throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
+        }
+        return put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
     }
 
     /// Files up to this size are read whole and checked before they are sent.
