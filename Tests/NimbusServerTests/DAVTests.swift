@@ -10,9 +10,15 @@ import Testing
 struct DAVTests {
     /// A signed-up user with an app password: the /v1 client and the Basic credentials.
     static func user(_ server: TestServer, _ name: String = "dav" + UUID().uuidString.prefix(6).lowercased()) async throws -> (api: APIClient, basic: String) {
+        let (api, password) = try await appUser(server, name)
+        return (api, "Basic " + Data("\(name):\(password)".utf8).base64EncodedString())
+    }
+
+    /// A signed-up user and one of its app passwords.
+    static func appUser(_ server: TestServer, _ name: String) async throws -> (api: APIClient, password: String) {
         let api = try await server.signUp(name)
         let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "tests")).decode()
-        return (api, "Basic " + Data("\(name):\(try #require(made.password))".utf8).base64EncodedString())
+        return (api, try #require(made.password))
     }
 
     @Test("Basic auth takes app passwords only: none, wrong, the account password or a revoked one → 401 with a challenge; failures lock out like logins")
@@ -270,8 +276,7 @@ struct DAVTests {
     func rcloneClient() async throws {
         try await TestServer.run { server in
             let name = "rc" + UUID().uuidString.prefix(6).lowercased()
-            let api = try await server.signUp(name)
-            let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "rclone")).decode()
+            let (_, password) = try await Self.appUser(server, name)
             let work = FileManager.default.temporaryDirectory.appending(path: "rclone-dav-\(UUID().uuidString)")
             defer { try? FileManager.default.removeItem(at: work) }
             let up = work.appending(path: "up")
@@ -282,7 +287,7 @@ struct DAVTests {
             }
             let old = Date(timeIntervalSince1970: 1_577_934_245)  // 2020-01-02 03:04:05 UTC
             try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: up.appending(path: "a/one.txt").path)
-            let obscured = try await Self.rclone(["obscure", try #require(made.password)], in: work).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let obscured = try await Self.rclone(["obscure", password], in: work).output.trimmingCharacters(in: .whitespacesAndNewlines)
             let remote = ":webdav,url='\(server.baseURL)/dav/',vendor=owncloud,user=\(name),pass='\(obscured)':"
 
             let copied = try await Self.rclone(["copy", "up", remote + "tree"], in: work)
@@ -325,13 +330,12 @@ struct DAVTests {
             "litmus is not installed (apt-get install litmus; .ci/run does)")
         try await TestServer.run { server in
             let name = "litmus" + UUID().uuidString.prefix(4).lowercased()
-            let api = try await server.signUp(name)
-            let made: AppPassword = try await api.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "litmus")).decode()
+            let (_, password) = try await Self.appUser(server, name)
             let directory = FileManager.default.temporaryDirectory.appending(path: "litmus-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: directory) }
             let (status, text) = try await Self.run(
-                litmus, ["\(server.baseURL)/dav/", name, try #require(made.password)], in: directory,
+                litmus, ["\(server.baseURL)/dav/", name, password], in: directory,
                 environment: ["TESTS": "basic copymove props locks http"])
             for suite in ["basic", "copymove", "props", "locks", "http"] {
                 let summary = text.split(separator: "\n").first { $0.contains("summary for `\(suite)'") }
