@@ -154,6 +154,24 @@ struct ProviderConformanceTests {
             let back = kind.scratch.appending(path: "batch-back")
             try await provider.download(taken.id, revision: nil, to: back) { _ in }
             #expect(try Data(contentsOf: back) == Data("theirs".utf8), "the clash changed nothing")
+
+            // Two folders in one batch: a name a folder holds, and a folder gone meanwhile.
+            let sub = try await provider.createFolder(named: "sub", in: root.id, requestId: "b-sub")
+            let busy = try await provider.createFolder(named: "busy", in: sub.id, requestId: "b-busy")
+            let gone = try await provider.createFolder(named: "gone", in: root.id, requestId: "b-gone")
+            try await provider.delete(gone.id)
+            let mixed = [
+                BatchFile(source: try source("in sub", kind), parentId: sub.id, name: "a.txt", mimeType: nil, requestId: "m-1"),
+                BatchFile(source: try source("clash", kind), parentId: sub.id, name: "busy", mimeType: nil, requestId: "m-2"),
+                BatchFile(source: try source("lost", kind), parentId: gone.id, name: "b.txt", mimeType: nil, requestId: "m-3"),
+                BatchFile(source: try source("top", kind), parentId: root.id, name: "c.txt", mimeType: nil, requestId: "m-4"),
+            ]
+            let answers = try await batching.uploadBatch(mixed)
+            #expect((try? answers[0].get().name) == "a.txt" && (try? answers[3].get().name) == "c.txt")
+            #expect(answers[1].failure == .nameTaken(existing: busy.id), "a folder holds the name: \(answers[1])")
+            #expect(answers[2].failure == .notFound, "the folder is gone: \(answers[2])")
+            #expect(Set(try await provider.children(of: sub.id).map(\.name)) == ["a.txt", "busy"])
+            #expect(try await provider.children(of: busy.id).isEmpty)
         }
     }
 
@@ -826,4 +844,12 @@ final class MemoryTokens: TokenStore, @unchecked Sendable {
 func randomBytes(_ count: Int) -> Data {
     var generator = SystemRandomNumberGenerator()
     return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
+}
+
+extension Result {
+    /// The error, if it failed.
+    var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
 }

@@ -338,7 +338,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
 
     /// The file just written, its checksum remembered against its ETag: the PUT's own, or, with `look` (a store that
     /// answered without one, or a multipart join), the one a `HEAD` gives.
-    private func answer(_ id: String, etag: String, source: UploadSource, look: Bool) async throws -> RemoteItem {
+    func answer(_ id: String, etag: String, source: UploadSource, look: Bool) async throws -> RemoteItem {
         if look {
             guard let stored = try await head(id) else { throw ProviderError.notFound }
             checksums.remember(source.checksum, of: id, revision: stored.etag)
