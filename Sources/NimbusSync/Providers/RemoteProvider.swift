@@ -359,9 +359,7 @@ extension BatchUploadProvider {
     /// `width` at a time, the answers in order. What the engine gains is its own side: a batch of small files is read,
     /// marked sent and recorded in one transaction each, instead of several per file. An error that is not a
     /// ``ProviderError`` (the provider's own bug, a local read) is that file's `.network` failure, tried again later.
-    func uploadEach(
-        _ files: [BatchFile], width: Int, using send: (@Sendable (BatchFile) async throws -> RemoteItem)? = nil
-    ) async throws -> [Result<RemoteItem, ProviderError>] {
+    func uploadEach(_ files: [BatchFile], width: Int) async throws -> [Result<RemoteItem, ProviderError>] {
         try await withThrowingTaskGroup(of: (Int, Result<RemoteItem, ProviderError>).self) { group in
             var results = [Result<RemoteItem, ProviderError>](repeating: .failure(.network("not sent")), count: files.count)
             var next = 0
@@ -371,7 +369,6 @@ extension BatchUploadProvider {
                 next += 1
                 group.addTask {
                     do {
-                        if let send { return (index, .success(try await send(file))) }
                         let target = UploadTarget.new(parentId: file.parentId, name: file.name, mimeType: file.mimeType)
                         return (index, .success(try await self.upload(file.source, to: target, requestId: file.requestId) { _ in }))
                     } catch let error as ProviderError {

@@ -128,11 +128,14 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true)
     }
 
-    /// Whether anything (a marker or an object) is under the folder's prefix.
-    func folderExists(_ id: String) async throws -> Bool {
+    /// Whether anything (a marker or an object) is under the folder's prefix — anything but `besides`: a look made
+    /// beside a write into the folder must not take the object just written for the folder.
+    func folderExists(_ id: String, besides: String? = nil) async throws -> Bool {
         if id == ProviderPath.root, prefix.isEmpty { return true }
-        let page = try await call("looking for \(id)") { try await client.list(prefix: folderPrefix(id), delimiter: "/", maxKeys: 1) }
-        return !page.objects.isEmpty || !page.prefixes.isEmpty
+        let page = try await call("looking for \(id)") {
+            try await client.list(prefix: folderPrefix(id), delimiter: "/", maxKeys: besides == nil ? 1 : 2)
+        }
+        return page.objects.contains { $0.key != besides } || !page.prefixes.isEmpty
     }
 
     /// The marker object that makes a folder made here exist while it is empty: `FOLDER/.nimbus-folder`, not the
@@ -270,7 +273,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
             // under the name and for the parent go beside it.
             id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
             async let existingFolder = folderExists(id)
-            async let parentThere = knownFolder(parentId)
+            async let parentThere = knownFolder(parentId, besides: key(id))
             let etag: String
             do {
                 etag = try await putWhole(source, key: key(id), isNew: true, base: nil, conditionRequired: true, progress: progress)
@@ -338,7 +341,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
 
     /// The file just written, its checksum remembered against its ETag: the PUT's own, or, with `look` (a store that
     /// answered without one, or a multipart join), the one a `HEAD` gives.
-    func answer(_ id: String, etag: String, source: UploadSource, look: Bool) async throws -> RemoteItem {
+    private func answer(_ id: String, etag: String, source: UploadSource, look: Bool) async throws -> RemoteItem {
         if look {
             guard let stored = try await head(id) else { throw ProviderError.notFound }
             checksums.remember(source.checksum, of: id, revision: stored.etag)
@@ -406,10 +409,10 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     /// file anyway (its path exists again, with the file in it: nothing is lost).
     let seenFolders = LockedBox([String: ContinuousClock.Instant]())
 
-    func knownFolder(_ id: String) async throws -> Bool {
+    func knownFolder(_ id: String, besides: String? = nil) async throws -> Bool {
         let now = ContinuousClock.now
         if let seen = seenFolders.withLock({ $0[id] }), now - seen < .seconds(60) { return true }
-        guard try await folderExists(id) else { return false }
+        guard try await folderExists(id, besides: besides) else { return false }
         seenFolders.withLock { $0[id] = now }
         return true
     }
