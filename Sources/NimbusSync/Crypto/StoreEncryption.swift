@@ -52,22 +52,26 @@ final class StoreCipher: Sendable {
 
     func openId(_ stored: String) throws -> String { try openDeterministic(stored, as: "id") }
 
-    /// Names and ids sealed and opened lately, both ways (deterministic, so each has one sealed form): a plan reads
-    /// every row, and AES-GCM-SIV per name was most of what encryption added to a sync. Dropped whole when full.
-    private let recent = LockedBox((sealed: [String: String](), opened: [String: String]()))
+    /// Names and ids sealed and opened lately, both ways (deterministic, so each has one sealed form), one table per
+    /// kind: a plan reads every row, and AES-GCM-SIV per name was most of what encryption added to a sync. Dropped
+    /// whole when full.
+    private struct Recent {
+        var sealed: [String: [String: String]] = [:]
+        var opened: [String: [String: String]] = [:]
+        var count = 0
+    }
+    private let recent = LockedBox(Recent())
     static let recentLimit = 50_000
 
     func sealDeterministic(_ text: String, as kind: String) -> String {
-        let key = kind + "\u{0}" + text
-        if let known = recent.withLock({ $0.sealed[key] }) { return known }
+        if let known = recent.withLock({ $0.sealed[kind]?[text] }) { return known }
         let sealed = sealUncached(text, as: kind)
         remember(sealed: sealed, plain: text, kind: kind)
         return sealed
     }
 
     func openDeterministic(_ stored: String, as kind: String) throws -> String {
-        let key = kind + "\u{0}" + stored
-        if let known = recent.withLock({ $0.opened[key] }) { return known }
+        if let known = recent.withLock({ $0.opened[kind]?[stored] }) { return known }
         let plain = try openUncached(stored, as: kind)
         remember(sealed: stored, plain: plain, kind: kind)
         return plain
@@ -75,9 +79,10 @@ final class StoreCipher: Sendable {
 
     private func remember(sealed: String, plain: String, kind: String) {
         recent.withLock {
-            if $0.opened.count >= Self.recentLimit { $0 = ([:], [:]) }
-            $0.sealed[kind + "\u{0}" + plain] = sealed
-            $0.opened[kind + "\u{0}" + sealed] = plain
+            if $0.count >= Self.recentLimit { $0 = Recent() }
+            $0.sealed[kind, default: [:]][plain] = sealed
+            $0.opened[kind, default: [:]][sealed] = plain
+            $0.count += 1
         }
     }
 
@@ -110,7 +115,7 @@ final class StoreCipher: Sendable {
             throw EncryptionError.tampered("a name in the database does not authenticate")
         }
         guard let padding = plain.last, (1...16).contains(padding), plain.count >= Int(padding),
-            let name = String(bytes: plain.dropLast(Int(padding)), encoding: .utf8)
+            let name = String(validating: plain.dropLast(Int(padding)), as: UTF8.self)
         else { throw EncryptionError.tampered("a name in the database is malformed") }
         return name
     }
