@@ -48,7 +48,7 @@ extension DAVRequest {
             case "<":
                 let reference = try read(until: ">")
                 let path = URL(string: reference).flatMap { $0.scheme != nil ? $0.path(percentEncoded: true) : nil } ?? reference
-                tag = path == Self.base || path.hasPrefix(Self.base + "/") ? try Self.segments(of: path) : ["\u{0}not-here"]
+                tag = DAVMount.path(path, isWithin: Self.base) ? try Self.segments(of: path) : ["\u{0}not-here"]
             case "(":
                 index = header.index(after: index)
                 var conditions: [IfCondition] = []

@@ -155,10 +155,7 @@ extension DAVRequest {
 
     /// The uploads (Depth 1 of the user's folder), or an upload and its chunks, or one chunk: names, sizes and times.
     func uploadsPropfind(_ me: Identity, _ names: [String]) async throws -> Response {
-        let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
-        guard depth == "0" || depth == "1" else {
-            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<D:propfind-finite-depth/>")
-        }
+        let depth = try propfindDepth()
         _ = try PropfindBody.parse(Data(buffer: try await request.body.collect(upTo: 1 << 20)))
         func entry(_ path: [String], folder: Bool, size: Int64? = nil, modified: Date? = nil) -> String {
             var props = folder ? "<D:resourcetype><D:collection/></D:resourcetype>" : "<D:resourcetype/>"

@@ -66,10 +66,9 @@ struct DAVMount: Sendable {
     }
 
     init?(path: String) {
-        func within(_ base: String) -> Bool { path == base || path.hasPrefix(base + "/") }
-        if within(DAVMiddleware.prefix) {
+        if Self.path(path, isWithin: DAVMiddleware.prefix) {
             self.init(tree: .files, base: DAVMiddleware.prefix, owner: nil)
-        } else if within(Self.nextcloudLegacy) {
+        } else if Self.path(path, isWithin: Self.nextcloudLegacy) {
             self.init(tree: .files, base: Self.nextcloudLegacy, owner: nil)
         } else {
             for (prefix, tree) in [(Self.nextcloudFiles, Tree.files), (Self.nextcloudUploads, .uploads)] where path.hasPrefix(prefix) {
@@ -81,6 +80,9 @@ struct DAVMount: Sendable {
             return nil
         }
     }
+
+    /// Whether `path` is `base` or below it.
+    static func path(_ path: String, isWithin base: String) -> Bool { path == base || path.hasPrefix(base + "/") }
 
     /// The names of a path in the user's tree under any of its mounts (a `Destination`), nil when it is elsewhere.
     static func treeNames(of path: String, owner: String) throws -> [String]? {
@@ -233,7 +235,7 @@ struct DAVRequest {
     /// or another mount of the same tree (`/dav/…`, `/remote.php/dav/files/USER/…`); nil when it points elsewhere.
     func destinationNames(_ header: String) throws -> [String]? {
         let path = URL(string: header).flatMap { $0.scheme != nil ? $0.path(percentEncoded: true) : nil } ?? header
-        if path == Self.base || path.hasPrefix(Self.base + "/") { return try Self.segments(of: path) }
+        if DAVMount.path(path, isWithin: Self.base) { return try Self.segments(of: path) }
         guard let owner = mount.owner ?? request.headers[.authorization].flatMap({ Self.basicCredentials($0)?.user }) else { return nil }
         return try DAVMount.treeNames(of: path, owner: owner)
     }
@@ -322,10 +324,7 @@ struct DAVRequest {
     // MARK: PROPFIND
 
     func propfind(_ me: Identity, _ names: [String]) async throws -> Response {
-        let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
-        guard depth == "0" || depth == "1" else {
-            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<D:propfind-finite-depth/>")
-        }
+        let depth = try propfindDepth()
         let body = try await request.body.collect(upTo: 1 << 20)
         let wanted = try PropfindBody.parse(Data(buffer: body))
         let item = try await require(me, names)
@@ -520,6 +519,15 @@ struct DAVRequest {
     }
 
     static let multiStatus = HTTPResponse.Status(code: 207, reasonPhrase: "Multi-Status")
+
+    /// A `PROPFIND`'s Depth: "0" or "1" (a missing one is 1); `infinity` is refused with `propfind-finite-depth`.
+    func propfindDepth() throws -> String {
+        let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
+        guard depth == "0" || depth == "1" else {
+            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<D:propfind-finite-depth/>")
+        }
+        return depth
+    }
 
     func mkcol(_ me: Identity, _ names: [String]) async throws -> Response {
         guard let name = names.last else { throw DAVError(.methodNotAllowed, "The root exists.") }

@@ -62,8 +62,7 @@ extension SQLMetadataStore {
         do {
             try await putBlocks(blocks, userId: userId, now: now)
             try await write(user: userId) { db, effects in
-                guard try db.fetchOne("SELECT 1 FROM dav_uploads WHERE user_id = ? AND name = ? AND expires_at > ?", [userId, upload, now.millis]) != nil
-                else { throw DriveError.notFound("No such upload: start it with MKCOL.") }
+                try Self.requireOpenDAVUpload(db, userId: userId, name: upload, now: now)
                 let id = DAVUploadRecord.blocksId(userId: userId, name: upload)
                 let replaced = Set(try db.values("SELECT hash FROM upload_blocks WHERE upload_id = ? AND chunk = ?", [id, chunk.order], as: String.self))
                 try db.perform("DELETE FROM upload_blocks WHERE upload_id = ? AND chunk = ?", [id, chunk.order])
@@ -102,8 +101,7 @@ extension SQLMetadataStore {
         modifiedAt: Date?, now: Date
     ) async throws -> FileRecord {
         try await write(user: userId) { db, effects in
-            guard try db.fetchOne("SELECT 1 FROM dav_uploads WHERE user_id = ? AND name = ? AND expires_at > ?", [userId, upload, now.millis]) != nil
-            else { throw DriveError.notFound("No such upload.") }
+            try Self.requireOpenDAVUpload(db, userId: userId, name: upload, now: now)
             let id = DAVUploadRecord.blocksId(userId: userId, name: upload)
             guard try Self.uploadBlocks(db, uploadId: id).map(\.hash) == blocks.map(\.hash) else {
                 throw DriveError.conflict("The upload's chunks changed while it was being assembled; assemble it again.")
@@ -155,6 +153,12 @@ extension SQLMetadataStore {
             }
         }
         return count
+    }
+
+    /// 404 unless the upload is open (started, not finished, deleted or expired).
+    static func requireOpenDAVUpload(_ db: any SQLTransaction, userId: String, name: String, now: Date) throws {
+        guard try db.fetchOne("SELECT 1 FROM dav_uploads WHERE user_id = ? AND name = ? AND expires_at > ?", [userId, name, now.millis]) != nil
+        else { throw DriveError.notFound("No such upload: start it with MKCOL.") }
     }
 
     static func forgetDAVUpload(_ db: any SQLTransaction, userId: String, name: String) throws {
