@@ -38,7 +38,6 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
 
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .resumableUploads] }
 
-
     public init(client: S3Client, prefix: String, state: any ProviderStateStore, singlePutLimit: Int64 = 16 << 20, partSize: Int64 = 8 << 20) {
         self.client = client
         let parts = prefix.split(separator: "/").map(String.init)

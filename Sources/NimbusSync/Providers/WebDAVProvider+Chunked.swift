@@ -62,6 +62,25 @@ extension WebDAVProvider {
         return sizes
     }
 
+    /// The hidden file in `parentId` where `source` was assembled from chunks; nil where chunked uploads are not
+    /// taken (the caller sends it whole). The upload is named after what is sent and where, so a restart finds the
+    /// chunks already there.
+    func uploadInChunks(
+        _ source: UploadSource, requestId: String, parentId: String, what: String, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> String? {
+        guard let uploads = try await chunkedUploadsFolder(for: source.size) else { return nil }
+        let transfer = Self.transferName(requestId: requestId, checksum: source.checksum, parentId: parentId)
+        let hidden = ProviderPath.child(Self.partialPrefix + transfer, in: parentId)
+        do {
+            try await sendInChunks(source, upload: uploads + transfer + "/", to: hidden, what: what, progress: progress)
+            return hidden
+        } catch ChunkedUploadRefused.refused {
+            // The folder answered like Nextcloud's but does not assemble uploads: whole uploads from now on.
+            chunkedUploads.withLock { $0 = false }
+            return nil
+        }
+    }
+
     /// Sends `source` in chunks to `upload` (made if missing), skipping the chunks already there, and assembles it
     /// at `temporary`.
     func sendInChunks(_ source: UploadSource, upload: String, to temporary: String, what: String, progress: @escaping @Sendable (Int64) -> Void) async throws {
@@ -84,11 +103,11 @@ extension WebDAVProvider {
         var number = 1
         while offset < source.size {
             let length = min(chunk, source.size - offset)
-            guard let data = try input.read(upToCount: Int(length)), data.count == Int(length) else { break }
-            hasher.update(data: data)
+            guard let bytes = try input.readBuffer(upToCount: Int(length)), bytes.readableBytes == Int(length) else { break }
+            bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
             let name = String(format: "%05d", number)
             if there?[name] != length {
-                let (put, _) = try await send("PUT", upload + name, headers: common + [("Content-Length", "\(length)")], stream: .bytes(ByteBuffer(data: data)))
+                let (put, _) = try await send("PUT", upload + name, headers: common + [("Content-Length", "\(length)")], stream: .bytes(bytes))
                 guard (200..<300).contains(Int(put.status.code)) else {
                     throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
                 }

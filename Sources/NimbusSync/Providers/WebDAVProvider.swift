@@ -365,26 +365,14 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
                 throw ProviderError.versionConflict(current: current)
             }
         }
-        var temporary: String?
+        let temporary: String
         var putTag: String?
-        if let uploads = try await chunkedUploadsFolder(for: source.size) {
-            // In chunks to an upload named after what is sent and where, so a restart finds the chunks already there.
-            let transfer = Self.transferName(requestId: requestId, checksum: source.checksum, parentId: parentId)
-            let hidden = ProviderPath.child(Self.partialPrefix + transfer, in: parentId)
-            do {
-                try await sendInChunks(source, upload: uploads + transfer + "/", to: hidden, what: ProviderPath.name(of: id), progress: progress)
-                temporary = hidden
-            } catch ChunkedUploadRefused.refused {
-                // The folder answered like Nextcloud's but does not assemble uploads: whole uploads from now on.
-                chunkedUploads.withLock { $0 = false }
-            }
+        if let assembled = try await uploadInChunks(source, requestId: requestId, parentId: parentId, what: ProviderPath.name(of: id), progress: progress) {
+            temporary = assembled
+        } else {
+            temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
+            putTag = try await putWhole(source, at: temporary, what: ProviderPath.name(of: id), progress: progress)
         }
-        if temporary == nil {
-            let hidden = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
-            putTag = try await putWhole(source, at: hidden, what: ProviderPath.name(of: id), progress: progress)
-            temporary = hidden
-        }
-        guard let temporary else { throw ProviderError.network("no upload made") }
         var headers = [("Destination", address(id))]
         switch target {
         case .new:
