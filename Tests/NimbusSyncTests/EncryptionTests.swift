@@ -147,6 +147,45 @@ struct EncryptionTests {
         #expect(try environment.loadKey() == dataKey)
         #expect(throws: EncryptionError.self) { try EnvironmentKeyStore(environment: ["NIMBUS_DATA_KEY": "short"]).loadKey() }
     }
+
+    @Test("the store's cache of opened names is kept as one sealed blob: another run of the same key opens names from it; another key, a flipped byte or a cut blob: ignored")
+    func nameCacheBlob() throws {
+        let dataKey = WrappedKey.newDataKey()
+        let first = StoreCipher(dataKey: dataKey)
+        let names = ["quarterly-forecast.bin", "naïve-ファイル-résumé.md", "line\nbreak", "a", String(repeating: "é", count: 100)]
+        let ids = ["f_0123456789abcdef", "/Photos/2026/holiday.jpg"]
+        let sealedNames = names.map { first.sealName($0) }
+        let sealedIds = ids.map { first.sealId($0) }
+        let blob = try #require(first.nameCacheBlob())
+        #expect(first.nameCacheBlob() == nil, "nothing learnt since: nothing to save")
+        let raw = try #require(Data(base64Encoded: blob))
+        for text in names + ids where text.utf8.count >= 8 { #expect(raw.range(of: Data(text.utf8)) == nil, "'\(text)' readable in the blob") }
+
+        let second = StoreCipher(dataKey: dataKey)
+        second.loadNameCache(blob)
+        #expect(second.cachedCount == names.count + ids.count)
+        for (name, sealed) in zip(names, sealedNames) {
+            #expect(try second.openName(sealed) == name)
+            #expect(second.sealName(name) == sealed)
+        }
+        for (id, sealed) in zip(ids, sealedIds) { #expect(try second.openId(sealed) == id) }
+        #expect(second.nameCacheBlob() == nil, "loaded, nothing new")
+        _ = second.sealName("one more")
+        #expect(second.nameCacheBlob() != nil)
+
+        var flipped = raw
+        flipped[flipped.count / 2] ^= 0x01
+        for bad in [flipped.base64EncodedString(), raw.prefix(raw.count - 5).base64EncodedString(), "not base64 at all", ""] {
+            let cipher = StoreCipher(dataKey: dataKey)
+            cipher.loadNameCache(bad)
+            #expect(cipher.cachedCount == 0)
+            #expect(try cipher.openName(sealedNames[1]) == names[1], "opened from the row as without a cache")
+        }
+        let stranger = StoreCipher(dataKey: WrappedKey.newDataKey())
+        stranger.loadNameCache(blob)
+        #expect(stranger.cachedCount == 0)
+        #expect(throws: EncryptionError.self) { try stranger.openName(sealedNames[0]) }
+    }
 }
 
 /// Sealed names for encrypted remotes (issue 15): deterministic, per folder, length-hiding, authenticated.

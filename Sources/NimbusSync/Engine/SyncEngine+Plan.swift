@@ -34,12 +34,21 @@ extension SyncEngine {
             }
             try await hydratePinned(provider)
             if case .offline = phase { phase = .idle }
+            try await saveNameCache()
         } catch SyncError.unauthorized(let detail) {
             phase = .needsSignIn
             notifyChanged()
             throw SyncError.unauthorized(detail)
         }
         notifyChanged()
+    }
+
+    /// An encrypted library keeps the names it opened for the next run (``StoreCipher/nameCacheBlob()``), when it
+    /// learnt any.
+    func saveNameCache() async throws {
+        guard let blob = database.pool.configuration.label.flatMap({ label in StoreCipher.registered.withLock { $0[label] } })?.nameCacheBlob()
+        else { return }
+        try await database.pool.write { db in try db.setMeta(StoreCipher.cacheMetaKey, blob) }
     }
 
     /// Scans the synced folder into the local tree.

@@ -87,6 +87,9 @@ public actor SyncEngine {
         let dataKey = try StoreKey.unlock(directory: directory, encryption: configuration.encryption, encrypted: encrypted, isNew: isNew, check: check)
         let cipher = dataKey.map(StoreCipher.init(dataKey:))
         StoreCipher.register(cipher, label: databaseLabel)
+        if let cipher, let blob = try database.pool.read({ db in try db.meta(StoreCipher.cacheMetaKey) }) {
+            cipher.loadNameCache(blob)
+        }
         sealing = cipher.map { ContentSealing($0.content) }
         stateStore = DatabaseStateStore(pool: database.pool)
         tokenStore = configuration.tokenStore ?? FileTokenStore(url: directory.appending(path: "account.json"))
