@@ -12,7 +12,7 @@ import Glibc
 ///
 /// Through `libkeyutils.so.1` (Debian's `libkeyutils1`, on nearly every system), opened at run time: where it or the
 /// key service is missing (another OS, a sandbox that filters `add_key`), ``isAvailable`` is false and every call
-/// throws ``EncryptionError/keyMissing(_:)`` saying so. On Apple platforms the Keychain is the place (not built here).
+/// throws ``EncryptionError/keyMissing(_:)`` saying so. On Apple platforms the Keychain is the place (``KeychainKeyStore``).
 public struct KernelKeyring: KeyStore {
     /// The key's description in the keyring, e.g. `nimbus:<store id>`.
     public let name: String

@@ -60,7 +60,9 @@ final class StoreCipher: Sendable {
 
     /// Names and ids sealed and opened lately, both ways (deterministic, so each has one sealed form), one table per
     /// kind: a plan reads every row, and AES-GCM-SIV per name was most of what encryption added to a sync. Dropped
-    /// whole when full. Kept between runs as one sealed blob (``nameCacheBlob()``, ``loadNameCache(_:)``).
+    /// whole when full — sized so that it is not for 100,000 items with their ids (an account holds more than what one
+    /// pair syncs: the engine keeps the whole remote tree; ~200 bytes an entry, about what a plan holds per row
+    /// anyway). Kept between runs as one sealed blob (``nameCacheBlob()``, ``loadNameCache(_:)``).
     private struct Recent {
         var sealed: [[String: String]] = Array(repeating: [:], count: Kind.allCases.count)
         var opened: [[String: String]] = Array(repeating: [:], count: Kind.allCases.count)
@@ -69,7 +71,7 @@ final class StoreCipher: Sendable {
         var added = 0
     }
     private let recent = LockedBox(Recent())
-    static let recentLimit = 50_000
+    static let recentLimit = 200_000
 
     func sealDeterministic(_ text: String, as kind: Kind) -> String {
         if let known = recent.withLock({ $0.sealed[kind.rawValue][text] }) { return known }
