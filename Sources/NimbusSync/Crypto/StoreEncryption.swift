@@ -87,9 +87,40 @@ final class StoreCipher: Sendable {
         return plain
     }
 
+    /// Opens the sealed id and names of every row in place, under one hold of the cache's lock (a plan reads every
+    /// row: a lookup each, and the three trees' names are mostly one sealed text, opened once).
+    func open(_ rows: inout [ItemRow]) throws {
+        try recent.withLock { cache in
+            func open(_ stored: String, _ kind: Kind) throws -> String {
+                if let known = cache.opened[kind.rawValue][stored] { return known }
+                let plain = try openUncached(stored, as: kind)
+                if cache.count >= Self.recentLimit { cache = Recent() }
+                cache.sealed[kind.rawValue][plain] = stored
+                cache.opened[kind.rawValue][stored] = plain
+                cache.count += 1
+                cache.added += 1
+                return plain
+            }
+            for index in rows.indices {
+                if let id = rows[index].fileId { rows[index].fileId = try open(id, .id) }
+                var last: (sealed: String, plain: String)?
+                func name(_ stored: String?) throws -> String? {
+                    guard let stored else { return nil }
+                    if let last, last.sealed == stored { return last.plain }
+                    let plain = try open(stored, .name)
+                    last = (stored, plain)
+                    return plain
+                }
+                rows[index].rName = try name(rows[index].rName)
+                rows[index].sName = try name(rows[index].sName)
+                rows[index].lName = try name(rows[index].lName)
+            }
+        }
+    }
+
     private func remember(sealed: String, plain: String, kind: Kind) {
         recent.withLock {
-            if $0.count >= Self.recentLimit { $0 = Recent(added: 1) }
+            if $0.count >= Self.recentLimit { $0 = Recent() }
             $0.sealed[kind.rawValue][plain] = sealed
             $0.opened[kind.rawValue][sealed] = plain
             $0.count += 1

@@ -164,7 +164,7 @@ struct ItemRow: Sendable, Equatable {
                     lChanging: text(28) == "changing", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
                     uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35)))
         }
-        if let cipher = db.storeCipher { return try result.map { try $0.opened(cipher) } }
+        if let cipher = db.storeCipher { try cipher.open(&result) }
         return result
     }
 
