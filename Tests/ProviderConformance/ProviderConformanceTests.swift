@@ -473,6 +473,41 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("S3 (a store not proven to refuse overwrites): a batch looks under its names with one listing per folder; names an object or a folder holds are refused and kept",
+          arguments: [ProviderKind.s3Rclone, .s3Moto])
+    func batchLooks(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { _ in
+            let provider = try await ProviderKind.fresh(kind, state: MemoryStateStore())
+            let s3 = try #require(provider as? S3Provider)
+            let root = try await provider.root()
+            let docs = try await provider.createFolder(named: "docs", in: root.id, requestId: "docs")
+            let proven = try await s3.probeConditions()
+            // Someone else's file and folder under two of the names, written after any listing of ours.
+            _ = try await s3.client.put(s3.prefix + "docs/f07.txt", body: ByteBuffer(string: "theirs"))
+            _ = try await s3.client.put(s3.prefix + "docs/f13.txt/inside.txt", body: ByteBuffer(string: "theirs too"))
+            let files = try (0..<20).map { index in
+                BatchFile(
+                    source: try source("mine \(index)", kind), parentId: docs.id, name: String(format: "f%02d.txt", index), mimeType: nil,
+                    requestId: "batch-\(index)")
+            }
+            let results = try await s3.uploadBatch(files)
+            for (index, result) in results.enumerated() {
+                switch (index, result) {
+                case (7, .failure(.nameTaken)), (13, .failure(.nameTaken)): break
+                case (7, _), (13, _): Issue.record("f\(index) should be refused: \(result)")
+                case (_, .success(let item)): #expect(item.name == String(format: "f%02d.txt", index))
+                case (_, .failure(let error)): Issue.record("f\(index): \(error)")
+                }
+            }
+            #expect(String(buffer: try await s3.client.get(s3.prefix + "docs/f07.txt")) == "theirs")
+            #expect(String(buffer: try await s3.client.get(s3.prefix + "docs/f13.txt/inside.txt")) == "theirs too")
+            #expect(String(buffer: try await s3.client.get(s3.prefix + "docs/f19.txt")) == "mine 19")
+            // Not proven: the two taken names are looked at on their own, the 18 others answered by the listing.
+            #expect(s3.looksOnTheirOwn.withLock { $0 } == (proven ? 0 : 2))
+        }
+    }
+
     @Test("S3: a multipart upload cut off half-way goes on after a restart with the parts not yet there", arguments: [ProviderKind.s3Rclone, .s3Moto])
     func multipartResume(kind: ProviderKind) async throws {
         guard ProviderKind.selected.contains(kind) else { return }

@@ -360,6 +360,16 @@ extension BatchUploadProvider {
     /// marked sent and recorded in one transaction each, instead of several per file. An error that is not a
     /// ``ProviderError`` (the provider's own bug, a local read) is that file's `.network` failure, tried again later.
     func uploadEach(_ files: [BatchFile], width: Int) async throws -> [Result<RemoteItem, ProviderError>] {
+        try await uploadEach(files, width: width) { file in
+            try await self.upload(
+                file.source, to: .new(parentId: file.parentId, name: file.name, mimeType: file.mimeType), requestId: file.requestId) { _ in }
+        }
+    }
+
+    /// Each file sent by `send`, `width` at a time; a provider's failure is that file's result.
+    func uploadEach(
+        _ files: [BatchFile], width: Int, send: @escaping @Sendable (BatchFile) async throws -> RemoteItem
+    ) async throws -> [Result<RemoteItem, ProviderError>] {
         try await withThrowingTaskGroup(of: (Int, Result<RemoteItem, ProviderError>).self) { group in
             var results = [Result<RemoteItem, ProviderError>](repeating: .failure(.network("not sent")), count: files.count)
             var next = 0
@@ -369,8 +379,7 @@ extension BatchUploadProvider {
                 next += 1
                 group.addTask {
                     do {
-                        let target = UploadTarget.new(parentId: file.parentId, name: file.name, mimeType: file.mimeType)
-                        return (index, .success(try await self.upload(file.source, to: target, requestId: file.requestId) { _ in }))
+                        return (index, .success(try await send(file)))
                     } catch let error as ProviderError {
                         return (index, .failure(error))
                     } catch is CancellationError {

@@ -32,6 +32,8 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     @_spi(Testing) public let partsSent = LockedBox(0)
     /// Whether the store takes `If-None-Match`/`If-Match` on writes (until one is refused as not implemented).
     let conditionsWork = LockedBox(true)
+    /// New files looked at on their own before their `PUT` (not answered by a batch's listing), for tests.
+    @_spi(Testing) public let looksOnTheirOwn = LockedBox(0)
     /// Whether the store has been seen to refuse a second `If-None-Match: *` write of one key (``probeConditions()``,
     /// once per remote, kept in the state store): only then does a new file go up without looking first.
     @_spi(Testing) public let conditionsProven = LockedBox<Bool?>(nil)
@@ -262,6 +264,58 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     public func upload(
         _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> RemoteItem {
+        try await upload(source, to: target, requestId: requestId, nothingThere: false, progress: progress)
+    }
+
+    /// A batch of new small files: on a store proven to refuse overwrites, each file's conditional `PUT` is its own
+    /// check; on any other, one listing per folder of the batch looks under all its names at once, instead of a
+    /// `HEAD` and a listing per file — a name with nothing under it is then one `PUT` (its folder looked at once a
+    /// minute, ``knownFolder(_:besides:)``); any other goes the usual way, looked at on its own.
+    public func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>] {
+        let free = try await probeConditions() ? [] : try await freeNames(files)
+        return try await uploadEach(files, width: 2) { file in
+            let target = UploadTarget.new(parentId: file.parentId, name: file.name, mimeType: file.mimeType)
+            return try await self.upload(file.source, to: target, requestId: file.requestId, nothingThere: free.contains(file.requestId)) { _ in }
+        }
+    }
+
+    /// The request ids of the files under whose names there is nothing — no object, no folder — by one listing of
+    /// each folder (ListObjectsV2 with a delimiter, under the keys' common prefix in bytes; one page: a name past its
+    /// end is not answered).
+    func freeNames(_ files: [BatchFile]) async throws -> Set<String> {
+        var free: Set<String> = []
+        for (parentId, group) in Dictionary(grouping: files, by: \.parentId) {
+            let named = group.compactMap { file in (try? ProviderPath.validated(file.name)).map { (file, key(ProviderPath.child($0, in: parentId))) } }
+            guard let first = named.first?.1 else { continue }
+            var common = Array(first.utf8)
+            for (_, key) in named.dropFirst() {
+                common.removeSubrange(zip(common, key.utf8).prefix { $0 == $1 }.count...)
+            }
+            var listPrefix: String? = nil
+            while listPrefix == nil, !common.isEmpty {  // cut at a whole character
+                listPrefix = String(validating: common, as: UTF8.self)
+                if listPrefix == nil { common.removeLast() }
+            }
+            let within = folderPrefix(parentId)
+            let prefix = (listPrefix ?? "").utf8.count >= within.utf8.count ? listPrefix ?? within : within
+            let page = try await call("looking in \(parentId == ProviderPath.root ? "/" : parentId)") {
+                try await client.list(prefix: prefix, delimiter: "/", maxKeys: 1000)
+            }
+            // Compared as text (canonically equal names count as taken: looked at on their own).
+            let taken = Set(page.objects.map(\.key)).union(page.prefixes.map { String($0.dropLast()) })
+            // A truncated page answers only for keys up to where it ends (keys come in byte order).
+            let end = page.next == nil ? nil : max(page.objects.last?.key ?? "", page.prefixes.last ?? "")
+            for (file, key) in named where !taken.contains(key) {
+                if let end, !(key + "/").utf8.lexicographicallyPrecedes(end.utf8) { continue }
+                free.insert(file.requestId)
+            }
+        }
+        return free
+    }
+
+    func upload(
+        _ source: UploadSource, to target: UploadTarget, requestId: String, nothingThere: Bool, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> RemoteItem {
         let id: String
         var base: String?
         let isNew: Bool
@@ -292,9 +346,15 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
                 throw ProviderError.notFound
             }
             return try await answer(id, etag: etag, source: source, look: etag.isEmpty)
+        case .new(let parentId, let name, _) where nothingThere:
+            // Nothing under the name a moment ago (the batch's listing): only the folder it goes in is looked at.
+            id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+            isNew = true
+            guard try await knownFolder(parentId) else { throw ProviderError.notFound }
         case .new(let parentId, let name, _):
             id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
             isNew = true
+            looksOnTheirOwn.withLock { $0 += 1 }
             // The three looks at once: a file or a folder under the name, and the folder it goes in.
             async let fileThere = call("looking at \(name)") { try await client.exists(key(id)) }
             async let existingFolder = folderExists(id)
