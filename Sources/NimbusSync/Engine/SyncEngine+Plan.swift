@@ -324,35 +324,48 @@ extension SyncEngine {
     }
 
     /// The steps grouped as they run: small new files together (batches), every other step alone. Local steps
-    /// that only touch the database come first (they are quick and unblock the next plan).
+    /// that only touch the database come first (they are quick and unblock the next plan). A batch holds files of
+    /// one folder where it can (the plan's order mixes folders): a provider that looks before it writes (S3 on a
+    /// store not proven to refuse overwrites) then looks once per batch.
     func units(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> [[PlannedOperation]] {
         guard let batching = provider as? any BatchUploadProvider, batching.batchLimits.files > 1 else { return steps.map { [$0] } }
         let limits = batching.batchLimits
-        let sizes = try await database.pool.read { db -> [String: Int64] in
-            var sizes: [String: Int64] = [:]
-            let statement = try db.cachedStatement(sql: "SELECT l_size FROM items WHERE luid = ? AND source_revision IS NULL AND file_id IS NULL")
+        let small = try await database.pool.read { db -> [String: (size: Int64, parent: String)] in
+            var small: [String: (size: Int64, parent: String)] = [:]
+            let statement = try db.cachedStatement(
+                sql: "SELECT l_size, l_parent FROM items WHERE luid = ? AND source_revision IS NULL AND file_id IS NULL")
             for case .upload(let id, nil) in steps {
-                if let size = try Int64.fetchOne(statement, arguments: [id.rawValue]), size <= limits.fileSize { sizes[id.rawValue] = size }
+                if let row = try Row.fetchOne(statement, arguments: [id.rawValue]), let size = row[0] as Int64?, size <= limits.fileSize {
+                    small[id.rawValue] = (size, row[1] as String? ?? "")
+                }
             }
-            return sizes
+            return small
+        }
+        var byFolder: [String: [(step: PlannedOperation, size: Int64)]] = [:]
+        for step in steps {
+            if case .upload(let id, nil) = step, let file = small[id.rawValue] { byFolder[file.parent, default: []].append((step, file.size)) }
         }
         var units: [[PlannedOperation]] = []
-        var batch: [PlannedOperation] = []
-        var bytes: Int64 = 0
         for step in steps {
-            guard case .upload(let id, nil) = step, let size = sizes[id.rawValue] else {
+            guard case .upload(let id, nil) = step, let file = small[id.rawValue] else {
                 units.append([step])
                 continue
             }
-            if batch.count >= limits.files || bytes + size > limits.bytes {
-                units.append(batch)
-                batch = []
-                bytes = 0
+            // A folder's small files go where its first one was, cut by the batch limits.
+            guard let files = byFolder.removeValue(forKey: file.parent) else { continue }
+            var batch: [PlannedOperation] = []
+            var bytes: Int64 = 0
+            for (member, size) in files {
+                if batch.count >= limits.files || bytes + size > limits.bytes {
+                    units.append(batch)
+                    batch = []
+                    bytes = 0
+                }
+                batch.append(member)
+                bytes += size
             }
-            batch.append(step)
-            bytes += size
+            if !batch.isEmpty { units.append(batch) }
         }
-        if !batch.isEmpty { units.append(batch) }
         return units
     }
 
