@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import GRDB
+import NimbusAPI
 @testable import NimbusSync
 import Testing
 
@@ -61,6 +62,41 @@ struct SupportTests {
             #expect(db.totalChangesCount == before + 1)
             #expect(try ItemRow.fetch(db, luid: "item1") == changed)
             #expect(try ItemRow.luid(db, fileId: "F1") == "item1")
+        }
+    }
+}
+
+@Suite("Chunks cut while hashing")
+struct HashAndCutTests {
+    @Test("a scan's pass gives the file's SHA-256 and the same chunks as reading it for an upload, at sizes around the window's edges; the upload takes them once")
+    func sameAsTheReader() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-cut-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        var generator = SeededRandom(seed: 11)
+        let window = 8 << 20
+        for size in [0, 1, 5_000, 1 << 20, window - 1, window, window + 1, 2 * window + 123_457, 21 << 20] {
+            let words = (0..<(size + 7) / 8).map { _ in generator.next() }
+            let bytes = words.withUnsafeBytes { Data($0.prefix(size)) }
+            let url = folder.appending(path: "f\(size)")
+            try bytes.write(to: url)
+            let (checksum, hashedSize) = try LocalChunking.hashAndCut(url)
+            #expect(checksum == FileHasher.hex(SHA256.hash(data: bytes)))
+            #expect(hashedSize == Int64(size))
+            let read = try LocalChunking.chunks(of: url)
+            let cut = LocalChunking.takePrecut(checksum: checksum, size: Int64(size))
+            #expect(cut == read.chunks, "size \(size)")
+            #expect(LocalChunking.takePrecut(checksum: checksum, size: Int64(size)) == nil, "taken once")
+            // Both against FastCDC over the whole content at once, and each chunk's hash against its bytes.
+            let lengths = bytes.withUnsafeBytes { FastCDC.lengths(of: $0) }
+            #expect(read.chunks.map(\.length) == lengths, "size \(size)")
+            var offset = 0
+            for chunk in read.chunks {
+                #expect(chunk.offset == Int64(offset))
+                #expect(chunk.hash == FileHasher.hex(SHA256.hash(data: bytes.subdata(in: offset..<offset + chunk.length))))
+                offset += chunk.length
+            }
+            #expect(offset == size)
         }
     }
 }

@@ -90,7 +90,10 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func hash(_ path: String) throws -> (checksum: String, size: Int64) {
-        try FileHasher.sha256(of: URL(fileURLWithPath: path))
+        if LocalChunking.scansCut.withLock({ $0 }), let size = stat(path)?.size, size >= LocalChunking.cutMinimum {
+            return try LocalChunking.hashAndCut(URL(fileURLWithPath: path))
+        }
+        return try FileHasher.sha256(of: URL(fileURLWithPath: path))
     }
 
     public func read(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }

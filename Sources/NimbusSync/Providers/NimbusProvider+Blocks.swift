@@ -41,13 +41,10 @@ enum LocalChunking {
     /// the rest of the file is still being cut.
     struct Reader {
         private let handle: ContentReader
-        private var scanner = FastCDC.Scanner()
-        private var carry = Data()  // the bytes of the chunk still going on
-        private var carryStart: Int64 = 0  // where they are in the file
-        private var cuts: [Int] = []
+        private var cutter = Cutter()
         private var ended = false
         /// The bytes read so far (the file's size once ``next()`` has returned nil).
-        var size: Int64 { carryStart + Int64(carry.count) }
+        var size: Int64 { cutter.size }
 
         init(url: URL, sealing: ContentSealing?) throws {
             handle = try ContentReader(url: url, sealing: sealing)
@@ -60,30 +57,130 @@ enum LocalChunking {
             guard !ended else { return nil }
             guard let data = try handle.read(upToCount: 8 << 20), !data.isEmpty else {
                 ended = true
-                guard !carry.isEmpty else { return nil }
-                let last = LocalChunk(offset: carryStart, length: carry.count, hash: FileHasher.hex(SHA256.hash(data: carry)))
-                carryStart += Int64(carry.count)
-                carry = Data()
-                return [last]
+                return cutter.finish()
             }
+            return cutter.take(data)
+        }
+    }
+
+    /// FastCDC over bytes given window by window: the chunks that end in each, with their SHA-256 (hashed on every
+    /// core), and the last one at the end. One buffer holds the chunk going on and the new window, reused (a fresh
+    /// 8 MiB buffer per window cost a page fault per 4 KiB).
+    struct Cutter {
+        private var scanner = FastCDC.Scanner()
+        private var window: [UInt8] = []  // the chunk going on, then the bytes taken since
+        private var windowStart: Int64 = 0  // where `window` starts in the file
+        private var cuts: [Int] = []
+        private var ranges: [Range<Int>] = []  // the chunks the last cut found, in `window`
+        /// The bytes taken so far.
+        var size: Int64 { windowStart + Int64(window.count) }
+
+        mutating func take(_ data: Data) -> [LocalChunk] {
+            data.withUnsafeBytes { cut($0) }
+            return hashed()
+        }
+
+        /// Finds the chunks that end in `data`; ``hashed()`` gives them, and must be asked before the next cut.
+        mutating func cut(_ data: UnsafeRawBufferPointer) {
+            dropHashed()
+            let carried = window.count
             cuts.removeAll(keepingCapacity: true)
-            data.withUnsafeBytes { scanner.scan($0, cuts: &cuts) }
-            var window = carry
-            window.append(data)
-            var ranges: [Range<Int>] = []
+            scanner.scan(data, cuts: &cuts)
+            window.append(contentsOf: data)
             var from = 0
             for cut in cuts {
-                ranges.append(from..<carry.count + cut)
-                from = carry.count + cut
+                ranges.append(from..<carried + cut)
+                from = carried + cut
             }
-            var chunks: [LocalChunk] = []
-            for (range, hash) in zip(ranges, LocalChunking.hashes(of: window, ranges)) {
-                chunks.append(LocalChunk(offset: carryStart + Int64(range.lowerBound), length: range.count, hash: hash))
-            }
-            carryStart += Int64(from)
-            carry = window.subdata(in: from..<window.count)
-            return chunks
         }
+
+        /// What ended at the last cut leaves the buffer; the chunk going on moves to its start.
+        private mutating func dropHashed() {
+            guard let last = ranges.last else { return }
+            windowStart += Int64(last.upperBound)
+            window.removeSubrange(0..<last.upperBound)
+            ranges.removeAll(keepingCapacity: true)
+        }
+
+        /// The chunks the last ``cut(_:)`` found, with their SHA-256, hashed on every core.
+        func hashed() -> [LocalChunk] {
+            window.withUnsafeBytes { bytes in
+                zip(ranges, LocalChunking.hashes(of: bytes, ranges)).map { range, hash in
+                    LocalChunk(offset: windowStart + Int64(range.lowerBound), length: range.count, hash: hash)
+                }
+            }
+        }
+
+        /// The last chunk (nil when the bytes ended on a cut, or there were none).
+        mutating func finish() -> [LocalChunk]? {
+            dropHashed()
+            guard !window.isEmpty else { return nil }
+            let chunk = LocalChunk(offset: windowStart, length: window.count, hash: FileHasher.hex(SHA256.hash(data: window)))
+            windowStart += Int64(window.count)
+            window = []
+            return [chunk]
+        }
+    }
+
+    // MARK: Cut while the scan hashes
+
+    /// Whether a folder's scan cuts the big files it hashes (``hashAndCut(_:)``): set by a provider that uploads new
+    /// versions by blocks, so that the upload does not read and cut the file a second time.
+    static let scansCut = LockedBox(false)
+    /// The smallest file a scan cuts (a new version of 1 MiB or more goes up by blocks).
+    static let cutMinimum: Int64 = 1 << 20
+    /// Chunks cut by scans, by the content's SHA-256 (a few files' worth; taken by the upload that uses them).
+    static let precut = LockedBox([String: (size: Int64, chunks: [LocalChunk])]())
+    static let precutLimit = 8
+
+    /// The chunks a scan cut of content with this checksum and size, once.
+    static func takePrecut(checksum: String, size: Int64) -> [LocalChunk]? {
+        precut.withLock { cache in
+            guard let entry = cache.removeValue(forKey: checksum), entry.size == size else { return nil }
+            return entry.chunks
+        }
+    }
+
+    /// The file's SHA-256 and size, as ``FileHasher/sha256(of:)`` — and, read in the same pass, its chunks, kept for
+    /// the upload (``takePrecut(checksum:size:)``): the whole-content hash on one core, the cut and the chunks' hashes
+    /// beside it. A scan that found a big file changed used to read it for its hash, then the upload read and cut it
+    /// again; the chunks' hashes are checked by the server as blocks arrive, so a file changed between the two fails
+    /// there (422) and is scanned again.
+    static func hashAndCut(_ url: URL) throws -> (checksum: String, size: Int64) {
+        final class Work: @unchecked Sendable {  // each of the two threads touches its own fields
+            var whole = SHA256()
+            var cutter = Cutter()
+            var buffer = [UInt8](repeating: 0, count: 8 << 20)
+            var count = 0
+        }
+        let descriptor = open(url.path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw FileHasher.readError(url) }
+        defer { close(descriptor) }
+        let work = Work()
+        var chunks: [LocalChunk] = []
+        while true {
+            // A whole window, as a Reader reads it.
+            guard let count = work.buffer.withUnsafeMutableBytes({ FileHasher.fill(descriptor, $0) }) else { throw FileHasher.readError(url) }
+            guard count > 0 else { break }
+            work.count = count
+            // The whole-content hash beside the cut points (each ~2 GB/s on one core), then the chunks' hashes on both.
+            DispatchQueue.concurrentPerform(iterations: 2) { side in
+                work.buffer.withUnsafeBytes { bytes in
+                    let data = UnsafeRawBufferPointer(rebasing: bytes[..<work.count])
+                    if side == 0 { work.whole.update(bufferPointer: data) } else { work.cutter.cut(data) }
+                }
+            }
+            chunks += work.cutter.hashed()
+            if count < work.buffer.count { break }
+        }
+        chunks += work.cutter.finish() ?? []
+        let checksum = FileHasher.hex(work.whole.finalize())
+        let size = work.cutter.size
+        precut.withLock { cache in
+            if cache.count >= precutLimit { cache.removeAll() }
+            cache[checksum] = (size, chunks)
+        }
+        return (checksum, size)
     }
 
     /// Whether given part ends can be blocks: growing, none over 4 MiB long, the last the file's end.
@@ -126,6 +223,18 @@ enum LocalChunking {
         }
         guard try handle.read(upToCount: 1)?.isEmpty ?? true else { throw ProviderError.checksumMismatch }
         return (chunks, start)
+    }
+
+    static func hashes(of window: UnsafeRawBufferPointer, _ ranges: [Range<Int>]) -> [String] {
+        struct Shared<T>: @unchecked Sendable { let value: T }
+        var results = [String](repeating: "", count: ranges.count)
+        results.withUnsafeMutableBufferPointer { out in
+            let source = Shared(value: window), target = Shared(value: out)
+            DispatchQueue.concurrentPerform(iterations: ranges.count) { index in
+                target.value[index] = FileHasher.hex(SHA256.hash(data: UnsafeRawBufferPointer(rebasing: source.value[ranges[index]])))
+            }
+        }
+        return results
     }
 
     static func hashes(of window: Data, _ ranges: [Range<Int>]) -> [String] {
@@ -352,6 +461,8 @@ extension NimbusProvider: DeltaDownloadProvider {
         do {
             if let boundaries = source.boundaries, LocalChunking.usable(boundaries, size: source.size) {
                 given = try LocalChunking.chunks(of: source.url, endingAt: boundaries, sealing: source.sealing).chunks
+            } else if source.sealing == nil, let cut = LocalChunking.takePrecut(checksum: source.checksum, size: source.size) {
+                given = cut  // cut by the scan that hashed it
             } else {
                 reader = try LocalChunking.Reader(url: source.url, sealing: source.sealing)
             }

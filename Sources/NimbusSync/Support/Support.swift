@@ -69,6 +69,21 @@ public enum FileHasher {
         return (hex(hasher.finalize()), size)
     }
 
+    /// Fills `buffer` from `descriptor`: fewer bytes only at the end of the file; nil on an error (`errno` says which).
+    static func fill(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        var count = 0
+        while count < buffer.count {
+            let got = read(descriptor, buffer.baseAddress! + count, buffer.count - count)
+            if got < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            if got == 0 { break }
+            count += got
+        }
+        return count
+    }
+
     /// The error FileHandle would give for the current `errno` ("… couldn’t be opened because there is no such file").
     static func readError(_ url: URL) -> CocoaError {
         let code: CocoaError.Code = switch errno {
