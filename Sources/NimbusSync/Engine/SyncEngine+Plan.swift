@@ -54,7 +54,8 @@ extension SyncEngine {
     /// Scans the synced folder into the local tree.
     func observeLocal() async throws {
         guard let disk else { return }
-        lastScan = try disk.scan(database) { ItemID.make().rawValue }
+        let cutting = (provider as? NimbusProvider)?.blockUploads == true
+        lastScan = try disk.scan(database, cutting: cutting) { ItemID.make().rawValue }
     }
 
     /// Items deleted here while their creation was in doubt (sent, no answer recorded): the creation is asked for

@@ -35,7 +35,9 @@ struct DiskFolder: Sendable {
     /// or, if none, to an item whose path is gone and that had the same inode (a move); the rest are new items;
     /// items not found are deleted here. A file whose inode, size and modification time are unchanged is not
     /// read; a changed one is hashed once it has settled, and marked as changing until then.
-    func scan(_ database: LocalDatabase, makeId: () -> String) throws -> Scan {
+    /// `cutting`: big files it hashes are cut into chunks in the same pass (``FileSystem/hash(_:cutting:)``), for a
+    /// provider that uploads new versions by blocks.
+    func scan(_ database: LocalDatabase, cutting: Bool = false, makeId: () -> String) throws -> Scan {
         var result = Scan()
         guard let rootStat = fileSystem.stat(rootPath), rootStat.kind == .folder else {
             throw SyncError.localFile("Cannot read the folder \(rootPath): it is not there (is the disk mounted?).")
@@ -147,7 +149,7 @@ struct DiskFolder: Sendable {
                         result.changing.append(entry.path)
                         let settles = Date(timeIntervalSince1970: Double(entry.stat.mtime) / 1e9 + settleTime)
                         result.nextSettle = min(result.nextSettle ?? settles, settles)
-                    } else if let (checksum, size) = try? fileSystem.hash(absolute(entry.path)),
+                    } else if let (checksum, size) = try? fileSystem.hash(absolute(entry.path), cutting: cutting),
                         let after = fileSystem.stat(absolute(entry.path)), after == entry.stat
                     {
                         row.lChecksum = checksum

@@ -44,6 +44,9 @@ public protocol FileSystem: Sendable {
     func contents(ofFolder path: String) throws -> [String]
     /// SHA-256 and size of a file's content.
     func hash(_ path: String) throws -> (checksum: String, size: Int64)
+    /// The same; with `cutting`, a file system may also cut big files into chunks in the same pass, for their upload
+    /// by blocks (a speed-up only: the default hashes).
+    func hash(_ path: String, cutting: Bool) throws -> (checksum: String, size: Int64)
     /// A small file's content (`.nimbusignore`); nil when there is none.
     func read(_ path: String) -> Data?
     /// Creates a folder; false if something is already there.
@@ -62,6 +65,10 @@ public protocol FileSystem: Sendable {
     func exportFile(_ path: String) throws -> URL
     /// The clock file times are compared with (a file modified moments ago is still being written).
     func now() -> Date
+}
+
+extension FileSystem {
+    public func hash(_ path: String, cutting: Bool) throws -> (checksum: String, size: Int64) { try hash(path) }
 }
 
 /// The real disk.
@@ -90,10 +97,13 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     public func hash(_ path: String) throws -> (checksum: String, size: Int64) {
-        if LocalChunking.scansCut.withLock({ $0 }), let size = stat(path)?.size, size >= LocalChunking.cutMinimum {
-            return try LocalChunking.hashAndCut(URL(fileURLWithPath: path))
-        }
-        return try FileHasher.sha256(of: URL(fileURLWithPath: path))
+        try FileHasher.sha256(of: URL(fileURLWithPath: path))
+    }
+
+    /// Big files cut as well when `cutting` (``LocalChunking/hashAndCut(_:)``): their upload takes the chunks.
+    public func hash(_ path: String, cutting: Bool) throws -> (checksum: String, size: Int64) {
+        guard cutting, let size = stat(path)?.size, size >= LocalChunking.cutMinimum else { return try hash(path) }
+        return try LocalChunking.hashAndCut(URL(fileURLWithPath: path))
     }
 
     public func read(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }

@@ -124,9 +124,6 @@ enum LocalChunking {
 
     // MARK: Cut while the scan hashes
 
-    /// Whether a folder's scan cuts the big files it hashes (``hashAndCut(_:)``): set by a provider that uploads new
-    /// versions by blocks, so that the upload does not read and cut the file a second time.
-    static let scansCut = LockedBox(false)
     /// The smallest file a scan cuts (a new version of 1 MiB or more goes up by blocks).
     static let cutMinimum: Int64 = 1 << 20
     /// Chunks cut by scans, by the content's SHA-256 (a few files' worth; taken by the upload that uses them).

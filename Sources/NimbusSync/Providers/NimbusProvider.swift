@@ -42,7 +42,6 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         deltaMinimum: Int64 = 1 << 20
     ) {
         self.blockUploads = blockUploads
-        if blockUploads { LocalChunking.scansCut.withLock { $0 = true } }
         self.deltaMinimum = deltaMinimum
         self.client = client
         self.state = state
