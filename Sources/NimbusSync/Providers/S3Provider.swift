@@ -304,7 +304,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
             // Compared as text (canonically equal names count as taken: looked at on their own).
             let taken = Set(page.objects.map(\.key)).union(page.prefixes.map { String($0.dropLast()) })
             // A truncated page answers only for keys up to where it ends (keys come in byte order).
-            let end = page.next == nil ? nil : max(page.objects.last?.key ?? "", page.prefixes.last ?? "")
+            let end = page.next == nil ? nil : [page.objects.last?.key, page.prefixes.last].compactMap { $0 }.max { $0.utf8.lexicographicallyPrecedes($1.utf8) } ?? ""
             for (file, key) in named where !taken.contains(key) {
                 if let end, !(key + "/").utf8.lexicographicallyPrecedes(end.utf8) { continue }
                 free.insert(file.requestId)
