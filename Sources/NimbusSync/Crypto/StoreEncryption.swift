@@ -69,6 +69,15 @@ final class StoreCipher: Sendable {
         var count = 0
         /// Entries learnt since the cache was loaded or saved.
         var added = 0
+
+        /// A name or id just sealed or opened, both ways (the whole cache dropped first when full).
+        mutating func learn(sealed: String, plain: String, kind: Kind) {
+            if count >= StoreCipher.recentLimit { self = Recent() }
+            self.sealed[kind.rawValue][plain] = sealed
+            opened[kind.rawValue][sealed] = plain
+            count += 1
+            added += 1
+        }
     }
     private let recent = LockedBox(Recent())
     static let recentLimit = 200_000
@@ -94,11 +103,7 @@ final class StoreCipher: Sendable {
             func open(_ stored: String, _ kind: Kind) throws -> String {
                 if let known = cache.opened[kind.rawValue][stored] { return known }
                 let plain = try openUncached(stored, as: kind)
-                if cache.count >= Self.recentLimit { cache = Recent() }
-                cache.sealed[kind.rawValue][plain] = stored
-                cache.opened[kind.rawValue][stored] = plain
-                cache.count += 1
-                cache.added += 1
+                cache.learn(sealed: stored, plain: plain, kind: kind)
                 return plain
             }
             for index in rows.indices {
@@ -119,13 +124,7 @@ final class StoreCipher: Sendable {
     }
 
     private func remember(sealed: String, plain: String, kind: Kind) {
-        recent.withLock {
-            if $0.count >= Self.recentLimit { $0 = Recent() }
-            $0.sealed[kind.rawValue][plain] = sealed
-            $0.opened[kind.rawValue][sealed] = plain
-            $0.count += 1
-            $0.added += 1
-        }
+        recent.withLock { $0.learn(sealed: sealed, plain: plain, kind: kind) }
     }
 
     /// How many names and ids the cache holds (for tests).
@@ -275,14 +274,17 @@ final class StoreCipher: Sendable {
     static func register(_ cipher: StoreCipher?, label: String) {
         registered.withLock { $0[label] = cipher }
     }
+
+    /// The cipher registered for a database's label; nil for a plain library.
+    static func registered(label: String?) -> StoreCipher? {
+        guard let label else { return nil }
+        return registered.withLock { $0[label] }
+    }
 }
 
 extension Database {
     /// This library's cipher when it is encrypted at rest; nil for a plain one.
-    var storeCipher: StoreCipher? {
-        guard let label = configuration.label else { return nil }
-        return StoreCipher.registered.withLock { $0[label] }
-    }
+    var storeCipher: StoreCipher? { StoreCipher.registered(label: configuration.label) }
 
     /// A provider id as this store keeps it (sealed when encrypted): for SQL arguments.
     func storedId(_ id: String) -> String { storeCipher?.sealId(id) ?? id }

@@ -46,8 +46,7 @@ extension SyncEngine {
     /// An encrypted library keeps the names it opened for the next run (``StoreCipher/nameCacheBlob()``), when it
     /// learnt any.
     func saveNameCache() async throws {
-        guard let blob = database.pool.configuration.label.flatMap({ label in StoreCipher.registered.withLock { $0[label] } })?.nameCacheBlob()
-        else { return }
+        guard let blob = StoreCipher.registered(label: database.pool.configuration.label)?.nameCacheBlob() else { return }
         try await database.pool.write { db in try db.setMeta(StoreCipher.cacheMetaKey, blob) }
     }
 

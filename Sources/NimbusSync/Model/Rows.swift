@@ -197,15 +197,12 @@ struct ItemRow: Sendable, Equatable {
         return row
     }
 
-    /// This row as read from an encrypted store, names opened.
+    /// This row as read from an encrypted store, names opened (``StoreCipher/open(_:)``).
     func opened(_ cipher: StoreCipher?) throws -> ItemRow {
         guard let cipher else { return self }
-        var row = self
-        row.fileId = try fileId.map { try cipher.openId($0) }
-        row.rName = try cipher.openName(rName)
-        row.sName = try cipher.openName(sName)
-        row.lName = try cipher.openName(lName)
-        return row
+        var rows = [self]
+        try cipher.open(&rows)
+        return rows[0]
     }
 
     /// The LUID of the item that is provider item `fileId`, without decoding the row.

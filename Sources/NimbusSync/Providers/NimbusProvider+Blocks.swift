@@ -222,7 +222,9 @@ enum LocalChunking {
         return (chunks, start)
     }
 
+    /// The SHA-256 of each range of `window`, on every core.
     static func hashes(of window: UnsafeRawBufferPointer, _ ranges: [Range<Int>]) -> [String] {
+        /// Pointers the worker threads share: each writes its own slot, all read the same window.
         struct Shared<T>: @unchecked Sendable { let value: T }
         var results = [String](repeating: "", count: ranges.count)
         results.withUnsafeMutableBufferPointer { out in
@@ -235,18 +237,7 @@ enum LocalChunking {
     }
 
     static func hashes(of window: Data, _ ranges: [Range<Int>]) -> [String] {
-        /// Pointers the worker threads share: each writes its own slot, all read the same window.
-        struct Shared<T>: @unchecked Sendable { let value: T }
-        var results = [String](repeating: "", count: ranges.count)
-        window.withUnsafeBytes { raw in
-            results.withUnsafeMutableBufferPointer { out in
-                let source = Shared(value: raw), target = Shared(value: out)
-                DispatchQueue.concurrentPerform(iterations: ranges.count) { index in
-                    target.value[index] = FileHasher.hex(SHA256.hash(data: UnsafeRawBufferPointer(rebasing: source.value[ranges[index]])))
-                }
-            }
-        }
-        return results
+        window.withUnsafeBytes { hashes(of: $0, ranges) }
     }
 
     /// `length` bytes of `url` at `offset`, or nil when the file no longer has them.
