@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import GRDB
+import NIOCore
+import NIOFoundationCompat
 import NimbusAPI
 @testable import NimbusSync
 import Testing
@@ -24,6 +26,31 @@ struct SupportTests {
         #expect(FileHasher.regularFileSize(folder.path) == nil)
         #expect(FileHasher.regularFileSize(folder.appending(path: "missing").path) == nil)
         #expect(throws: CocoaError.self) { try FileHasher.sha256(of: folder.appending(path: "missing")) }
+    }
+
+    @Test("an upload's body reads a piece only when the HTTP client asks for it, and hashes all it sent")
+    func uploadBodyPulls() async throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-body-\(UUID.random().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let bytes = Data((0..<(5 << 20) + 3).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 1) })
+        let url = folder.appending(path: "big")
+        try bytes.write(to: url)
+        let checksum = FileHasher.hex(SHA256.hash(data: bytes))
+        let body = HashingFileBody(UploadSource(url: url, size: Int64(bytes.count), checksum: checksum)) { _ in }
+        var pieces = try body.stream().makeAsyncIterator()
+        let first = try await pieces.next()
+        #expect(first?.readableBytes == HashingFileBody.pieceSize)
+        // Nothing read ahead: a 10 GiB file is not pulled into memory faster than the server takes it.
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(body.digest.size == Int64(HashingFileBody.pieceSize))
+        var sent = first.map { Data(buffer: $0) } ?? Data()
+        while let piece = try await pieces.next() { sent.append(Data(buffer: piece)) }
+        #expect(sent == bytes)
+        #expect(try await pieces.next() == nil)
+        let fresh = HashingFileBody(UploadSource(url: url, size: Int64(bytes.count), checksum: checksum)) { _ in }
+        for try await _ in try fresh.stream() {}
+        #expect(fresh.digest.size == Int64(bytes.count) && fresh.digest.checksum == checksum)
     }
 
     @Test("random UUIDs are version 4, RFC 4122 variant, and differ")

@@ -142,10 +142,13 @@ extension UploadSource {
 }
 
 /// A file read in pieces for an HTTP body: hashed on the way, progress reported per piece. The body is checked
-/// against the expected checksum by the caller once it is sent (``digest``).
+/// against the expected checksum by the caller once it is sent (``digest``). A piece is read only when the HTTP
+/// client asks for the next one, so memory stays at a piece or two whatever the file's size (a pushing stream
+/// read a page-cached 1 GiB file into memory faster than a server took it).
 final class HashingFileBody: @unchecked Sendable {
     let source: UploadSource
     let progress: @Sendable (Int64) -> Void
+    static let pieceSize = 1 << 20
     private let lock = NSLock()
     private var hasher = SHA256()
     private var sent: Int64 = 0
@@ -155,30 +158,56 @@ final class HashingFileBody: @unchecked Sendable {
         self.progress = progress
     }
 
-    /// The pieces of the file, 1 MiB at a time.
-    func stream() throws -> AsyncThrowingStream<ByteBuffer, any Error> {
+    /// The pieces of the file, 1 MiB at a time, each read when asked for.
+    func stream() throws -> Pieces {
         let handle: ContentReader
         do { handle = try source.open() } catch { throw ProviderError.checksumMismatch }
-        return AsyncThrowingStream { continuation in
-            let task = Task {
-                defer { handle.close() }
-                do {
-                    while let buffer = try handle.readBuffer(upToCount: 1 << 20), buffer.readableBytes > 0 {
-                        try Task.checkCancellation()
-                        self.lock.withLock {
-                            buffer.withUnsafeReadableBytes { self.hasher.update(bufferPointer: $0) }
-                            self.sent += Int64(buffer.readableBytes)
-                        }
-                        continuation.yield(buffer)
-                        self.progress(self.lock.withLock { self.sent })
-                    }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
+        return Pieces(body: self, reader: Reader(handle))
+    }
+
+    /// Closes the file when the last piece has been asked for, or when the request lets go of it.
+    final class Reader: @unchecked Sendable {
+        private let lock = NSLock()
+        private var handle: ContentReader?
+
+        init(_ handle: ContentReader) { self.handle = handle }
+        deinit { handle?.close() }
+
+        /// The next piece; nil at the end (the file is closed then).
+        func next() throws -> ByteBuffer? {
+            try lock.withLock {
+                guard let handle else { return nil }
+                if let buffer = try handle.readBuffer(upToCount: HashingFileBody.pieceSize), buffer.readableBytes > 0 { return buffer }
+                handle.close()
+                self.handle = nil
+                return nil
             }
-            continuation.onTermination = { _ in task.cancel() }
         }
+    }
+
+    struct Pieces: AsyncSequence, Sendable {
+        typealias Element = ByteBuffer
+        let body: HashingFileBody
+        let reader: Reader
+
+        struct AsyncIterator: AsyncIteratorProtocol {
+            let body: HashingFileBody
+            let reader: Reader
+
+            mutating func next() async throws -> ByteBuffer? {
+                try Task.checkCancellation()
+                guard let buffer = try reader.next() else { return nil }
+                let sent = body.lock.withLock {
+                    buffer.withUnsafeReadableBytes { body.hasher.update(bufferPointer: $0) }
+                    body.sent += Int64(buffer.readableBytes)
+                    return body.sent
+                }
+                body.progress(sent)
+                return buffer
+            }
+        }
+
+        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(body: body, reader: reader) }
     }
 
     /// The size and SHA-256 of what was read.
