@@ -62,6 +62,16 @@ func tree(_ root: URL) -> [String: String] {
     return result
 }
 
+/// A file's permission bits.
+func mode(_ url: URL) -> Int? { (try? FileManager.default.attributesOfItem(atPath: url.path)[.posixPermissions]) as? Int }
+
+/// What a new file's permissions are here: 0666 less this process's umask (which `nimbus` inherits).
+let newFileMode: Int = {
+    let mask = umask(0o022)
+    umask(mask)
+    return 0o666 & ~Int(mask)
+}()
+
 func write(_ text: String, to url: URL) throws {
     try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
     try Data(text.utf8).write(to: url)
@@ -100,6 +110,7 @@ struct EndToEndTests {
         #expect(try device.run(["restore", "/Work/notes.txt", revisions[1].revisionId]).status == 0)
         #expect(try device.run(["get", "/Work/notes.txt", "restored.txt"]).status == 0)
         #expect(try String(contentsOf: device.workingDirectory.appending(path: "restored.txt"), encoding: .utf8) == "first")
+        #expect(mode(device.workingDirectory.appending(path: "restored.txt")) == newFileMode, "a new file's permissions, not the store's 0600")
 
         #expect(try device.run(["mv", "/Work/notes.txt", "/Work/2026"]).status == 0)
         #expect(try device.run(["mv", "/Work/2026/notes.txt", "/Work/2026/renamed.txt"]).status == 0)

@@ -106,6 +106,20 @@ struct RemotesAndConflictsTests {
         let trash = try FileManager.default.subpathsOfDirectory(atPath: nas.appending(path: "Shared/.nimbus-trash").path)
         #expect(trash.contains { $0.hasSuffix("alpha.txt") }, "what is deleted there goes to the folder's trash: \(trash)")
 
+        // Permissions: a file new here is made with the usual ones (0666 less the umask), not the store's private
+        // 0600; a file replaced by a newer version keeps its own (an executable stays executable).
+        try write("#!/bin/sh\necho one\n", to: folderA.appending(path: "run.sh"))
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(mode(folderB.appending(path: "run.sh")) == newFileMode)
+        #expect(mode(folderB.appending(path: "nas.txt")) == newFileMode)
+        try FileManager.default.setAttributes([.posixPermissions: 0o750], ofItemAtPath: folderB.appending(path: "run.sh").path)
+        try write("#!/bin/sh\necho two\n", to: folderA.appending(path: "run.sh"))
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(try text(folderB.appending(path: "run.sh")) == "#!/bin/sh\necho two\n")
+        #expect(mode(folderB.appending(path: "run.sh")) == 0o750)
+
         #expect(try a.run(["remote", "remove", "nas"]).status == 0)
         #expect(try a.run(["remote", "list"]).stdout.contains("No remotes"))
         #expect(FileManager.default.fileExists(atPath: nas.appending(path: "Shared/nas.txt").path), "removing a remote deletes nothing")

@@ -212,7 +212,7 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func importFile(_ source: URL, to path: String) throws {
+    func importFile(_ source: URL, to path: String, modeOf existing: String?) throws {
         try touch("import", path)
         let data = try Data(contentsOf: source)
         try? FileManager.default.removeItem(at: source)

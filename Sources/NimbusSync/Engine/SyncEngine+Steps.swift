@@ -653,9 +653,9 @@ extension SyncEngine {
             defer { try? FileManager.default.removeItem(at: plain) }
             try copyOut(partial.url.path, to: plain, checksum: partial.checksum)
             try? FileManager.default.removeItem(at: partial.url)
-            try disk.fileSystem.importFile(plain, to: temporary)
+            try disk.fileSystem.importFile(plain, to: temporary, modeOf: row.lPresent ? target : nil)
         } else {
-            try disk.fileSystem.importFile(partial.url, to: temporary)
+            try disk.fileSystem.importFile(partial.url, to: temporary, modeOf: row.lPresent ? target : nil)
         }
         // The last check: the file it replaces is still what the plan saw (nothing unsent is replaced), and nothing
         // that appeared at the path meanwhile is.

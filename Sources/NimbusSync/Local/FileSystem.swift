@@ -60,7 +60,9 @@ public protocol FileSystem: Sendable {
     /// Renames `from` to `to`, replacing a file there.
     func rename(_ from: String, to: String) throws
     /// Moves a file from the real disk (a finished download in the engine's store) to `path` (which must be free).
-    func importFile(_ source: URL, to path: String) throws
+    /// It gets the permissions of the file at `modeOf` (the version it replaces: an executable stays executable), or
+    /// those of a new file (0666 less the umask), not the store's private 0600.
+    func importFile(_ source: URL, to path: String, modeOf existing: String?) throws
     /// A real file with the content at `path` for a provider to read: the file itself on a real disk.
     func exportFile(_ path: String) throws -> URL
     /// The clock file times are compared with (a file modified moments ago is still being written).
@@ -130,12 +132,33 @@ public struct POSIXFileSystem: FileSystem {
         guard Foundation.rename(from, to) == 0 else { throw SyncError.localFile("Could not move \(from) to \(to) (\(String(cString: strerror(errno)))).") }
     }
 
-    public func importFile(_ source: URL, to path: String) throws {
-        if Foundation.rename(source.path, path) == 0 { return }
-        // Another file system: copy, then drop the engine's copy.
-        try FileManager.default.copyItem(atPath: source.path, toPath: path)
-        try? FileManager.default.removeItem(at: source)
+    public func importFile(_ source: URL, to path: String, modeOf existing: String?) throws {
+        if Foundation.rename(source.path, path) != 0 {
+            // Another file system: copy, then drop the engine's copy.
+            try FileManager.default.copyItem(atPath: source.path, toPath: path)
+            try? FileManager.default.removeItem(at: source)
+        }
+        Self.giveMode(path, of: existing)
     }
+
+    /// Gives the file at `path` the permissions of the regular file at `existing` (the version it replaces), or those
+    /// of a new file (0666 less the umask) when there is none: a download is made private (0600) in the store.
+    public static func giveMode(_ path: String, of existing: String?) {
+        var info = Foundation.stat()
+        let mode: mode_t = if let existing, lstat(existing, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
+            info.st_mode & 0o7777
+        } else {
+            0o666 & ~Self.umask
+        }
+        _ = chmod(path, mode)
+    }
+
+    /// The process's umask, read once (setting it back at once: the call that reads it also sets it).
+    static let umask: mode_t = {
+        let mask = Foundation.umask(0o022)
+        _ = Foundation.umask(mask)
+        return mask
+    }()
 
     public func exportFile(_ path: String) throws -> URL { URL(fileURLWithPath: path) }
 

@@ -286,6 +286,7 @@ struct Get: AsyncParsableCommand {
             try FileManager.default.copyItem(at: content, to: temporary)
             try? FileManager.default.removeItem(at: content)
         }
+        POSIXFileSystem.giveMode(temporary.path, of: destination.path)
         guard rename(temporary.path, destination.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
             throw CLIError("Could not write \(destination.path).")
