@@ -102,6 +102,50 @@ struct BlobStoreConformanceTests {
         }
     }
 
+    @Test("a commit's checksum is right from the first byte, and when it goes on from where one of the same first blocks left off (an append, an edit past the start, the same list again); never across users", arguments: Kind.allCases)
+    func checksumResumes(_ kind: Kind) async throws {
+        try await Self.withStore(kind) { store, _ in
+            let user = "u-\(UUID().uuidString)"
+            let original = [UInt8](randomData(10 << 20))
+            func stored(_ bytes: [UInt8]) async throws -> [BlockRef] {
+                let blocks = try await Self.stage(bytes, in: store)
+                try await store.put(blocks, user: user)
+                return blocks.map(\.ref)
+            }
+            func resumesAt(_ refs: [BlockRef], as who: String = user) -> Int { PrefixDigests.shared.start(PrefixDigests.keys(refs, user: who)).blocks }
+            let first = try await stored(original)
+            #expect(resumesAt(first) == 0)
+            #expect(try await store.checksum(of: first, user: user) == SHA256.hash(data: original).hexString)
+            #expect(resumesAt(first) == first.count, "the whole list's state is kept")
+            #expect(try await store.checksum(of: first, user: user) == SHA256.hash(data: original).hexString)
+            #expect(resumesAt(first, as: "someone else") == 0)
+
+            let appended = original + [UInt8](randomData(1 << 20))
+            let longer = try await stored(appended)
+            let from = resumesAt(longer)
+            #expect(from > first.count / 2, "an append goes on from (near) the end of what was checked")
+            #expect(try await store.checksum(of: longer, user: user) == SHA256.hash(data: appended).hexString)
+
+            var edited = original
+            edited[7 << 20] ^= 0xFF
+            let changed = try await stored(edited)
+            let at = resumesAt(changed)
+            #expect(at > 0 && changed[..<at].map(\.hash) == first[..<at].map(\.hash), "an edit at 7 MiB goes on from a state before it")
+            #expect(try await store.checksum(of: changed, user: user) == SHA256.hash(data: edited).hexString)
+            // A list that leaves the edited version 20 blocks past its edit goes on from no later than there.
+            if let index = first.indices.first(where: { first[$0].hash != changed[$0].hash }), index + 21 < changed.count {
+                var mixed = changed
+                mixed.remove(at: index + 20)
+                var expected: [UInt8] = []
+                for ref in mixed { expected += edited[Int(ref.pack!.offset)..<Int(ref.pack!.offset + ref.size)] }
+                #expect(resumesAt(mixed) <= index + 20)
+                #expect(try await store.checksum(of: mixed, user: user) == SHA256.hash(data: expected).hexString)
+            } else {
+                Issue.record("the edit changed no block, or one too near the end")
+            }
+        }
+    }
+
     @Test("put is idempotent (a block twice in one call, or again later); delete is too, and a deleted block or pack is gone", arguments: Kind.allCases)
     func idempotence(_ kind: Kind) async throws {
         try await Self.withStore(kind) { store, folder in
