@@ -177,6 +177,34 @@ struct CloudRemotesTests {
         #expect(paused.stdout.contains("paused"), "\(paused.stdout)")
     }
 
+    @Test("WebDAV: a sync killed with -9 while it sends a big file, run again, leaves the file whole and nothing hidden behind")
+    func killedUpload() async throws {
+        let server = CloudServer.webdavRclone
+        let bench = try Workbench()
+        let device = bench.device("A")
+        #expect(try device.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
+        let folder = try bench.folder("A")
+        let remote = "Killed-\(UUID().uuidString.prefix(6))"
+        var bytes = [UInt8](repeating: 0, count: 96 * 1024 * 1024)
+        for index in stride(from: 0, to: bytes.count, by: 4096) { bytes[index] = UInt8(truncatingIfNeeded: index >> 12) }
+        try Data(bytes).write(to: folder.appending(path: "big.bin"))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: "big.bin").path)
+        let stored = try server.webdav.folder.appending(path: remote)
+        func hidden() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: stored.path)) ?? []).filter { $0.hasPrefix(".nimbus-partial-") }
+        }
+        // Killed once its hidden file is on the server (a slow start: up to 60 s).
+        let running = device.start(["sync", folder.path, "cloud:/\(remote)", "--once"])
+        let deadline = Date().addingTimeInterval(60)
+        while hidden().isEmpty, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        running.kill9()
+        #expect(hidden().count == 1, "caught while sending: \(hidden())")
+        let again = try device.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        #expect(try Data(contentsOf: stored.appending(path: "big.bin")) == Data(bytes))
+        #expect(hidden().isEmpty, "the retry wrote over what the killed run left: \(hidden())")
+    }
+
     @Test("an encrypted remote (crypt) over WebDAV and over a local folder: two devices sync through it, the storage holds no name or content; a wrong or missing passphrase is a clear error", arguments: ["dav", "local"])
     func cryptRemote(over kind: String) async throws {
         let bench = try Workbench()

@@ -584,6 +584,43 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("WebDAV and a local folder: what an upload killed half-way left is written over by its retry; such a file left a day ago goes when its folder is listed, one of now stays",
+          arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .localFolder])
+    func leftoverUploads(_ kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { provider in
+            // Where the provider's root is on disk (the folder the WebDAV server serves, or the local folder itself).
+            let storage: URL
+            if let dav = provider as? WebDAVProvider {
+                storage = try TestServices.webdav(kind == .webdavRclone ? "rclone" : "wsgidav").folder.appending(path: dav.url.lastPathComponent)
+            } else {
+                storage = try #require(provider as? LocalFolderProvider).root
+            }
+            let root = try await provider.root()
+            let bytes = randomBytes(300_000)
+            let sent = try source(bytes, kind)
+            // What a killed upload of this request left: part of the bytes under the request's hidden name.
+            let hidden = PartialUploads.name(requestId: "killed", checksum: sent.checksum, parentId: root.id)
+            try Data(bytes.prefix(1000)).write(to: storage.appending(path: hidden))
+            // Another upload's, given up a day ago, and one under way now (someone else's: not ours to take).
+            let given = storage.appending(path: PartialUploads.prefix + "nimbus-givenup")
+            let underWay = storage.appending(path: PartialUploads.prefix + "nimbus-underway")
+            try Data("old".utf8).write(to: given)
+            try Data("new".utf8).write(to: underWay)
+            let dayAgo = Date().addingTimeInterval(-PartialUploads.stalePartialAge - 3600)
+            try FileManager.default.setAttributes([.modificationDate: dayAgo], ofItemAtPath: given.path)
+
+            let item = try await provider.upload(sent, to: .new(parentId: root.id, name: "f.bin", mimeType: nil), requestId: "killed") { _ in }
+            let back = kind.scratch.appending(path: "f.back")
+            try await provider.download(item.id, revision: item.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == bytes)
+            #expect(!FileManager.default.fileExists(atPath: storage.appending(path: hidden).path), "the retry wrote over it and moved it into place")
+            #expect(try await provider.children(of: root.id).map(\.name) == ["f.bin"], "hidden files are never listed")
+            #expect(!FileManager.default.fileExists(atPath: given.path), "given up a day ago: removed by the listing")
+            #expect(FileManager.default.fileExists(atPath: underWay.path), "under way: kept")
+        }
+    }
+
     @Test("WebDAV: a plain folder where Nextcloud's uploads would be (a server in its layout that is not Nextcloud) is not taken for them: whole uploads, nothing left there")
     func chunkedUploadsRefused() async throws {
         guard ProviderKind.selected.contains(.webdavRclone) else { return }

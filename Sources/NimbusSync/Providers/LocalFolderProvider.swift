@@ -19,7 +19,7 @@ public final class LocalFolderProvider: RemoteProvider {
     public let root: URL
     let state: any ProviderStateStore
     static let trashName = ".nimbus-trash"
-    static let partialPrefix = ".nimbus-partial-"
+    static let partialPrefix = PartialUploads.prefix
 
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .trash, .checksums] }
 
@@ -56,7 +56,14 @@ public final class LocalFolderProvider: RemoteProvider {
         var items: [RemoteItem] = []
         for name in names.sorted() {
             if folderId == Self.rootId && name == Self.trashName { continue }
-            if name.hasPrefix(Self.partialPrefix) { continue }
+            if name.hasPrefix(Self.partialPrefix) {
+                // An upload given up a day ago (see PartialUploads) goes; one under way stays.
+                let path = url(ProviderPath.child(name, in: folderId)).path
+                if let info = Self.lstat(path), info.st_mode & S_IFMT == S_IFREG, PartialUploads.isStale(name, modifiedAt: Self.modified(info)) {
+                    unlink(path)
+                }
+                continue
+            }
             if let item = try describe(ProviderPath.child(name, in: folderId)) { items.append(item) }
         }
         return items
@@ -127,7 +134,9 @@ public final class LocalFolderProvider: RemoteProvider {
             guard let current = Self.lstat(url(id).path), current.st_mode & S_IFMT == S_IFREG else { throw ProviderError.notFound }
         }
         let target_ = url(id)
-        let temporary = target_.deletingLastPathComponent().appending(path: Self.partialPrefix + UUID.random().uuidString.lowercased())
+        // Named after the request: a retry after a crash writes over what the crashed upload left.
+        let temporary = target_.deletingLastPathComponent().appending(
+            path: PartialUploads.name(requestId: requestId, checksum: source.checksum, parentId: ProviderPath.parent(of: id) ?? ProviderPath.root))
         defer { unlink(temporary.path) }
         try copy(source, to: temporary, progress: progress)
         switch target {

@@ -102,6 +102,30 @@ final class ChecksumMemory: @unchecked Sendable {
     }
 }
 
+/// Where a provider that writes a file under a hidden name first (WebDAV, a local folder) puts an upload: named after
+/// the engine's request id (kept with the upload, the same after a restart), the content and the folder, so an upload
+/// taken up again after a crash or `kill -9` writes over what the killed one left instead of leaving it there for
+/// good. Such files left longer than ``stalePartialAge`` (an upload given up: the file changed or went meanwhile)
+/// are removed when their folder is listed.
+@_spi(Testing) public enum PartialUploads {
+    public static let prefix = ".nimbus-partial-"
+    public static let stalePartialAge: TimeInterval = 24 * 3600
+
+    /// `nimbus-` and 32 hex digits (also the name of a Nextcloud chunked upload's folder).
+    static func transferName(requestId: String, checksum: String, parentId: String) -> String {
+        "nimbus-" + Hex.encode(SHA256.hash(data: Data("\(requestId)\n\(checksum)\n\(parentId)".utf8))).prefix(32)
+    }
+
+    public static func name(requestId: String, checksum: String, parentId: String) -> String {
+        prefix + transferName(requestId: requestId, checksum: checksum, parentId: parentId)
+    }
+
+    /// Whether a listed file is an upload's hidden file left long enough to be given up.
+    static func isStale(_ name: String, modifiedAt: Date, now: Date = Date()) -> Bool {
+        name.hasPrefix(prefix) && now.timeIntervalSince(modifiedAt) > stalePartialAge
+    }
+}
+
 extension ContentReader {
     /// Up to `count` bytes from the current position as a buffer for an HTTP body; empty at the end. A plain file is
     /// read straight into the buffer (a big upload's bytes are not copied once more through `Data`).

@@ -30,7 +30,7 @@ extension WebDAVProvider {
 
     /// The name of the upload for this request, content and folder: the same after a restart, another for anything else.
     static func transferName(requestId: String, checksum: String, parentId: String) -> String {
-        "nimbus-" + Hex.encode(SHA256.hash(data: Data("\(requestId)\n\(checksum)\n\(parentId)".utf8))).prefix(32)
+        PartialUploads.transferName(requestId: requestId, checksum: checksum, parentId: parentId)
     }
 
     /// The uploads folder when a file of `size` bytes should go in chunks: it is bigger than a chunk and the server

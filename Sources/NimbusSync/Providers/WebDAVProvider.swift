@@ -30,7 +30,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     let authorization: String?
     let http: HTTPClient
     let checksums: ChecksumMemory
-    static let partialPrefix = ".nimbus-partial-"
+    static let partialPrefix = PartialUploads.prefix
     /// Marks a revision made of the modification time and size (the server gave no ETag).
     static let syntheticPrefix = "mtime:"
 
@@ -295,6 +295,9 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     public func children(of folderId: String) async throws -> [RemoteItem] {
         let listed = try await propfind(folderId, depth: 1, folder: true)
         guard listed.contains(where: { $0.id == folderId && $0.isFolder }) else { throw ProviderError.notFound }
+        for stale in listed where stale.id != folderId && !stale.isFolder && PartialUploads.isStale(stale.name, modifiedAt: stale.modifiedAt) {
+            _ = try? await send("DELETE", address(stale.id))  // an upload given up a day ago (see PartialUploads)
+        }
         return listed.filter { $0.id != folderId && $0.parentId == folderId && !$0.name.hasPrefix(Self.partialPrefix) }
             .sorted { $0.name < $1.name }
     }
@@ -370,7 +373,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         if let assembled = try await uploadInChunks(source, requestId: requestId, parentId: parentId, what: ProviderPath.name(of: id), progress: progress) {
             temporary = assembled
         } else {
-            temporary = ProviderPath.child(Self.partialPrefix + UUID.random().uuidString.lowercased(), in: parentId)
+            // Named after the request: a retry after a crash writes over what the crashed upload left.
+            temporary = ProviderPath.child(PartialUploads.name(requestId: requestId, checksum: source.checksum, parentId: parentId), in: parentId)
             putTag = try await putWhole(source, at: temporary, what: ProviderPath.name(of: id), progress: progress)
         }
         var headers = [("Destination", address(id))]
