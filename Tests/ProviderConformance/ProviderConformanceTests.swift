@@ -539,6 +539,26 @@ struct ProviderConformanceTests {
             let back = kind.scratch.appending(path: "big.back")
             try await again.download(item.id, revision: item.revision, to: back) { _ in }
             #expect(try Data(contentsOf: back) == bytes)
+
+            // Cut off again, then the file changed before the retry (a new request): the old upload is aborted, not
+            // left costing storage.
+            var edited = bytes
+            edited[0] ^= 1
+            let firstEdit = try source(edited, kind)
+            let cut = Task {
+                try await again.upload(firstEdit, to: .version(of: item.id, base: item.revision), requestId: "edit-1") { done in
+                    if done >= 10 * 1024 * 1024 { withUnsafeCurrentTask { $0?.cancel() } }
+                }
+            }
+            _ = try? await cut.value
+            let old = try JSONDecoder().decode(S3Provider.Session.self, from: Data(try #require(try state.value(for: "s3.upload.edit-1")).utf8))
+            edited[1] ^= 1
+            let version = try await again.upload(try source(edited, kind), to: .version(of: item.id, base: item.revision), requestId: "edit-2") { _ in }
+            #expect(try state.value(for: "s3.upload.edit-1") == nil)
+            await #expect(throws: (any Error).self, "aborted") { _ = try await s3.client.listParts(old.key, uploadId: old.uploadId) }
+            let editedBack = kind.scratch.appending(path: "edited.back")
+            try await again.download(version.id, revision: version.revision, to: editedBack) { _ in }
+            #expect(try Data(contentsOf: editedBack) == edited)
         }
     }
 
@@ -905,6 +925,7 @@ final class MemoryStateStore: ProviderStateStore, @unchecked Sendable {
     private let values = NIOLockedValueBox([String: String]())
     func value(for key: String) throws -> String? { values.withLockedValue { $0[key] } }
     func setValue(_ value: String?, for key: String) throws { values.withLockedValue { $0[key] = value } }
+    func values(withPrefix prefix: String) throws -> [String: String]? { values.withLockedValue { $0.filter { $0.key.hasPrefix(prefix) } } }
 }
 
 final class MemoryTokens: TokenStore, @unchecked Sendable {

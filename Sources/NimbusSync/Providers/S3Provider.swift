@@ -496,9 +496,9 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     }
 
     /// A multipart upload kept across restarts under the request id.
-    struct Session: Codable {
-        var uploadId: String
-        var key: String
+    @_spi(Testing) public struct Session: Codable {
+        public var uploadId: String
+        public var key: String
         var checksum: String
         var partSize: Int64
     }
@@ -512,6 +512,19 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         if let existing = session, existing.key != key || existing.checksum != source.checksum || existing.partSize != partSize {
             _ = try? await call("dropping an old upload") { try await client.abortMultipartUpload(existing.key, uploadId: existing.uploadId) }
             session = nil
+        }
+        // An upload of this key under another request (killed, then the file changed: a new request) is over: its
+        // parts would cost storage until the bucket's lifecycle rule (if any) aborted it.
+        for (otherKey, value) in (try? state.values(withPrefix: "s3.upload.")) ?? [:] where otherKey != stateKey {
+            guard let other = try? JSONDecoder().decode(Session.self, from: Data(value.utf8)), other.key == key else { continue }
+            do {
+                try await call("dropping an old upload") { try await client.abortMultipartUpload(other.key, uploadId: other.uploadId) }
+            } catch ProviderError.notFound {
+                // gone already (finished, or aborted by the store)
+            } catch {
+                continue  // kept, to be dropped by a later upload of this key
+            }
+            try? state.setValue(nil, for: otherKey)
         }
         var stored: [Int: String] = [:]
         if let existing = session {
