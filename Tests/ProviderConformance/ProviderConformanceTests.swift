@@ -638,6 +638,28 @@ struct ProviderConformanceTests {
             #expect(try await provider.children(of: root.id).map(\.name) == ["f.bin"], "hidden files are never listed")
             #expect(!FileManager.default.fileExists(atPath: given.path), "given up a day ago: removed by the listing")
             #expect(FileManager.default.fileExists(atPath: underWay.path), "under way: kept")
+
+            // The file changed after it was scanned: longer, the scanned bytes go (the growth is the next version);
+            // shorter, the upload is refused as changed. Neither leaves a hidden file.
+            let big = randomBytes(3 * 1024 * 1024 + 11)
+            let scanned = try source(big, kind)
+            let grown = kind.scratch.appending(path: "grown.bin")
+            try (big + Data("and more".utf8)).write(to: grown)
+            let longer = try await provider.upload(
+                UploadSource(url: grown, size: scanned.size, checksum: scanned.checksum), to: .new(parentId: root.id, name: "grown.bin", mimeType: nil),
+                requestId: "grown") { _ in }
+            try await provider.download(longer.id, revision: longer.revision, to: kind.scratch.appending(path: "grown.back")) { _ in }
+            let grownBack = try Data(contentsOf: kind.scratch.appending(path: "grown.back"))
+            #expect(grownBack == big || grownBack == big + Data("and more".utf8), "what was scanned (or, read whole, what is there)")
+            let shrunk = kind.scratch.appending(path: "shrunk.bin")
+            try big.prefix(2 * 1024 * 1024).write(to: shrunk)
+            await #expect(throws: ProviderError.checksumMismatch) {
+                _ = try await provider.upload(
+                    UploadSource(url: shrunk, size: scanned.size, checksum: scanned.checksum), to: .new(parentId: root.id, name: "shrunk.bin", mimeType: nil),
+                    requestId: "shrunk") { _ in }
+            }
+            let left = try FileManager.default.contentsOfDirectory(atPath: storage.path).filter { $0.hasPrefix(PartialUploads.prefix) }
+            #expect(left == [underWay.lastPathComponent], "nothing hidden left by the changed files: \(left)")
         }
     }
 

@@ -171,7 +171,8 @@ public final class LocalFolderProvider: RemoteProvider {
         defer { try? output.close() }
         var hasher = SHA256()
         var size: Int64 = 0
-        while let data = try input.read(upToCount: 1024 * 1024), !data.isEmpty {
+        // No more than was scanned: a file that grew since sends those bytes (the growth is its next version).
+        while size < source.size, let data = try input.read(upToCount: Int(min(1024 * 1024, source.size - size))), !data.isEmpty {
             hasher.update(data: data)
             try output.write(contentsOf: data)
             size += Int64(data.count)

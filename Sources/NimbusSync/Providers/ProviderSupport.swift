@@ -186,22 +186,42 @@ final class HashingFileBody: @unchecked Sendable {
     func stream() throws -> Pieces {
         let handle: ContentReader
         do { handle = try source.open() } catch { throw ProviderError.checksumMismatch }
-        return Pieces(body: self, reader: Reader(handle))
+        return Pieces(body: self, reader: Reader(handle, size: source.size))
     }
 
-    /// Closes the file when the last piece has been asked for, or when the request lets go of it.
+    /// Reads no more than the size the request announced (a file that grew since it was scanned would overrun
+    /// its `Content-Length`: what is sent is what was scanned, checked by its checksum, and the growth is the next
+    /// version). Closes the file when the last piece has been asked for, or when the request lets go of it.
     final class Reader: @unchecked Sendable {
         private let lock = NSLock()
         private var handle: ContentReader?
+        private var left: Int64
+        /// The file ended before the size the request announced (it shrank since it was scanned).
+        private var ended = false
 
-        init(_ handle: ContentReader) { self.handle = handle }
+        init(_ handle: ContentReader, size: Int64) {
+            self.handle = handle
+            left = size
+        }
         deinit { handle?.close() }
 
         /// The next piece; nil at the end (the file is closed then).
         func next() throws -> ByteBuffer? {
             try lock.withLock {
                 guard let handle else { return nil }
-                if let buffer = try handle.readBuffer(upToCount: HashingFileBody.pieceSize), buffer.readableBytes > 0 { return buffer }
+                let want = Int(min(Int64(HashingFileBody.pieceSize), left))
+                if left > 0, !ended, let buffer = try handle.readBuffer(upToCount: want), buffer.readableBytes > 0 {
+                    left -= Int64(buffer.readableBytes)
+                    return buffer
+                }
+                if left > 0 {
+                    // The file shrank: zeros make up the announced length, so the request ends as a whole one (a
+                    // request cut short can still be written by the server after the DELETE that follows it). The
+                    // checksum then differs and the file is deleted, never moved into place.
+                    ended = true
+                    left -= Int64(want)
+                    return ByteBuffer(repeating: 0, count: want)
+                }
                 handle.close()
                 self.handle = nil
                 return nil

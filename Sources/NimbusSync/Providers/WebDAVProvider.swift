@@ -429,7 +429,13 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             progress(source.size)
         } else {
             let body = HashingFileBody(source, progress: progress)
-            (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .stream(try body.stream(), length: .known(source.size)))
+            do {
+                (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .stream(try body.stream(), length: .known(source.size)))
+            } catch {
+                // Cut off (the file shrank, the connection broke): what the server kept of it goes.
+                _ = try? await send("DELETE", address(temporary))
+                throw error
+            }
             let digest = body.digest
             guard digest.size == source.size, digest.checksum == source.checksum else {
                 _ = try? await send("DELETE", address(temporary))
