@@ -178,6 +178,8 @@ public final class LocalFolderProvider: RemoteProvider {
             size += Int64(data.count)
             progress(size)
         }
+        // A file that grew since it was scanned is refused as changed (scanned again, sent whole in the same run).
+        if let extra = try? input.read(upToCount: 1), !extra.isEmpty { throw ProviderError.checksumMismatch }
         try output.synchronize()
         guard size == source.size, FileHasher.hex(hasher.finalize()) == source.checksum else { throw ProviderError.checksumMismatch }
     }

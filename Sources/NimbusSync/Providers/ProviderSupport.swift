@@ -182,22 +182,32 @@ final class HashingFileBody: @unchecked Sendable {
         self.progress = progress
     }
 
+    private var reader: Reader?
+
     /// The pieces of the file, 1 MiB at a time, each read when asked for.
     func stream() throws -> Pieces {
         let handle: ContentReader
         do { handle = try source.open() } catch { throw ProviderError.checksumMismatch }
-        return Pieces(body: self, reader: Reader(handle, size: source.size))
+        let reader = Reader(handle, size: source.size)
+        lock.withLock { self.reader = reader }
+        return Pieces(body: self, reader: reader)
     }
 
+    /// Whether the file held more than its scanned size when the last piece was read (it grew since: refused as
+    /// changed, so the engine scans it again and sends all of it in the same run).
+    var grew: Bool { lock.withLock { reader }?.grew ?? false }
+
     /// Reads no more than the size the request announced (a file that grew since it was scanned would overrun
-    /// its `Content-Length`: what is sent is what was scanned, checked by its checksum, and the growth is the next
-    /// version). Closes the file when the last piece has been asked for, or when the request lets go of it.
+    /// its `Content-Length`; whether it did is ``grew``). Closes the file when the last piece has been asked for, or
+    /// when the request lets go of it.
     final class Reader: @unchecked Sendable {
         private let lock = NSLock()
         private var handle: ContentReader?
         private var left: Int64
         /// The file ended before the size the request announced (it shrank since it was scanned).
         private var ended = false
+        private var more = false
+        var grew: Bool { lock.withLock { more } }
 
         init(_ handle: ContentReader, size: Int64) {
             self.handle = handle
@@ -222,6 +232,7 @@ final class HashingFileBody: @unchecked Sendable {
                     left -= Int64(want)
                     return ByteBuffer(repeating: 0, count: want)
                 }
+                if !ended, let extra = try? handle.read(upToCount: 1), !extra.isEmpty { more = true }
                 handle.close()
                 self.handle = nil
                 return nil

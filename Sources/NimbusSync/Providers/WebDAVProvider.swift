@@ -437,7 +437,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
                 throw error
             }
             let digest = body.digest
-            guard digest.size == source.size, digest.checksum == source.checksum else {
+            guard digest.size == source.size, digest.checksum == source.checksum, !body.grew else {
                 _ = try? await send("DELETE", address(temporary))
                 throw ProviderError.checksumMismatch
             }
