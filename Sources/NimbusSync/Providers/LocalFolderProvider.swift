@@ -136,7 +136,7 @@ public final class LocalFolderProvider: RemoteProvider {
         let target_ = url(id)
         // Named after the request: a retry after a crash writes over what the crashed upload left.
         let temporary = target_.deletingLastPathComponent().appending(
-            path: PartialUploads.name(requestId: requestId, checksum: source.checksum, parentId: ProviderPath.parent(of: id) ?? ProviderPath.root))
+            path: PartialUploads.name(requestId: requestId, parentId: ProviderPath.parent(of: id) ?? ProviderPath.root))
         defer { unlink(temporary.path) }
         try copy(source, to: temporary, progress: progress)
         switch target {

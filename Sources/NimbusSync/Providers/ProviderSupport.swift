@@ -103,7 +103,7 @@ final class ChecksumMemory: @unchecked Sendable {
 }
 
 /// Where a provider that writes a file under a hidden name first (WebDAV, a local folder) puts an upload: named after
-/// the engine's request id (kept with the upload, the same after a restart), the content and the folder, so an upload
+/// the engine's request id (kept with the upload, the same after a restart) and the folder, so an upload
 /// taken up again after a crash or `kill -9` writes over what the killed one left instead of leaving it there for
 /// good. Such files left longer than ``stalePartialAge`` (an upload given up: the file changed or went meanwhile)
 /// are removed when their folder is listed.
@@ -116,8 +116,10 @@ final class ChecksumMemory: @unchecked Sendable {
         "nimbus-" + Hex.encode(SHA256.hash(data: Data("\(requestId)\n\(checksum)\n\(parentId)".utf8))).prefix(32)
     }
 
-    public static func name(requestId: String, checksum: String, parentId: String) -> String {
-        prefix + transferName(requestId: requestId, checksum: checksum, parentId: parentId)
+    /// The hidden file of a whole upload: named after the request and the folder, not the content (an encrypted
+    /// remote seals the same file differently at each attempt; each attempt writes the file from its start anyway).
+    public static func name(requestId: String, parentId: String) -> String {
+        prefix + transferName(requestId: requestId, checksum: "whole", parentId: parentId)
     }
 
     /// Whether a listed file is an upload's hidden file left long enough to be given up.

@@ -374,7 +374,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             temporary = assembled
         } else {
             // Named after the request: a retry after a crash writes over what the crashed upload left.
-            temporary = ProviderPath.child(PartialUploads.name(requestId: requestId, checksum: source.checksum, parentId: parentId), in: parentId)
+            temporary = ProviderPath.child(PartialUploads.name(requestId: requestId, parentId: parentId), in: parentId)
             putTag = try await putWhole(source, at: temporary, what: ProviderPath.name(of: id), progress: progress)
         }
         var headers = [("Destination", address(id))]
