@@ -16,7 +16,10 @@ extension SyncEngine {
         do {
             var path: String?
             switch step {
-            case .deleteLocal, .deleteRemote, .fork, .moveLocal, .moveRemote:
+            case .moveRemote:
+                // Where it was: still its place there (here it has moved already).
+                path = try await database.pool.read { db in try self.remotePath(db, step.item.rawValue) ?? self.localPath(db, step.item.rawValue) }
+            case .deleteLocal, .deleteRemote, .fork, .moveLocal:
                 path = try await database.pool.read { db in try self.localPath(db, step.item.rawValue) ?? self.remotePath(db, step.item.rawValue) }
             default:
                 break
