@@ -53,6 +53,24 @@ struct SupportTests {
         #expect(fresh.digest.size == Int64(bytes.count) && fresh.digest.checksum == checksum)
     }
 
+    @Test("a plain copy a killed download left in the store goes at the next start; one being written now, and staged uploads, stay")
+    func leftoverPlaintext() throws {
+        let staging = FileManager.default.temporaryDirectory.appending(path: "nimbus-staging-\(UUID.random().uuidString)")
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: staging) }
+        let old = staging.appending(path: SyncEngine.plainPrefix + "killed")
+        let fresh = staging.appending(path: SyncEngine.plainPrefix + "under-way")
+        let staged = staging.appending(path: UUID.random().uuidString.lowercased())
+        for url in [old, fresh, staged] { try Data("secret memo".utf8).write(to: url) }
+        for url in [old, staged] {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-3600)], ofItemAtPath: url.path)
+        }
+        SyncEngine.removeLeftoverPlaintext(in: staging)
+        #expect(!FileManager.default.fileExists(atPath: old.path))
+        #expect(FileManager.default.fileExists(atPath: fresh.path), "another process may be writing it")
+        #expect(FileManager.default.fileExists(atPath: staged.path), "a staged upload is the queue's")
+    }
+
     @Test("random UUIDs are version 4, RFC 4122 variant, and differ")
     func uuids() {
         let ids = (0..<1000).map { _ in UUID.random() }

@@ -652,7 +652,7 @@ extension SyncEngine {
         let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
         if partial.sealed {
             // Sealed in the store: opened (and checked) into a plain file that goes straight into the folder.
-            let plain = stagingDirectory.appending(path: "plain-\(UUID.random().uuidString.lowercased())")
+            let plain = stagingDirectory.appending(path: Self.plainPrefix + UUID.random().uuidString.lowercased())
             defer { try? FileManager.default.removeItem(at: plain) }
             try copyOut(partial.url.path, to: plain, checksum: partial.checksum)
             try? FileManager.default.removeItem(at: partial.url)
@@ -759,7 +759,7 @@ extension SyncEngine {
             throw SyncError.checksumMismatch(expected: checksum, actual: actual)
         }
         if let buffer = target.buffer {
-            let plain = stagingDirectory.appending(path: "plain-\(UUID.random().uuidString.lowercased())")
+            let plain = stagingDirectory.appending(path: Self.plainPrefix + UUID.random().uuidString.lowercased())
             try await Self.writeDurably(buffer, to: plain)
             return (plain, actual, false)
         }

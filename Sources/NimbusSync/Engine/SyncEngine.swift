@@ -78,6 +78,7 @@ public actor SyncEngine {
         for url in [directory, contentDirectory, stagingDirectory] {
             try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
+        Self.removeLeftoverPlaintext(in: stagingDirectory)
         databaseLabel = "nimbus-library-" + UUID.random().uuidString.lowercased()
         database = try LocalDatabase(path: directory.appending(path: "sync.sqlite").path, label: databaseLabel)
         // Encrypted at rest: unlocked before anything is read (a wrong key is an error here, never an empty view).
@@ -516,6 +517,25 @@ public actor SyncEngine {
     func wake() {
         signal.fire()
     }
+
+    /// Removes what a process killed in the middle of a download left in `staging`: the plain copy of a file about to
+    /// go into a synced folder (`plain-…`; an encrypted store must not keep one). Only files untouched for a minute:
+    /// another process syncing the same folder may be writing one now.
+    static func removeLeftoverPlaintext(in staging: URL, olderThan age: TimeInterval = 60) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: staging.path) else { return }
+        let now = Date()
+        for name in names where name.hasPrefix(plainPrefix) {
+            let path = staging.appending(path: name).path
+            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+                now.timeIntervalSince(modified) > age
+            {
+                try? FileManager.default.removeItem(atPath: path)
+            }
+        }
+    }
+
+    /// The prefix of the plain copies ``removeLeftoverPlaintext(in:olderThan:)`` removes.
+    static let plainPrefix = "plain-"
 
     /// Notes a step that succeeded.
     func noteDone(_ step: PlannedOperation, path: String? = nil) {
