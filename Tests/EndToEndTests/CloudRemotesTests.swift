@@ -77,6 +77,13 @@ struct CloudRemotesTests {
         #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
         #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
         #expect(tree(folderA) == tree(folderB))
+        // A deletion here is said to be gone there too: these servers keep no trash (no "now in the trash").
+        try write("scratch", to: folderB.appending(path: "scratch.txt"))
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        try FileManager.default.removeItem(at: folderB.appending(path: "scratch.txt"))
+        let deleted = try b.run(["sync", folderB.path, "--once"])
+        #expect(deleted.stdout.contains("✗ scratch.txt (deleted here and there)"), "\(deleted.stdout)")
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
 
         // Everything deleted there (an emptied bucket, a wiped share): held, nothing deleted here.
         for i in 0..<12 { try write("n\(i)", to: folderA.appending(path: "many/n\(i).txt")) }

@@ -518,6 +518,9 @@ public actor SyncEngine {
         signal.fire()
     }
 
+    /// Whether the remote keeps what is deleted there in a trash (see ``FolderSyncReport/remoteKeepsTrash``).
+    var remoteKeepsTrash: Bool { provider?.capabilities.contains(.trash) ?? true }
+
     /// Removes what a process killed in the middle of a download left in `staging`: the plain copy of a file about to
     /// go into a synced folder (`plain-…`; an encrypted store must not keep one). Only files untouched for a minute:
     /// another process syncing the same folder may be writing one now.

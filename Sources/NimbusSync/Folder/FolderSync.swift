@@ -16,6 +16,9 @@ public struct FolderSyncReport: Sendable, Equatable {
     /// Not synced this time (links, files still being written), with the reason.
     public var skipped: [String] = []
     public var errors: [String] = []
+    /// Whether what ``deletedHere`` lists went to a trash there it can be restored from (the Nimbus server, a folder's
+    /// `.nimbus-trash/`), or is gone there too (WebDAV, S3 — unless the server keeps its own trash or versions).
+    public var remoteKeepsTrash = true
 
     public init() {}
 
@@ -31,6 +34,7 @@ public struct FolderSyncReport: Sendable, Equatable {
         kept += later.kept
         skipped = later.skipped
         errors = later.errors
+        remoteKeepsTrash = later.remoteKeepsTrash
     }
 
     public var changed: Int {
@@ -76,6 +80,7 @@ public actor FolderSync {
     /// that can run now.
     public func syncOnce() async throws -> FolderSyncReport {
         var report = FolderSyncReport()
+        report.remoteKeepsTrash = await engine.remoteKeepsTrash
         do {
             try await engine.syncOnce()
         } catch let error as SyncError {

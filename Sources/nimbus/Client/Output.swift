@@ -23,6 +23,7 @@ enum Output {
     static func line(_ text: String, options: OutputOptions) {
         guard !options.quiet && !options.json else { return }
         print(text)
+        fflush(nil)  // a line at a time into a file or a pipe too (see SyncCommand.print)
     }
 
     static func json(_ value: some Encodable) throws {

@@ -239,13 +239,18 @@ struct SyncCommand: AsyncParsableCommand {
         for path in report.downloaded { Swift.print("↓ \(path)") }
         for path in report.createdFolders { Swift.print("+ \(path)/") }
         for move in report.moved { Swift.print("→ \(move)") }
-        for path in report.deletedHere { Swift.print("✗ \(path) (deleted here, now in the server's trash)") }
+        for path in report.deletedHere {
+            Swift.print(report.remoteKeepsTrash ? "✗ \(path) (deleted here, now in the trash there)" : "✗ \(path) (deleted here and there)")
+        }
         for path in report.deletedThere { Swift.print("✗ \(path) (deleted on the server)") }
         for path in report.kept { Swift.print("! \(path): deleted on the server but changed here; kept and sent again") }
         for text in report.conflicts { Swift.print("! conflict \(text)") }
         for text in report.skipped { Swift.print("· skipped \(text)") }
         for error in report.errors { Output.error("error: \(error)") }
         Swift.print("\(report.changed) change\(report.changed == 1 ? "" : "s"), \(report.errors.count) error\(report.errors.count == 1 ? "" : "s")")
+        // Out now, into a file or a pipe too (`--watch >> sync.log`, a service's journal), where stdout waits for a
+        // full buffer: a watch's lines came late, and were lost when it was stopped.
+        fflush(nil)
     }
 }
 
