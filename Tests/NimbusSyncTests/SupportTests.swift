@@ -71,6 +71,13 @@ struct SupportTests {
         #expect(FileManager.default.fileExists(atPath: staged.path), "a staged upload is the queue's")
     }
 
+    @Test("a watch looks at a remote without a change feed every 15 s where one request tells, every 30 s where the tree is walked")
+    func pollIntervals() {
+        #expect(FolderSync.pollInterval(for: [.changeFeed, .trash]) == .seconds(60), "the feed announces changes")
+        #expect(FolderSync.pollInterval(for: [.treeVersions, .quota]) == .seconds(15))
+        #expect(FolderSync.pollInterval(for: [.quota, .idempotentCreate]) == .seconds(30))
+    }
+
     @Test("random UUIDs are version 4, RFC 4122 variant, and differ")
     func uuids() {
         let ids = (0..<1000).map { _ in UUID.random() }

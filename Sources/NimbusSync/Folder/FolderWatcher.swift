@@ -75,10 +75,21 @@ public struct InotifyWatcher: FolderWatcher {
 #endif
 
 extension FolderSync {
+    /// How often a watch looks at the remote when nothing woke it: a remote with a change feed announces its
+    /// changes (the interval is a fallback); one without is listed — every 15 s where one request tells whether
+    /// anything changed (collection ETags that propagate: Nextcloud, ownCloud, Nimbus's `/dav/`), every 30 s where
+    /// the listing walks the tree (as often as Nextcloud's desktop client polls).
+    public static func pollInterval(for capabilities: ProviderCapabilities) -> Duration {
+        if capabilities.contains(.changeFeed) { return .seconds(60) }
+        if capabilities.contains(.treeVersions) { return .seconds(15) }
+        return .seconds(30)
+    }
+
     /// Syncs now, then again after every change here (the watcher) or there (the server's events), debounced,
-    /// and at least every `interval`; until cancelled. Each cycle's report goes to `onCycle`.
+    /// and at least every `interval` (by default ``pollInterval(for:)`` of the remote); until cancelled. Each cycle's
+    /// report goes to `onCycle`.
     public func watch(
-        watcher: (any FolderWatcher)? = nil, debounce: Duration = .milliseconds(200), interval: Duration = .seconds(60),
+        watcher: (any FolderWatcher)? = nil, debounce: Duration = .milliseconds(200), interval: Duration? = nil,
         onCycle: @escaping @Sendable (FolderSyncReport) -> Void
     ) async throws {
         #if os(Linux)
@@ -111,7 +122,9 @@ extension FolderSync {
                         report.errors.append("\(error)")
                         onCycle(report)
                     }
-                    await signal.wait(timeout: interval)
+                    // (Asked each time: a WebDAV remote learns at its first listing whether its ETags propagate.)
+                    let capabilities = await engine.remoteCapabilities
+                    await signal.wait(timeout: interval ?? Self.pollInterval(for: capabilities))
                     // Debounce: let a burst of changes settle.
                     try await Task.sleep(for: debounce)
                 }
