@@ -364,6 +364,44 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("WebDAV: files moved there by someone else (a folder renamed in the web UI) are moved here where the server gives oc:fileid, not downloaded again; elsewhere deleted and downloaded, nothing lost",
+          arguments: [ProviderKind.webdavRclone, .webdavNimbus])
+    func webdavMovesThere(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { provider in
+            guard let dav = provider as? WebDAVProvider else { return }
+            let root = try await provider.root()
+            let docs = try await provider.createFolder(named: "docs", in: root.id, requestId: "docs")
+            for name in ["a.txt", "b.txt"] {
+                _ = try await provider.upload(try source("content of \(name)", kind), to: .new(parentId: docs.id, name: name, mimeType: nil), requestId: name) { _ in }
+            }
+            let local = kind.scratch.appending(path: "synced")
+            try FileManager.default.createDirectory(at: local, withIntermediateDirectories: true)
+            var configuration = SyncConfiguration(directory: kind.scratch.appending(path: "state"), deviceName: "moves-there")
+            configuration.tokenStore = MemoryTokens()
+            configuration.provider = { _ in provider }
+            let folder = try FolderSync(root: local, configuration: configuration, settleTime: 0)
+            #expect(try await folder.syncOnce().downloaded.sorted() == ["docs/", "docs/a.txt", "docs/b.txt"])
+            _ = try await folder.syncOnce()
+
+            // Another client (its own memory) renames the folder, and moves one file out of it under a new name.
+            let other = dav.restarted(state: MemoryStateStore())
+            let papers = try await other.move(docs.id, to: root.id, name: "papers")
+            let a = try #require(try await other.children(of: papers.id).first { $0.name == "a.txt" })
+            _ = try await other.move(a.id, to: root.id, name: "a-moved.txt")
+            let report = try await folder.syncOnce()
+            func text(_ path: String) -> String? { (try? Data(contentsOf: local.appending(path: path))).map { String(decoding: $0, as: UTF8.self) } }
+            #expect(text("a-moved.txt") == "content of a.txt" && text("papers/b.txt") == "content of b.txt", "nothing lost either way")
+            #expect(text("docs/a.txt") == nil && text("docs/b.txt") == nil)
+            if kind == .webdavNimbus {
+                #expect(report.downloaded.filter { !$0.hasSuffix("/") }.isEmpty, "moved, not downloaded: \(report)")
+                #expect(Set(report.moved) == ["docs/a.txt → a-moved.txt", "docs/b.txt → papers/b.txt"], "\(report.moved)")
+            } else {
+                #expect(Set(report.downloaded) == ["papers/", "a-moved.txt", "papers/b.txt"], "no file id: a deletion and a new file")
+            }
+        }
+    }
+
     @Test("crypt: files synced through an encrypted remote leave no name or content readable in its storage; a second device with the passphrase gets them back; a wrong passphrase and a flipped byte are refused")
     func cryptRemote() async throws {
         let base = FileManager.default.temporaryDirectory.appending(path: "nimbus-crypt-\(UUID().uuidString)")
