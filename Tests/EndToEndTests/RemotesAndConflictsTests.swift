@@ -62,7 +62,35 @@ struct RemotesAndConflictsTests {
         }
     }
 
-    @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
+    @Test("sync --watch --json prints a JSON line per round as it ends, into a pipe too, so a script can follow it (and nothing is lost when it is stopped)")
+    func watchJSONLines() async throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("W")
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let running = device.start(["sync", folder.path, "nas:/W", "--watch", "--json"])
+        try await Task.sleep(for: .milliseconds(500))
+        try write("while watching", to: folder.appending(path: "w.txt"))
+        let deadline = Date().addingTimeInterval(30)
+        while !FileManager.default.fileExists(atPath: nas.appending(path: "W/w.txt").path), Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        try await Task.sleep(for: .seconds(1))  // the round that sent it ends, and says so
+        running.process.signal(SIGTERM)
+        _ = running.process.waitUntilExit()
+        let lines = String(decoding: running.process.output.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+        #expect(!lines.isEmpty, "a line per round, already out when the process was stopped")
+        var sent = false
+        for line in lines {
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+            #expect(object["remote"] as? String == "nas:/W" && object["at"] != nil, "\(line)")
+            if (object["uploaded"] as? [String])?.contains("w.txt") == true { sent = true }
+        }
+        #expect(sent, "the round that sent w.txt: \(lines)")
+    }
+
+
     func localFolderRemote() throws {
         let bench = try Bench()
         let a = try bench.device("A")

@@ -32,6 +32,13 @@ enum Output {
         print(String(decoding: try encoder.encode(value), as: UTF8.self))
     }
 
+    /// `value` as one line of compact JSON, out at once (JSON Lines: `--watch --json`).
+    static func jsonLine(_ value: some Encodable) {
+        guard let data = try? JSONEncoder.nimbus.encode(value) else { return }
+        print(String(decoding: data, as: UTF8.self))
+        fflush(nil)
+    }
+
     static func error(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }

@@ -96,7 +96,15 @@ struct SyncCommand: AsyncParsableCommand {
                         do {
                             try await folder.watch { report in
                                 PairStatus.save(PairStatus(report), home: home, local: root.path, remote: spec.description)
-                                self.print(report, remote: ready.count > 1 ? spec.description : nil)
+                                if self.output.json {
+                                    // One JSON object a line (JSON Lines), a line a round, for a script to follow.
+                                    var line = SyncSummary(report)
+                                    line.remote = spec.description
+                                    line.at = Date()
+                                    Output.jsonLine(line)
+                                } else {
+                                    self.print(report, remote: ready.count > 1 ? spec.description : nil)
+                                }
                             }
                         } catch let error as SyncError {
                             let message = Self.explain(error, spec)
@@ -256,6 +264,9 @@ struct SyncCommand: AsyncParsableCommand {
 
 struct SyncSummary: Encodable {
     var uploaded, downloaded, createdFolders, moved, deletedHere, deletedThere, conflicts, kept, skipped, errors: [String]
+    /// With `--watch --json`: the pair's remote, and when the round ended (absent from `--once`'s summary).
+    var remote: String?
+    var at: Date?
 
     init(_ report: FolderSyncReport, failures: [String] = []) {
         uploaded = report.uploaded
