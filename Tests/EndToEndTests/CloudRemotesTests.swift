@@ -210,6 +210,9 @@ struct CloudRemotesTests {
         #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
         #expect(try Data(contentsOf: stored.appending(path: "big.bin")) == Data(bytes))
         #expect(hidden().isEmpty, "the retry wrote over what the killed run left: \(hidden())")
+        // No Nimbus account here, and none needed: status says so instead of "changes are sent after nimbus login".
+        let status = try device.run(["status"])
+        #expect(status.stdout.contains("Not logged in to a Nimbus server; the folders below sync with their remotes."), "\(status.stdout)")
     }
 
     @Test("an encrypted remote (crypt) over WebDAV and over a local folder: two devices sync through it, the storage holds no name or content; a wrong or missing passphrase is a clear error", arguments: ["dav", "local"])

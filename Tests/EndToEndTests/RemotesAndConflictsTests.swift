@@ -90,7 +90,7 @@ struct RemotesAndConflictsTests {
         #expect(sent, "the round that sent w.txt: \(lines)")
     }
 
-
+    @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()
         let a = try bench.device("A")
@@ -151,6 +151,9 @@ struct RemotesAndConflictsTests {
         #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
         #expect(try text(folderB.appending(path: "run.sh")) == "#!/bin/sh\necho two\n")
         #expect(mode(folderB.appending(path: "run.sh")) == 0o750)
+
+        let status = try a.run(["status"])
+        #expect(status.stdout.contains("sync \(folderA.path) ⇄ nas:/Shared"), "\(status.stdout)")
 
         #expect(try a.run(["remote", "remove", "nas"]).status == 0)
         #expect(try a.run(["remote", "list"]).stdout.contains("No remotes"))

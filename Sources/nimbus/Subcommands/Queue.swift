@@ -116,6 +116,9 @@ struct Status: AsyncParsableCommand {
         }
         if let account = await engine.account {
             print("Logged in as \(account.username) on \(account.server.absoluteString) (device \(config.deviceName))")
+        } else if !config.allPairs.isEmpty, config.allPairs.allSatisfy({ !$0.remote.hasPrefix("/") }) {
+            // Remotes only (WebDAV, S3, folders): no Nimbus account is needed, and nothing waits for one.
+            print("Not logged in to a Nimbus server; the folders below sync with their remotes.")
         } else {
             print("Not logged in (changes are recorded and sent after 'nimbus login').")
         }
