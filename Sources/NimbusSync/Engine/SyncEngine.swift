@@ -518,11 +518,9 @@ public actor SyncEngine {
         signal.fire()
     }
 
-    /// Whether the remote keeps what is deleted there in a trash (see ``FolderSyncReport/remoteKeepsTrash``).
-    var remoteKeepsTrash: Bool { provider?.capabilities.contains(.trash) ?? true }
-
-    /// What the remote can do (a signed-in Nimbus account's when no provider is set yet: a change feed).
-    var remoteCapabilities: ProviderCapabilities { provider?.capabilities ?? [.changeFeed] }
+    /// What the remote can do (where no provider is set yet, the Nimbus account's: a change feed, a trash) — how
+    /// often a watch polls it, whether a deletion there can be undone (``FolderSyncReport/remoteKeepsTrash``).
+    var remoteCapabilities: ProviderCapabilities { provider?.capabilities ?? [.changeFeed, .trash] }
 
     /// Removes what a process killed in the middle of a download left in `staging`: the plain copy of a file about to
     /// go into a synced folder (`plain-…`; an encrypted store must not keep one). Only files untouched for a minute:

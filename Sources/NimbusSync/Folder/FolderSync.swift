@@ -80,7 +80,7 @@ public actor FolderSync {
     /// that can run now.
     public func syncOnce() async throws -> FolderSyncReport {
         var report = FolderSyncReport()
-        report.remoteKeepsTrash = await engine.remoteKeepsTrash
+        report.remoteKeepsTrash = await engine.remoteCapabilities.contains(.trash)
         do {
             try await engine.syncOnce()
         } catch let error as SyncError {
