@@ -323,13 +323,8 @@ struct ProviderConformanceTests {
                     requestId: "up-\(path)") { _ in }
             }
             let counting = CountingProvider(inner: provider)
-            let local = kind.scratch.appending(path: "synced")
-            try FileManager.default.createDirectory(at: local, withIntermediateDirectories: true)
-            var configuration = SyncConfiguration(directory: kind.scratch.appending(path: "state"), deviceName: "tree-etags")
-            configuration.tokenStore = MemoryTokens()
-            configuration.provider = { _ in counting }
-            let folder = try FolderSync(root: local, configuration: configuration, settleTime: 0)
-            func text(_ path: String) -> String? { (try? Data(contentsOf: local.appending(path: path))).map { String(decoding: $0, as: UTF8.self) } }
+            let (folder, local) = try kind.folderSync(over: counting, device: "tree-etags")
+            func text(_ path: String) -> String? { ProviderKind.text(local, path) }
 
             _ = try await folder.syncOnce()
             #expect(text("a/b/c/deep.txt") == "first a/b/c/deep.txt" && text("x/y/other.txt") == "first x/y/other.txt")
@@ -375,12 +370,7 @@ struct ProviderConformanceTests {
             for name in ["a.txt", "b.txt"] {
                 _ = try await provider.upload(try source("content of \(name)", kind), to: .new(parentId: docs.id, name: name, mimeType: nil), requestId: name) { _ in }
             }
-            let local = kind.scratch.appending(path: "synced")
-            try FileManager.default.createDirectory(at: local, withIntermediateDirectories: true)
-            var configuration = SyncConfiguration(directory: kind.scratch.appending(path: "state"), deviceName: "moves-there")
-            configuration.tokenStore = MemoryTokens()
-            configuration.provider = { _ in provider }
-            let folder = try FolderSync(root: local, configuration: configuration, settleTime: 0)
+            let (folder, local) = try kind.folderSync(over: provider, device: "moves-there")
             #expect(try await folder.syncOnce().downloaded.sorted() == ["docs/", "docs/a.txt", "docs/b.txt"])
             _ = try await folder.syncOnce()
 
@@ -390,7 +380,7 @@ struct ProviderConformanceTests {
             let a = try #require(try await other.children(of: papers.id).first { $0.name == "a.txt" })
             _ = try await other.move(a.id, to: root.id, name: "a-moved.txt")
             let report = try await folder.syncOnce()
-            func text(_ path: String) -> String? { (try? Data(contentsOf: local.appending(path: path))).map { String(decoding: $0, as: UTF8.self) } }
+            func text(_ path: String) -> String? { ProviderKind.text(local, path) }
             #expect(text("a-moved.txt") == "content of a.txt" && text("papers/b.txt") == "content of b.txt", "nothing lost either way")
             #expect(text("docs/a.txt") == nil && text("docs/b.txt") == nil)
             if kind == .webdavNimbus {
@@ -875,6 +865,21 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         #expect(head.status == 201)
         let made = try JSONDecoder.nimbus.decode(AppPassword.self, from: body)
         return (try #require(made.password), tokens.accessToken)
+    }
+
+    /// A synced folder (`synced/` in the scratch folder, its state beside it) with `provider` as its remote.
+    func folderSync(over provider: any RemoteProvider, device: String) throws -> (FolderSync, URL) {
+        let local = scratch.appending(path: "synced")
+        try FileManager.default.createDirectory(at: local, withIntermediateDirectories: true)
+        var configuration = SyncConfiguration(directory: scratch.appending(path: "state"), deviceName: device)
+        configuration.tokenStore = MemoryTokens()
+        configuration.provider = { _ in provider }
+        return (try FolderSync(root: local, configuration: configuration, settleTime: 0), local)
+    }
+
+    /// The text of the file at `path` in `folder`; nil when there is none.
+    static func text(_ folder: URL, _ path: String) -> String? {
+        (try? Data(contentsOf: folder.appending(path: path))).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// A scratch folder of the running test (for sources and downloads), outside the remote.
