@@ -110,6 +110,11 @@ struct FolderSimulation {
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
             let treeVersions = seed % 8 == 7
             configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions) }
+        } else if seed % 8 == 6 {
+            // Ids are paths (WebDAV, S3, local folders): a move there renames everything beneath; checksums shown on
+            // half of them (S3 and local folders keep them, WebDAV does not).
+            let checksums = seed % 16 == 14
+            configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums) }
         } else if seed % 8 == 5 {
             // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
             // takes the sealed files by blocks (the same low thresholds as below). The final check opens them.
@@ -465,18 +470,29 @@ final class LockedCounter: @unchecked Sendable {
 /// ≡ 3 (mod 4) of the folder simulation run with it, so those paths run inside the simulation too. With
 /// `treeVersions` (seeds ≡ 7 mod 8), a folder's revision is a digest of everything beneath it, read when it is
 /// listed (a collection ETag that propagates), so the engine skips listing unchanged subtrees.
+///
+/// With `pathIds` (seeds ≡ 6 mod 8) items are named by their path below the root, as WebDAV, S3 and local-folder
+/// remotes name them: a move there changes the id of the item and of everything beneath it, and an item moved by
+/// another device is gone from its old path and new at the other (recognised as a move only by its checksum, which
+/// seeds ≡ 14 mod 16 show, as S3 and local folders do; ≡ 6 mod 16 hide it, as WebDAV does). Each call finds the
+/// item at the path as it is then, like a request by path.
 final class ListedProvider: RemoteProvider, @unchecked Sendable {
     let inner: NimbusProvider
     let treeVersions: Bool
+    let pathIds: Bool
+    let checksums: Bool
 
-    init(inner: NimbusProvider, treeVersions: Bool = false) {
+    init(inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false) {
         self.inner = inner
         self.treeVersions = treeVersions
+        self.pathIds = pathIds
+        self.checksums = checksums
     }
 
     var capabilities: ProviderCapabilities {
         var capabilities = inner.capabilities.subtracting([.changeFeed, .checksums, .batchUpload])
         if treeVersions { capabilities.insert(.treeVersions) }
+        if checksums { capabilities.insert(.checksums) }
         return capabilities
     }
 
@@ -490,40 +506,103 @@ final class ListedProvider: RemoteProvider, @unchecked Sendable {
         return SHA256.hash(data: Data(lines.sorted().joined(separator: "\n").utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
-    /// `item` with the folder's tree version (when on).
-    func versioned(_ item: RemoteItem) async throws -> RemoteItem {
-        guard treeVersions, item.isFolder else { return item }
+    /// `item` as this remote shows it: with the folder's tree version (when on), without its checksum (unless
+    /// shown), named by `path` (with path ids).
+    func shown(_ item: RemoteItem, path: String? = nil) async throws -> RemoteItem {
         var item = item
-        item.revision = try await treeVersion(of: item.id)
+        if treeVersions, item.isFolder { item.revision = try await treeVersion(of: item.id) }
+        if !checksums { item.checksum = nil }
+        if pathIds {
+            let path = try await self.path(item, known: path)
+            item.id = path
+            item.parentId = ProviderPath.parent(of: path)
+        }
         return item
     }
 
-    func hidden(_ item: RemoteItem) -> RemoteItem {
-        var item = item
-        item.checksum = nil
-        return item
+    /// The path of an item of the inner provider (its parents walked up to the root), unless known.
+    func path(_ item: RemoteItem, known: String?) async throws -> String {
+        if let known { return known }
+        let rootId = try await inner.root().id
+        var names: [String] = []
+        var current = item
+        while current.id != rootId {
+            names.append(current.name)
+            guard let parent = current.parentId, names.count < 100 else { throw ProviderError.notFound }
+            current = try await inner.item(parent)
+        }
+        return names.isEmpty ? ProviderPath.root : names.reversed().joined(separator: "/")
     }
 
-    func root() async throws -> RemoteItem { try await versioned(hidden(try await inner.root())) }
-    func item(_ id: String) async throws -> RemoteItem { hidden(try await inner.item(id)) }
+    /// The inner provider's id of what is at `id` now (with path ids: found name by name from the root).
+    func innerId(_ id: String) async throws -> String {
+        guard pathIds else { return id }
+        var current = try await inner.root().id
+        guard id != ProviderPath.root else { return current }
+        for name in id.split(separator: "/") {
+            guard let child = try await inner.children(of: current).first(where: { $0.name == name }) else { throw ProviderError.notFound }
+            current = child.id
+        }
+        return current
+    }
+
+    /// A refusal, with the items it names as this remote names them.
+    func translated<T>(_ path: String?, _ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch let error as ProviderError where pathIds {
+            switch error {
+            case .nameTaken(let existing): throw ProviderError.nameTaken(existing: existing == nil ? nil : path)
+            case .versionConflict(let current):
+                throw ProviderError.versionConflict(current: current == nil ? nil : try? await shown(current!, path: path))
+            case .requestIdReused: throw ProviderError.requestIdReused(existing: nil)
+            default: throw error
+            }
+        }
+    }
+
+    func root() async throws -> RemoteItem { try await shown(try await inner.root(), path: pathIds ? ProviderPath.root : nil) }
+    func item(_ id: String) async throws -> RemoteItem { try await shown(try await inner.item(try await innerId(id)), path: pathIds ? id : nil) }
     func children(of folderId: String) async throws -> [RemoteItem] {
         var listed: [RemoteItem] = []
-        for child in try await inner.children(of: folderId) { listed.append(try await versioned(hidden(child))) }
+        for child in try await inner.children(of: try await innerId(folderId)) {
+            listed.append(try await shown(child, path: pathIds ? ProviderPath.child(child.name, in: folderId) : nil))
+        }
         return listed
     }
     func startCursor() async throws -> String { throw ProviderError.invalid(code: "unsupported", message: "listed") }
     func changes(since cursor: String) async throws -> ChangePage { throw ProviderError.invalid(code: "unsupported", message: "listed") }
     func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
-        hidden(try await inner.createFolder(named: name, in: parentId, requestId: requestId))
+        let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
+        return try await translated(path) {
+            try await shown(try await inner.createFolder(named: name, in: try await innerId(parentId), requestId: requestId), path: path)
+        }
     }
     func upload(_ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void) async throws
         -> RemoteItem
     {
-        hidden(try await inner.upload(source, to: target, requestId: requestId, progress: progress))
+        switch target {
+        case .new(let parentId, let name, let mimeType):
+            let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
+            return try await translated(path) {
+                let made = try await inner.upload(
+                    source, to: .new(parentId: try await innerId(parentId), name: name, mimeType: mimeType), requestId: requestId, progress: progress)
+                // (A retried creation whose file was deleted meanwhile is found in the trash: not at this path.)
+                return try await shown(made, path: made.isDeleted ? nil : path)
+            }
+        case .version(let id, let base):
+            let path = pathIds ? id : nil
+            return try await translated(path) {
+                try await shown(try await inner.upload(source, to: .version(of: try await innerId(id), base: base), requestId: requestId, progress: progress), path: path)
+            }
+        }
     }
     func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        try await inner.download(id, revision: revision, to: destination, progress: progress)
+        try await inner.download(try await innerId(id), revision: revision, to: destination, progress: progress)
     }
-    func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem { hidden(try await inner.move(id, to: parentId, name: name)) }
-    func delete(_ id: String) async throws { try await inner.delete(id) }
+    func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
+        let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
+        return try await translated(path) {
+            try await shown(try await inner.move(try await innerId(id), to: try await innerId(parentId), name: name), path: path)
+        }
+    }
+    func delete(_ id: String) async throws { try await inner.delete(try await innerId(id)) }
 }

@@ -392,6 +392,39 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a folder renamed here is one move there: what is in it is neither reported deleted there nor fetched again, and its next edit is a new version",
+          arguments: ProviderKind.selected)
+    func folderRenamedHere(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let (folder, local) = try kind.folderSync(over: provider, device: "renames-here")
+            try FileManager.default.createDirectory(at: local.appending(path: "docs/sub"), withIntermediateDirectories: true)
+            try Data("a".utf8).write(to: local.appending(path: "docs/a.txt"))
+            try Data("b".utf8).write(to: local.appending(path: "docs/sub/b.txt"))
+            #expect(try await folder.syncOnce().uploaded.sorted() == ["docs/a.txt", "docs/sub/b.txt"])
+            let inode = try FileManager.default.attributesOfItem(atPath: local.appending(path: "docs/sub/b.txt").path)[.systemFileNumber] as? Int
+
+            try FileManager.default.moveItem(at: local.appending(path: "docs"), to: local.appending(path: "papers"))
+            let report = try await folder.syncOnce()
+            #expect(report.moved == ["docs → papers"], "\(report)")
+            #expect(report.downloaded.isEmpty && report.deletedThere.isEmpty && report.uploaded.isEmpty, "\(report)")
+            #expect(try await folder.syncOnce().changed == 0)
+            let moved = try FileManager.default.attributesOfItem(atPath: local.appending(path: "papers/sub/b.txt").path)[.systemFileNumber] as? Int
+            #expect(moved == inode, "the file here was left alone")
+
+            try Data("b, edited".utf8).write(to: local.appending(path: "papers/sub/b.txt"))
+            let edit = try await folder.syncOnce()
+            #expect(edit.uploaded == ["papers/sub/b.txt"] && edit.conflicts.isEmpty && edit.errors.isEmpty, "\(edit)")
+            let root = try await provider.root()
+            let papers = try #require(try await provider.children(of: root.id).first { $0.name == "papers" })
+            #expect(try await provider.children(of: root.id).map(\.name).filter { !$0.hasPrefix(".") && $0 != "nimbus-crypt.json" } == ["papers"])
+            let sub = try #require(try await provider.children(of: papers.id).first { $0.name == "sub" })
+            let b = try #require(try await provider.children(of: sub.id).first { $0.name == "b.txt" })
+            let back = kind.scratch.appending(path: "b-back")
+            try await provider.download(b.id, revision: b.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == Data("b, edited".utf8))
+        }
+    }
+
     @Test("crypt: files synced through an encrypted remote leave no name or content readable in its storage; a second device with the passphrase gets them back; a wrong passphrase and a flipped byte are refused")
     func cryptRemote() async throws {
         let base = FileManager.default.temporaryDirectory.appending(path: "nimbus-crypt-\(UUID().uuidString)")

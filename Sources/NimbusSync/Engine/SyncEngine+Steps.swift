@@ -81,6 +81,7 @@ extension SyncEngine {
                 updated.sParent = parent.rawValue
                 updated.sName = name
                 try updated.update(db, from: stored)
+                if stored.isFolder, moved.id != fileId { try self.renameBeneath(db, stored.luid, from: fileId, to: moved.id) }
             }
         case .deleteRemote:
             if let fileId = row.fileId {
@@ -1000,6 +1001,26 @@ extension SyncEngine {
             attempt += 1
         }
         return candidate
+    }
+
+    /// A folder this device moved there got a new id: a provider whose ids are paths (WebDAV, S3, a local folder, a
+    /// crypt remote over one). What is beneath it moved with it, so the ids of the remote tree beneath it take the
+    /// new path (and the folders' listed revisions follow) — otherwise the next listing would show each of them gone
+    /// and a new item at its new place, reported as deleted there and fetched again.
+    nonisolated func renameBeneath(_ db: Database, _ luid: String, from old: String, to new: String) throws {
+        for below in try remoteSubtree(db, luid) where below != luid {
+            guard let stored = try ItemRow.fetch(db, luid: below), let id = stored.fileId, id.hasPrefix(old + "/") else { continue }
+            let renamed = new + id.dropFirst(old.count)
+            // (A row that still holds the new path — something once there — keeps it; this one is then found by listing.)
+            guard try ItemRow.luid(db, fileId: renamed) == nil else { continue }
+            var row = stored
+            row.fileId = renamed
+            try row.update(db, from: stored)
+            if stored.isFolder {
+                try db.execute(
+                    sql: "UPDATE listed_folders SET file_id = ? WHERE file_id = ?", arguments: [db.storedId(renamed), db.storedId(id)])
+            }
+        }
     }
 
     /// An item and everything under it in the remote tree.

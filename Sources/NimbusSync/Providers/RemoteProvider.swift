@@ -279,7 +279,9 @@ public protocol RemoteProvider: Sendable {
     func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws
 
     /// Moves and/or renames an item; ``ProviderError/nameTaken(existing:)`` if the name is taken there,
-    /// ``ProviderError/invalid(code:message:)`` for a folder moved into itself.
+    /// ``ProviderError/invalid(code:message:)`` for a folder moved into itself. A provider whose ids are paths
+    /// answers with the new path as the id; what was beneath a moved folder then has its old path's place under the
+    /// new one (`old/x` → `new/x`), which the engine takes without listing.
     func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem
 
     /// Deletes an item (a folder with everything in it), to the trash where there is one.
