@@ -158,6 +158,37 @@ struct PlannerTests {
         #expect(Set(plan(trees)) == [.createLocalFolder(folder), .deleteRemote(a)], "the changed file comes back, in its folder")
     }
 
+    @Test("a folder renamed there (on S3 or WebDAV: new folders, the old ones deleted) while a file deep in it changed here: the change is sent, the files follow, and the old folders go instead of coming back empty")
+    func folderRenamedThereWhileEditedHere() throws {
+        let (docs, sub, papers, papersSub) = (ItemID("d"), ItemID("s"), ItemID("p"), ItemID("q"))
+        let (a, c) = (ItemID("a"), ItemID("c"))
+        var trees = PlannerScenario.base([(docs, .root, "docs", nil), (sub, docs, "sub", nil), (a, docs, "a.txt", "va"), (c, sub, "c.txt", "vc")])
+        // There: new folders "papers" and "papers/sub" holding the files (moved: same ids, as a listing recognises
+        // them by content); "docs" and "docs/sub" gone. Here: c.txt edited.
+        trees.remote[docs] = nil
+        trees.remote[sub] = nil
+        trees.remote[papers] = RemoteNode(parent: .root, name: "papers", isFolder: true, revision: nil, checksum: nil)
+        trees.remote[papersSub] = RemoteNode(parent: papers, name: "sub", isFolder: true, revision: nil, checksum: nil)
+        trees.remote[a]?.parent = papers
+        trees.remote[c]?.parent = papersSub
+        trees.local[c]?.content = .known(checksum: "vc2", size: 3)
+        #expect(Set(plan(trees)) == [.upload(c, base: "r-vc"), .createLocalFolder(papers)], "the change is sent; the old folders wait")
+        for (folder, parent, name) in [(papers, ItemID.root, "papers"), (papersSub, papers, "sub")] {
+            trees.local[folder] = LocalNode(parent: parent, name: name, isFolder: true)
+            trees.synced[folder] = trees.remote[folder]
+        }
+        for tree in [\Trees.remote, \Trees.synced] as [WritableKeyPath<Trees, [ItemID: RemoteNode]>] {
+            trees[keyPath: tree][c]?.checksum = "vc2"
+            trees[keyPath: tree][c]?.revision = "r-vc2"
+        }
+        #expect(Set(plan(trees)) == [.moveLocal(a, parent: papers, name: "a.txt"), .moveLocal(c, parent: papersSub, name: "c.txt")])
+        for (file, folder) in [(a, papers), (c, papersSub)] {
+            trees.local[file]?.parent = folder
+            trees.synced[file]?.parent = folder
+        }
+        #expect(plan(trees) == [.deleteLocal(docs)], "empty now: it goes here too, with its subfolder")
+    }
+
     func plan(_ trees: Trees, strategy: ConflictStrategy = .keepBoth, keeps: Bool = true) -> [PlannedOperation] {
         Planner.plan(trees, policy: PlannerScenario.policy(strategy, keeps: keeps))
     }

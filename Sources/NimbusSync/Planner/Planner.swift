@@ -44,6 +44,7 @@ struct Planner {
     private var given: [ItemID: Set<String>] = [:]
     private var remoteCovered: [ItemID: Bool] = [:]
     private var localCovered: [ItemID: Bool] = [:]
+    private var emptyingLater: [ItemID: Bool] = [:]
 
     /// The operations that bring the trees closer together; empty when they agree (or all that differs waits for
     /// the user or for a file to settle).
@@ -196,8 +197,10 @@ struct Planner {
             return policy.keepsDeletedThere ? .forget(id) : .hold(id, .unsynced)
         }
         if l.isFolder, !isLocalCovered(id) {
-            let uncovered = (localChildren[id] ?? []).filter { !deletesHere($0) }
-            if uncovered.allSatisfy({ leavesHere($0, id) }) { return nil }
+            // Something inside is new or changed here: the folder is kept — unless all that stops it is items
+            // moved out of it there, which follow (a changed one once its change is sent, a file being written once
+            // it settles): it waits for them, and goes once empty, instead of coming back empty.
+            if emptiesLater(id) { return nil }
             return policy.keepsDeletedThere ? .forget(id) : .hold(id, .unsynced)
         }
         return .deleteLocal(id)
@@ -406,8 +409,7 @@ struct Planner {
         guard let r = trees.remote[id] else {
             if localChanged(l, s) { return .stays }  // kept, sent again
             if !l.isFolder || isLocalCovered(id) { return .goes }
-            let uncovered = (localChildren[id] ?? []).filter { !deletesHere($0) }
-            return uncovered.allSatisfy { leavesHere($0, id) } ? .goesAfterChildren : .stays
+            return emptiesLater(id) ? .goesAfterChildren : .stays
         }
         if r.isAt(l) || (!l.isAt(s) && r.isAt(s)) { return .stays }  // in place, or its own move goes there
         if !l.isFolder, l.content.checksum != s.checksum { return .stays }  // its change is sent first
@@ -425,6 +427,31 @@ struct Planner {
     mutating func leavesHere(_ child: ItemID, _ folder: ItemID) -> Bool {
         if case .moves(let place) = destinationHere(child) { return place.parent != folder }
         return false
+    }
+
+    /// Whether all that keeps `folder` (deleted there) here is items on their way out of it: moved out of it here or
+    /// there, or folders inside that are deleted there and wait for the same.
+    mutating func emptiesLater(_ folder: ItemID) -> Bool {
+        if let known = emptyingLater[folder] { return known }
+        emptyingLater[folder] = false  // (a cycle in a damaged tree does not empty)
+        let uncovered = (localChildren[folder] ?? []).filter { !deletesHere($0) }
+        let result = uncovered.allSatisfy { child in
+            if leavesHere(child, folder) || movedOutThere(child, folder) { return true }
+            guard let l = trees.local[child], l.isFolder, l.hold == nil, trees.remote[child] == nil, let s = trees.synced[child], !localChanged(l, s)
+            else { return false }
+            return emptiesLater(child)
+        }
+        emptyingLater[folder] = result
+        return result
+    }
+
+    /// Whether `child`, synced and here in `folder`, was moved out of it there: it follows here once nothing holds it
+    /// (its change sent, or settled) — or, changed on both sides, its conflict copy stays in `folder` as a new item.
+    func movedOutThere(_ child: ItemID, _ folder: ItemID) -> Bool {
+        guard let l = trees.local[child], l.hold == nil, let s = trees.synced[child], let r = trees.remote[child], let parent = r.parent else {
+            return false
+        }
+        return l.parent == folder && s.parent == folder && parent != folder
     }
 
     // MARK: Conflicts

@@ -212,9 +212,7 @@ struct SyncCommand: AsyncParsableCommand {
             do {
                 _ = try await base.root()
             } catch let error as ProviderError {
-                if case .unauthorized = error {
-                    throw CLIError(Self.explain(.unauthorized(error.description), spec))
-                }
+                if case .unauthorized(let detail) = error { throw CLIError(Self.explain(.unauthorized(detail), spec)) }
                 throw CLIError("The remote '\(name)' (\(remote.location)): \(error.description)")
             }
             let known = FileManager.default.fileExists(atPath: home.pairDirectory(local: root.path, remote: spec.description).path)
