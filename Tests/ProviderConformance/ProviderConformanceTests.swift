@@ -520,6 +520,7 @@ struct ProviderConformanceTests {
             #expect(proven == (kind == .s3Moto), "moto refuses a second If-None-Match write; rclone serve s3 answers 500")
             let stateKey = "s3.conditional-writes.\(s3.client.endpoint.absoluteString)/\(s3.client.bucket)"
             #expect(try state.value(for: stateKey) == (proven ? "yes" : "no"), "remembered for the next run")
+            #expect(s3.capabilities.contains(.conditionalWrite) == proven, "said by its capabilities (nimbus remote about)")
             let keys = try await s3.client.listAll(prefix: s3.prefix).map(\.key)
             #expect(!keys.contains { $0.contains(".nimbus-partial-probe-") }, "\(keys)")
             // Someone else's file under the name, written after the listing: refused either way, and kept.

@@ -38,7 +38,10 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     /// once per remote, kept in the state store): only then does a new file go up without looking first.
     @_spi(Testing) public let conditionsProven = LockedBox<Bool?>(nil)
 
-    public var capabilities: ProviderCapabilities { [.idempotentCreate, .resumableUploads] }
+    /// Conditional writes once the store has been proven to honour them (``probeConditions()``).
+    public var capabilities: ProviderCapabilities {
+        conditionsProven.withLock { $0 } == true ? [.idempotentCreate, .resumableUploads, .conditionalWrite] : [.idempotentCreate, .resumableUploads]
+    }
 
     public init(client: S3Client, prefix: String, state: any ProviderStateStore, singlePutLimit: Int64 = 16 << 20, partSize: Int64 = 8 << 20) {
         self.client = client
@@ -414,7 +417,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     /// (a hidden probe object written twice, the second time with the condition, then deleted) and remembered in the
     /// state store. A store that ignores the header (AWS before 2024, some gateways) or refuses it (`rclone serve
     /// s3`) keeps the look just before each new file.
-    @_spi(Testing) public func probeConditions() async throws -> Bool {
+    public func probeConditions() async throws -> Bool {
         if let known = conditionsProven.withLock({ $0 }) { return known }
         // The first uploads of a round come at once: one probe, the others wait for its answer.
         let probe = probing.withLock { running in

@@ -271,6 +271,8 @@ struct RemoteCommand: AsyncParsableCommand {
             do {
                 _ = try await provider.root()
                 if let quoted = provider as? any QuotaProvider { quota = try? await quoted.quota() }
+                // (Whether an S3 store honours conditional writes is found by trying: a hidden object, then deleted.)
+                if let s3 = provider as? S3Provider { _ = try? await s3.probeConditions() }
             } catch let error as ProviderError {
                 if case .unauthorized = error { throw CLIError("\(name) refused the credentials; sign in again with 'nimbus remote login \(name)'.") }
                 throw CLIError("\(name) (\(remote.location)): \(error.description)")
