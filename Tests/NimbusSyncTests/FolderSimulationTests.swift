@@ -553,7 +553,11 @@ final class ListedProvider: RemoteProvider, @unchecked Sendable {
             case .nameTaken(let existing): throw ProviderError.nameTaken(existing: existing == nil ? nil : path)
             case .versionConflict(let current):
                 throw ProviderError.versionConflict(current: current == nil ? nil : try? await shown(current!, path: path))
-            case .requestIdReused: throw ProviderError.requestIdReused(existing: nil)
+            case .requestIdReused(let existing):
+                // The item that request made, named by its path now (one in the trash by a path that is not there).
+                guard let existing else { throw error }
+                guard let made = try? await inner.item(existing), !made.isDeleted else { throw ProviderError.requestIdReused(existing: ".gone/\(existing)") }
+                throw ProviderError.requestIdReused(existing: try await self.path(made, known: nil))
             default: throw error
             }
         }
