@@ -120,12 +120,16 @@ struct RemotesAndConflictsTests {
         try write("alpha v2", to: folderB.appending(path: "alpha.txt"))
         try FileManager.default.moveItem(at: folderB.appending(path: "docs/inner.md"), to: folderB.appending(path: "inner.md"))
         try write("from the NAS", to: nas.appending(path: "Shared/nas.txt"))
+        let changedOnTheNAS = Date(timeIntervalSince1970: 1_740_830_400)  // 2025-03-01 12:00 UTC
+        try FileManager.default.setAttributes([.modificationDate: changedOnTheNAS], ofItemAtPath: nas.appending(path: "Shared/nas.txt").path)
         let moved = try b.run(["sync", folderB.path, "--once"])
         #expect(moved.status == 0)
         #expect(moved.stdout.contains("→ docs/inner.md → inner.md"), "a move made here is told from where to where: \(moved.stdout)")
         #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
         #expect(try text(folderA.appending(path: "alpha.txt")) == "alpha v2")
         #expect(try text(folderA.appending(path: "nas.txt")) == "from the NAS")
+        let kept = try FileManager.default.attributesOfItem(atPath: folderA.appending(path: "nas.txt").path)[.modificationDate] as? Date
+        #expect(abs((kept ?? .distantPast).timeIntervalSince(changedOnTheNAS)) < 0.002, "a download keeps the time of its change there: \(String(describing: kept))")
         #expect(tree(folderA)["inner.md"] != nil && tree(folderA)["docs/inner.md"] == nil)
         try FileManager.default.removeItem(at: folderA.appending(path: "alpha.txt"))
         let deleted = try a.run(["sync", folderA.path, "--once"])

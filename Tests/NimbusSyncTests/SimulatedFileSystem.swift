@@ -212,14 +212,15 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func importFile(_ source: URL, to path: String, modeOf existing: String?) throws {
+    func importFile(_ source: URL, to path: String, modeOf existing: String?, modified: Date?) throws {
         try touch("import", path)
         let data = try Data(contentsOf: source)
         try? FileManager.default.removeItem(at: source)
         try state.withLockedValue { state in
             guard case .folder = state.nodes[parent(path)] else { throw CocoaError(.fileNoSuchFile) }
             state.nextInode += 1
-            state.nodes[path] = .file(inode: state.nextInode, data: data, mtime: state.mtime(nowNanos))
+            let mtime = modified.map { Int64($0.timeIntervalSince1970 * 1e9) } ?? state.mtime(nowNanos)
+            state.nodes[path] = .file(inode: state.nextInode, data: data, mtime: mtime)
         }
     }
 

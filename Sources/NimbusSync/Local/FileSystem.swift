@@ -62,7 +62,9 @@ public protocol FileSystem: Sendable {
     /// Moves a file from the real disk (a finished download in the engine's store) to `path` (which must be free).
     /// It gets the permissions of the file at `modeOf` (the version it replaces: an executable stays executable), or
     /// those of a new file (0666 less the umask), not the store's private 0600.
-    func importFile(_ source: URL, to path: String, modeOf existing: String?) throws
+    /// `modified`: its modification time, the remote's (a downloaded file keeps the time of its change there, as
+    /// rclone and Dropbox do); nil: now.
+    func importFile(_ source: URL, to path: String, modeOf existing: String?, modified: Date?) throws
     /// A real file with the content at `path` for a provider to read: the file itself on a real disk.
     func exportFile(_ path: String) throws -> URL
     /// The clock file times are compared with (a file modified moments ago is still being written).
@@ -71,6 +73,10 @@ public protocol FileSystem: Sendable {
 
 extension FileSystem {
     public func hash(_ path: String, cutting: Bool) throws -> (checksum: String, size: Int64) { try hash(path) }
+
+    public func importFile(_ source: URL, to path: String, modeOf existing: String?) throws {
+        try importFile(source, to: path, modeOf: existing, modified: nil)
+    }
 }
 
 /// The real disk.
@@ -132,13 +138,30 @@ public struct POSIXFileSystem: FileSystem {
         guard Foundation.rename(from, to) == 0 else { throw SyncError.localFile("Could not move \(from) to \(to) (\(String(cString: strerror(errno)))).") }
     }
 
-    public func importFile(_ source: URL, to path: String, modeOf existing: String?) throws {
+    public func importFile(_ source: URL, to path: String, modeOf existing: String?, modified: Date?) throws {
         if Foundation.rename(source.path, path) != 0 {
             // Another file system: copy, then drop the engine's copy.
             try FileManager.default.copyItem(atPath: source.path, toPath: path)
             try? FileManager.default.removeItem(at: source)
         }
         Self.giveMode(path, of: existing)
+        if let modified { Self.setModified(path, to: modified) }
+    }
+
+    /// Sets the file's modification time (not following a link; the access time is left as it is).
+    public static func setModified(_ path: String, to date: Date) {
+        let seconds = date.timeIntervalSince1970.rounded(.down)
+        // UTIME_OMIT, a macro Swift does not import: the access time stays.
+        #if os(Linux)
+            let omit = (1 << 30) - 2
+        #else
+            let omit = -2
+        #endif
+        var times = [
+            timespec(tv_sec: 0, tv_nsec: omit),
+            timespec(tv_sec: Int(seconds), tv_nsec: Int((date.timeIntervalSince1970 - seconds) * 1e9)),
+        ]
+        _ = utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW)
     }
 
     /// Gives the file at `path` the permissions of the regular file at `existing` (the version it replaces), or those

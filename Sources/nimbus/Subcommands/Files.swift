@@ -287,6 +287,8 @@ struct Get: AsyncParsableCommand {
             try? FileManager.default.removeItem(at: content)
         }
         POSIXFileSystem.giveMode(temporary.path, of: destination.path)
+        // The file keeps the time of its last change there (as a synced download does).
+        if item.modifiedAt.timeIntervalSince1970 > 978_307_200, item.modifiedAt <= Date() { POSIXFileSystem.setModified(temporary.path, to: item.modifiedAt) }
         guard rename(temporary.path, destination.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
             throw CLIError("Could not write \(destination.path).")
