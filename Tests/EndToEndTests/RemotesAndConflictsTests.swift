@@ -115,6 +115,13 @@ struct RemotesAndConflictsTests {
         #expect(try text(nas.appending(path: "Shared/docs/inner.md")) == "inner")
         #expect(try b.run(["sync", folderB.path, "nas:/Shared", "--once"]).status == 0)
         #expect(tree(folderB) == tree(folderA))
+        // A pair that would sync the same files twice through one remote (and copy them into themselves) is refused.
+        for (local, remote) in [("docs", "nas:/Shared"), ("docs", "nas:/Shared/docs"), ("", "nas:/Shared/deeper"), ("", "nas:/")] {
+            let overlapping = try a.run(["sync", local.isEmpty ? folderA.path : folderA.appending(path: local).path, remote, "--once"])
+            #expect(overlapping.status != 0 && overlapping.stderr.contains("already syncs"), "\(local) \(remote): \(overlapping.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: nas.appending(path: "Shared/deeper").path), "nothing was made there")
+        #expect(try a.run(["status"]).stdout.components(separatedBy: "⇄").count == 2, "no pair was added")
 
         // Edits, a move and a deletion travel through it; an edit made directly in the remote folder too.
         try write("alpha v2", to: folderB.appending(path: "alpha.txt"))

@@ -67,6 +67,9 @@ struct SyncCommand: AsyncParsableCommand {
         } else {
             specs = try (config.pairs[root.path] ?? ["/"]).map { try RemoteSpec($0, config: config) }
         }
+        for spec in specs where !(config.pairs[root.path] ?? []).contains(spec.description) {
+            try Self.refuseOverlap(local: root.path, spec, config: config)
+        }
         var pairs: [(spec: RemoteSpec, folder: FolderSync)] = []
         var failures: [String] = []
         for spec in specs {
@@ -177,6 +180,37 @@ struct SyncCommand: AsyncParsableCommand {
             report.errors.append("\(waiting.count) change\(waiting.count == 1 ? "" : "s") failed and will be tried again (in \(seconds) s); run the sync again, or use --watch.")
         }
         return report
+    }
+
+    /// A new pair must not sync the same files twice through one remote: a folder inside (or around, or the same as)
+    /// a folder that already syncs with a remote folder inside (or around) this one's. One pair would copy what the
+    /// other brings into itself, deeper at every round (`A ⇄ r:/x` and `A/sub ⇄ r:/x`), or both would send every
+    /// change (`A ⇄ r:/x` and `A/sub ⇄ r:/x/sub`). The same folder with other remotes, or with another part of one, is
+    /// fine.
+    static func refuseOverlap(local: String, _ spec: RemoteSpec, config: Home.Config) throws {
+        func nested(_ a: String, _ b: String) -> Bool { a == b || a.hasPrefix(b.hasSuffix("/") ? b : b + "/") || b.hasPrefix(a.hasSuffix("/") ? a : a + "/") }
+        /// Where a pair's files are: the remote and folder, and for an encrypted remote also the folder it keeps them
+        /// in on the remote under it (sealed names: its whole folder).
+        func places(_ spec: RemoteSpec) -> [(remote: String, path: String)] {
+            switch spec {
+            case .nimbus(let path): return [("", path)]
+            case .named(let name, let remote, let path):
+                guard remote.type == "crypt", let inner = remote.remote.flatMap({ try? RemoteSpec($0, config: config) }) else { return [(name, path)] }
+                return [(name, path)] + places(inner)
+            }
+        }
+        let mine = places(spec)
+        for (otherLocal, otherRemote) in config.allPairs where nested(local, otherLocal) {
+            guard let other = try? RemoteSpec(otherRemote, config: config), other.description != spec.description || otherLocal != local else { continue }
+            let theirs = places(other)
+            // Through one remote: its folders; else, where one is encrypted into the other, the folders under it.
+            let overlap =
+                mine[0].remote == theirs[0].remote
+                ? nested(mine[0].path, theirs[0].path) : mine.contains { a in theirs.contains { b in a.remote == b.remote && nested(a.path, b.path) } }
+            guard overlap else { continue }
+            throw CLIError(
+                "\(local) ⇄ \(spec) would sync files that \(otherLocal) ⇄ \(other) already syncs, through the same remote (the folders overlap here and there): the two pairs would copy each other's files into themselves. Choose a folder or a remote folder that does not overlap, or sync \(otherLocal) alone (nothing was changed).")
+        }
     }
 
     /// What a failure of a whole round means for the user, naming the remote and what to do.
