@@ -9,13 +9,17 @@ import Testing
 
 @Suite("Hashing and ids")
 struct SupportTests {
-    @Test("a file's SHA-256 and size, for empty, small and multi-piece files; a missing file is a read error")
+    @Test("a file's SHA-256 and size, for empty, small and multi-piece files (big ones read on a thread of their own, at sizes around its pieces); a missing file is a read error")
     func hashing() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-hash-\(UUID.random().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        for size in [0, 1, 4096, (1 << 20) + 7, 3 << 20] {
-            let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        let big = FileHasher.overlapMinimum
+        // A pattern of a prime length, repeated: no two 4 MiB pieces are alike (pieces hashed out of order would show).
+        let pattern = Data((0..<1_000_003).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        for size in [0, 1, 4096, (1 << 20) + 7, 3 << 20, big - 1, big, big + 1, big + (4 << 20), big + (4 << 20) * 3 + 12_345] {
+            var bytes = Data(capacity: size)
+            while bytes.count < size { bytes.append(pattern.prefix(size - bytes.count)) }
             let url = folder.appending(path: "f\(size)")
             try bytes.write(to: url)
             let (checksum, measured) = try FileHasher.sha256(of: url)

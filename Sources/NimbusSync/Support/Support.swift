@@ -53,6 +53,7 @@ public enum FileHasher {
         defer { close(descriptor) }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else { throw readError(url) }
+        if status.st_size >= overlapMinimum { return try overlapped(descriptor, url) }
         var buffer = [UInt8](repeating: 0, count: max(1, min(1 << 20, Int(status.st_size) + 1)))
         var hasher = SHA256()
         var size: Int64 = 0
@@ -65,6 +66,75 @@ public enum FileHasher {
             if count == 0 { break }
             buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             size += Int64(count)
+        }
+        return (hex(hasher.finalize()), size)
+    }
+
+    /// Files this big are read on a thread of their own while this one hashes (the copy out of the page cache is
+    /// about a fifth of the work: a 1 GiB file took 0.77 s read then hashed in turn, SHA-256 alone is ~0.6 s here).
+    static let overlapMinimum: Int = 32 << 20
+
+    /// A ring of buffers a reader thread fills (4 MiB each, 16 MiB in all) and the caller hashes in order.
+    private final class Ring: @unchecked Sendable {
+        static let pieces = 4
+        static let pieceSize = 4 << 20
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: pieces * pieceSize, alignment: 4096)
+        /// Bytes in each piece (0: the end), or -1 with `failure` set: a read failed.
+        var counts = [Int](repeating: 0, count: pieces)
+        var failure: Int32 = 0
+        let filled = DispatchSemaphore(value: 0)
+        let free = DispatchSemaphore(value: pieces)
+        /// Set by the caller when it stops early: the reader stops at its next piece.
+        var stop = false
+
+        func piece(_ index: Int) -> UnsafeMutableRawBufferPointer {
+            UnsafeMutableRawBufferPointer(rebasing: memory[(index % Self.pieces) * Self.pieceSize..<(index % Self.pieces + 1) * Self.pieceSize])
+        }
+
+        deinit { memory.deallocate() }
+    }
+
+    static func overlapped(_ descriptor: Int32, _ url: URL) throws -> (checksum: String, size: Int64) {
+        let ring = Ring()
+        let done = DispatchSemaphore(value: 0)
+        let reader = Thread {
+            var index = 0
+            while true {
+                ring.free.wait()
+                if ring.stop { break }
+                let count = fill(descriptor, ring.piece(index))
+                ring.counts[index % Ring.pieces] = count ?? -1
+                if count == nil { ring.failure = errno }
+                ring.filled.signal()
+                if (count ?? 0) < Ring.pieceSize { break }
+                index += 1
+            }
+            done.signal()
+        }
+        reader.start()
+        var hasher = SHA256()
+        var size: Int64 = 0
+        var index = 0
+        var failed = false
+        while true {
+            ring.filled.wait()
+            let count = ring.counts[index % Ring.pieces]
+            if count < 0 {
+                failed = true
+                break
+            }
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: ring.piece(index)[..<count]))
+            size += Int64(count)
+            ring.free.signal()
+            if count < Ring.pieceSize { break }
+            index += 1
+        }
+        ring.stop = true
+        ring.free.signal()
+        done.wait()  // the reader is done with the descriptor and the buffers before either goes
+        if failed {
+            errno = ring.failure
+            throw readError(url)
         }
         return (hex(hasher.finalize()), size)
     }
