@@ -160,7 +160,7 @@ def main():
 
         def rsync():
             start = time.perf_counter()
-            out = subprocess.run(["rsync", "--no-whole-file", "--stats", "--times", path, f"rsync://127.0.0.1:{rsync_port}/m/big.bin"],
+            out = subprocess.run(["rsync", "--no-whole-file", "--ignore-times", "--stats", "--times", path, f"rsync://127.0.0.1:{rsync_port}/m/big.bin"],
                                  check=True, capture_output=True, text=True).stdout
             elapsed = time.perf_counter() - start
             sent = int(re.search(r"Total bytes sent: ([\d,]+)", out).group(1).replace(",", ""))
