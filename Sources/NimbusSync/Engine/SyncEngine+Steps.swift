@@ -651,7 +651,7 @@ extension SyncEngine {
             fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         let target = disk.absolute(relative)
         let temporary = (target as NSString).deletingLastPathComponent + "/" + ".nimbus-partial-" + UUID.random().uuidString.lowercased()
-        let modified = Self.keptModificationTime(row.rModified, now: disk.fileSystem.now())
+        let modified = POSIXFileSystem.keptModificationTime(row.rModified.map { Date(timeIntervalSince1970: Double($0) / 1000) }, now: disk.fileSystem.now())
         if partial.sealed {
             // Sealed in the store: opened (and checked) into a plain file that goes straight into the folder.
             let plain = stagingDirectory.appending(path: Self.plainPrefix + UUID.random().uuidString.lowercased())
@@ -700,15 +700,6 @@ extension SyncEngine {
             if updated.rChecksum == nil, updated.rRevision == revision { updated.rChecksum = partial.checksum }
             try updated.update(db, from: stored)
         }
-    }
-
-    /// The modification time a downloaded file gets: that of the remote version (milliseconds), so a file keeps the
-    /// time of its last change across devices (as rclone and Dropbox keep it) — unless the remote gave none (before
-    /// 2001) or one in the future (another clock): then now, as any new file.
-    nonisolated static func keptModificationTime(_ millis: Int64?, now: Date) -> Date? {
-        guard let millis, millis > 978_307_200_000 else { return nil }
-        let date = Date(timeIntervalSince1970: Double(millis) / 1000)
-        return date <= now ? date : nil
     }
 
     /// Reads a remote file whose provider keeps no SHA-256 once, to learn it (the provider remembers it for that

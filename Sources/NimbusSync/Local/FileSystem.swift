@@ -148,6 +148,14 @@ public struct POSIXFileSystem: FileSystem {
         if let modified { Self.setModified(path, to: modified) }
     }
 
+    /// The modification time a downloaded file gets: that of the remote version, so a file keeps the time of its last
+    /// change across devices (as rclone and Dropbox keep it) — unless the remote gave none (before 2001) or one in the
+    /// future (another clock): then nil, for now, as any new file.
+    public static func keptModificationTime(_ remote: Date?, now: Date) -> Date? {
+        guard let remote, remote.timeIntervalSince1970 > 978_307_200, remote <= now else { return nil }
+        return remote
+    }
+
     /// Sets the file's modification time (not following a link; the access time is left as it is).
     public static func setModified(_ path: String, to date: Date) {
         let seconds = date.timeIntervalSince1970.rounded(.down)

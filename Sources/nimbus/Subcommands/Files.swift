@@ -288,7 +288,7 @@ struct Get: AsyncParsableCommand {
         }
         POSIXFileSystem.giveMode(temporary.path, of: destination.path)
         // The file keeps the time of its last change there (as a synced download does).
-        if item.modifiedAt.timeIntervalSince1970 > 978_307_200, item.modifiedAt <= Date() { POSIXFileSystem.setModified(temporary.path, to: item.modifiedAt) }
+        if let kept = POSIXFileSystem.keptModificationTime(item.modifiedAt, now: Date()) { POSIXFileSystem.setModified(temporary.path, to: kept) }
         guard rename(temporary.path, destination.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
             throw CLIError("Could not write \(destination.path).")
