@@ -38,10 +38,14 @@ struct SimulationTests {
         let seeds = Self.seeds
         let failures = LockedSeeds()
         let trace = ProcessInfo.processInfo.environment["NIMBUS_SIM_TRACE"] != nil
+        let watchdog = HangWatchdog()
+        defer { watchdog.stop() }
         @Sendable func one(_ seed: UInt64) async throws {
             // NIMBUS_SIM_TRACE=1: which seeds were running when a process died (stderr, unbuffered).
             if trace { FileHandle.standardError.write(Data("seed \(seed) start\n".utf8)) }
             defer { if trace { FileHandle.standardError.write(Data("seed \(seed) end\n".utf8)) } }
+            watchdog.started(seed)
+            defer { watchdog.ended(seed) }
             do {
                 try await simulate(seed)
             } catch let failure as SimulationFailure {
@@ -68,6 +72,36 @@ struct SimulationTests {
 }
 
 struct SimulationFailure: Error { var message: String }
+
+/// A seed still running after `NIMBUS_SIM_HANG_SECONDS` (default 900; one takes seconds) is stuck — a step awaiting
+/// something that never comes: the process names it on stderr and exits 1, rather than the run waiting forever
+/// (a CI limit then says nothing of which seed). Watched from a thread of its own, outside Swift's task pool.
+final class HangWatchdog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var running: [UInt64: Date] = [:]
+    private var stopped = false
+    let limit = ProcessInfo.processInfo.environment["NIMBUS_SIM_HANG_SECONDS"].flatMap(Double.init) ?? 900
+
+    init() {
+        let thread = Thread { [self] in
+            while true {
+                Thread.sleep(forTimeInterval: 5)
+                let (done, stuck) = lock.withLock { (stopped, running.filter { -$0.value.timeIntervalSinceNow > limit }.keys.sorted()) }
+                if done { return }
+                if let seed = stuck.first {
+                    FileHandle.standardError.write(
+                        Data("seed \(seed) has run for over \(Int(limit)) s: it hangs (replay with NIMBUS_SIM_SEED=\(seed)); stopping.\n".utf8))
+                    exit(1)
+                }
+            }
+        }
+        thread.start()
+    }
+
+    func started(_ seed: UInt64) { lock.withLock { running[seed] = Date() } }
+    func ended(_ seed: UInt64) { _ = lock.withLock { running.removeValue(forKey: seed) } }
+    func stop() { lock.withLock { stopped = true } }
+}
 
 final class LockedSeeds: @unchecked Sendable {
     private let lock = NSLock()
