@@ -4,7 +4,7 @@ import GRDB
 import NIOCore
 import NIOFoundationCompat
 import NimbusAPI
-@testable import NimbusSync
+@_spi(Testing) @testable import NimbusSync
 import Testing
 
 @Suite("Hashing and ids")

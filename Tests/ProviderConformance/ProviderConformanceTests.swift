@@ -1035,20 +1035,12 @@ final class MemoryTokens: TokenStore, @unchecked Sendable {
 
 /// Random bytes; with a seed, the same ones every run (for tests whose bounds depend on where chunks are cut).
 func randomBytes(_ count: Int, seed: UInt64? = nil) -> Data {
-    guard var state = seed else {
+    guard let seed else {
         var generator = SystemRandomNumberGenerator()
         return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
-    var bytes = [UInt8](repeating: 0, count: count)
-    for index in 0..<count {
-        // SplitMix64
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        bytes[index] = UInt8(truncatingIfNeeded: z ^ (z >> 31))
-    }
-    return Data(bytes)
+    var generator = SeededRandom(seed: seed)
+    return Data((0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) })
 }
 
 extension Result {

@@ -17,12 +17,12 @@ public final class LockedBox<Value>: @unchecked Sendable {
 }
 
 /// SplitMix64: small, fast, and the same sequence for the same seed on every platform.
-struct SeededRandom: RandomNumberGenerator, Sendable {
+@_spi(Testing) public struct SeededRandom: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
-    init(seed: UInt64) { state = seed }
+    public init(seed: UInt64) { state = seed }
 
-    mutating func next() -> UInt64 {
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
