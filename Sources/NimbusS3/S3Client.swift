@@ -177,19 +177,34 @@ public struct S3Client: Sendable {
 
     /// One page of a listing; with a `delimiter` ("/"), keys below the next delimiter are rolled up into `prefixes`.
     public func list(prefix: String, delimiter: String?, continuation: String? = nil, maxKeys: Int = 1000) async throws -> S3ListPage {
-        var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", "\(maxKeys)")]
+        // Keys come URL-encoded (`encoding-type=url`, as AWS's SDKs ask): a key may hold characters XML 1.0 cannot
+        // carry (a control character in a file name made the whole listing unreadable, for every file). A store
+        // that ignores the parameter says nothing of it in its answer, and its keys are taken as they are.
+        var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", "\(maxKeys)"), ("encoding-type", "url")]
         if let delimiter { query.append(("delimiter", delimiter)) }
         if let continuation { query.append(("continuation-token", continuation)) }
         let (_, body) = try await send("GET", key: nil, query: query)
         guard let root = XMLTree.parse(Data(buffer: body)) else { throw S3Error(status: 200, code: nil, message: "The listing could not be read.") }
-        let objects = root.all("Contents").map {
+        let encoded = root.value("EncodingType")?.lowercased() == "url"
+        func key(_ raw: String) throws -> String {
+            guard encoded else { return raw }
+            guard let decoded = Self.urlDecoded(raw) else { throw S3Error(status: 200, code: nil, message: "The listing holds a key that is not URL-encoded: \(raw)") }
+            return decoded
+        }
+        let objects = try root.all("Contents").map {
             S3Object(
-                key: $0.value("Key") ?? "", size: Int64($0.value("Size") ?? "") ?? 0, etag: Self.unquoted($0.value("ETag") ?? ""),
+                key: try key($0.value("Key") ?? ""), size: Int64($0.value("Size") ?? "") ?? 0, etag: Self.unquoted($0.value("ETag") ?? ""),
                 modified: $0.value("LastModified").flatMap(Self.parseISO8601))
         }
-        let prefixes = root.all("CommonPrefixes").compactMap { $0.value("Prefix") }
+        let prefixes = try root.all("CommonPrefixes").compactMap { try $0.value("Prefix").map(key) }
         let truncated = root.value("IsTruncated") == "true"
         return S3ListPage(objects: objects, prefixes: prefixes, next: truncated ? root.value("NextContinuationToken") : nil)
+    }
+
+    /// A key of a listing asked for with `encoding-type=url`: percent-escapes decoded, `+` a space (as AWS's SDKs
+    /// read it: stores escape a `+` in a key as `%2B`); nil when an escape is broken or the bytes are not UTF-8.
+    static func urlDecoded(_ raw: String) -> String? {
+        SigV4Signer.decode(raw.contains("+") ? raw.replacingOccurrences(of: "+", with: " ") : raw)
     }
 
     /// Every key under `prefix`, page after page.

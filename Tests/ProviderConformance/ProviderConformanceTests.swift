@@ -250,6 +250,85 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("names that need escaping on the wire (%, +, #, ?, &, <, quotes, spaces at either end, a control character, non-ASCII) come back exactly, listed and downloaded",
+          arguments: ProviderKind.selected)
+    func awkwardNames(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            // A key with a control character cannot travel in an S3 listing's XML as it is: the listing asks for
+            // URL-encoded keys (one such file once made the whole folder's listing unreadable).
+            var names = ["100% sure.txt", "a+b.txt", "#tag.txt", "q?.txt", "<lt>&amp;.txt", "quote\".txt", "back\\slash.txt", " lead.txt",
+                         "trail .txt", "tab\tx.txt", "ctrl\u{01}.txt", "naïve – 日本語 😀.txt", "dir%20x"]
+            // wsgidav stores `q?.txt` as `q`, `<lt>&amp;.txt` as `<lt>&amp` and `tab\tx.txt` as `tabx.txt` (the
+            // request sends them escaped: %3F, %3B, %09); the engine then sees a file renamed there, nothing lost.
+            if kind == .webdavWsgidav { names.removeAll { $0.contains("?") || $0.contains(";") || $0.contains("\t") } }
+            let folder = try await provider.createFolder(named: "f %2F+ü", in: root.id, requestId: "awkward-folder")
+            var made: [String: RemoteItem] = [:]
+            for (index, name) in names.enumerated() {
+                made[name] = try await provider.upload(try source(name, kind), to: .new(parentId: folder.id, name: name, mimeType: nil), requestId: "awkward-\(index)") { _ in }
+                #expect(made[name]?.name == name)
+            }
+            #expect(try await provider.children(of: root.id).map(\.name) == ["f %2F+ü"])
+            let listed = try await provider.children(of: folder.id)
+            #expect(Set(listed.map { Array($0.name.utf8) }) == Set(names.map { Array($0.utf8) }), "every name listed back byte for byte")
+            for item in listed {
+                #expect(item.id == made[item.name]?.id, "\(item.name): listed under the id its upload gave")
+                let back = kind.scratch.appending(path: "awkward-down")
+                try? FileManager.default.removeItem(at: back)
+                try await provider.download(item.id, revision: item.revision, to: back) { _ in }
+                #expect(try Data(contentsOf: back) == Data(item.name.utf8))
+            }
+            if let tree = provider as? any TreeListingProvider {
+                let all = try await tree.listTree().filter { $0.parentId == folder.id }
+                #expect(Set(all.map { Array($0.name.utf8) }) == Set(names.map { Array($0.utf8) }))
+            }
+        }
+    }
+
+    @Test("a name in NFD on disk (as macOS apps and archives write it) syncs once and is then in sync: nothing pending, an edit is a new version of the same file",
+          arguments: ProviderKind.selected)
+    func decomposedNames(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let (folder, local) = try kind.folderSync(over: provider, device: "nfd")
+            let nfd = "nai\u{0308}ve.txt"  // "ï" as "i" and a combining diaeresis
+            let path = local.path + "/" + nfd
+            #expect(FileManager.default.createFile(atPath: path, contents: Data("one".utf8)))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: local.path).map { Array($0.utf8) } == [Array(nfd.utf8)], "the name on disk is NFD")
+            #expect(try await folder.syncOnce().uploaded.count == 1)
+            #expect(try await folder.engine.status().pending == 0, "nothing left to do (SQL compares bytes: the name is NFC there)")
+            #expect(try await folder.syncOnce().changed == 0)
+            try Data("two!".utf8).write(to: URL(fileURLWithPath: path))
+            #expect(try await folder.syncOnce().uploaded.count == 1)
+            #expect(try await folder.engine.status().pending == 0)
+            let root = try await provider.root()
+            let there = try await provider.children(of: root.id)
+            #expect(there.count == 1 && there.first?.size == 4, "one file there, the edit a new version of it")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: local.path).map { Array($0.utf8) } == [Array(nfd.utf8)], "not renamed here")
+        }
+    }
+
+    @Test("a new file refused as not there while its folder is there fails in view (an error, a retry), not in a quiet round; retryFailed tries it at once")
+    func refusedAsNotThere() async throws {
+        try await ProviderKind.localFolder.with { inner in
+            let provider = CountingProvider(inner: inner)
+            provider.refused.withLockedValue { $0 = ["refused.txt"] }
+            let (folder, local) = try ProviderKind.localFolder.folderSync(over: provider, device: "refused")
+            try Data("r".utf8).write(to: local.appending(path: "refused.txt"))
+            try Data("o".utf8).write(to: local.appending(path: "ok.txt"))
+            let first = try await folder.syncOnce()
+            #expect(first.uploaded == ["ok.txt"])
+            #expect(first.errors.contains { $0.hasPrefix("refused.txt: ") }, "\(first)")
+            #expect(try await folder.waitingRetries().count == 1, "retried later, with backoff")
+            provider.refused.withLockedValue { $0 = [] }
+            #expect(try await folder.syncOnce().uploaded.isEmpty, "not before its time")
+            #expect(try await folder.engine.retryFailed() == 1)
+            #expect(try await folder.syncOnce().uploaded == ["refused.txt"])
+            #expect(try await folder.engine.status().failed == 0)
+            let root = try await inner.root()
+            #expect(try await inner.children(of: root.id).map(\.name).sorted() == ["ok.txt", "refused.txt"])
+        }
+    }
+
     @Test("a whole-tree listing holds what a walk folder by folder finds, parents first", arguments: ProviderKind.selected)
     func treeListing(kind: ProviderKind) async throws {
         try await kind.with { provider in
@@ -990,6 +1069,8 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
 final class CountingProvider: RemoteProvider, @unchecked Sendable {
     let inner: any RemoteProvider
     let count = NIOLockedValueBox(0)
+    /// Names a new file's upload is refused under as `notFound` (a store that answers 404 to some keys).
+    let refused = NIOLockedValueBox(Set<String>())
 
     init(inner: any RemoteProvider) { self.inner = inner }
 
@@ -1011,7 +1092,8 @@ final class CountingProvider: RemoteProvider, @unchecked Sendable {
     func upload(_ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void) async throws
         -> RemoteItem
     {
-        try await inner.upload(source, to: target, requestId: requestId, progress: progress)
+        if case .new(_, let name, _) = target, refused.withLockedValue({ $0.contains(name) }) { throw ProviderError.notFound }
+        return try await inner.upload(source, to: target, requestId: requestId, progress: progress)
     }
     func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         try await inner.download(id, revision: revision, to: destination, progress: progress)

@@ -367,6 +367,20 @@ extension SyncEngine {
         notifyChanged()
     }
 
+    /// Tries every failed step again at the next round: those failed for good (after `maxAttempts`, or with an error
+    /// retrying would not mend by itself) and those waiting out a backoff. What changed since — a fixed server, a
+    /// permission given back — gets its chance. The CLI calls this as each `nimbus sync` starts (running it again is
+    /// asking again); returns how many items it gave another try.
+    @discardableResult
+    public func retryFailed() throws -> Int {
+        let count = try database.pool.write { db in
+            try db.execute(sql: "DELETE FROM failures")
+            return db.changesCount
+        }
+        if count > 0 { notifyChanged() }
+        return count
+    }
+
     /// Settles a conflict the `ask` strategy left for the user. Nothing is lost whatever the answer: the losing
     /// version stays a revision (or, with `keepBoth`, a copy).
     public func resolveConflict(_ id: ItemID, keeping resolution: ConflictResolution) async throws {

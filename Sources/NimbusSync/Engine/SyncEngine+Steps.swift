@@ -256,7 +256,12 @@ extension SyncEngine {
         case .requestIdReused(let existing):
             // This item's creation landed earlier, with the content it had then: that file is this item (based on
             // what was sent then; what changed since goes as a new version).
-            guard let existing else { return false }
+            guard let existing else {
+                // The server does not say what it made: nothing to learn, so the step fails (and is retried), in
+                // view, rather than waiting unseen.
+                try await failed(step, SyncError(error))
+                return false
+            }
             let item: RemoteItem
             do {
                 item = try await provider.item(existing)
@@ -283,17 +288,27 @@ extension SyncEngine {
         case .notFound:
             // The item (or the folder it goes in) is gone there.
             let row = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid) }
+            var itemThere: Bool?
             if let fileId = row?.fileId {
-                try await refetch(fileId, provider)
+                itemThere = try await refetch(fileId, provider)
             }
+            var parentThere: Bool?
             if case .upload(_, nil) = step, let parent = row?.lParent, let parentRow = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent) }),
                 let parentId = parentRow.fileId
             {
-                try await refetch(parentId, provider)
+                parentThere = try await refetch(parentId, provider)
             } else if case .createRemoteFolder = step, let parent = row?.lParent,
                 let parentId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent)?.fileId })
             {
-                try await refetch(parentId, provider)
+                parentThere = try await refetch(parentId, provider)
+            }
+            // A creation refused as "not there" while its folder is there, and the item (if it was there before)
+            // still is: nothing learnt, and planning again would ask the same. It fails, in view, and is retried
+            // with backoff (the folder may have been replaced under its name meanwhile) — rather than the round
+            // ending quietly with the file unsent (seen: a store that answers 404 to a key with a line break in it).
+            if parentThere == true, itemThere != false {
+                try await failed(step, .server(status: 404, code: SyncError.refusedAsNotThere, message: "The remote refused it as not there, although the folder it goes in is there.", retryAfter: nil))
+                return false
             }
             return true
         case .checksumMismatch:
@@ -339,11 +354,14 @@ extension SyncEngine {
         try treePath(db, luid, sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?")
     }
 
-    /// Takes an item's current state there into the remote tree (gone, if it is).
-    func refetch(_ fileId: String, _ provider: any RemoteProvider) async throws {
+    /// Takes an item's current state there into the remote tree (gone, if it is); whether it is there.
+    @discardableResult
+    func refetch(_ fileId: String, _ provider: any RemoteProvider) async throws -> Bool {
         let change: RemoteChange
         do { change = .upsert(try await provider.item(fileId)) } catch ProviderError.notFound { change = .remove(id: fileId) }
         try await database.pool.write { db in try self.applyChange(db, change) }
+        if case .upsert = change { return true }
+        return false
     }
 
     /// The provider's id of the item with LUID `luid` (a folder something goes into).

@@ -415,7 +415,7 @@ public actor SyncEngine {
                 pending: try count(
                     """
                     SELECT COUNT(*) FROM items WHERE luid != 'root' AND flag IS NULL AND (\(ItemRow.pendingExpression)
-                    OR (r_present = 1 AND s_present = 1 AND (r_parent IS NOT s_parent OR r_name IS NOT s_name OR r_revision IS NOT s_revision))
+                    OR (r_present = 1 AND s_present = 1 AND (r_parent IS NOT s_parent OR (r_name IS NOT s_name AND nimbus_names_differ(r_name, s_name)) OR r_revision IS NOT s_revision))
                     OR (r_present = 1 AND s_present = 0 AND \(disk == nil))
                     OR (r_present = 0 AND s_present = 1))
                     AND luid NOT IN (SELECT luid FROM failures WHERE failed = 1)

@@ -30,9 +30,26 @@ struct LocalDatabase: Sendable {
             // Big folders list from memory-mapped pages rather than through SQLite's small default page cache.
             try db.execute(sql: "PRAGMA mmap_size = 268435456")
             if traced { db.trace { FileHandle.standardError.write(Data("SQL \($0.expandedDescription.prefix(90))\n".utf8)) } }
+            db.add(function: DatabaseFunction("nimbus_names_differ", argumentCount: 2, pure: true) { values in
+                Self.namesDiffer(values[0], values[1], label: label)
+            })
         }
         pool = try DatabasePool(path: path, configuration: configuration)
         try Self.migrator.migrate(pool)
+    }
+
+    /// Whether two stored names are different names, as the planner compares them (Swift's `==`: canonical
+    /// equivalence, so `naïve` in NFD — as macOS apps and archives often write it — and in NFC are one name). SQL's
+    /// `IS NOT` compares bytes; SQL that tells what is pending asks this where the bytes differ, so a file whose name
+    /// is NFD on disk and NFC on the remote is not "pending" forever. Sealed names (an encrypted store) are opened
+    /// first; one that does not open differs.
+    static func namesDiffer(_ a: DatabaseValue, _ b: DatabaseValue, label: String?) -> Bool {
+        guard var x = String.fromDatabaseValue(a), var y = String.fromDatabaseValue(b) else { return a != b }
+        if let cipher = StoreCipher.registered(label: label) {
+            guard let openedX = try? cipher.openName(x), let openedY = try? cipher.openName(y) else { return true }
+            (x, y) = (openedX, openedY)
+        }
+        return x != y
     }
 
     static var migrator: DatabaseMigrator {

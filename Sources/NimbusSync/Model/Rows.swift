@@ -340,7 +340,7 @@ struct ItemRow: Sendable, Equatable {
 extension ItemRow {
     /// The SQL expression that is 1 when local and synced differ (the item has something to send).
     static let pendingExpression = """
-        (l_present != s_present OR (l_present = 1 AND (l_parent IS NOT s_parent OR l_name IS NOT s_name \
+        (l_present != s_present OR (l_present = 1 AND (l_parent IS NOT s_parent OR (l_name IS NOT s_name AND nimbus_names_differ(l_name, s_name)) \
         OR (is_folder = 0 AND l_checksum IS NOT s_checksum) OR l_state IS NOT NULL)))
         """
 }

@@ -24,12 +24,15 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isRetryable: Bool {
         switch self {
         case .network: true
-        case .server(_, APIErrorCode.massDeletionPaused.rawValue, _, _): true
+        case .server(_, APIErrorCode.massDeletionPaused.rawValue, _, _), .server(_, Self.refusedAsNotThere, _, _): true
         case .server(let status, _, _, _): status >= 500 || status == 429 || status == 408
         case .checksumMismatch: true
         case .unauthorized, .notSignedIn, .insufficientSpace, .localFile, .invalid: false
         }
     }
+
+    /// The code of a creation a remote refused as "not there" while the folder it goes in is there (retried).
+    public static let refusedAsNotThere = "refused_as_not_there"
 
     /// The `error.code` the server sent, if this is a server error.
     public var code: String? {

@@ -77,6 +77,9 @@ struct SyncCommand: AsyncParsableCommand {
                 try await makeRemoteFolder(spec, home: home)
                 let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
                 await folder.setConfirmDeletions(confirmDeletions)
+                // Running the sync again is asking again: what failed for good last time is tried once more (and
+                // reported, with a non-zero exit, if it fails again).
+                try await folder.engine.retryFailed()
                 pairs.append((spec, folder))
             } catch let error as CLIError {
                 guard specs.count > 1 else { throw error }
