@@ -166,6 +166,18 @@ struct RemotesAndConflictsTests {
         let status = try a.run(["status"])
         #expect(status.stdout.contains("sync \(folderA.path) ⇄ nas:/Shared"), "\(status.stdout)")
 
+        // The synced folder gone (moved away; a disk not mounted): it is not made again empty, which would delete
+        // everything on the remote; the sync refuses and says what to do. Back in place, it syncs as before.
+        let away = bench.root.appending(path: "A-away")
+        try FileManager.default.moveItem(at: folderA, to: away)
+        let gone = try a.run(["sync", folderA.path, "--once"])
+        #expect(gone.status != 0 && gone.stderr.contains("is not there") && gone.stderr.contains("nothing was synced or deleted"), "\(gone.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: folderA.path), "not made again")
+        #expect(FileManager.default.fileExists(atPath: nas.appending(path: "Shared/nas.txt").path), "nothing deleted there")
+        try FileManager.default.moveItem(at: away, to: folderA)
+        let back = try a.run(["sync", folderA.path, "--once"])
+        #expect(back.status == 0 && back.stdout.contains("0 changes"), "\(back.stdout)\(back.stderr)")
+
         #expect(try a.run(["remote", "remove", "nas"]).status == 0)
         #expect(try a.run(["remote", "list"]).stdout.contains("No remotes"))
         #expect(FileManager.default.fileExists(atPath: nas.appending(path: "Shared/nas.txt").path), "removing a remote deletes nothing")

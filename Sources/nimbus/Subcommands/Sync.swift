@@ -53,14 +53,23 @@ struct SyncCommand: AsyncParsableCommand {
         let home = Home.current
         let root = URL(fileURLWithPath: localDirectory).standardizedFileURL
         var isDirectory: ObjCBool = false
+        var config = try home.loadConfig()
         if !FileManager.default.fileExists(atPath: root.path, isDirectory: &isDirectory) {
+            // A folder that syncs already and is gone (moved, renamed, deleted, or on a disk not mounted — its
+            // mount point there, the folder not) is not made again empty: that would delete everything it held
+            // on every remote it syncs with. Only a new pair's folder is made.
+            if let remotes = config.pairs[root.path], !remotes.isEmpty {
+                throw CLIError(
+                    "\(root.path) is not there (moved, renamed, deleted, or on a disk that is not mounted); nothing was synced or deleted. "
+                        + "If it moved, sync it where it is now (nimbus sync NEW-PLACE \(remotes[0])); if you make it again (mkdir), "
+                        + "what it held is deleted on \(remotes.joined(separator: ", ")) at the next sync, as any deletion here is.")
+            }
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         } else if !isDirectory.boolValue {
             throw CLIError("\(localDirectory) is a file, not a folder.")
         }
         // With a remote: that pair (remembered beside the folder's other remotes). Without: every remote the folder
         // syncs with (the signed-in server's root if none yet).
-        var config = try home.loadConfig()
         let specs: [RemoteSpec]
         if let remoteDirectory {
             specs = [try RemoteSpec(remoteDirectory, config: config)]
