@@ -174,6 +174,15 @@ struct RemotesAndConflictsTests {
         #expect(gone.status != 0 && gone.stderr.contains("is not there") && gone.stderr.contains("nothing was synced or deleted"), "\(gone.stderr)")
         #expect(!FileManager.default.fileExists(atPath: folderA.path), "not made again")
         #expect(FileManager.default.fileExists(atPath: nas.appending(path: "Shared/nas.txt").path), "nothing deleted there")
+        // An empty folder in its place (a disk's mount point while the disk is not mounted): another folder holding
+        // none of the synced files is not taken for the synced one either.
+        try FileManager.default.createDirectory(at: folderA, withIntermediateDirectories: false)
+        let unmounted = try a.run(["sync", folderA.path, "--once"])
+        #expect(unmounted.status != 0 && unmounted.stderr.contains("is not the folder that synced") && unmounted.stderr.contains("--confirm-deletions"),
+                "\(unmounted.stdout)\(unmounted.stderr)")
+        #expect(FileManager.default.fileExists(atPath: nas.appending(path: "Shared/nas.txt").path), "nothing deleted there")
+        #expect(tree(folderA).isEmpty, "nothing brought into it")
+        try FileManager.default.removeItem(at: folderA)
         try FileManager.default.moveItem(at: away, to: folderA)
         let back = try a.run(["sync", folderA.path, "--once"])
         #expect(back.status == 0 && back.stdout.contains("0 changes"), "\(back.stdout)\(back.stderr)")

@@ -54,7 +54,7 @@ extension SyncEngine {
     func observeLocal() async throws {
         guard let disk else { return }
         let cutting = (provider as? NimbusProvider)?.blockUploads == true
-        lastScan = try disk.scan(database, cutting: cutting) { ItemID.make().rawValue }
+        lastScan = try disk.scan(database, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions) { ItemID.make().rawValue }
     }
 
     /// Items deleted here while their creation was in doubt (sent, no answer recorded): the creation is asked for

@@ -37,7 +37,9 @@ struct DiskFolder: Sendable {
     /// read; a changed one is hashed once it has settled, and marked as changing until then.
     /// `cutting`: big files it hashes are cut into chunks in the same pass (``FileSystem/hash(_:cutting:)``), for a
     /// provider that uploads new versions by blocks.
-    func scan(_ database: LocalDatabase, cutting: Bool = false, makeId: () -> String) throws -> Scan {
+    /// `acceptingNewRoot`: take another folder at the root's path that holds none of the synced items (see below)
+    /// as this one, emptied (the user confirmed deletions).
+    func scan(_ database: LocalDatabase, cutting: Bool = false, acceptingNewRoot: Bool = false, makeId: () -> String) throws -> Scan {
         var result = Scan()
         guard let rootStat = fileSystem.stat(rootPath), rootStat.kind == .folder else {
             throw SyncError.localFile("Cannot read the folder \(rootPath): it is not there (is the disk mounted?).")
@@ -122,6 +124,26 @@ struct DiskFolder: Sendable {
             // 3. The rest are new.
             for entry in entries where assigned[entry.path] == nil {
                 assigned[entry.path] = makeId()
+            }
+            // The folder itself. Another folder at its path (another inode) that holds none of what the synced one
+            // held is an empty mount point whose disk is not mounted, or the folder deleted and made again: taking
+            // it for the folder would delete every file there. Nothing is recorded; the user is told. One holding
+            // some of the synced items (restored from a backup, moved to a new disk) is the folder.
+            let rootInode = Int64(bitPattern: rootStat.inode)
+            if let root = try ItemRow.fetch(db, luid: ItemID.root.rawValue), root.lInode != rootInode {
+                if let known = root.lInode, known != rootInode, !acceptingNewRoot {
+                    let held = rows.filter { $0.luid != ItemID.root.rawValue && $0.sPresent }
+                    if !held.isEmpty, !held.contains(where: { claimed.contains($0.luid) }) {
+                        throw SyncError.localFile(
+                            "\(rootPath) is not the folder that synced: it holds none of the \(held.count) items that folder held, and it is "
+                                + "another folder at that path (a disk not mounted there, or the folder deleted and made again). Nothing was "
+                                + "synced or deleted. Mount the disk (or put the folder back); to delete those items on the remote too, run "
+                                + "again with --confirm-deletions.")
+                    }
+                }
+                var updated = root
+                updated.lInode = rootInode
+                try updated.update(db, from: root)
             }
             // Write what changed.
             for entry in entries {
