@@ -86,11 +86,15 @@ public struct BlockCommitRequest: Codable, Sendable, Hashable {
     public var size: Int64
     public var checksum: String
     public var blocks: [BlockListEntry]
+    /// When the content was last changed on the client (its file's mtime); the file's `modifiedAt` then. Default:
+    /// the commit's time.
+    public var modifiedAt: Date?
 
     public init(
         name: String? = nil, parentId: String? = nil, mimeType: String? = nil, requestId: String? = nil, fileId: String? = nil,
-        baseRevisionId: String? = nil, size: Int64, checksum: String, blocks: [BlockListEntry]
+        baseRevisionId: String? = nil, size: Int64, checksum: String, blocks: [BlockListEntry], modifiedAt: Date? = nil
     ) {
+        self.modifiedAt = modifiedAt
         self.name = name
         self.parentId = parentId
         self.mimeType = mimeType

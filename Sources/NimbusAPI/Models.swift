@@ -314,11 +314,15 @@ public struct BatchUploadRequest: Codable, Sendable, Hashable {
         public var checksum: String?
         /// The bytes, base64.
         public var content: Data
+        /// When the content was last changed on the client (its file's mtime); the file's `modifiedAt` then. Default:
+        /// the commit's time.
+        public var modifiedAt: Date?
 
         public init(
             name: String? = nil, parentId: String? = nil, mimeType: String? = nil, requestId: String? = nil, onConflict: String? = nil,
-            fileId: String? = nil, ifMatch: String? = nil, checksum: String? = nil, content: Data
+            fileId: String? = nil, ifMatch: String? = nil, checksum: String? = nil, content: Data, modifiedAt: Date? = nil
         ) {
+            self.modifiedAt = modifiedAt
             self.name = name
             self.parentId = parentId
             self.mimeType = mimeType

@@ -435,6 +435,44 @@ struct ContentTests {
         }
     }
 
+    @Test("a client's modifiedAt (media query, batch entry, block commit) is the file's; a rename keeps it; a bad one is a 400 that stores nothing")
+    func clientModificationTime() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let when = Date(timeIntervalSince1970: 1_740_830_400)  // 2025-03-01T12:00:00Z
+            let media: File = try await alice.send(
+                .POST, "/v1/upload?uploadType=media&name=m.txt&modifiedAt=2025-03-01T12:00:00Z", body: Data("m".utf8)).decode()
+            #expect(media.modifiedAt == when)
+            let renamed: File = try await alice.send(.PATCH, "/v1/files/\(media.id)", json: UpdateFileRequest(name: "m2.txt")).decode()
+            #expect(renamed.name == "m2.txt" && renamed.modifiedAt == when, "a rename is not a change of the content")
+            let plain: File = try await alice.send(.POST, "/v1/upload?uploadType=media&name=p.txt", body: Data("p".utf8)).decode()
+            #expect(plain.modifiedAt > when, "without it: the commit's time")
+
+            let batch: BatchUploadResponse = try await alice.send(
+                .POST, "/v1/upload?uploadType=batch",
+                json: BatchUploadRequest(files: [
+                    .init(name: "b.txt", content: Data("b".utf8), modifiedAt: when.addingTimeInterval(60)),
+                    .init(name: "bad.txt", content: Data("x".utf8), modifiedAt: Date(timeIntervalSince1970: -5)),
+                ])).decode()
+            #expect(batch.results.map(\.status) == [201, 400])
+            #expect(batch.results.first?.file?.modifiedAt == when.addingTimeInterval(60))
+
+            let bytes = Data("blocks".utf8)
+            #expect(try await alice.send(.PUT, "/v1/blocks/\(sha256(bytes))", body: bytes, headers: ["Content-Type": "application/octet-stream"]).status == 201)
+            let committed: File = try await alice.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "k.txt", size: Int64(bytes.count), checksum: sha256(bytes), blocks: [.block(sha256(bytes))], modifiedAt: when)
+            ).decode()
+            #expect(committed.modifiedAt == when)
+
+            for bad in ["yesterday", "1969-12-31T23:59:59Z", "10000-01-01T00:00:00Z"] {
+                let reply = try await alice.send(.POST, "/v1/upload?uploadType=media&name=x.txt&modifiedAt=\(bad)", body: Data("x".utf8))
+                #expect(reply.status == 400, "\(bad): \(reply.text)")
+            }
+            #expect(try await alice.list().files.map(\.name).sorted() == ["b.txt", "k.txt", "m2.txt", "p.txt"], "nothing stored for the bad ones")
+        }
+    }
+
     @Test("uploads over the size limit are a 413")
     func tooLarge() async throws {
         try await TestServer.run(configure: { $0.maxUploadSize = 1000 }) { server in

@@ -306,6 +306,7 @@ struct BlocksController: Sendable {
         let body = try await request.decodeJSON(
             BlockCommitRequest.self, limit: Self.maxCommitBytes, tooLarge: "A commit's JSON can be at most \(Self.maxCommitBytes) bytes.")
         let checksum = try Self.validHash(body.checksum, what: "'checksum'")
+        let modifiedAt = try FilesController.validModifiedAt(body.modifiedAt)
         let max = drive.configuration.maxUploadSize
         guard body.size >= 0 else { throw DriveError.badRequest("'size' must be the content's length in bytes.") }
         guard body.size <= max else { throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(body.size).") }
@@ -357,9 +358,10 @@ struct BlocksController: Sendable {
         let actual = try await drive.blobs.checksum(of: blocks, user: me.userId)
         guard actual == checksum else { throw DriveError.checksumMismatch(expected: checksum, actual: actual) }
 
-        let content = StagedContent(
+        var content = StagedContent(
             blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
             checksum: checksum, size: total, mimeType: mimeType)
+        content.modifiedAt = modifiedAt
         let file = try await drive.store.commitStoredContent(userId: me.userId, target: target, content: content, now: drive.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }

@@ -128,6 +128,24 @@ struct FilesController: Sendable {
     }
 
     /// An expected content checksum (hex SHA-256), lowercased, or none.
+    /// A client's modification time for content (`modifiedAt`): within 1970 and 9999, else 400.
+    static func validModifiedAt(_ date: Date?) throws -> Date? {
+        guard let date else { return nil }
+        guard (0...253_402_300_799).contains(date.timeIntervalSince1970) else {
+            throw DriveError.badRequest("'modifiedAt' must be a date-time between 1970 and 9999.")
+        }
+        return date
+    }
+
+    /// `modifiedAt` as a query parameter (RFC 3339, as in JSON bodies).
+    static func validModifiedAt(_ text: String?) throws -> Date? {
+        guard let text else { return nil }
+        guard let date = ISO8601.date(from: text) else {
+            throw DriveError.badRequest("'modifiedAt' must be an RFC 3339 date-time, e.g. 2026-03-01T12:00:00Z.")
+        }
+        return try validModifiedAt(date)
+    }
+
     static func validChecksum(_ raw: String?) throws -> String? {
         guard let raw else { return nil }
         guard raw.count == 64, raw.allSatisfy(\.isHexDigit) else {

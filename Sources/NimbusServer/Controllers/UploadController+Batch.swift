@@ -34,7 +34,9 @@ extension UploadController {
                 do {
                     let (target, mimeType) = try await prepare(entry, for: me, root: &root)
                     let expected = try FilesController.validChecksum(entry.checksum)
-                    let content = try await Self.stage(entry.content, blobs: drive.blobs, mimeType: mimeType)
+                    let modifiedAt = try FilesController.validModifiedAt(entry.modifiedAt)
+                    var content = try await Self.stage(entry.content, blobs: drive.blobs, mimeType: mimeType)
+                    content.modifiedAt = modifiedAt
                     if let expected, content.checksum != expected {
                         drive.blobs.discard(content.blocks)
                         throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)

@@ -36,7 +36,9 @@ struct UploadController: Sendable {
             requestId: try FilesController.validRequestId(request.query("requestId")),
             sentType: request.query("mimeType") ?? Self.sentType(request))
         let expected = try FilesController.validChecksum(request.query("checksum"))
-        let content = try await Self.receiveBody(request, declared: declared, drive: drive, userId: me.userId, mimeType: mimeType)
+        let modifiedAt = try FilesController.validModifiedAt(request.query("modifiedAt"))
+        var content = try await Self.receiveBody(request, declared: declared, drive: drive, userId: me.userId, mimeType: mimeType)
+        content.modifiedAt = modifiedAt
         if let expected, content.checksum != expected {
             drive.blobs.discard(content.blocks)
             throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)

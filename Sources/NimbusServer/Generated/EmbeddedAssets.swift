@@ -433,6 +433,7 @@ paths:
         - { name: mimeType, in: query, required: false, schema: { type: string }, description: "media: the type (else Content-Type, else guessed from the name)" }
         - { name: requestId, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 200 }, description: "media, new files only: an idempotency key; a retry with the same requestId returns the file the first attempt made (201) instead of a second file; different content under a used requestId → 409 request_id_reused" }
         - { name: checksum, in: query, required: false, schema: { type: string, pattern: "^[0-9a-f]{64}$" }, description: "media: hex SHA-256 of the body; a mismatch → 422 and nothing is stored" }
+        - { name: modifiedAt, in: query, required: false, schema: { type: string, format: date-time }, description: "media: when the content was last changed on the client (its file's mtime; 1970–9999), kept as the file's modifiedAt; default the commit's time" }
         - { $ref: "#/components/parameters/OnConflict" }
         - { name: If-Match, in: header, required: false, schema: { type: string }, description: "With fileId: the revisionId the new version is based on; 409 if the head moved." }
       requestBody:
@@ -892,6 +893,7 @@ components:
         baseRevisionId: { type: string, minLength: 1, description: "The revision that {from, count} entries take blocks from" }
         size: { type: integer, format: int64, minimum: 0 }
         checksum: { type: string, pattern: "^[0-9a-f]{64}$", description: "SHA-256 of the whole content" }
+        modifiedAt: { type: string, format: date-time, description: "When the content was last changed on the client (1970–9999): the file's modifiedAt; default the commit's time" }
         blocks:
           type: array
           items:
@@ -1084,6 +1086,7 @@ components:
               ifMatch: { type: string, description: "With fileId: the revisionId the new version is based on (409 if the head moved)" }
               checksum: { type: string, pattern: "^[0-9a-f]{64}$", description: "Hex SHA-256 of the content; a mismatch fails the entry (422)" }
               content: { type: string, format: byte, description: The bytes, base64 }
+              modifiedAt: { type: string, format: date-time, description: "When the content was last changed on the client (1970–9999): the file's modifiedAt; default the commit's time" }
     BatchUploadResponse:
       type: object
       required: [results]

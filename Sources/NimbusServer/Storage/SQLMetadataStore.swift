@@ -556,7 +556,11 @@ final class SQLMetadataStore: MetadataStore {
             if let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId), existing.id != file.id {
                 throw DriveError.nameConflict(name: newName, existingId: existing.id)
             }
-            try db.perform("UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?", [newName, newParent, now.millis, file.id])
+            // A file keeps the time of its content's last change (a rename or move is not one: WebDAV clients,
+            // rclone and Nextcloud expect a MOVE to keep a file's time); a folder's time is its last change.
+            try db.perform(
+                "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
+                [newName, newParent, file.isFolder ? now.millis : file.modifiedAt.millis, file.id])
             try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
             Self.touchFolder(&effects, file.parentId!)
             if newParent != file.parentId { Self.touchFolder(&effects, newParent) }

@@ -458,7 +458,9 @@ extension SyncEngine {
                 relative = try database.pool.read { db in try self.localPath(db, row.luid) }
             }
             guard let relative, disk.isStill(row, at: relative) else { throw LocalChanged() }
-            return UploadSource(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size, checksum: checksum)
+            var source = UploadSource(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size, checksum: checksum)
+            source.modified = row.lMtime.map { Date(timeIntervalSince1970: Double($0) / 1e9) }
+            return source
         }
         guard let path = row.contentPath, row.contentChecksum == checksum || !row.contentOwned else {
             throw SyncError.localFile("The content of '\(row.lName ?? "")' is not on this device any more.")

@@ -149,10 +149,15 @@ public struct POSIXFileSystem: FileSystem {
     }
 
     /// The modification time a downloaded file gets: that of the remote version, so a file keeps the time of its last
-    /// change across devices (as rclone and Dropbox keep it) — unless the remote gave none (before 2001) or one in the
-    /// future (another clock): then nil, for now, as any new file.
-    public static func keptModificationTime(_ remote: Date?, now: Date) -> Date? {
-        guard let remote, remote.timeIntervalSince1970 > 978_307_200, remote <= now else { return nil }
+    /// change across devices (as rclone and Dropbox keep it) — but never later than three seconds ago. The engine
+    /// records the file's stat as it places it; a save made right after, in place and of the same size, must change
+    /// that stat, and it gets the clock's time: were the download's time that same time (the remote's, from another
+    /// device's clock, or now, in a file system that keeps whole seconds or two), the save would look like nothing
+    /// happened and never be sent. A remote that gave none (before 2001), or one in the future, or within those three
+    /// seconds, gives three seconds ago.
+    public static func keptModificationTime(_ remote: Date?, now: Date) -> Date {
+        let latest = now.addingTimeInterval(-3)
+        guard let remote, remote.timeIntervalSince1970 > 978_307_200, remote <= latest else { return latest }
         return remote
     }
 

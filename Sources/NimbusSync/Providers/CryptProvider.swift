@@ -282,9 +282,11 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         guard digest.checksum == source.checksum, digest.plainSize == source.size else { throw ProviderError.checksumMismatch }
         let sealedChecksum = try digest.sealedChecksum ?? FileHasher.sha256(of: sealedFile).checksum
         let stored: RemoteItem
+        var sealedSource = UploadSource(url: sealedFile, size: digest.sealedSize, checksum: sealedChecksum, boundaries: digest.boundaries)
+        sealedSource.modified = source.modified  // as rclone's crypt: the time is the remote's to see, not the name or bytes
         do {
             stored = try await inner.upload(
-                UploadSource(url: sealedFile, size: digest.sealedSize, checksum: sealedChecksum, boundaries: digest.boundaries), to: innerTarget,
+                sealedSource, to: innerTarget,
                 requestId: requestId
             ) { sent in
                 // Progress in plaintext bytes (the sealed file is at most 1/16 bigger).

@@ -155,6 +155,9 @@ public final class LocalFolderProvider: RemoteProvider {
             try keepInTrash(id)
             guard rename(temporary.path, target_.path) == 0 else { throw Self.posixError("replace \(id)") }
         }
+        // The file keeps the time it was last changed on the device that sent it (set once in place: a leftover
+        // partial is told by its age).
+        if let modified = source.modified { POSIXFileSystem.setModified(target_.path, to: modified) }
         guard let item = try describe(id) else { throw ProviderError.notFound }
         return item
     }

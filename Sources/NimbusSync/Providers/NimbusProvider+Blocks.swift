@@ -524,7 +524,7 @@ extension NimbusProvider: DeltaDownloadProvider {
             }
         }
         var request = BlockCommitRequest(
-            baseRevisionId: baseRevision, size: source.size, checksum: source.checksum, blocks: entries)
+            baseRevisionId: baseRevision, size: source.size, checksum: source.checksum, blocks: entries, modifiedAt: source.modified)
         var headers: [String: String] = [:]
         switch target {
         case .new(let parentId, let name, let mimeType):

@@ -184,6 +184,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     ) async throws -> RemoteItem {
         let bytes = try Self.read(source)
         var path = "/v1/upload?uploadType=media&checksum=\(source.checksum)"
+        if let modified = source.modified { path += "&modifiedAt=\(ISO8601.string(from: modified).queryEscaped)" }
         var headers = ["Content-Type": "application/octet-stream"]
         switch target {
         case .new(let parentId, let name, let mimeType):
@@ -308,7 +309,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
             entries.append(
                 BatchUploadRequest.Entry(
                     name: file.name, parentId: file.parentId, mimeType: file.mimeType ?? MimeType.guess(forName: file.name), requestId: file.requestId,
-                    checksum: file.source.checksum, content: try Self.read(file.source)))
+                    checksum: file.source.checksum, content: try Self.read(file.source), modifiedAt: file.source.modified))
         }
         let (head, data) = try await send(
             TransportRequest(method: "POST", path: "/v1/upload?uploadType=batch", body: try JSONEncoder.nimbus.encode(BatchUploadRequest(files: entries))),

@@ -288,7 +288,7 @@ struct Get: AsyncParsableCommand {
         }
         POSIXFileSystem.giveMode(temporary.path, of: destination.path)
         // The file keeps the time of its last change there (as a synced download does).
-        if let kept = POSIXFileSystem.keptModificationTime(item.modifiedAt, now: Date()) { POSIXFileSystem.setModified(temporary.path, to: kept) }
+        POSIXFileSystem.setModified(temporary.path, to: POSIXFileSystem.keptModificationTime(item.modifiedAt, now: Date()))
         guard rename(temporary.path, destination.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
             throw CLIError("Could not write \(destination.path).")
