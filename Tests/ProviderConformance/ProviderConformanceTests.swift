@@ -352,6 +352,28 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a file whose time is in whole seconds (FAT, some network shares) settles only once a save later in that second or two would show")
+    func coarseTimesSettle() async throws {
+        try await ProviderKind.localFolder.with { provider in
+            let (folder, local) = try ProviderKind.localFolder.folderSync(over: provider, device: "coarse")
+            let file = local.appending(path: "fat.txt")
+            try Data("one".utf8).write(to: file)
+            let whole = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+            try FileManager.default.setAttributes([.modificationDate: whole], ofItemAtPath: file.path)
+            let early = try await folder.syncOnce()
+            #expect(early.uploaded.isEmpty && early.skipped == ["fat.txt (still being written)"], "\(early)")
+            // The same second, the same size: a save the first look would have missed.
+            try Data("two".utf8).write(to: file)
+            try FileManager.default.setAttributes([.modificationDate: whole.addingTimeInterval(-3)], ofItemAtPath: file.path)
+            #expect(try await folder.syncOnce().uploaded == ["fat.txt"], "settled: 3 s ago")
+            let root = try await provider.root()
+            let sent = try #require(try await provider.children(of: root.id).first)
+            let back = ProviderKind.localFolder.scratch.appending(path: "fat-back")
+            try await provider.download(sent.id, revision: sent.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == Data("two".utf8))
+        }
+    }
+
     @Test("a whole-tree listing holds what a walk folder by folder finds, parents first", arguments: ProviderKind.selected)
     func treeListing(kind: ProviderKind) async throws {
         try await kind.with { provider in

@@ -166,10 +166,15 @@ struct DiskFolder: Sendable {
                     row.lSize = entry.stat.size
                     row.lModified = entry.stat.mtime / 1_000_000
                     let quietFor = now.timeIntervalSince1970 - Double(entry.stat.mtime) / 1e9
-                    if quietFor < settleTime {
+                    // A time in whole seconds may be a file system that keeps no finer one (FAT keeps two seconds,
+                    // some network shares one): a save later in that span leaves the same time, and, were the file
+                    // taken as it is now, the same size would hide it for good (a change there would then replace
+                    // it as synced). Such a file settles once the span is over too.
+                    let settle = entry.stat.mtime % 1_000_000_000 == 0 ? settleTime + 2 : settleTime
+                    if quietFor < settle {
                         row.lChanging = true
                         result.changing.append(entry.path)
-                        let settles = Date(timeIntervalSince1970: Double(entry.stat.mtime) / 1e9 + settleTime)
+                        let settles = Date(timeIntervalSince1970: Double(entry.stat.mtime) / 1e9 + settle)
                         result.nextSettle = min(result.nextSettle ?? settles, settles)
                     } else if let (checksum, size) = try? fileSystem.hash(absolute(entry.path), cutting: cutting),
                         let after = fileSystem.stat(absolute(entry.path)), after == entry.stat
