@@ -374,6 +374,30 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a file saved while its upload ran is found by the look after the round (nimbus sync --once then sends it too)")
+    func savedDuringUpload() async throws {
+        try await ProviderKind.localFolder.with { inner in
+            let provider = CountingProvider(inner: inner)
+            let (folder, local) = try ProviderKind.localFolder.folderSync(over: provider, device: "saved")
+            let file = local.appending(path: "report.txt")
+            try Data("draft".utf8).write(to: file)
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-10)], ofItemAtPath: file.path)
+            provider.afterUpload.withLockedValue {
+                $0 = { try? Data("final".utf8).write(to: file) }  // the same size, saved just after it was sent
+            }
+            #expect(try await folder.syncOnce().uploaded == ["report.txt"])
+            provider.afterUpload.withLockedValue { $0 = nil }
+            #expect(try await folder.changedSinceLastLook() == 1)
+            #expect(try await folder.syncOnce().uploaded == ["report.txt"])
+            #expect(try await folder.changedSinceLastLook() == 0)
+            let root = try await inner.root()
+            let sent = try #require(try await inner.children(of: root.id).first)
+            let back = ProviderKind.localFolder.scratch.appending(path: "saved-back")
+            try await inner.download(sent.id, revision: sent.revision, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == Data("final".utf8))
+        }
+    }
+
     @Test("a whole-tree listing holds what a walk folder by folder finds, parents first", arguments: ProviderKind.selected)
     func treeListing(kind: ProviderKind) async throws {
         try await kind.with { provider in
@@ -1125,6 +1149,8 @@ final class CountingProvider: RemoteProvider, @unchecked Sendable {
     let count = NIOLockedValueBox(0)
     /// Names a new file's upload is refused under as `notFound` (a store that answers 404 to some keys).
     let refused = NIOLockedValueBox(Set<String>())
+    /// Runs once an upload has gone through (a user saving the file meanwhile, say).
+    let afterUpload = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
     init(inner: any RemoteProvider) { self.inner = inner }
 
@@ -1147,7 +1173,9 @@ final class CountingProvider: RemoteProvider, @unchecked Sendable {
         -> RemoteItem
     {
         if case .new(_, let name, _) = target, refused.withLockedValue({ $0.contains(name) }) { throw ProviderError.notFound }
-        return try await inner.upload(source, to: target, requestId: requestId, progress: progress)
+        let item = try await inner.upload(source, to: target, requestId: requestId, progress: progress)
+        afterUpload.withLockedValue { $0 }?()
+        return item
     }
     func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         try await inner.download(id, revision: revision, to: destination, progress: progress)

@@ -76,6 +76,14 @@ public actor FolderSync {
         try await engine.waitingRetries()
     }
 
+    /// Looks at the folder again (no remote call): how many files changed since the last look — saved while the
+    /// last cycle ran, say, after it had sent them. The local tree takes what it finds; the next cycle sends it.
+    public func changedSinceLastLook() async throws -> Int {
+        try await engine.observeLocal()
+        let scan = await engine.lastScan
+        return scan.hashed + scan.changing.count
+    }
+
     /// One full cycle: the remote's changes, a scan of the folder, then plans carried out until nothing is left
     /// that can run now.
     public func syncOnce() async throws -> FolderSyncReport {

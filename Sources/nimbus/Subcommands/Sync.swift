@@ -167,7 +167,20 @@ struct SyncCommand: AsyncParsableCommand {
 
     /// One cycle; files still being written are synced once they settle: it ends when everything that was here
     /// when it started has been looked at (or after 30 seconds of a file that keeps changing, which is reported).
+    /// A round that changed something is followed by a look at the folder: a file saved while it ran (after it was
+    /// sent) goes in another round, up to three, so the exit means the folder as it is now is synced.
     func settledCycle(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
+        let deadline = Date().addingTimeInterval(30)
+        var report = try await settledRound(folder, spec)
+        var again = 0
+        while again < 3, Date() < deadline, report.changed > 0, report.errors.isEmpty, try await folder.changedSinceLastLook() > 0 {
+            again += 1
+            report.absorb(try await settledRound(folder, spec))
+        }
+        return report
+    }
+
+    func settledRound(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
         var report = try await cycle(folder, spec)
         let deadline = Date().addingTimeInterval(30)
         while report.skipped.contains(where: { $0.hasSuffix("(still being written)") }), Date() < deadline {
