@@ -173,11 +173,20 @@ struct SyncCommand: AsyncParsableCommand {
         let deadline = Date().addingTimeInterval(30)
         var report = try await settledRound(folder, spec)
         var again = 0
-        while again < 3, Date() < deadline, report.changed > 0, report.errors.isEmpty, try await folder.changedSinceLastLook() > 0 {
+        while again < 3, Date() < deadline, report.changed > 0, report.errors.isEmpty, try await look(folder, spec) > 0 {
             again += 1
             report.absorb(try await settledRound(folder, spec))
         }
         return report
+    }
+
+    /// How many files changed since the round looked (a save while it ran); its errors as the round's are told.
+    func look(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> Int {
+        do {
+            return try await folder.changedSinceLastLook()
+        } catch let error as SyncError {
+            throw CLIError(Self.explain(error, spec))
+        }
     }
 
     func settledRound(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
