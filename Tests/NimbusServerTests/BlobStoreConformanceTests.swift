@@ -278,7 +278,9 @@ struct UnreachableStoreTests {
     @Test("an unreachable blob store: /healthz is 503 naming it, uploads that need it fail fast with 503 + Retry-After, nothing changes")
     func blobStoreDown() async throws {
         _ = try TestServices.s3()  // its keys in the environment
-        let port = try TestServices.freePort()  // nobody listens there
+        // Nobody listens there, and nobody can take the port meanwhile (a port found free and let go was once taken
+        // by another test's server while the suites ran in parallel: a 500 from whatever answered, not a 503).
+        try await TestServices.withRefusingPort { port in
         try await TestServer.run(configure: { $0.blobs = "s3://nimbus-test?endpoint=http://127.0.0.1:\(port)&region=us-east-1&timeout=2" }) { server in
             let health = try await APIClient(baseURL: server.baseURL).get("/healthz")
             #expect(health.status == 503)
@@ -299,6 +301,7 @@ struct UnreachableStoreTests {
             }
             #expect(try await alice.list().files.map(\.name) == ["small.txt"])
             #expect(try await alice.get("/v1/about").decode(About.self).quota.used == 1000)
+        }
         }
     }
 }
