@@ -329,7 +329,7 @@ struct ProviderConformanceTests {
         }
     }
 
-    @Test("a file's modification time here goes with it where the provider can keep one (WebDAV's X-OC-Mtime, a local folder's mtime), so other devices' copies keep it",
+    @Test("a file's modification time here goes with it where the provider can keep one (the Nimbus API's modifiedAt, a local folder's mtime), so other devices' copies keep it",
           arguments: ProviderKind.selected)
     func modificationTimeTravels(kind: ProviderKind) async throws {
         try await kind.with { provider in
@@ -1065,11 +1065,11 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         (try? Data(contentsOf: folder.appending(path: path))).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Whether an upload keeps the file's modification time there (the Nimbus API's `modifiedAt`, WebDAV servers that honour `X-OC-Mtime`, a local
-    /// folder, an encrypted remote over them); the others show the upload's time.
+    /// Whether an upload keeps the file's modification time there (the Nimbus API's `modifiedAt`, a local folder, an
+    /// encrypted remote over them); the others (WebDAV: no `X-OC-Mtime`, see `putWhole`; S3) show the upload's time.
     var keepsModificationTime: Bool {
         switch self {
-        case .nimbus, .localFolder, .webdavRclone, .webdavNimbus, .webdavNextcloud, .cryptLocal, .cryptWebdav, .cryptNimbus: true
+        case .nimbus, .localFolder, .cryptLocal, .cryptNimbus: true
         default: false
         }
     }

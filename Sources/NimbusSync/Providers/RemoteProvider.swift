@@ -166,7 +166,7 @@ public struct UploadSource: Sendable, Equatable {
     /// The file at `url` is sealed at rest (an encrypted library's staged upload): read it through ``open()``.
     var sealing: ContentSealing?
     /// When the file was last changed here (a synced folder's file), for a provider that can keep it with the file
-    /// (WebDAV's `X-OC-Mtime`, a local folder's mtime), so other devices' copies keep it too; nil: the upload's time.
+    /// (the Nimbus API's `modifiedAt`, a local folder's mtime), so other devices' copies keep it too; nil: the upload's time.
     public var modified: Date?
 
     public init(url: URL, size: Int64, checksum: String, boundaries: [Int64]? = nil) {

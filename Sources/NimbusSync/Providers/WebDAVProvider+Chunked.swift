@@ -122,7 +122,7 @@ extension WebDAVProvider {
             _ = try? await send("DELETE", upload)
             throw ProviderError.checksumMismatch
         }
-        let (moved, _) = try await send("MOVE", upload + ".file", headers: common + [("Overwrite", "T")] + (Self.ocMtime(source).map { [("X-OC-Mtime", $0)] } ?? []))
+        let (moved, _) = try await send("MOVE", upload + ".file", headers: common + [("Overwrite", "T")])
         let status = Int(moved.status.code)
         if [403, 404, 405, 501].contains(status), (try? await chunksThere(upload)) != nil {
             // The upload is there but its `.file` is not: a plain folder, not Nextcloud's uploads. Cleaned up.

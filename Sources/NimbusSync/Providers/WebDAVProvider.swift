@@ -431,8 +431,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             let name = ProviderPath.name(of: id)
             stored = RemoteItem(
                 id: id, parentId: parentId, name: name, isFolder: false, size: source.size, revision: putTag,
-                mimeType: MimeType.guess(forName: name),
-                modifiedAt: Date(timeIntervalSince1970: (source.modified ?? Date()).timeIntervalSince1970.rounded(.down)))
+                mimeType: MimeType.guess(forName: name), modifiedAt: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)))
         } else {
             stored = try await item(id)
             etagTrust.withLock { $0.learn(put: putTag, stored: stored.revision) }
@@ -442,18 +441,11 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         return stored
     }
 
-    /// `X-OC-Mtime`'s value for `source` (whole seconds since 1970), if it has a modification time.
-    static func ocMtime(_ source: UploadSource) -> String? {
-        guard let modified = source.modified, modified.timeIntervalSince1970 > 0 else { return nil }
-        return "\(Int64(modified.timeIntervalSince1970.rounded(.down)))"
-    }
-
     /// Sends `source` whole to `temporary` (checked against its checksum); the ETag the server answered, if strong.
     func putWhole(_ source: UploadSource, at temporary: String, what: String, progress: @escaping @Sendable (Int64) -> Void) async throws -> String? {
-        var headers = [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")]
-        // The file keeps its modification time there (ownCloud's header; Nextcloud, rclone and Nimbus honour it on a
-        // PUT, and a MOVE keeps it), so other devices' copies get it too.
-        if let mtime = Self.ocMtime(source) { headers.append(("X-OC-Mtime", mtime)) }
+        // No `X-OC-Mtime` (the file's own time): rclone then answers the PUT with an ETag the file does not keep, so
+        // every upload would need a PROPFIND to learn its revision — 1.3–1.5× the time for small files (measured).
+        let headers = [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")]
         let put: HTTPClientResponse
         if source.size <= Self.inMemoryLimit {
             // A small file is read and checked whole before it goes (no stream and task per file).
