@@ -131,7 +131,7 @@ struct DiskFolder: Sendable {
             // some of the synced items (restored from a backup, moved to a new disk) is the folder.
             let rootInode = Int64(bitPattern: rootStat.inode)
             if let root = try ItemRow.fetch(db, luid: ItemID.root.rawValue), root.lInode != rootInode {
-                if let known = root.lInode, known != rootInode, !acceptingNewRoot {
+                if root.lInode != nil, !acceptingNewRoot {
                     let held = rows.filter { $0.luid != ItemID.root.rawValue && $0.sPresent }
                     if !held.isEmpty, !held.contains(where: { claimed.contains($0.luid) }) {
                         throw SyncError.localFile(
