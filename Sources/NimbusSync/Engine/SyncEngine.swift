@@ -62,6 +62,9 @@ public actor SyncEngine {
     var sent = 0
     /// Errors of those steps, by item.
     var stepErrors: [String: String] = [:]
+    /// How many steps have failed because the remote could not be reached: a batch of steps stops starting new ones
+    /// when this grows (an outage would otherwise try — and wait for — every one of 10,000 queued uploads).
+    var unreachableFailures = 0
 
     struct Observer {
         var folder: String?

@@ -366,6 +366,17 @@ struct FailureRow: Sendable, Equatable {
         return result
     }
 
+    /// How many times each of `luids` has failed so far (absent: never). One indexed look-up each: a step that
+    /// fails must not read every failure (10,000 steps failing in one outage made that quadratic, minutes of CPU).
+    static func attempts(_ db: Database, of luids: some Sequence<String>) throws -> [String: Int] {
+        let statement = try db.cachedStatement(sql: "SELECT attempts FROM failures WHERE luid = ?")
+        var result: [String: Int] = [:]
+        for luid in luids {
+            if let attempts = try Int.fetchOne(statement, arguments: [luid]) { result[luid] = attempts }
+        }
+        return result
+    }
+
     func save(_ db: Database) throws {
         try db.execute(
             sql: """

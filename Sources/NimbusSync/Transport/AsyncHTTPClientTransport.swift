@@ -4,6 +4,17 @@ import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
 
+extension HTTPClient {
+    /// `.shared`'s settings, except that a connection that cannot be made fails the requests waiting for it at once:
+    /// `.shared` keeps them queued, trying to connect again, until each one's deadline (five minutes here), so a
+    /// server that went away held every queued request that long. The engine retries on its own schedule.
+    public static let api: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        configuration.connectionPool.retryConnectionEstablishment = false
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
+}
+
 /// ``Transport`` over AsyncHTTPClient (SwiftNIO): works on Linux and Apple platforms.
 public struct AsyncHTTPClientTransport: Transport {
     public let baseURL: URL
@@ -13,7 +24,7 @@ public struct AsyncHTTPClientTransport: Transport {
     /// - Parameters:
     ///   - baseURL: the server, e.g. `http://127.0.0.1:8080`.
     ///   - timeout: for a whole request; long-polls ask for less than this.
-    public init(baseURL: URL, client: HTTPClient = .shared, timeout: Duration = .seconds(300)) {
+    public init(baseURL: URL, client: HTTPClient = .api, timeout: Duration = .seconds(300)) {
         self.baseURL = baseURL
         self.client = client
         self.timeout = .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)

@@ -432,6 +432,9 @@ enum RemotePath {
     /// The item at `path`, or a CLIError naming what is missing.
     static func item(_ path: String, in engine: SyncEngine) async throws -> SyncItem {
         guard let item = try await engine.item(atPath: normalized(path)) else {
+            if let reason = Offline.reason.withLock({ $0 }) {
+                throw CLIError("\(normalized(path)) is not known on this device, and the server could not be reached (\(reason)) to ask.")
+            }
             throw CLIError("\(normalized(path)): no such file or folder.")
         }
         return item

@@ -40,9 +40,25 @@ struct ItemJSON: Encodable {
     }
 }
 
-/// Pulls if the server can be reached; offline, the local view still answers.
+/// Pulls if the server can be reached; offline, the local view still answers (and ``Offline/reason`` says why it
+/// may be behind: a path this device has not seen is then "not known here", not "no such file").
 func refresh(_ engine: SyncEngine) async {
-    _ = try? await engine.pull()
+    do {
+        try await engine.pull()
+    } catch SyncError.network(let detail) {
+        Offline.reason.withLock { $0 = detail }
+    } catch {}
+}
+
+/// Why this command works from the device's copy alone: the server could not be reached (nil: it was).
+enum Offline {
+    static let reason = LockedBox<String?>(nil)
+
+    /// A note on standard error that what is shown is the device's copy, when the server could not be reached.
+    static func note() {
+        guard let reason = reason.withLock({ $0 }) else { return }
+        Output.error("The server could not be reached (\(reason)); shown as this device last saw it.")
+    }
 }
 
 struct List: AsyncParsableCommand {
@@ -60,6 +76,7 @@ struct List: AsyncParsableCommand {
         let engine = try await Home.current.signedInEngine()
         await refresh(engine)
         let target = try await RemotePath.item(path, in: engine)
+        Offline.note()
         let base = RemotePath.normalized(path)
         let items = target.isFolder ? try await engine.listing(in: target.id) : [target]
         if output.json {

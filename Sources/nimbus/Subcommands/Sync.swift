@@ -260,7 +260,16 @@ struct SyncCommand: AsyncParsableCommand {
 
     /// The remote folder of the pair, made if it is missing (a local remote's own folder must exist: it may be an
     /// unmounted disk).
+    ///
+    /// Unreachable: a pair that synced before goes on to its round, which says so (and `--watch` waits for the
+    /// remote to be back); a new pair stops here, nothing synced.
     func makeRemoteFolder(_ spec: RemoteSpec, home: Home) async throws {
+        let known = FileManager.default.fileExists(atPath: home.pairDirectory(local: root.path, remote: spec.description).path)
+        func unreachable(_ error: ProviderError, _ what: String) throws {
+            guard case .network(let detail) = error else { return }
+            if known { return }
+            throw CLIError("\(what) could not be reached (\(detail)); nothing was synced. Run it again when it is back (--watch waits for it).")
+        }
         switch spec {
         case .nimbus(let path):
             // Straight through the provider: the library's own view need not catch up with the whole account.
@@ -270,6 +279,7 @@ struct SyncCommand: AsyncParsableCommand {
             do {
                 try await NimbusProvider.makeFolder(path, with: client)
             } catch let error as ProviderError {
+                if case .network = error { return try unreachable(error, "The server (\(account.server.absoluteString))") }
                 throw CLIError("Could not make the folder \(path) there: \(error.description)")
             }
         case .named(let name, let remote, let path):
@@ -281,9 +291,9 @@ struct SyncCommand: AsyncParsableCommand {
                 _ = try await base.root()
             } catch let error as ProviderError {
                 if case .unauthorized(let detail) = error { throw CLIError(Self.explain(.unauthorized(detail), spec)) }
+                if case .network = error { return try unreachable(error, "The remote '\(name)' (\(remote.location))") }
                 throw CLIError("The remote '\(name)' (\(remote.location)): \(error.description)")
             }
-            let known = FileManager.default.fileExists(atPath: home.pairDirectory(local: root.path, remote: spec.description).path)
             guard path != "/", !known else { return }
             do {
                 _ = try await base.makeFolders(RemotePath.components(path))
