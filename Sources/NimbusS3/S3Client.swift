@@ -22,6 +22,9 @@ extension HTTPClient {
         configuration.decompression = .disabled
         configuration.connectionPool = .init(idleTimeout: .seconds(4))
         configuration.connectionPool.retryConnectionEstablishment = false
+        // No tracing: the default no-op tracer still builds a span and its attributes for every request (2.5% of
+        // the client's CPU sending 10,000 small files).
+        configuration.tracing.tracer = nil
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 }

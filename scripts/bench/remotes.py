@@ -54,6 +54,13 @@ def warm(path):
 CPU = {}
 
 
+def process_cpu(pid):
+    """CPU seconds (user + system) a running process has used so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(command, env=None, stdin=None):
     """Wall-clock seconds of `command`; its CPU seconds (user + system) are kept in CPU[command[0]]: on two cores the
     client's CPU is taken from the server's."""
@@ -168,15 +175,17 @@ def main():
             env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{kind}")
             timed([binary] + add, env=env, stdin=secret)
 
+            served_before = process_cpu(server.pid)
             ours = timed([binary, "sync", tree, "r:/tree", "--once", "--quiet"], env=env)
-            ours_cpu = CPU["last"]
+            ours_cpu, ours_server = CPU["last"], process_cpu(server.pid) - served_before
             os.sync()  # what the server wrote is not written back during the other's run
+            served_before = process_cpu(server.pid)
             theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
-            theirs_cpu = CPU["last"]
+            theirs_cpu, theirs_server = CPU["last"], process_cpu(server.pid) - served_before
             os.sync()
             print(f"{kind}: initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
                   f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); time ratio {ours / theirs:.2f} "
-                  f"(client CPU: nimbus {ours_cpu:.1f} s, rclone {theirs_cpu:.1f} s)", flush=True)
+                  f"(CPU of client / server: nimbus {ours_cpu:.1f} / {ours_server:.1f} s, rclone {theirs_cpu:.1f} / {theirs_server:.1f} s)", flush=True)
             noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=env)
             noop_theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
             print(f"{kind}: no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s "

@@ -11,6 +11,9 @@ extension HTTPClient {
     public static let api: HTTPClient = {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.connectionPool.retryConnectionEstablishment = false
+        // No tracing: the default no-op tracer still builds a span and its attributes for every request (2.5% of
+        // the client's CPU sending 10,000 small files).
+        configuration.tracing.tracer = nil
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 }
