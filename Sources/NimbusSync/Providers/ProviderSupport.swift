@@ -177,7 +177,7 @@ final class HashingFileBody: @unchecked Sendable {
     static let pieceSize = 1 << 20
     private let lock = NSLock()
     private var hasher = SHA256()
-    private var sent: Int64 = 0
+    private var sentBytes: Int64 = 0
 
     init(_ source: UploadSource, progress: @escaping @Sendable (Int64) -> Void) {
         self.source = source
@@ -256,8 +256,8 @@ final class HashingFileBody: @unchecked Sendable {
                 guard let buffer = try reader.next() else { return nil }
                 let sent = body.lock.withLock {
                     buffer.withUnsafeReadableBytes { body.hasher.update(bufferPointer: $0) }
-                    body.sent += Int64(buffer.readableBytes)
-                    return body.sent
+                    body.sentBytes += Int64(buffer.readableBytes)
+                    return body.sentBytes
                 }
                 body.progress(sent)
                 return buffer
@@ -267,9 +267,46 @@ final class HashingFileBody: @unchecked Sendable {
         func makeAsyncIterator() -> AsyncIterator { AsyncIterator(body: body, reader: reader) }
     }
 
+    /// How many bytes the request has taken so far.
+    var sent: Int64 { lock.withLock { sentBytes } }
+
     /// The size and SHA-256 of what was read.
     var digest: (size: Int64, checksum: String) {
-        lock.withLock { (sent, FileHasher.hex(hasher.finalize())) }
+        lock.withLock { (sentBytes, FileHasher.hex(hasher.finalize())) }
+    }
+}
+
+/// Runs `operation` (a request sending `total` bytes), and gives it up — cancelled, ``ProviderError/network(_:)`` —
+/// when `sent()` has not moved for `limit` before all was sent: a server that stopped taking the body would otherwise
+/// hold the request until its deadline (a day, for a big upload). Once all is sent, the wait for the answer is the
+/// request's own.
+func cancellingWhenStalled<T: Sendable>(
+    after limit: Duration, sent: @escaping @Sendable () -> Int64, total: Int64, _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            let clock = ContinuousClock()
+            var last = sent()
+            var since = clock.now
+            while last < total {
+                try await Task.sleep(for: min(limit / 4, .seconds(5)))
+                let now = sent()
+                if now != last {
+                    (last, since) = (now, clock.now)
+                } else if clock.now - since >= limit {
+                    throw ProviderError.network("the server took nothing more of the upload for \(limit.components.seconds) s (stalled)")
+                }
+            }
+            return nil  // all sent: the answer is waited for as long as the request allows
+        }
+        while let next = try await group.next() {
+            if let result = next {
+                group.cancelAll()
+                return result
+            }
+        }
+        throw ProviderError.network("the upload ended without an answer")
     }
 }
 

@@ -46,6 +46,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     let chunkedUploads = LockedBox<Bool?>(nil)
     /// Files above this go in chunks of this size where chunked uploads are taken (Nextcloud's default chunk).
     let chunkSize: Int64
+    /// How long a streamed upload may go without the server taking another byte before it is given up as stalled
+    /// (a server that hangs, a connection that died without a word): as rclone's `--timeout`, 5 minutes. The wait for
+    /// the answer once everything is sent is not bounded by it (a server may take long to put a big file in place).
+    let stallLimit: Duration
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
@@ -69,7 +73,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         self.init(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize)
     }
 
-    init(url: URL, authorization: String?, state: any ProviderStateStore, http: HTTPClient, chunkSize: Int64) {
+    init(url: URL, authorization: String?, state: any ProviderStateStore, http: HTTPClient, chunkSize: Int64, stallLimit: Duration = .seconds(300)) {
         var text = url.absoluteString
         if !text.hasSuffix("/") { text += "/" }
         self.url = URL(string: text) ?? url
@@ -80,12 +84,18 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         self.http = http
         checksums = ChecksumMemory(state: state, prefix: "dav.sha256.")
         self.chunkSize = max(1, chunkSize)
+        self.stallLimit = stallLimit
         uploadsAddress = Self.nextcloudUploads(rootAddress)
     }
 
     /// A new provider on the same remote, as after a restart (for tests).
     @_spi(Testing) public func restarted(state: any ProviderStateStore) -> WebDAVProvider {
-        WebDAVProvider(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize)
+        WebDAVProvider(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: stallLimit)
+    }
+
+    /// The same provider with another ``stallLimit`` (for tests).
+    @_spi(Testing) public func stalling(after limit: Duration, state: any ProviderStateStore) -> WebDAVProvider {
+        WebDAVProvider(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: limit)
     }
 
     /// Refuses what cannot be a WebDAV folder's URL, and a password sent over plain `http://` to another machine
@@ -151,14 +161,16 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     static let repeatable: Set<String> = ["GET", "HEAD", "PROPFIND", "MKCOL", "DELETE"]
 
     /// A short request whose body is read whole; a status outside 2xx is thrown as what it means (see ``failure``).
-    func send(_ method: String, _ address: String, headers: [(String, String)] = [], body: String? = nil) async throws -> (HTTPClientResponse, Data) {
+    func send(
+        _ method: String, _ address: String, headers: [(String, String)] = [], body: String? = nil, timeout: TimeAmount = .seconds(300)
+    ) async throws -> (HTTPClientResponse, Data) {
         var headers = headers
         var requestBody: HTTPClientRequest.Body?
         if let body {
             headers.append(("Content-Type", "application/xml; charset=utf-8"))
             requestBody = .bytes(ByteBuffer(string: body))
         }
-        let response = try await execute(request(method, address, headers: headers, body: requestBody))
+        let response = try await execute(request(method, address, headers: headers, body: requestBody), timeout: timeout)
         let data: Data
         do { data = try await response.text() } catch { throw ProviderError.network("\(error)") }
         return (response, data)
@@ -454,12 +466,22 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             progress(source.size)
         } else {
             let body = HashingFileBody(source, progress: progress)
+            let stream = try body.stream()
             do {
-                (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .stream(try body.stream(), length: .known(source.size)))
+                (put, _) = try await cancellingWhenStalled(after: stallLimit, sent: { body.sent }, total: source.size) {
+                    try await self.send("PUT", self.address(temporary), headers: headers, stream: .stream(stream, length: .known(source.size)))
+                }
             } catch {
-                // Cut off (the file shrank, the connection broke): what the server kept of it goes.
-                _ = try? await send("DELETE", address(temporary))
+                // Cut off (the file shrank, the connection broke, the server stalled): what the server kept of it goes
+                // (tried for a while only: a stalled server would hold it too; a retry writes over it anyway).
+                _ = try? await send("DELETE", address(temporary), timeout: .seconds(30))
                 throw error
+            }
+            if !(200..<300).contains(Int(put.status.code)) {
+                // Refused before it took it all (a server busy with what a stalled request left): what it said, not
+                // "the file changed".
+                _ = try? await send("DELETE", address(temporary), timeout: .seconds(30))
+                throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
             }
             let digest = body.digest
             guard digest.size == source.size, digest.checksum == source.checksum, !body.grew else {
