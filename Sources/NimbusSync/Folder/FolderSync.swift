@@ -19,6 +19,8 @@ public struct FolderSyncReport: Sendable, Equatable {
     /// Whether what ``deletedHere`` lists went to a trash there it can be restored from (the Nimbus server, a folder's
     /// `.nimbus-trash/`), or is gone there too (WebDAV, S3 — unless the server keeps its own trash or versions).
     public var remoteKeepsTrash = true
+    /// The remote could not be reached this round (what waits here is sent once it is back).
+    public var offline = false
 
     public init() {}
 
@@ -34,6 +36,7 @@ public struct FolderSyncReport: Sendable, Equatable {
         kept += later.kept
         skipped = later.skipped
         errors = later.errors
+        offline = later.offline
         remoteKeepsTrash = later.remoteKeepsTrash
     }
 
@@ -99,7 +102,9 @@ public actor FolderSync {
                 // empty listing; the pair waits.
                 throw SyncError.invalid(
                     "\(message) Syncing with it is paused and nothing was deleted here; make the folder again there, or remove the pair.")
-            default: report.errors.append("Offline: \(error.description)")
+            default:
+                report.errors.append("Offline: \(error.description)")
+                if case .network = error { report.offline = true }
             }
         }
         let (done, errors, scan, held, heldThere) = await engine.roundSummary()

@@ -104,9 +104,14 @@ extension FolderSync {
             group.addTask { try await watcher.watch(root, onChange: { signal.fire() }) }
             group.addTask { await engine.watchServer(onChange: { signal.fire() }) }
             group.addTask {
+                // The remote unreachable: tried again after 5 s, then 10, 20, … up to the usual interval (the poll
+                // interval alone kept a watch offline for up to a minute after its server was back).
+                var offlineWait: Duration = .seconds(5)
                 while !Task.isCancelled {
+                    var offline = false
                     do {
                         let report = try await self.syncOnce()
+                        offline = report.offline
                         onCycle(report)
                         if let settles = await self.nextSettle {
                             // Look again as soon as the file written first has been quiet for the settle time
@@ -124,7 +129,14 @@ extension FolderSync {
                     }
                     // (Asked each time: a WebDAV remote learns at its first listing whether its ETags propagate.)
                     let capabilities = await engine.remoteCapabilities
-                    await signal.wait(timeout: interval ?? Self.pollInterval(for: capabilities))
+                    var wait = interval ?? Self.pollInterval(for: capabilities)
+                    if offline {
+                        wait = min(wait, offlineWait)
+                        offlineWait = min(offlineWait * 2, .seconds(60))
+                    } else {
+                        offlineWait = .seconds(5)
+                    }
+                    await signal.wait(timeout: wait)
                     // Debounce: let a burst of changes settle.
                     try await Task.sleep(for: debounce)
                 }
