@@ -952,6 +952,28 @@ struct ProviderConformanceTests {
         }
         #expect(outcome.contains("stalled"), "\(outcome)")
         #expect(clock.now - started < .seconds(90), "given up after the stall limit (and a short try to clean up)")
+        // A small file (sent from memory, in one piece) is given up after the stall limit too.
+        let small = try self.source(Data(repeating: 7, count: 64 << 10), ProviderKind.webdavRclone)
+        let smallStarted = clock.now
+        let smallOutcome = try await withThrowingTaskGroup(of: String.self) { group in
+            group.addTask {
+                do {
+                    _ = try await dav.upload(small, to: .new(parentId: root.id, name: "small.bin", mimeType: nil), requestId: "stall-2") { _ in }
+                    return "uploaded"
+                } catch let error as ProviderError {
+                    return "\(error)"
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(60))
+                return "still waiting"
+            }
+            let first = try await group.next() ?? ""
+            group.cancelAll()
+            return first
+        }
+        #expect(!smallOutcome.contains("still waiting") && !smallOutcome.contains("uploaded"), "\(smallOutcome)")
+        #expect(clock.now - smallStarted < .seconds(30))
 
         kill(server.pid, SIGCONT)
         // Back: sent again, as the engine's retry would (the server may first refuse while it finishes with what the

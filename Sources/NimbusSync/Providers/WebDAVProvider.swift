@@ -462,7 +462,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         if source.size <= Self.inMemoryLimit {
             // A small file is read and checked whole before it goes (no stream and task per file).
             let bytes = try source.readChecked()
-            (put, _) = try await send("PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)))
+            // Bounded by the stall limit, not the day a streamed upload may take: a server that hangs would hold it.
+            (put, _) = try await send(
+                "PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)),
+                timeout: .nanoseconds(Int64(stallLimit.components.seconds) * 1_000_000_000))
             progress(source.size)
         } else {
             let body = HashingFileBody(source, progress: progress)
@@ -513,8 +516,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
     }
 
     /// A streamed request (an upload's body).
-    func send(_ method: String, _ address: String, headers: [(String, String)], stream: HTTPClientRequest.Body) async throws -> (HTTPClientResponse, Data) {
-        let response = try await execute(request(method, address, headers: headers, body: stream), timeout: .hours(24))
+    func send(
+        _ method: String, _ address: String, headers: [(String, String)], stream: HTTPClientRequest.Body, timeout: TimeAmount = .hours(24)
+    ) async throws -> (HTTPClientResponse, Data) {
+        let response = try await execute(request(method, address, headers: headers, body: stream), timeout: timeout)
         let data: Data
         do { data = try await response.text() } catch { throw ProviderError.network("\(error)") }
         return (response, data)
