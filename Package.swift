@@ -81,7 +81,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NimbusS3Tests",
-            dependencies: ["NimbusS3", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["NimbusS3", "NimbusTestSupport", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: testSwiftSettings
         ),
         .target(
@@ -126,6 +126,7 @@ let package = Package(
                 "NimbusAPI",
                 "NimbusSync",
                 "NimbusServer",
+                "NimbusTestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -37,7 +37,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         throw DriveError.badRequest("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
     }
     _ = MetricsRegistry.shared  // before any store makes its metrics
-    let opened = try BlobLocation.parse(configuration.blobs ?? "local").open(data: data)
+    let opened = try BlobLocation.parse(configuration.blobs ?? "local").open(data: data, environment: configuration.environment)
     try opened.clearStaging()
     if let s3 = opened as? S3BlobStore {
         // A store that is down now does not stop the replica: /healthz says 503 until it answers.

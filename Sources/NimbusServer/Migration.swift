@@ -39,7 +39,8 @@ public enum Migration {
 
     /// Copies and verifies; `progress` gets a line per step. Throws (changing nothing more) when verification fails.
     public static func migrate(
-        dataDirectory: URL, toDatabase: String, toBlobs: String?, progress: @Sendable (String) -> Void = { _ in }
+        dataDirectory: URL, toDatabase: String, toBlobs: String?,
+        environment: [String: String] = ProcessInfo.processInfo.environment, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Report {
         let sourcePath = dataDirectory.appending(path: "nimbus.sqlite").path
         guard FileManager.default.fileExists(atPath: sourcePath) else {
@@ -49,7 +50,7 @@ public enum Migration {
         let sourceBlobs = try LocalBlobStore(root: dataDirectory)
         let target = try await PostgresDatabase.open(try PostgresDatabase.Location.parse(toDatabase), logger: Logger(label: "nimbus-migrate"))
         do {
-            let targetBlobs: any BlobStore = try toBlobs.map { try BlobLocation.parse($0).open(data: dataDirectory) } ?? sourceBlobs
+            let targetBlobs: any BlobStore = try toBlobs.map { try BlobLocation.parse($0).open(data: dataDirectory, environment: environment) } ?? sourceBlobs
             let report = try await copy(from: source, sourceBlobs: sourceBlobs, to: target, targetBlobs: targetBlobs, dataDirectory: dataDirectory, progress: progress)
             await target.close()
             return report

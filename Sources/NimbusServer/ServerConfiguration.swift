@@ -9,8 +9,11 @@ public struct ServerConfiguration: Sendable {
     /// `postgres://USER[:PASSWORD]@HOST:PORT/DB[?schema=S&pool=N]` (password also from `PGPASSWORD`), shared by replicas.
     public var database: String?
     /// Block storage: `nil` for `blobs/` under ``dataDirectory``, or `s3://BUCKET[/PREFIX]?endpoint=URL&region=R`
-    /// (keys from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`).
+    /// (keys from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` in ``environment``).
     public var blobs: String?
+    /// Where the S3 keys of ``blobs`` are read: the process's environment (tests give theirs here rather than
+    /// `setenv`, which races every thread reading the environment — a child process being started, say).
+    public var environment: [String: String] = ProcessInfo.processInfo.environment
     public var host: String = "127.0.0.1"
     public var port: Int = 8080
     /// When false, `POST /v1/auth/register` answers 403 and users are added with `nimbus user add`.

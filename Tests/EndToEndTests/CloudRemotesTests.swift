@@ -389,7 +389,7 @@ extension CloudRemotesTests {
     static func serveWebDAV(_ rclone: String, _ folder: URL, port wanted: Int?) throws -> (server: Spawned, port: Int) {
         for _ in 0..<(wanted == nil ? 5 : 25) {
             let port = try wanted ?? TestServices.freePort()
-            let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw", "-q"], captureErrors: false)
+            let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw", "-q"], output: .discard, errors: .discard)
             let deadline = Date().addingTimeInterval(20)
             while !TestServices.canConnect(port), server.isRunning, Date() < deadline { usleep(20_000) }
             if server.isRunning, TestServices.canConnect(port) { return (server, port) }

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 @testable import NimbusS3
+import NimbusTestSupport
 import Testing
 
 @Suite("SigV4 signing")
@@ -125,13 +126,13 @@ enum RcloneS3 {
             return
         }
         let port = try freePort()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: rclone)
-        process.arguments = ["serve", "s3", "--addr", "127.0.0.1:\(port)", "--auth-key", "nimbus-access,nimbus-secret", folder.path]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { process.terminate(); process.waitUntilExit() }
+        let process = try Spawned(
+            rclone, ["serve", "s3", "--addr", "127.0.0.1:\(port)", "--auth-key", "nimbus-access,nimbus-secret", folder.path], output: .discard,
+            errors: .discard)
+        defer {
+            process.signal(SIGTERM)
+            process.waitUntilExit()
+        }
         let client = S3Client(
             endpoint: URL(string: "http://127.0.0.1:\(port)")!, bucket: "nimbus-test",
             signer: SigV4Signer(accessKey: "nimbus-access", secretKey: "nimbus-secret", region: "us-east-1"))

@@ -277,7 +277,6 @@ struct BlockLifecycleTests {
 struct UnreachableStoreTests {
     @Test("an unreachable blob store: /healthz is 503 naming it, uploads that need it fail fast with 503 + Retry-After, nothing changes")
     func blobStoreDown() async throws {
-        _ = try TestServices.s3()  // its keys in the environment
         // Nobody listens there, and nobody can take the port meanwhile (a port found free and let go was once taken
         // by another test's server while the suites ran in parallel: a 500 from whatever answered, not a 503).
         try await TestServices.withRefusingPort { port in
@@ -311,7 +310,6 @@ struct FreshBucketTests {
     @Test("nimbus serve --blobs on moto makes its bucket at start, then stores and serves blocks")
     func freshBucket() async throws {
         let moto = try TestServices.moto()
-        _ = try TestServices.s3()  // puts the keys (which moto takes too) in the environment
         try await TestServer.run(configure: { $0.blobs = moto.blobsURL() }) { server in
             let alice = try await server.signUp()
             let content = randomData(5 * 1024 * 1024)

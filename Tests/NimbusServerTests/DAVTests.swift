@@ -248,20 +248,15 @@ struct DAVTests {
     static func run(_ executable: String, _ arguments: [String], in directory: URL, environment extra: [String: String] = [:]) async throws
         -> (status: Int32, output: String)
     {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(extra) { _, new in new }
-        process.currentDirectoryURL = directory
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
+        let process = try Spawned(
+            executable, arguments, environment: ProcessInfo.processInfo.environment.merging(extra) { _, new in new }, directory: directory.path,
+            errors: .output)
+        process.closeInput()
         return await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
-                let data = output.fileHandleForReading.readDataToEndOfFile()
-                process.waitUntilExit()
-                continuation.resume(returning: (process.terminationStatus, String(decoding: data, as: UTF8.self)))
+                let data = process.output.readDataToEndOfFile()
+                let status = process.waitUntilExit()
+                continuation.resume(returning: (status, String(decoding: data, as: UTF8.self)))
             }
         }
     }

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import NimbusAPI
 @testable import NimbusSync
+import NimbusTestSupport
 import Testing
 
 /// A library encrypted at rest (issue 15), against the real server: what is on the device's disk, what is refused.
@@ -216,18 +217,13 @@ struct EncryptedLibraryTests {
                 print(open_store_name(stored, key))
                 print(hashlib.sha256(plain).hexdigest())
                 """
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [
-                "python3", "-c", script, dataKey.withUnsafeBytes { Data($0).base64EncodedString() },
-                directory.appending(path: "sync.sqlite").path, directory.appending(path: "staged").appending(path: staged).path,
-            ]
-            let output = Pipe()
-            process.standardOutput = output
-            try process.run()
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0, "python3 with the cryptography package is needed (pip install cryptography; moto brings it)")
+            let (status, data, _) = try Spawned.run(
+                "/usr/bin/env",
+                [
+                    "python3", "-c", script, dataKey.withUnsafeBytes { Data($0).base64EncodedString() },
+                    directory.appending(path: "sync.sqlite").path, directory.appending(path: "staged").appending(path: staged).path,
+                ])
+            #expect(status == 0, "python3 with the cryptography package is needed (pip install cryptography; moto brings it)")
             #expect(String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init) == ["Ünïcode plan 🌧.txt", sha256(content)])
         }
     }

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import NimbusAPI
 @testable import NimbusSync
+import NimbusTestSupport
 import Testing
 
 /// Encryption at rest (issue 15): segmented AES-256-GCM content and passphrase-wrapped data keys.
@@ -243,15 +244,8 @@ struct NameCipherTests {
             key = base64.b64decode(sys.argv[1])
             print(json.dumps([open_name(s, key, "c2VhbGVk") for s in sys.argv[2:]]))
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, key] + sealed
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "python3 with the cryptography package is needed (pip install cryptography; moto brings it)")
+        let (status, data, _) = try Spawned.run("/usr/bin/env", ["python3", "-c", script, key] + sealed)
+        #expect(status == 0, "python3 with the cryptography package is needed (pip install cryptography; moto brings it)")
         #expect(try JSONDecoder().decode([String].self, from: data) == names)
     }
 
@@ -386,12 +380,9 @@ struct ChunkedEncryptionTests {
             open(sys.argv[3], "wb").write(plain)
             """
         let result = directory.appending(path: "python-opened")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, key.withUnsafeBytes { Data($0).base64EncodedString() }, out.path, result.path]
-        try process.run()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "python3 with the cryptography package is needed")
+        let (status, _, _) = try Spawned.run(
+            "/usr/bin/env", ["python3", "-c", script, key.withUnsafeBytes { Data($0).base64EncodedString() }, out.path, result.path])
+        #expect(status == 0, "python3 with the cryptography package is needed")
         #expect(try Data(contentsOf: result) == data)
     }
 

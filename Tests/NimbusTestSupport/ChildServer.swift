@@ -5,6 +5,9 @@ import Foundation
 public final class ChildServer: @unchecked Sendable {
     public let process: Spawned
     public let port: Int
+    /// The server's standard error (its log), a file: were it this process's own, a server outliving a crashed
+    /// test process would hold CI's pipe open.
+    public let log: URL
 
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
@@ -16,11 +19,13 @@ public final class ChildServer: @unchecked Sendable {
         return repository.appending(path: ".build/debug/nimbus")
     }
 
-    /// Starts `nimbus serve --port 0 …` and waits for the line that names the port.
+    /// Starts `nimbus serve --port 0 …` and waits for the line that names the port. The environment is this
+    /// process's with the test S3 server's keys (for `--blobs s3://…`).
     public init(data: URL, arguments: [String] = []) throws {
+        log = FileManager.default.temporaryDirectory.appending(path: "nimbus-serve-\(UUID().uuidString).log")
         process = try Spawned(
             Self.binary.path, ["serve", "--data", data.path, "--port", "0", "--allow-registration", "--log-level", "warning"] + arguments,
-            captureErrors: false)
+            environment: ProcessInfo.processInfo.environment.merging(TestServices.s3Keys) { $1 }, errors: .file(log.path))
         process.closeInput()
         var collected = Data()
         var found: Int?
@@ -38,7 +43,10 @@ public final class ChildServer: @unchecked Sendable {
         guard let found else {
             process.signal(SIGTERM)
             process.waitUntilExit()
-            throw ChildServerError(message: "nimbus serve did not report its port; output: \(String(decoding: collected, as: UTF8.self))")
+            let errors = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            try? FileManager.default.removeItem(at: log)
+            throw ChildServerError(
+                message: "nimbus serve did not report its port; output: \(String(decoding: collected, as: UTF8.self)); errors: \(errors)")
         }
         port = found
     }
@@ -58,8 +66,8 @@ public final class ChildServer: @unchecked Sendable {
 
     deinit {
         process.signal(SIGKILL)
-        if !process.isRunning { return }
-        process.waitUntilExit()
+        if process.isRunning { process.waitUntilExit() }
+        try? FileManager.default.removeItem(at: log)
     }
 }
 
@@ -87,22 +95,9 @@ public struct CLIDevice: Sendable {
     /// Runs `nimbus arguments…` to completion.
     @discardableResult
     public func run(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> Result {
-        let running = start(arguments, stdin: stdin, environment: environment)
-        // Both streams at once: a child that fills one pipe while we wait on the other would never end.
-        let errors = running.process.errors
-        let stderrBox = NSLock()
-        nonisolated(unsafe) var stderrData = Data()
-        let reader = Thread {
-            let data = errors?.readDataToEndOfFile() ?? Data()
-            stderrBox.withLock { stderrData = data }
-        }
-        reader.start()
-        let stdoutData = running.process.output.readDataToEndOfFile()
-        let status = running.process.waitUntilExit()
-        while reader.isExecuting || !reader.isFinished { usleep(1000) }
+        let finished = start(arguments, stdin: stdin, environment: environment).process.finish()
         return Result(
-            status: status, stdout: String(decoding: stdoutData, as: UTF8.self),
-            stderr: String(decoding: stderrBox.withLock { stderrData }, as: UTF8.self))
+            status: finished.status, stdout: String(decoding: finished.output, as: UTF8.self), stderr: String(decoding: finished.errors, as: UTF8.self))
     }
 
     public struct Running: @unchecked Sendable {

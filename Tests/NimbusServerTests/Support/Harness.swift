@@ -45,6 +45,7 @@ struct TestServer: Sendable {
         configuration.healthCheckBudget = .seconds(30)
         // A small reserve file (the default sets 32 MiB aside in every data folder).
         configuration.minimumFreeSpace = 4 << 20
+        configuration.environment.merge(TestServices.s3Keys) { $1 }
         if TestServices.scaledOut {
             configuration.database = try TestServices.postgresURL()
             configuration.blobs = try TestServices.s3().blobsURL()

@@ -1,0 +1,37 @@
+import Foundation
+import NimbusTestSupport
+import Testing
+
+/// The servers tests start must not hold this process's standard output or error: when a test process crashes,
+/// they live on, and whoever reads its output (CI) would wait for their end — CI once waited so until its time limit.
+@Suite("Test servers and this process's streams")
+struct TestSupportTests {
+    /// Where `/proc/PID/fd/N` points (`pipe:[inode]`, a path, …).
+    static func target(_ pid: Int32, _ fd: Int) throws -> String {
+        try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)")
+    }
+
+    @Test("nimbus serve children and the shared WebDAV and S3 servers write neither to this process's stdout nor to its stderr")
+    func streamsNotShared() throws {
+        let ours = Set(try [1, 2].map { try Self.target(getpid(), $0) }).subtracting(["/dev/null"])
+        let data = FileManager.default.temporaryDirectory.appending(path: "nimbus-streams-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: data) }
+        let server = try ChildServer(data: data)
+        defer { server.stop() }
+        _ = try TestServices.webdav("rclone")
+        _ = try TestServices.s3()
+        var children = [server.process.pid]
+        // The shared servers are this process's children too (listed under the thread that started each).
+        for task in try FileManager.default.contentsOfDirectory(atPath: "/proc/\(getpid())/task") {
+            let listed = (try? String(contentsOfFile: "/proc/\(getpid())/task/\(task)/children", encoding: .utf8)) ?? ""
+            children += listed.split(separator: " ").compactMap { Int32($0) }
+        }
+        #expect(children.count >= 3)
+        for pid in Set(children) {
+            for fd in [1, 2] {
+                guard let theirs = try? Self.target(pid, fd) else { continue }  // ended meanwhile
+                #expect(!ours.contains(theirs), "process \(pid) writes its fd \(fd) to this process's (\(theirs))")
+            }
+        }
+    }
+}
