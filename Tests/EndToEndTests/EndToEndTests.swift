@@ -298,13 +298,9 @@ struct EndToEndTests {
         // Each used to wait for a connection until its request's deadline (five minutes).
         for arguments in [["sync", folder.path, "--once"], ["ls", "/Docs"], ["put", folder.appending(path: "f1.txt").path, "/f1.txt"]] {
             let running = device.start(arguments)
-            let deadline = Date().addingTimeInterval(60)
-            while running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
-            let hung = running.process.isRunning
-            if hung { running.kill9() }
+            let (hung, result) = await running.finish(within: .seconds(60))
             #expect(!hung, "nimbus \(arguments[0]) still running 60 s after its server went away")
-            let errors = String(decoding: running.process.errors?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
-            #expect(running.process.waitUntilExit() != 0 && errors.contains("could not be reached"), "nimbus \(arguments[0]): \(errors)")
+            #expect(result.status != 0 && result.stderr.contains("could not be reached"), "nimbus \(arguments[0]): \(result.stderr)")
         }
         #expect(tree(folder) == before, "nothing here changed")
         // The edit made while the server was away is counted as waiting to be sent (the round looked at the folder).

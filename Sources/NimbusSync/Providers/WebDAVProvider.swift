@@ -88,14 +88,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         uploadsAddress = Self.nextcloudUploads(rootAddress)
     }
 
-    /// A new provider on the same remote, as after a restart (for tests).
-    @_spi(Testing) public func restarted(state: any ProviderStateStore) -> WebDAVProvider {
-        WebDAVProvider(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: stallLimit)
-    }
-
-    /// The same provider with another ``stallLimit`` (for tests).
-    @_spi(Testing) public func stalling(after limit: Duration, state: any ProviderStateStore) -> WebDAVProvider {
-        WebDAVProvider(url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: limit)
+    /// A new provider on the same remote, as after a restart, with another ``stallLimit`` if given (for tests).
+    @_spi(Testing) public func restarted(state: any ProviderStateStore, stallLimit: Duration? = nil) -> WebDAVProvider {
+        WebDAVProvider(
+            url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: stallLimit ?? self.stallLimit)
     }
 
     /// Refuses what cannot be a WebDAV folder's URL, and a password sent over plain `http://` to another machine
@@ -465,7 +461,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             // Bounded by the stall limit, not the day a streamed upload may take: a server that hangs would hold it.
             (put, _) = try await send(
                 "PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)),
-                timeout: .nanoseconds(Int64(stallLimit.components.seconds) * 1_000_000_000))
+                timeout: TimeAmount(stallLimit))
             progress(source.size)
         } else {
             let body = HashingFileBody(source, progress: progress)

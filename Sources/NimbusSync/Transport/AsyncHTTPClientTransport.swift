@@ -30,7 +30,7 @@ public struct AsyncHTTPClientTransport: Transport {
     public init(baseURL: URL, client: HTTPClient = .api, timeout: Duration = .seconds(300)) {
         self.baseURL = baseURL
         self.client = client
-        self.timeout = .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+        self.timeout = TimeAmount(timeout)  // NIO's own conversion (to the nanosecond, clamped)
     }
 
     func makeRequest(_ request: TransportRequest) -> HTTPClientRequest {
