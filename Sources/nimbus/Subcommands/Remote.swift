@@ -24,8 +24,8 @@ struct RemoteCommand: AsyncParsableCommand {
             discussion: """
                 WebDAV: the password (an app password) is read from standard input with --password-stdin, asked for on a \
                 terminal, or, if neither, read at each use from NIMBUS_REMOTE_<NAME>_PASSWORD. S3: the keys are read from \
-                standard input with --keys-stdin (two lines: access key id, secret key), else at each use from \
-                AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. What is read is stored in $NIMBUS_HOME/remotes/NAME.secret \
+                standard input with --keys-stdin (two lines: access key id, secret key) — or when piped there and \
+                AWS_ACCESS_KEY_ID is not set — else at each use from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. What is read is stored in $NIMBUS_HOME/remotes/NAME.secret \
                 (mode 0600) and never printed. The remote is tried before it is added.
 
                 crypt: names and contents are encrypted on this device before they reach OTHER:/path (another remote, or \
@@ -112,7 +112,7 @@ struct RemoteCommand: AsyncParsableCommand {
                 remote.bucket = bucket
                 remote.region = region
                 remote.prefix = prefix.map { RemotePath.components($0).joined(separator: "/") }
-                if keysStdin { secret = try Self.keys() }
+                secret = keysStdin ? try Self.keys() : try Self.pipedKeys()
             case .crypt:
                 return try await addCrypt(home: home, config: config)
             }
@@ -215,6 +215,24 @@ struct RemoteCommand: AsyncParsableCommand {
         static func keys() throws -> Home.Secret {
             guard let id = readLine(strippingNewline: true), !id.isEmpty, let secret = readLine(strippingNewline: true), !secret.isEmpty else {
                 throw CLIError("--keys-stdin reads two lines: the access key id, then the secret key.")
+            }
+            return Home.Secret(accessKey: id, secretKey: secret)
+        }
+
+        /// S3 keys without `--keys-stdin`: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` when set (nil: used at each
+        /// use), else the two lines piped to standard input (`printf 'ID\nSECRET\n' | nimbus remote add …`). Nothing
+        /// is read from a terminal, nor waited for more than a second from a pipe that stays open with nothing in it.
+        static func pipedKeys() throws -> Home.Secret? {
+            let environment = ProcessInfo.processInfo.environment
+            if !(environment["AWS_ACCESS_KEY_ID"] ?? "").isEmpty, !(environment["AWS_SECRET_ACCESS_KEY"] ?? "").isEmpty { return nil }
+            guard isatty(0) == 0 else { return nil }
+            var descriptor = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 1000) == 1 else { return nil }
+            let id = readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces) ?? ""
+            let secret = readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces) ?? ""
+            if id.isEmpty, secret.isEmpty { return nil }  // an empty stdin (/dev/null): no keys given that way
+            guard !id.isEmpty, !secret.isEmpty else {
+                throw CLIError("Keys on standard input are two lines: the access key id, then the secret key.")
             }
             return Home.Secret(accessKey: id, secretKey: secret)
         }
@@ -347,8 +365,13 @@ struct RemoteCommand: AsyncParsableCommand {
                 }
                 secret = Home.Secret(password: password)
             case "s3":
-                guard keysStdin else { throw CLIError("Give the keys with --keys-stdin (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).") }
-                secret = try AddRemote.keys()
+                if keysStdin {
+                    secret = try AddRemote.keys()
+                } else if let piped = try AddRemote.pipedKeys() {
+                    secret = piped
+                } else {
+                    throw CLIError("Give the keys with --keys-stdin (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).")
+                }
             default:
                 throw CLIError("\(name) is a \(remote.type) remote; it has no credentials.")
             }
