@@ -77,6 +77,28 @@ struct CloudRemotesTests {
         #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
         #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
         #expect(tree(folderA) == tree(folderB))
+        // Deleted on A while edited on B, A first: the edit is kept — back on A, never lost on B.
+        try FileManager.default.removeItem(at: folderA.appending(path: "beta.txt"))
+        try write("beta, edited on B", to: folderB.appending(path: "beta.txt"))
+        for (device, folder) in [(a, folderA), (b, folderB), (a, folderA)] {
+            let round = try device.run(["sync", folder.path, "--once"])
+            #expect(round.status == 0, "\(round.stdout)\(round.stderr)")
+        }
+        #expect(try String(contentsOf: folderB.appending(path: "beta.txt"), encoding: .utf8) == "beta, edited on B")
+        #expect(try String(contentsOf: folderA.appending(path: "beta.txt"), encoding: .utf8) == "beta, edited on B")
+        // Edited on both, A first: both edits kept (one as a conflict copy) on both devices.
+        try write("alpha, from A", to: folderA.appending(path: "alpha.txt"))
+        try write("alpha, from B, longer", to: folderB.appending(path: "alpha.txt"))
+        for (device, folder) in [(a, folderA), (b, folderB), (a, folderA)] {
+            let round = try device.run(["sync", folder.path, "--once"])
+            #expect(round.status == 0, "\(round.stdout)\(round.stderr)")
+        }
+        for folder in [folderA, folderB] {
+            let alphas = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix("alpha") }
+            let texts = Set(try alphas.map { try String(contentsOf: folder.appending(path: $0), encoding: .utf8) })
+            #expect(texts == ["alpha, from A", "alpha, from B, longer"], "\(folder.lastPathComponent): \(alphas)")
+        }
+        #expect(tree(folderA) == tree(folderB))
         // A deletion here is said to be gone there too: these servers keep no trash (no "now in the trash").
         try write("scratch", to: folderB.appending(path: "scratch.txt"))
         #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
