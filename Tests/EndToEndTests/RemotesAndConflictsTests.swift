@@ -90,6 +90,36 @@ struct RemotesAndConflictsTests {
         #expect(sent, "the round that sent w.txt: \(lines)")
     }
 
+    @Test("sync --watch prints what happens, once: a quiet round prints nothing, a link skipped is said in the first round only")
+    func watchPrintsOnce() async throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("W")
+        try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "link.txt").path, withDestinationPath: "elsewhere")
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let running = device.start(["sync", folder.path, "nas:/W", "--watch"])
+        func arrives(_ name: String) async throws {
+            try write("content of \(name)", to: folder.appending(path: name))
+            let deadline = Date().addingTimeInterval(30)
+            while !FileManager.default.fileExists(atPath: nas.appending(path: "W/\(name)").path), Date() < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        try await arrives("one.txt")
+        // A change the sync ignores wakes a round that has nothing to do.
+        try write("scratch", to: folder.appending(path: "scratch.tmp"))
+        try await Task.sleep(for: .seconds(1))
+        try await arrives("two.txt")
+        try await Task.sleep(for: .seconds(1))  // the round that sent it ends, and says so
+        running.process.signal(SIGTERM)
+        let output = String(decoding: running.process.finish().output, as: UTF8.self)
+        #expect(output.contains("↑ one.txt") && output.contains("↑ two.txt"), "\(output)")
+        #expect(output.components(separatedBy: "skipped link.txt").count == 2, "said once: \(output)")
+        #expect(output.components(separatedBy: "0 changes").count == 2, "the first round only: \(output)")
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()

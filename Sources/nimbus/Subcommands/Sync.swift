@@ -107,6 +107,7 @@ struct SyncCommand: AsyncParsableCommand {
             Output.line("Watching \(root.path) ⇄ \(names) (Ctrl-C to stop)", options: output)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (spec, folder) in ready {
+                    let log = WatchLog()
                     group.addTask {
                         do {
                             try await folder.watch { report in
@@ -117,8 +118,8 @@ struct SyncCommand: AsyncParsableCommand {
                                     line.remote = spec.description
                                     line.at = Date()
                                     Output.jsonLine(line)
-                                } else {
-                                    self.print(report, remote: ready.count > 1 ? spec.description : nil)
+                                } else if let shown = log.shown(report) {
+                                    self.print(shown, remote: ready.count > 1 ? spec.description : nil)
                                 }
                             }
                         } catch let error as SyncError {
@@ -386,5 +387,30 @@ struct PairStatus: Codable {
     static func load(home: Home, local: String, remote: String) -> PairStatus? {
         guard let data = try? Data(contentsOf: url(home: home, local: local, remote: remote)) else { return nil }
         return try? JSONDecoder.nimbus.decode(PairStatus.self, from: data)
+    }
+}
+
+/// What a watch prints of its rounds (JSON lines print every round): the first, and any that changed something, found
+/// a conflict, failed differently than the round before, recovered, or skipped something not said already; a quiet
+/// poll prints nothing, and a file skipped for the same reason (a link, a file still being written) is said once —
+/// every round printed its "0 changes" and every skipped link again, a screen an hour in `--watch >> sync.log`.
+final class WatchLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var rounds = 0
+    private var skipped: Set<String> = []
+    private var errors: [String] = []
+
+    /// The report to print (skipped entries not said before only), or nil for a quiet round.
+    func shown(_ report: FolderSyncReport) -> FolderSyncReport? {
+        lock.withLock {
+            rounds += 1
+            var shown = report
+            shown.skipped = report.skipped.filter { !skipped.contains($0) }
+            skipped = Set(report.skipped)
+            let sameErrors = report.errors == errors
+            errors = report.errors
+            let quiet = rounds > 1 && report.changed == 0 && report.conflicts.isEmpty && report.kept.isEmpty && shown.skipped.isEmpty && sameErrors
+            return quiet ? nil : shown
+        }
     }
 }
