@@ -120,6 +120,33 @@ struct RemotesAndConflictsTests {
         #expect(output.components(separatedBy: "0 changes").count == 2, "the first round only: \(output)")
     }
 
+    @Test("a second sync of a pair while one runs (a --once beside a --watch) says so and does nothing; once the first is killed with -9, it runs")
+    func oneSyncAtATime() async throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("W")
+        let other = try bench.folder("V")
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let watching = device.start(["sync", folder.path, "nas:/W", "--watch"])
+        defer { watching.kill9() }
+        try write("first", to: folder.appending(path: "first.txt"))
+        let deadline = Date().addingTimeInterval(30)
+        while !FileManager.default.fileExists(atPath: nas.appending(path: "W/first.txt").path), Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let second = try device.run(["sync", folder.path, "--once"])
+        #expect(second.status != 0 && second.stderr.contains("Another nimbus (pid \(watching.process.pid)) is syncing"), "\(second.stdout)\(second.stderr)")
+        #expect(second.stdout.isEmpty, "nothing done: \(second.stdout)")
+        // Another pair of the same device is not held by it.
+        #expect(try device.run(["sync", other.path, "nas:/V", "--once"]).status == 0)
+
+        watching.kill9()
+        try write("second", to: folder.appending(path: "second.txt"))
+        let after = try device.run(["sync", folder.path, "--once"])
+        #expect(after.status == 0 && after.stdout.contains("↑ second.txt"), "the lock went with the process: \(after.stdout)\(after.stderr)")
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()

@@ -81,8 +81,11 @@ struct SyncCommand: AsyncParsableCommand {
         }
         var pairs: [(spec: RemoteSpec, folder: FolderSync)] = []
         var failures: [String] = []
+        var locks: [PairLock] = []
+        defer { for lock in locks { lock.release() } }
         for spec in specs {
             do {
+                locks.append(try PairLock(home: home, local: root.path, remote: spec.description))
                 try await makeRemoteFolder(spec, home: home)
                 let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
                 await folder.setConfirmDeletions(confirmDeletions)
@@ -412,5 +415,38 @@ final class WatchLog: @unchecked Sendable {
             let quiet = rounds > 1 && report.changed == 0 && report.conflicts.isEmpty && report.kept.isEmpty && shown.skipped.isEmpty && sameErrors
             return quiet ? nil : shown
         }
+    }
+}
+
+/// Held while this process syncs a pair. A second `nimbus sync` of the same folder and remote (a `--once` while a
+/// `--watch` runs, two started by cron) ran a second engine on the same state: both sent the same files, one tripped
+/// over the other's temporary files (seen: 300 new files sent twice, 270 replaced versions in the remote's trash, two
+/// errors). An `flock` on `$NIMBUS_HOME/locks/<pair>.lock`, which the kernel releases when the process ends, `kill -9`
+/// included; the file names the holder's pid.
+struct PairLock {
+    let descriptor: Int32
+
+    init(home: Home, local: String, remote: String) throws {
+        let folder = home.url.appending(path: "locks")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let path = folder.appending(path: home.pairDirectory(local: local, remote: remote).lastPathComponent + ".lock").path
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw CLIError("Cannot open \(path) (errno \(errno)).") }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+            close(descriptor)
+            throw CLIError(
+                "Another nimbus\(holder.isEmpty ? "" : " (pid \(holder))") is syncing \(local) with \(remote); it sends and brings the changes "
+                    + "itself. Nothing was done; stop it first to run this one.")
+        }
+        ftruncate(descriptor, 0)
+        let pid = "\(getpid())\n"
+        _ = pid.withCString { write(descriptor, $0, strlen($0)) }
+        self.descriptor = descriptor
+    }
+
+    func release() {
+        flock(descriptor, LOCK_UN)
+        close(descriptor)
     }
 }
