@@ -147,6 +147,52 @@ struct RemotesAndConflictsTests {
         #expect(after.status == 0 && after.stdout.contains("↑ second.txt"), "the lock went with the process: \(after.stdout)\(after.stderr)")
     }
 
+    /// Whether this process may mount a small tmpfs (root with the capability; CI's machine): tried once.
+    static let canMountTmpfs: Bool = {
+        guard getuid() == 0 else { return false }
+        let point = FileManager.default.temporaryDirectory.appending(path: "nimbus-mount-probe-\(UUID().uuidString)")
+        guard (try? FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)) != nil else { return false }
+        defer { try? FileManager.default.removeItem(at: point) }
+        guard (try? Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", point.path]))?.status == 0 else { return false }
+        _ = try? Spawned.run("/usr/bin/umount", ["-l", point.path])
+        return true
+    }()
+
+    @Test(
+        "a folder on a disk that fills up: the download that does not fit says so plainly and leaves nothing behind (what fits comes); with room, it comes",
+        .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    func diskFull() async throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let nas = try bench.folder("nas")
+        let disk = try bench.folder("disk")
+        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", disk.path]).status == 0)
+        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", disk.path]) }
+        // Two files of 5 MB there (only one fits in 8 MB) and a small one.
+        let first = Data((0..<5_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
+        let second = Data((0..<5_000_000).map { UInt8(truncatingIfNeeded: $0 &* 17 &+ $0 >> 11) })
+        try FileManager.default.createDirectory(at: nas.appending(path: "R"), withIntermediateDirectories: true)
+        try first.write(to: nas.appending(path: "R/first.bin"))
+        try second.write(to: nas.appending(path: "R/second.bin"))
+        try write("small", to: nas.appending(path: "R/small.txt"))
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let folder = disk.appending(path: "F")
+
+        let full = try device.run(["sync", folder.path, "nas:/R", "--once"])
+        #expect(full.status != 0 && full.stderr.contains("not enough space on the disk of \(folder.path)"), "\(full.stdout)\(full.stderr)")
+        #expect(!full.stderr.contains("Domain="), "said plainly: \(full.stderr)")
+        let there = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+        #expect(!there.contains { $0.hasPrefix(".nimbus-partial") }, "nothing left behind: \(there)")
+        #expect(there.contains("small.txt") && there.filter { $0.hasSuffix(".bin") }.count == 1, "\(there)")
+
+        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=16m", disk.path]).status == 0)
+        let roomy = try device.run(["sync", folder.path, "--once"])
+        #expect(roomy.status == 0, "\(roomy.stdout)\(roomy.stderr)")
+        #expect(try Data(contentsOf: folder.appending(path: "first.bin")) == first)
+        #expect(try Data(contentsOf: folder.appending(path: "second.bin")) == second)
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "R").path)) == ["first.bin", "second.bin", "small.txt"])
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()

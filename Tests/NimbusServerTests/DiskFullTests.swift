@@ -18,10 +18,10 @@ struct DiskFullTests {
         do {
             try await body(mount)
         } catch {
-            _ = try? await DAVTests.run("/bin/umount", [mount.path], in: FileManager.default.temporaryDirectory)
+            _ = try? await DAVTests.run("/bin/umount", ["-l", mount.path], in: FileManager.default.temporaryDirectory)
             throw error
         }
-        _ = try await DAVTests.run("/bin/umount", [mount.path], in: FileManager.default.temporaryDirectory)
+        _ = try await DAVTests.run("/bin/umount", ["-l", mount.path], in: FileManager.default.temporaryDirectory)
     }
 
     @Test("uploads that do not fit are 507 with the JSON error (simple, resumable, batch, blocks, WebDAV); nothing partial stays; reads and sign-ins work; freeing space makes uploads work again")

@@ -115,7 +115,12 @@ extension SyncEngine {
     public func exportContent(of id: ItemID, to destination: URL) throws -> Bool {
         guard let (path, checksum) = try storedContent(of: id) else { return false }
         let temporary = destination.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID.random().uuidString.lowercased())")
-        try copyOut(path, to: temporary, checksum: checksum)
+        do {
+            try copyOut(path, to: temporary, checksum: checksum)
+        } catch {
+            try? FileManager.default.removeItem(at: temporary)  // a partial copy would keep the space it took
+            throw error
+        }
         guard Foundation.rename(temporary.path, destination.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
             throw SyncError.localFile("Cannot write \(destination.path).")

@@ -140,8 +140,14 @@ public struct POSIXFileSystem: FileSystem {
 
     public func importFile(_ source: URL, to path: String, modeOf existing: String?, modified: Date?) throws {
         if Foundation.rename(source.path, path) != 0 {
-            // Another file system: copy, then drop the engine's copy.
-            try FileManager.default.copyItem(atPath: source.path, toPath: path)
+            // Another file system: copy, then drop the engine's copy. A copy that fails (the disk full) leaves nothing
+            // behind: a partial copy kept the space it took, and the disk stayed full.
+            do {
+                try FileManager.default.copyItem(atPath: source.path, toPath: path)
+            } catch {
+                try? FileManager.default.removeItem(atPath: path)
+                throw LocalWriteError(path: path, size: stat(source.path)?.size, underlying: error)
+            }
             try? FileManager.default.removeItem(at: source)
         }
         Self.giveMode(path, of: existing)
@@ -199,4 +205,41 @@ public struct POSIXFileSystem: FileSystem {
     public func exportFile(_ path: String) throws -> URL { URL(fileURLWithPath: path) }
 
     public func now() -> Date { Date() }
+}
+
+/// A file could not be written into the synced folder, said plainly (the disk full, no permission) rather than as a
+/// Foundation error's dump; nothing was left there, and it is tried again.
+public struct LocalWriteError: Error, CustomStringConvertible {
+    public let path: String
+    public let size: Int64?
+    /// The POSIX error, when the failure carried one.
+    public let code: Int32?
+
+    public init(path: String, size: Int64?, underlying: any Error) {
+        self.path = path
+        self.size = size
+        let nsError = underlying as NSError
+        if nsError.domain == NSPOSIXErrorDomain {
+            code = Int32(nsError.code)
+        } else if let inner = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, inner.domain == NSPOSIXErrorDomain {
+            code = Int32(inner.code)
+        } else if nsError.domain == NSCocoaErrorDomain, nsError.code == CocoaError.fileWriteOutOfSpace.rawValue {
+            code = ENOSPC
+        } else {
+            code = nil
+        }
+    }
+
+    public var description: String {
+        let folder = (path as NSString).deletingLastPathComponent
+        let needed = size.map { " (\(ByteCountFormatter.string(fromByteCount: $0, countStyle: .file)))" } ?? ""
+        switch code {
+        case ENOSPC?, EDQUOT?:
+            return "not enough space on the disk of \(folder) to bring it here\(needed); nothing was left there, it is tried again at the next sync"
+        case let code?:
+            return "could not write it into \(folder): \(String(cString: strerror(code)))"
+        default:
+            return "could not write it into \(folder)"
+        }
+    }
 }
