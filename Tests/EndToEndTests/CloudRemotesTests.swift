@@ -295,6 +295,51 @@ struct CloudRemotesTests {
         #expect(left.filter { $0 != ".nimbus-folder" } == ["big.bin"], "nothing else there: \(left)")
     }
 
+    /// Whether the real binary can be run as `nobody` (root with runuser, the build readable by others): permissions
+    /// mean nothing to root, so a folder it cannot read needs another user.
+    static let nobodyCanRun: Bool = {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser") else { return false }
+        return (try? Spawned.run("/usr/sbin/runuser", ["-u", "nobody", "--", ChildServer.binary.path, "--version"]))?.status == 0
+    }()
+
+    @Test(
+        "a folder that cannot be read (chmod 000; the real binary as an ordinary user) is left as it was: nothing in it is deleted there; readable again, it syncs",
+        .enabled(if: nobodyCanRun, "needs root, runuser and a build the user nobody can run"))
+    func unreadableFolder() throws {
+        let bench = try Workbench()
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("W")
+        try write("the plan", to: folder.appending(path: "docs/plan.txt"))
+        try write("top", to: folder.appending(path: "top.txt"))
+        for path in ["docs/plan.txt", "top.txt"] {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: path).path)
+        }
+        #expect(try Spawned.run("/bin/chown", ["-R", "nobody", bench.root.path]).status == 0)
+        func nimbus(_ arguments: [String]) throws -> (status: Int32, output: String) {
+            var environment = ProcessInfo.processInfo.environment
+            environment["NIMBUS_HOME"] = bench.root.appending(path: "home-nobody").path
+            let run = try Spawned.run("/usr/sbin/runuser", ["-u", "nobody", "--", ChildServer.binary.path] + arguments, environment: environment)
+            return (run.status, String(decoding: run.output + run.errors, as: UTF8.self))
+        }
+        #expect(try nimbus(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let first = try nimbus(["sync", folder.path, "nas:/W", "--once"])
+        #expect(first.status == 0 && FileManager.default.fileExists(atPath: nas.appending(path: "W/docs/plan.txt").path), "\(first.output)")
+
+        #expect(chmod(folder.appending(path: "docs").path, 0) == 0)
+        let blocked = try nimbus(["sync", folder.path, "--once"])
+        #expect(blocked.status == 0 && blocked.output.contains("skipped docs/ (cannot be read: Permission denied"), "\(blocked.output)")
+        #expect(!blocked.output.contains("✗"), "nothing deleted: \(blocked.output)")
+        #expect(FileManager.default.fileExists(atPath: nas.appending(path: "W/docs/plan.txt").path), "still there")
+
+        #expect(chmod(folder.appending(path: "docs").path, 0o755) == 0)
+        try write("later", to: folder.appending(path: "docs/later.txt"))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: "docs/later.txt").path)
+        #expect(try Spawned.run("/bin/chown", ["-R", "nobody", folder.path]).status == 0)
+        let readable = try nimbus(["sync", folder.path, "--once"])
+        #expect(readable.status == 0 && readable.output.contains("↑ docs/later.txt") && !readable.output.contains("✗"), "\(readable.output)")
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "W/docs").path)) == ["plan.txt", "later.txt"])
+    }
+
     @Test("S3 keys piped to remote add without --keys-stdin are taken; none given (stdin empty, none in the environment) or one line only is a clear error and adds nothing")
     func pipedKeys() async throws {
         let server = try TestServices.s3()

@@ -17,6 +17,44 @@ import Testing
 /// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200); `NIMBUS_SIM_SEED=s` replays one (exactly for even seeds).
 @Suite("Deterministic simulation of synced folders")
 struct FolderSimulationTests {
+    @Test("a folder the engine cannot read (chmod 000) is left as it was: nothing in it is deleted there or on other devices; readable again, it syncs")
+    func unreadableFolder() async throws {
+        try await SyncWorld.run { world in
+            var simulation = FolderSimulation(seed: 4_000_001, world: world)
+            try await simulation.setUp()
+            let (a, b) = (simulation.devices[0], simulation.devices[1])
+            for device in simulation.devices { device.faults.randomFaults(rate: 0, seed: 0) }
+            func round(_ device: FolderDevice) async throws -> FolderSyncReport {
+                device.clock.advance(by: 60)
+                return try await device.folder.syncOnce()
+            }
+            a.disk.makeFolderDirectly(a.root + "/docs")
+            a.disk.write(a.root + "/docs/plan.txt", Data("the plan".utf8))
+            a.disk.makeFolderDirectly(a.root + "/docs/inner")
+            a.disk.write(a.root + "/docs/inner/deep.txt", Data("deep".utf8))
+            _ = try await round(a)
+            _ = try await round(b)
+            #expect(b.disk.files(under: b.root).keys.sorted() == ["docs/inner/deep.txt", "docs/plan.txt"])
+
+            a.disk.setUnreadable(a.root + "/docs", true)
+            let blocked = try await round(a)
+            #expect(blocked.deletedHere.isEmpty, "\(blocked.deletedHere)")
+            #expect(blocked.skipped.contains { $0.hasPrefix("docs/ (cannot be read") }, "\(blocked.skipped)")
+            _ = try await round(b)
+            #expect(b.disk.files(under: b.root).keys.sorted() == ["docs/inner/deep.txt", "docs/plan.txt"], "nothing deleted on the other device")
+            let c = simulation.devices[2]
+            _ = try await round(c)
+            #expect(c.disk.files(under: c.root).keys.sorted() == ["docs/inner/deep.txt", "docs/plan.txt"], "still there: a new device gets it")
+
+            a.disk.setUnreadable(a.root + "/docs", false)
+            a.disk.write(a.root + "/docs/later.txt", Data("later".utf8))
+            let readable = try await round(a)
+            #expect(readable.uploaded == ["docs/later.txt"] && readable.deletedHere.isEmpty, "\(readable)")
+            _ = try await round(b)
+            #expect(b.disk.files(under: b.root).keys.sorted() == ["docs/inner/deep.txt", "docs/later.txt", "docs/plan.txt"])
+        }
+    }
+
     @Test("users editing folders on three devices, mid-round edits, faults and crashes: converge, nothing written is lost, no duplicates")
     func simulate() async throws {
         try await SyncWorld.run { world in
@@ -67,6 +105,14 @@ struct FolderSimulation {
     var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
 
     mutating func run() async throws {
+        try await setUp()
+        for _ in 0..<40 { try await step() }
+        try await quiesce()
+        try await check()
+    }
+
+    /// The user and three devices, each with an empty folder.
+    mutating func setUp() async throws {
         try await world.register(user)
         let start: ChangeCursor = try await world.api(user).call("GET", "/v1/changes/start")
         firstCursor = start.cursor
@@ -88,9 +134,6 @@ struct FolderSimulation {
                     folder: try makeFolder(index: index, disk: disk, client: client, tokens: tokens, clock: clock, state: state), disk: disk,
                     faults: faults, client: client, tokens: tokens, clock: clock, root: root, state: state))
         }
-        for _ in 0..<40 { try await step() }
-        try await quiesce()
-        try await check()
     }
 
     func makeFolder(index: Int, disk: SimulatedFileSystem, client: ServerClient, tokens: MemoryTokenStore, clock: ManualClock, state: URL) throws -> FolderSync {
@@ -216,6 +259,17 @@ struct FolderSimulation {
         case 76..<82:
             log.append("D\(index) crash")
             try rebuild(index)
+        case 82..<84:
+            // A folder made unreadable (chmod 000) for a while, or readable again: the engine must leave what it
+            // holds as it was, never take it for deleted.
+            // (One that holds files, or readable again.)
+            let holding = Set(entries(device).files.compactMap { $0.contains("/") ? ($0 as NSString).deletingLastPathComponent : nil })
+            let folders = (holding.map { device.root + "/" + $0 } + device.disk.unreadableFolders).sorted()
+            guard !folders.isEmpty else { return }
+            let folder = folders[random.below(folders.count)]
+            let unreadable = !device.disk.unreadableFolders.contains(folder)
+            device.disk.setUnreadable(folder, unreadable)
+            log.append("D\(index) chmod \(unreadable ? "000" : "755") \(folder.dropFirst(device.root.count + 1))")
         default:
             device.clock.advance(by: Double(random.below(4)) * 0.5)
         }
@@ -262,12 +316,18 @@ struct FolderSimulation {
         }
         defer { disk.interference.withLockedValue { $0 = nil } }
         log.append("D\(index) sync\(crash ? " (crash at \(crashAt))" : "")")
+        let unreadable = disk.unreadableFolders.map { String($0.dropFirst(root.count + 1)) }
+        var report: FolderSyncReport?
         do {
-            _ = try await device.folder.syncOnce()
+            report = try await device.folder.syncOnce()
         } catch is SimulatedFileSystem.Crash {
             log.append("D\(index) crashed mid-round")
         } catch {
             log.append("D\(index) round error \(error)")
+        }
+        // What an unreadable folder holds is not seen, so never deleted there.
+        if let path = report?.deletedHere.first(where: { path in unreadable.contains { path.hasPrefix($0 + "/") } }) {
+            throw SimulationFailure(message: "D\(index) deleted there \(path), inside a folder it could not read\n\(log.joined(separator: "\n"))")
         }
         disk.crashNext.withLockedValue { $0 = false }
         if crash { try rebuild(index) }
@@ -283,7 +343,10 @@ struct FolderSimulation {
 
     /// No more faults or users: rounds on every device until all are idle.
     mutating func quiesce() async throws {
-        for device in devices { device.faults.randomFaults(rate: 0, seed: 0) }
+        for device in devices {
+            device.faults.randomFaults(rate: 0, seed: 0)
+            for folder in device.disk.unreadableFolders { device.disk.setUnreadable(folder, false) }
+        }
         var quiet = 0
         var lastErrors: [String] = []
         for _ in 0..<30 {

@@ -17,6 +17,11 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
         var nextInode: UInt64 = 100
         /// Every write gets a later modification time than the one before (a disk clock finer than the writes).
         var lastMtime: Int64 = 0
+        /// Folders the engine may not read (`chmod 000`): not listed, nothing in them reached.
+        var unreadable: Set<String> = []
+
+        /// Whether `path` lies inside an unreadable folder.
+        func blocked(_ path: String) -> Bool { unreadable.contains { path.hasPrefix($0 + "/") } }
 
         mutating func mtime(_ now: Int64) -> Int64 {
             lastMtime = max(now, lastMtime + 1)
@@ -45,7 +50,17 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
     func touch(_ operation: String, _ path: String) throws {
         if crashNext.withLockedValue({ value in defer { value = false }; return value }) { throw Crash() }
         interference.withLockedValue { $0 }?(operation, path)
+        if state.withLockedValue({ $0.blocked(path) }) { throw CocoaError(.fileWriteNoPermission) }
     }
+
+    /// A user's `chmod 000` of a folder (`false`: readable again).
+    func setUnreadable(_ path: String, _ unreadable: Bool) {
+        state.withLockedValue { state in
+            if unreadable { state.unreadable.insert(path) } else { state.unreadable.remove(path) }
+        }
+    }
+
+    var unreadableFolders: Set<String> { state.withLockedValue { $0.unreadable } }
 
     func parent(_ path: String) -> String { (path as NSString).deletingLastPathComponent }
 
@@ -78,6 +93,7 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
     func deleteTree(_ path: String) -> [Data] {
         state.withLockedValue { state in
             var removed: [Data] = []
+            state.unreadable = state.unreadable.filter { $0 != path && !$0.hasPrefix(path + "/") }
             for key in state.nodes.keys where key == path || key.hasPrefix(path + "/") {
                 if case .file(_, let data, _) = state.nodes[key] { removed.append(data) }
                 state.nodes[key] = nil
@@ -92,6 +108,7 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
             guard state.nodes[from] != nil, state.nodes[to] == nil, case .folder = state.nodes[parent(to)], !(to + "/").hasPrefix(from + "/") else {
                 return false
             }
+            state.unreadable = Set(state.unreadable.map { $0 == from || $0.hasPrefix(from + "/") ? to + $0.dropFirst(from.count) : $0 })
             for key in state.nodes.keys.sorted() where key == from || key.hasPrefix(from + "/") {
                 state.nodes[to + key.dropFirst(from.count)] = state.nodes[key]
                 state.nodes[key] = nil
@@ -127,11 +144,12 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
 
     func stat(_ path: String) -> FileStat? {
         try? touch("stat", path)
-        return state.withLockedValue { state in
+        return state.withLockedValue { state -> FileStat? in
+            if state.blocked(path) { return nil }  // EACCES: not seen
             switch state.nodes[path] {
-            case .folder(let inode, let mtime): FileStat(kind: .folder, inode: inode, size: 0, mtime: mtime)
-            case .file(let inode, let data, let mtime): FileStat(kind: .file, inode: inode, size: Int64(data.count), mtime: mtime)
-            case nil: nil
+            case .folder(let inode, let mtime): return FileStat(kind: .folder, inode: inode, size: 0, mtime: mtime)
+            case .file(let inode, let data, let mtime): return FileStat(kind: .file, inode: inode, size: Int64(data.count), mtime: mtime)
+            case nil: return nil
             }
         }
     }
@@ -139,6 +157,7 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
     func contents(ofFolder path: String) throws -> [String] {
         try touch("list", path)
         return try state.withLockedValue { state in
+            if state.unreadable.contains(path) { throw CocoaError(.fileReadNoPermission) }
             guard case .folder = state.nodes[path] else { throw CocoaError(.fileReadNoSuchFile) }
             return state.nodes.keys.filter { parent($0) == path && $0 != path }.map { ($0 as NSString).lastPathComponent }
         }
@@ -193,6 +212,7 @@ final class SimulatedFileSystem: FileSystem, @unchecked Sendable {
             guard state.nodes[from] != nil else { throw CocoaError(.fileNoSuchFile) }
             guard state.nodes[to] == nil else { return false }
             guard case .folder = state.nodes[parent(to)] else { throw CocoaError(.fileNoSuchFile) }
+            state.unreadable = Set(state.unreadable.map { $0 == from || $0.hasPrefix(from + "/") ? to + $0.dropFirst(from.count) : $0 })
             for key in state.nodes.keys.sorted() where key == from || key.hasPrefix(from + "/") {
                 state.nodes[to + key.dropFirst(from.count)] = state.nodes[key]
                 state.nodes[key] = nil

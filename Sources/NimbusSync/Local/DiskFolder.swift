@@ -47,12 +47,19 @@ struct DiskFolder: Sendable {
         let ignore = ignoreRules
         // The disk, parents before children.
         var entries: [(path: String, stat: FileStat)] = []
+        // Folders that are there but cannot be listed (no permission, an I/O error): what they held is left as it
+        // was. Taken for empty, everything in them was deleted on the remote (and on every other device).
+        var unreadable: [String] = []
         var stack = [""]
         while let relative = stack.popLast() {
             let names: [String]
             do { names = try fileSystem.contents(ofFolder: absolute(relative)).sorted() } catch {
                 if relative.isEmpty { throw SyncError.localFile("Cannot read the folder \(rootPath): \(error.localizedDescription)") }
-                continue
+                if fileSystem.stat(absolute(relative))?.kind == .folder {
+                    unreadable.append(relative)
+                    result.skipped.append("\(relative)/ (cannot be read: \(LocalWriteError.reason(error)); what it holds is left as it was)")
+                }
+                continue  // (gone meanwhile: what it held is gone too)
             }
             if names.contains(where: { $0.hasPrefix(Self.partialPrefix) }) { cleanUp(in: relative, names: names, now: fileSystem.now()) }
             var folders: [String] = []
@@ -176,13 +183,21 @@ struct DiskFolder: Sendable {
                         result.changing.append(entry.path)
                         let settles = Date(timeIntervalSince1970: Double(entry.stat.mtime) / 1e9 + settle)
                         result.nextSettle = min(result.nextSettle ?? settles, settles)
-                    } else if let (checksum, size) = try? fileSystem.hash(absolute(entry.path), cutting: cutting),
+                    } else if case let hashed = Result(catching: { try fileSystem.hash(absolute(entry.path), cutting: cutting) }),
                         let after = fileSystem.stat(absolute(entry.path)), after == entry.stat
                     {
-                        row.lChecksum = checksum
-                        row.lSize = size
-                        row.lChanging = false
-                        result.hashed += 1
+                        switch hashed {
+                        case .success(let (checksum, size)):
+                            row.lChecksum = checksum
+                            row.lSize = size
+                            row.lChanging = false
+                            result.hashed += 1
+                        case .failure(let error):
+                            // There, unchanged, and not readable (no permission, an I/O error): not sent, said, and
+                            // looked at again next time (not every moment, as a file still being written is).
+                            row.lChanging = true
+                            result.skipped.append("\(entry.path) (cannot be read: \(LocalWriteError.reason(error)))")
+                        }
                     } else {
                         // Changed (or went) while it was read: looked at again next time.
                         row.lChanging = true
@@ -198,6 +213,7 @@ struct DiskFolder: Sendable {
             for row in rows where row.luid != ItemID.root.rawValue && !found.contains(row.luid) {
                 // (An ignored path is left out of the scan, not deleted: an item that became ignored keeps its row.)
                 if let value = pathOf[row.luid], Self.isIgnored(value, isFolder: row.isFolder, by: ignore) { continue }
+                if let value = pathOf[row.luid], unreadable.contains(where: { value.hasPrefix($0 + "/") }) { continue }
                 var gone = row
                 gone.lPresent = false
                 gone.lChanging = false

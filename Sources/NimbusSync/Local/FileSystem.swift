@@ -218,16 +218,28 @@ public struct LocalWriteError: Error, CustomStringConvertible {
     public init(path: String, size: Int64?, underlying: any Error) {
         self.path = path
         self.size = size
-        let nsError = underlying as NSError
-        if nsError.domain == NSPOSIXErrorDomain {
-            code = Int32(nsError.code)
-        } else if let inner = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, inner.domain == NSPOSIXErrorDomain {
-            code = Int32(inner.code)
-        } else if nsError.domain == NSCocoaErrorDomain, nsError.code == CocoaError.fileWriteOutOfSpace.rawValue {
-            code = ENOSPC
-        } else {
-            code = nil
+        code = Self.posixCode(of: underlying)
+    }
+
+    /// The POSIX error a Foundation error carries, if any.
+    static func posixCode(of error: any Error) -> Int32? {
+        let nsError = error as NSError
+        if nsError.domain == NSPOSIXErrorDomain { return Int32(nsError.code) }
+        if let inner = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, inner.domain == NSPOSIXErrorDomain { return Int32(inner.code) }
+        if nsError.domain == NSCocoaErrorDomain {
+            switch CocoaError.Code(rawValue: nsError.code) {
+            case .fileWriteOutOfSpace: return ENOSPC
+            case .fileReadNoPermission, .fileWriteNoPermission: return EACCES
+            default: return nil
+            }
         }
+        return nil
+    }
+
+    /// Why reading or writing failed, in a few words ("Permission denied").
+    static func reason(_ error: any Error) -> String {
+        if let code = posixCode(of: error) { return String(cString: strerror(code)) }
+        return (error as NSError).localizedDescription
     }
 
     public var description: String {
