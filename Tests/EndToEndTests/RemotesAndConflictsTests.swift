@@ -193,6 +193,26 @@ struct RemotesAndConflictsTests {
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "R").path)) == ["first.bin", "second.bin", "small.txt"])
     }
 
+    @Test("nimbus get onto a disk without room: a plain error, non-zero, nothing left there; with room, it works", .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    func getOntoFullDisk() throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let disk = try bench.folder("disk")
+        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", disk.path]).status == 0)
+        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", disk.path]) }
+        let content = Data((0..<6_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 10) })
+        let source = bench.root.appending(path: "big.bin")
+        try content.write(to: source)
+        #expect(try device.run(["put", source.path, "/big.bin"]).status == 0)
+        let full = try device.run(["get", "/big.bin", disk.appending(path: "big.bin").path])
+        #expect(full.status != 0 && full.stderr.contains("Not enough space on the disk of \(disk.path)"), "\(full.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: disk.path).isEmpty, "nothing left there")
+        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=16m", disk.path]).status == 0)
+        let roomy = try device.run(["get", "/big.bin", disk.appending(path: "big.bin").path])
+        #expect(roomy.status == 0, "\(roomy.stderr)")
+        #expect(try Data(contentsOf: disk.appending(path: "big.bin")) == content)
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()

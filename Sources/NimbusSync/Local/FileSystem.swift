@@ -222,7 +222,7 @@ public struct LocalWriteError: Error, CustomStringConvertible {
     }
 
     /// The POSIX error a Foundation error carries, if any.
-    static func posixCode(of error: any Error) -> Int32? {
+    public static func posixCode(of error: any Error) -> Int32? {
         let nsError = error as NSError
         if nsError.domain == NSPOSIXErrorDomain { return Int32(nsError.code) }
         if let inner = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, inner.domain == NSPOSIXErrorDomain { return Int32(inner.code) }
@@ -237,7 +237,7 @@ public struct LocalWriteError: Error, CustomStringConvertible {
     }
 
     /// Why reading or writing failed, in a few words ("Permission denied").
-    static func reason(_ error: any Error) -> String {
+    public static func reason(_ error: any Error) -> String {
         if let code = posixCode(of: error) { return String(cString: strerror(code)) }
         return (error as NSError).localizedDescription
     }

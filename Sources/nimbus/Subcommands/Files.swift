@@ -300,7 +300,18 @@ struct Get: AsyncParsableCommand {
         do {
             try FileManager.default.moveItem(at: content, to: temporary)
         } catch {
-            try FileManager.default.copyItem(at: content, to: temporary)
+            do {
+                try FileManager.default.copyItem(at: content, to: temporary)
+            } catch {
+                // Nothing half-written is left (a partial copy kept the space it took, and the disk stayed full).
+                try? FileManager.default.removeItem(at: temporary)
+                let folder = destination.deletingLastPathComponent().path
+                if let code = LocalWriteError.posixCode(of: error), code == ENOSPC || code == EDQUOT {
+                    throw CLIError(
+                        "Not enough space on the disk of \(folder) for \(RemotePath.normalized(remote)) (\(Output.size(item.size))); nothing was written.")
+                }
+                throw CLIError("Could not write \(destination.path): \(LocalWriteError.reason(error)); nothing was written.")
+            }
             try? FileManager.default.removeItem(at: content)
         }
         POSIXFileSystem.giveMode(temporary.path, of: destination.path)
