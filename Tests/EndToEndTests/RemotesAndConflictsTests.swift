@@ -213,6 +213,31 @@ struct RemotesAndConflictsTests {
         #expect(try Data(contentsOf: disk.appending(path: "big.bin")) == content)
     }
 
+    @Test("a local-folder remote on a disk without room: the file that does not fit is a plain error, nothing half-written stays there; with room, it goes", .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    func remoteDiskFull() throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("F")
+        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", nas.path]).status == 0)
+        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", nas.path]) }
+        let content = Data((0..<6_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) })
+        try content.write(to: folder.appending(path: "big.bin"))
+        try write("small", to: folder.appending(path: "small.txt"))
+        for name in ["big.bin", "small.txt"] {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: name).path)
+        }
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let full = try device.run(["sync", folder.path, "nas:/F", "--once"])
+        #expect(full.status != 0 && full.stderr.contains("big.bin: not enough space on the disk of"), "\(full.stdout)\(full.stderr)")
+        #expect(!full.stderr.contains("Domain="), "said plainly: \(full.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "F").path) == ["small.txt"], "nothing half-written there")
+        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=16m", nas.path]).status == 0)
+        let roomy = try device.run(["sync", folder.path, "--once"])
+        #expect(roomy.status == 0 && roomy.stdout.contains("↑ big.bin"), "\(roomy.stdout)\(roomy.stderr)")
+        #expect(try Data(contentsOf: nas.appending(path: "F/big.bin")) == content)
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()

@@ -175,15 +175,24 @@ public final class LocalFolderProvider: RemoteProvider {
         var hasher = SHA256()
         var size: Int64 = 0
         // No more than was scanned: a file that grew since sends those bytes (the growth is its next version).
+        // A write that fails (the disk there full) is said plainly, not as a Foundation error's dump.
+        func writing(_ body: () throws -> Void) throws {
+            do { try body() } catch {
+                if let code = LocalWriteError.posixCode(of: error), code == ENOSPC || code == EDQUOT {
+                    throw ProviderError.quotaExceeded("not enough space on the disk of \(root.path)")
+                }
+                throw ProviderError.server(status: 0, code: "write_failed", message: "could not write in \(root.path): \(LocalWriteError.reason(error))")
+            }
+        }
         while size < source.size, let data = try input.read(upToCount: Int(min(1024 * 1024, source.size - size))), !data.isEmpty {
             hasher.update(data: data)
-            try output.write(contentsOf: data)
+            try writing { try output.write(contentsOf: data) }
             size += Int64(data.count)
             progress(size)
         }
         // A file that grew since it was scanned is refused as changed (scanned again, sent whole in the same run).
         if let extra = try? input.read(upToCount: 1), !extra.isEmpty { throw ProviderError.checksumMismatch }
-        try output.synchronize()
+        try writing { try output.synchronize() }
         guard size == source.size, FileHasher.hex(hasher.finalize()) == source.checksum else { throw ProviderError.checksumMismatch }
     }
 
