@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import GRDB
 import NimbusServer
 
 /// `nimbus`: the Drive server, its administration, and the reference client (file commands, folder sync).
@@ -15,4 +16,28 @@ struct Nimbus: AsyncParsableCommand {
             Move.self, Put.self, Get.self, Versions.self, Restore.self, Trash.self, Untrash.self, Uploads.self, Status.self,
             Conflicts.self, SyncCommand.self, RemoteCommand.self, AppPasswordCommand.self, AdminCommand.self,
         ])
+
+    /// As `AsyncParsableCommand.main()`, with errors a user can act on said so (a full disk under the client's
+    /// state was "SQLite error 13: database or disk is full - while executing `COMMIT TRANSACTION`").
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: explained(error))
+        }
+    }
+
+    static func explained(_ error: any Error) -> any Error {
+        if let database = error as? DatabaseError, database.resultCode == .SQLITE_FULL {
+            return CLIError(
+                "The disk holding \(Home.current.url.path) is full: this device's sync state could not be saved, and the step that "
+                    + "needed it was not taken (what was saved before stays). Free some space there and run the command again.")
+        }
+        return error
+    }
 }

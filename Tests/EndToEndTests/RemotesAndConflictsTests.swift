@@ -238,6 +238,30 @@ struct RemotesAndConflictsTests {
         #expect(try Data(contentsOf: nas.appending(path: "F/big.bin")) == content)
     }
 
+    @Test("the disk holding NIMBUS_HOME full: a plain error, non-zero; with room, the same sync goes through whole", .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    func homeDiskFull() throws {
+        let bench = try Bench()
+        let small = try bench.folder("small")
+        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small.path]).status == 0)
+        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", small.path]) }
+        let device = CLIDevice(home: small.appending(path: "home"), workingDirectory: bench.root)
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("F")
+        for index in 0..<3000 { try write("file number \(index)", to: folder.appending(path: "a-file-with-a-longer-name-\(index).txt")) }
+        let old = Date().addingTimeInterval(-5)
+        for name in try FileManager.default.contentsOfDirectory(atPath: folder.path) {
+            try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: folder.appending(path: name).path)
+        }
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let full = try device.run(["sync", folder.path, "nas:/F", "--once"])
+        #expect(full.status != 0 && full.stderr.contains("The disk holding \(small.path)/home is full"), "\(full.stderr)")
+        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=64m", small.path]).status == 0)
+        let roomy = try device.run(["sync", folder.path, "--once"])
+        #expect(roomy.status == 0, "\(roomy.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "F").path).count == 3000)
+        #expect(try device.run(["status"]).stdout.contains("0 pending, 0 conflicts, 0 failed"))
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()
