@@ -262,6 +262,26 @@ struct RemotesAndConflictsTests {
         #expect(try device.run(["status"]).stdout.contains("0 pending, 0 conflicts, 0 failed"))
     }
 
+    @Test("links (a loop, one to a file outside, a dangling one) and a named pipe in the folder are skipped and said; the sync neither follows nor blocks on them")
+    func linksAndPipes() throws {
+        let bench = try Bench()
+        let device = try bench.device("A")
+        let nas = try bench.folder("nas")
+        let folder = try bench.folder("F")
+        try write("plain", to: folder.appending(path: "plain.txt"))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: "plain.txt").path)
+        try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "loop").path, withDestinationPath: "..")
+        try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "passwd").path, withDestinationPath: "/etc/passwd")
+        try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "dangling").path, withDestinationPath: "nowhere")
+        #expect(mkfifo(folder.appending(path: "pipe").path, 0o644) == 0)
+        #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
+        let synced = try device.run(["sync", folder.path, "nas:/F", "--once"])
+        #expect(synced.status == 0, "\(synced.stdout)\(synced.stderr)")
+        for name in ["loop", "passwd", "dangling"] { #expect(synced.stdout.contains("skipped \(name) (symbolic link, not followed)"), "\(synced.stdout)") }
+        #expect(synced.stdout.contains("skipped pipe (not a regular file"), "\(synced.stdout)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "F").path) == ["plain.txt"])
+    }
+
     @Test("a folder on a mounted disk as the remote: remote add, list, sync both ways, remove")
     func localFolderRemote() throws {
         let bench = try Bench()

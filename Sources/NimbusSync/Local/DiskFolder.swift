@@ -22,7 +22,7 @@ struct DiskFolder: Sendable {
 
     /// What a scan found besides the tree.
     struct Scan: Sendable {
-        /// Symbolic links (never followed) and special files, skipped.
+        /// Symbolic links (never followed), special files (pipes, sockets, devices) and unreadable folders and files, skipped.
         var skipped: [String] = []
         /// Files still being written; and when the first of them will have been quiet for the settle time.
         var changing: [String] = []
@@ -71,6 +71,8 @@ struct DiskFolder: Sendable {
                     result.skipped.append("\(path) (symbolic link, not followed)")
                     continue
                 case .other:
+                    // A pipe, socket or device: never read (a pipe would block the scan), and said as a link is.
+                    if !ignore.ignores(path, isDirectory: false) { result.skipped.append("\(path) (not a regular file: a pipe, socket or device)") }
                     continue
                 case .file, .folder:
                     break
