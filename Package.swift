@@ -81,7 +81,10 @@ let package = Package(
         ),
         .testTarget(
             name: "NimbusS3Tests",
-            dependencies: ["NimbusS3", "NimbusTestSupport", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "NimbusS3", "NimbusTestSupport", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
             swiftSettings: testSwiftSettings
         ),
         .target(

@@ -318,14 +318,34 @@ public struct S3Client: Sendable {
         do {
             response = try await http.execute(request, timeout: timeout)
             let ok = (200..<300).contains(Int(response.status.code))
-            data = ok && !readBody ? ByteBuffer() : try await response.body.collect(upTo: method == "HEAD" || !ok ? 1 << 20 : 1 << 30)
+            if ok && !readBody {
+                data = ByteBuffer()
+            } else if ok && method != "HEAD" {
+                data = try await response.body.collect(upTo: 1 << 30)
+            } else {
+                // An error's answer (or a HEAD's): its first MiB is plenty for the code and message; the rest is read
+                // and dropped. (Collected with a limit, a longer one failed as "could not be reached" and hid the
+                // store's status.)
+                var kept = ByteBuffer()
+                for try await var chunk in response.body where kept.readableBytes < 1 << 20 {
+                    kept.writeBuffer(&chunk)
+                }
+                data = kept
+            }
         } catch {
             throw S3Error(status: 0, code: nil, message: "\(error)")
         }
         guard (200..<300).contains(Int(response.status.code)) else {
             let root = data.readableBytes > 0 ? XMLTree.parse(Data(buffer: data)) : nil
+            // (A body cut at its first MiB is no XML document: its code and message are looked for as text.)
+            let text = root == nil ? String(buffer: data) : ""
+            func element(_ name: String) -> String? {
+                guard let start = text.range(of: "<\(name)>"), let end = text.range(of: "</\(name)>", range: start.upperBound..<text.endIndex) else { return nil }
+                return String(text[start.upperBound..<end.lowerBound])
+            }
             throw S3Error(
-                status: Int(response.status.code), code: root?.value("Code"), message: root?.value("Message") ?? response.status.reasonPhrase,
+                status: Int(response.status.code), code: root?.value("Code") ?? element("Code"),
+                message: root?.value("Message") ?? element("Message") ?? response.status.reasonPhrase,
                 retryAfter: response.headers.first(name: "retry-after").flatMap(Int.init))
         }
         return (response, data)
