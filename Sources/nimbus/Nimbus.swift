@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import GRDB
 import NimbusServer
+import NimbusSync
 
 /// `nimbus`: the Drive server, its administration, and the reference client (file commands, folder sync).
 /// Client state lives in `$NIMBUS_HOME` (default `~/.nimbus`): one home, one device.
@@ -37,6 +38,15 @@ struct Nimbus: AsyncParsableCommand {
             return CLIError(
                 "The disk holding \(Home.current.url.path) is full: this device's sync state could not be saved, and the step that "
                     + "needed it was not taken (what was saved before stays). Free some space there and run the command again.")
+        }
+        // A file error (a home or folder this user may not write, a disk full or read-only): the path and the reason,
+        // not Foundation's dump ("Error Domain=NSCocoaErrorDomain Code=513 … UserInfo={…}").
+        let nsError = error as NSError
+        if nsError.domain == NSCocoaErrorDomain, let code = LocalWriteError.posixCode(of: error) {
+            let path = (nsError.userInfo[NSFilePathErrorKey] as? String) ?? (nsError.userInfo[NSURLErrorKey] as? URL)?.path ?? ""
+            let home = Home.current.url.path
+            let whose = path.hasPrefix(home) || home.hasPrefix(path) ? " (this device's state: NIMBUS_HOME is \(home))" : ""
+            return CLIError("Cannot use \(path)\(whose): \(String(cString: strerror(code))).")
         }
         return error
     }

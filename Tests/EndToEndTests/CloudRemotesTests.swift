@@ -340,6 +340,21 @@ struct CloudRemotesTests {
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "W/docs").path)) == ["plan.txt", "later.txt"])
     }
 
+    @Test("a NIMBUS_HOME this user may not write: the path and the reason, non-zero (not Foundation's error dump)", .enabled(if: nobodyCanRun, "needs root, runuser and a build the user nobody can run"))
+    func unwritableHome() throws {
+        let bench = try Workbench()
+        let home = try bench.folder("home-of-root")  // root's, 0755: nobody may read it, not write it
+        let folder = try bench.folder("F")
+        var environment = ProcessInfo.processInfo.environment
+        environment["NIMBUS_HOME"] = home.path
+        let run = try Spawned.run(
+            "/usr/sbin/runuser", ["-u", "nobody", "--", ChildServer.binary.path, "remote", "add", "nas", "local", folder.path], environment: environment)
+        let errors = String(decoding: run.errors, as: UTF8.self)
+        #expect(run.status != 0 && errors.contains("Cannot use \(home.path)") && errors.contains("Permission denied"), "\(errors)")
+        #expect(!errors.contains("Domain="), "\(errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: home.path).isEmpty, "nothing written")
+    }
+
     @Test("S3 keys piped to remote add without --keys-stdin are taken; none given (stdin empty, none in the environment) or one line only is a clear error and adds nothing")
     func pipedKeys() async throws {
         let server = try TestServices.s3()
