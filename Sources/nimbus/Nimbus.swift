@@ -42,11 +42,11 @@ struct Nimbus: AsyncParsableCommand {
         // A file error (a home or folder this user may not write, a disk full or read-only): the path and the reason,
         // not Foundation's dump ("Error Domain=NSCocoaErrorDomain Code=513 … UserInfo={…}").
         let nsError = error as NSError
-        if nsError.domain == NSCocoaErrorDomain, let code = LocalWriteError.posixCode(of: error) {
+        if nsError.domain == NSCocoaErrorDomain, LocalWriteError.posixCode(of: error) != nil {
             let path = (nsError.userInfo[NSFilePathErrorKey] as? String) ?? (nsError.userInfo[NSURLErrorKey] as? URL)?.path ?? ""
             let home = Home.current.url.path
             let whose = path.hasPrefix(home) || home.hasPrefix(path) ? " (this device's state: NIMBUS_HOME is \(home))" : ""
-            return CLIError("Cannot use \(path)\(whose): \(String(cString: strerror(code))).")
+            return CLIError("Cannot use \(path)\(whose): \(LocalWriteError.reason(error)).")
         }
         return error
     }

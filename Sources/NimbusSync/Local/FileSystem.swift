@@ -242,16 +242,15 @@ public struct LocalWriteError: Error, CustomStringConvertible {
         return (error as NSError).localizedDescription
     }
 
+    /// The disk (or the user's quota on it) is full.
+    public var outOfSpace: Bool { code == ENOSPC || code == EDQUOT }
+
     public var description: String {
         let folder = (path as NSString).deletingLastPathComponent
         let needed = size.map { " (\(ByteCountFormatter.string(fromByteCount: $0, countStyle: .file)))" } ?? ""
-        switch code {
-        case ENOSPC?, EDQUOT?:
+        if outOfSpace {
             return "not enough space on the disk of \(folder) to bring it here\(needed); nothing was left there, it is tried again at the next sync"
-        case let code?:
-            return "could not write it into \(folder): \(String(cString: strerror(code)))"
-        default:
-            return "could not write it into \(folder)"
         }
+        return code.map { "could not write it into \(folder): \(String(cString: strerror($0)))" } ?? "could not write it into \(folder)"
     }
 }

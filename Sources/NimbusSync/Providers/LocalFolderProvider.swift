@@ -178,7 +178,7 @@ public final class LocalFolderProvider: RemoteProvider {
         // A write that fails (the disk there full) is said plainly, not as a Foundation error's dump.
         func writing(_ body: () throws -> Void) throws {
             do { try body() } catch {
-                if let code = LocalWriteError.posixCode(of: error), code == ENOSPC || code == EDQUOT {
+                if LocalWriteError(path: root.path, size: nil, underlying: error).outOfSpace {
                     throw ProviderError.quotaExceeded("not enough space on the disk of \(root.path)")
                 }
                 throw ProviderError.server(status: 0, code: "write_failed", message: "could not write in \(root.path): \(LocalWriteError.reason(error))")

@@ -298,25 +298,18 @@ struct Get: AsyncParsableCommand {
         }
         let temporary = destination.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
         do {
-            try FileManager.default.moveItem(at: content, to: temporary)
-        } catch {
-            do {
-                try FileManager.default.copyItem(at: content, to: temporary)
-            } catch {
-                // Nothing half-written is left (a partial copy kept the space it took, and the disk stayed full).
-                try? FileManager.default.removeItem(at: temporary)
-                let folder = destination.deletingLastPathComponent().path
-                if let code = LocalWriteError.posixCode(of: error), code == ENOSPC || code == EDQUOT {
-                    throw CLIError(
-                        "Not enough space on the disk of \(folder) for \(RemotePath.normalized(remote)) (\(Output.size(item.size))); nothing was written.")
-                }
-                throw CLIError("Could not write \(destination.path): \(LocalWriteError.reason(error)); nothing was written.")
+            // As a synced download is placed: moved (or copied, nothing left behind when that fails), the mode of the
+            // file it replaces, the time of its last change there.
+            try POSIXFileSystem().importFile(
+                content, to: temporary.path, modeOf: destination.path, modified: POSIXFileSystem.keptModificationTime(item.modifiedAt, now: Date()))
+        } catch let error as LocalWriteError {
+            if error.outOfSpace {
+                throw CLIError(
+                    "Not enough space on the disk of \(destination.deletingLastPathComponent().path) for \(RemotePath.normalized(remote)) "
+                        + "(\(Output.size(item.size))); nothing was written.")
             }
-            try? FileManager.default.removeItem(at: content)
+            throw CLIError("Could not write \(destination.path): \(error.code.map { String(cString: strerror($0)) } ?? "an error"); nothing was written.")
         }
-        POSIXFileSystem.giveMode(temporary.path, of: destination.path)
-        // The file keeps the time of its last change there (as a synced download does).
-        POSIXFileSystem.setModified(temporary.path, to: POSIXFileSystem.keptModificationTime(item.modifiedAt, now: Date()))
         guard rename(temporary.path, destination.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
             throw CLIError("Could not write \(destination.path).")
