@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import NimbusAPI
-@testable import NimbusSync
+@_spi(Testing) @testable import NimbusSync
 import NimbusTestSupport
 import Testing
 
@@ -186,6 +186,36 @@ struct EncryptionTests {
         stranger.loadNameCache(blob)
         #expect(stranger.cachedCount == 0)
         #expect(throws: EncryptionError.self) { try stranger.openName(sealedNames[0]) }
+    }
+
+    @Test("the table of opened names finds each sealed form by its bytes, exactly: none for a prefix, an extension or one byte changed")
+    func sealedTable() {
+        var random = SeededRandom(seed: 15)
+        var table = SealedTable()
+        var entries: [(String, String)] = [("", "empty")]
+        for index in 0..<20_000 {
+            let length = 1 + Int(random.next() % 90)
+            let sealed = String((0..<length).map { _ in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=".randomElement(using: &random)! })
+            entries.append((sealed, "plain \(index)"))
+        }
+        for (sealed, plain) in entries { table.insert(sealed, plain: plain) }
+        let distinct = Dictionary(entries, uniquingKeysWith: { first, _ in first })
+        #expect(table.count == distinct.count)
+        table.insert(entries[5].0, plain: "another")
+        #expect(table.count == distinct.count, "a sealed form already there is not added again")
+        for (sealed, plain) in distinct {
+            #expect(table.plain(sealed) == plain)
+            var copy = sealed
+            copy.withUTF8 { #expect(table.plain(UnsafeRawBufferPointer($0)) == plain) }
+            if distinct[sealed + "x"] == nil { #expect(table.plain(sealed + "x") == nil) }
+            if !sealed.isEmpty, distinct[String(sealed.dropLast())] == nil { #expect(table.plain(String(sealed.dropLast())) == nil) }
+            if let first = sealed.first, case let changed = (first == "A" ? "B" : "A") + sealed.dropFirst(), distinct[changed] == nil {
+                #expect(table.plain(changed) == nil)
+            }
+        }
+        var seen: [String: String] = [:]
+        table.forEach { sealed, plain in seen[String(decoding: sealed, as: UTF8.self)] = plain }
+        #expect(seen == distinct)
     }
 }
 

@@ -64,8 +64,11 @@ final class StoreCipher: Sendable {
     /// pair syncs: the engine keeps the whole remote tree; ~200 bytes an entry, about what a plan holds per row
     /// anyway). Kept between runs as one sealed blob (``nameCacheBlob()``, ``loadNameCache(_:)``).
     private struct Recent {
-        var sealed: [[String: String]] = Array(repeating: [:], count: Kind.allCases.count)
-        var opened: [[String: String]] = Array(repeating: [:], count: Kind.allCases.count)
+        /// Sealed form → plain text, looked up by bytes (``SealedTable``).
+        var opened: [SealedTable] = Array(repeating: SealedTable(), count: Kind.allCases.count)
+        /// Plain text → sealed form, made from `opened` the first time something is sealed (a run that only reads —
+        /// a no-op sync — never needs it, and building it for every loaded entry was half of loading the cache).
+        var sealed: [[String: String]?] = Array(repeating: nil, count: Kind.allCases.count)
         var count = 0
         /// Entries learnt since the cache was loaded or saved.
         var added = 0
@@ -73,24 +76,35 @@ final class StoreCipher: Sendable {
         /// A name or id just sealed or opened, both ways (the whole cache dropped first when full).
         mutating func learn(sealed: String, plain: String, kind: Kind) {
             if count >= StoreCipher.recentLimit { self = Recent() }
-            self.sealed[kind.rawValue][plain] = sealed
-            opened[kind.rawValue][sealed] = plain
+            opened[kind.rawValue].insert(sealed, plain: plain)
+            self.sealed[kind.rawValue]?[plain] = sealed
             count += 1
             added += 1
+        }
+
+        /// The sealed form of `plain`, if known.
+        mutating func sealedForm(of plain: String, kind: Kind) -> String? {
+            if sealed[kind.rawValue] == nil {
+                var reverse: [String: String] = [:]
+                reverse.reserveCapacity(opened[kind.rawValue].count)
+                opened[kind.rawValue].forEach { sealedBytes, plain in reverse[plain] = String(decoding: sealedBytes, as: UTF8.self) }
+                sealed[kind.rawValue] = reverse
+            }
+            return sealed[kind.rawValue]?[plain]
         }
     }
     private let recent = LockedBox(Recent())
     static let recentLimit = 200_000
 
     func sealDeterministic(_ text: String, as kind: Kind) -> String {
-        if let known = recent.withLock({ $0.sealed[kind.rawValue][text] }) { return known }
+        if let known = recent.withLock({ $0.sealedForm(of: text, kind: kind) }) { return known }
         let sealed = sealUncached(text, as: kind)
         remember(sealed: sealed, plain: text, kind: kind)
         return sealed
     }
 
     func openDeterministic(_ stored: String, as kind: Kind) throws -> String {
-        if let known = recent.withLock({ $0.opened[kind.rawValue][stored] }) { return known }
+        if let known = recent.withLock({ $0.opened[kind.rawValue].plain(stored) }) { return known }
         let plain = try openUncached(stored, as: kind)
         remember(sealed: stored, plain: plain, kind: kind)
         return plain
@@ -101,7 +115,7 @@ final class StoreCipher: Sendable {
     func open(_ rows: inout [ItemRow]) throws {
         try recent.withLock { cache in
             func open(_ stored: String, _ kind: Kind) throws -> String {
-                if let known = cache.opened[kind.rawValue][stored] { return known }
+                if let known = cache.opened[kind.rawValue].plain(stored) { return known }
                 let plain = try openUncached(stored, as: kind)
                 cache.learn(sealed: stored, plain: plain, kind: kind)
                 return plain
@@ -119,6 +133,21 @@ final class StoreCipher: Sendable {
                 rows[index].rName = try name(rows[index].rName)
                 rows[index].sName = try name(rows[index].sName)
                 rows[index].lName = try name(rows[index].lName)
+            }
+        }
+    }
+
+    /// Runs `body` with the cache held, giving it a function that opens a sealed form given as its UTF-8 bytes
+    /// (SQLite's, for ``ItemRow/fetchAll(_:where:arguments:)``): a known one without making a string of it, another
+    /// by AES-GCM-SIV (then remembered).
+    func withOpener<T>(_ body: ((UnsafeRawBufferPointer, Kind) throws -> String) throws -> T) throws -> T {
+        try recent.withLock { cache in
+            try body { bytes, kind in
+                if let known = cache.opened[kind.rawValue].plain(bytes) { return known }
+                let stored = String(decoding: bytes, as: UTF8.self)
+                let plain = try self.openUncached(stored, as: kind)
+                cache.learn(sealed: stored, plain: plain, kind: kind)
+                return plain
             }
         }
     }
@@ -155,10 +184,10 @@ final class StoreCipher: Sendable {
             var bytes: [UInt8] = []
             for kind in Kind.allCases { withUnsafeBytes(of: UInt32(cache.opened[kind.rawValue].count).littleEndian) { bytes += $0 } }
             for kind in Kind.allCases {
-                for (sealed, name) in cache.opened[kind.rawValue] {
+                cache.opened[kind.rawValue].forEach { sealed, name in
                     bytes.append(UInt8(kind.rawValue))
-                    for length in [sealed.utf8.count, name.utf8.count] { withUnsafeBytes(of: UInt32(length).littleEndian) { bytes += $0 } }
-                    bytes += sealed.utf8
+                    for length in [sealed.count, name.utf8.count] { withUnsafeBytes(of: UInt32(length).littleEndian) { bytes += $0 } }
+                    bytes += sealed
                     bytes += name.utf8
                 }
             }
@@ -184,25 +213,23 @@ final class StoreCipher: Sendable {
                     defer { at += 4 }
                     return Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt32.self)))
                 }
-                // Authenticated, so written by this library: decoded as UTF-8 without validating it again.
-                func text(_ count: Int) -> String? {
+                func slice(_ count: Int) -> UnsafeRawBufferPointer? {
                     guard count <= bytes.count - at else { return nil }
                     defer { at += count }
-                    return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[at..<at + count]), as: UTF8.self)
+                    return UnsafeRawBufferPointer(rebasing: bytes[at..<at + count])
                 }
                 for kind in Kind.allCases {
                     guard let count = length() else { return }
-                    let room = min(count, Self.recentLimit)
-                    cache.sealed[kind.rawValue].reserveCapacity(cache.sealed[kind.rawValue].count + room)
-                    cache.opened[kind.rawValue].reserveCapacity(cache.opened[kind.rawValue].count + room)
+                    cache.opened[kind.rawValue].reserveCapacity(min(count, Self.recentLimit))
                 }
                 while at < bytes.count, cache.count < Self.recentLimit {
                     guard let kind = Kind(rawValue: Int(bytes[at])) else { return }
                     at += 1
-                    guard let sealedCount = length(), let nameCount = length(), let sealed = text(sealedCount), let name = text(nameCount)
+                    guard let sealedCount = length(), let nameCount = length(), let sealed = slice(sealedCount), let name = slice(nameCount)
                     else { return }
-                    cache.sealed[kind.rawValue][name] = sealed
-                    cache.opened[kind.rawValue][sealed] = name
+                    // Authenticated, so written by this library: decoded as UTF-8 without validating it again.
+                    cache.opened[kind.rawValue].insert(sealed, plain: String(decoding: name, as: UTF8.self))
+                    cache.sealed[kind.rawValue]?[String(decoding: name, as: UTF8.self)] = String(decoding: sealed, as: UTF8.self)
                     cache.count += 1
                 }
             }

@@ -151,20 +151,41 @@ struct ItemRow: Sendable, Equatable {
         }
         func integer(_ column: Int32) -> Int64? { sqlite3_column_type(sqlite, column) == SQLITE_NULL ? nil : sqlite3_column_int64(sqlite, column) }
         func flag(_ column: Int32) -> Bool { sqlite3_column_int64(sqlite, column) != 0 }
+        // `sealed`: the text of a column an encrypted store seals, opened (``sealedColumns``).
+        func row(_ sealed: (Int32, StoreCipher.Kind) throws -> String?) throws -> ItemRow {
+            ItemRow(
+                luid: text(0) ?? "", fileId: try sealed(1, .id), isFolder: flag(2), rPresent: flag(3), rParent: text(4), rName: try sealed(5, .name),
+                rMime: text(6), rSize: integer(7), rChecksum: text(8), rRevision: text(9), rModified: integer(10), sPresent: flag(11),
+                sParent: text(12), sName: try sealed(13, .name), sChecksum: text(14), sRevision: text(15), lPresent: flag(16), lParent: text(17),
+                lName: try sealed(18, .name), lMime: text(19), lSize: integer(20), lChecksum: text(21), lModified: integer(22), contentPath: text(23),
+                contentChecksum: text(24), pinned: flag(25), hold: text(26).flatMap(Hold.init(rawValue:)), lastAccess: integer(27) ?? 0,
+                lChanging: text(28) == "changing", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
+                uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35))
+        }
         var result: [ItemRow] = []
         let rows = try Row.fetchCursor(statement, arguments: arguments)
-        while try rows.next() != nil {
-            result.append(
-                ItemRow(
-                    luid: text(0) ?? "", fileId: text(1), isFolder: flag(2), rPresent: flag(3), rParent: text(4), rName: text(5), rMime: text(6),
-                    rSize: integer(7), rChecksum: text(8), rRevision: text(9), rModified: integer(10), sPresent: flag(11), sParent: text(12),
-                    sName: text(13), sChecksum: text(14), sRevision: text(15), lPresent: flag(16), lParent: text(17), lName: text(18),
-                    lMime: text(19), lSize: integer(20), lChecksum: text(21), lModified: integer(22), contentPath: text(23),
-                    contentChecksum: text(24), pinned: flag(25), hold: text(26).flatMap(Hold.init(rawValue:)), lastAccess: integer(27) ?? 0,
-                    lChanging: text(28) == "changing", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
-                    uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35)))
+        guard let cipher = db.storeCipher else {
+            while try rows.next() != nil { result.append(try row { column, _ in text(column) }) }
+            return result
         }
-        if let cipher = db.storeCipher { try cipher.open(&result) }
+        // Encrypted: each sealed text is looked up in the cipher's cache by SQLite's bytes (no string made of it), and
+        // a row's three names, mostly one sealed text, are looked up once.
+        try cipher.withOpener { open in
+            while try rows.next() != nil {
+                var last: (bytes: UnsafeRawBufferPointer, plain: String)?
+                result.append(
+                    try row { column, kind in
+                        guard let pointer = sqlite3_column_text(sqlite, column) else { return nil }
+                        let bytes = UnsafeRawBufferPointer(start: pointer, count: Int(sqlite3_column_bytes(sqlite, column)))
+                        if kind == .name, let last, SealedTable.same(last.bytes, bytes) {
+                            return last.plain
+                        }
+                        let plain = try open(bytes, kind)
+                        if kind == .name { last = (bytes, plain) }
+                        return plain
+                    })
+            }
+        }
         return result
     }
 
