@@ -13,7 +13,7 @@
 
 With --encrypt (issue 15), the same initial upload, no-op re-sync and big-file upload are also run from a device
 whose store is encrypted at rest (`nimbus login --encrypt`), into their own folders, plus the tree downloaded by a
-plain and by an encrypted device: encrypted/plain time ratios in the same run (goal: within 1.15; the no-ops three
+plain and by an encrypted device (three each): encrypted/plain time ratios in the same run (goal: within 1.15; the no-ops three
 each, alternating, compared by their medians). With --unlock
 as well, each encrypted device runs `nimbus unlock` once after its login and its commands then go without
 NIMBUS_PASSPHRASE (the key from the kernel keyring: no PBKDF2 per process); `nimbus lock` at the end.
@@ -37,6 +37,13 @@ def children_cpu():
     """User + system CPU seconds of the children this script has waited for."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def timed_cpu(command, env=None):
+    """Wall time and the command's CPU (user + system)."""
+    before = children_cpu()
+    wall = timed(command, env)
+    return wall, children_cpu() - before
 
 
 def timed(command, env=None):
@@ -124,7 +131,13 @@ def main():
             # Uploads in the order plain (above), encrypted, encrypted, plain, each device into its own folder: the
             # server's database grows with each, and a later upload would pay for that as "encryption".
             e = device("E", encrypted=True)
-            ups = {"plain": [ours], "encrypted": [timed([binary, "sync", tree, "/tree-e", "--once", "--quiet"], env=e)]}
+            ups = {"plain": [ours], "encrypted": []}
+            up_cpu = {"plain": [client_cpu], "encrypted": []}
+            def up(kind, path, env):
+                wall, used = timed_cpu([binary, "sync", tree, path, "--once", "--quiet"], env=env)
+                ups[kind].append(wall)
+                up_cpu[kind].append(used)
+            up("encrypted", "/tree-e", e)
             # No-ops a third of a second long move with whatever else the machine does: three of each, alternating,
             # compared by their medians.
             def noop_pairs():
@@ -138,11 +151,13 @@ def main():
             noops, noop_enc, noop_plain = noop_pairs()
             # (Measured before the next two uploads: each device's engine keeps the whole account's remote tree, and
             # the no-ops are of an account of the two trees, as ever.)
-            ups["encrypted"].append(timed([binary, "sync", tree, "/tree-e2", "--once", "--quiet"], env=device("E2", encrypted=True)))
-            ups["plain"].append(timed([binary, "sync", tree, "/tree-p2", "--once", "--quiet"], env=device("P2")))
+            up("encrypted", "/tree-e2", device("E2", encrypted=True))
+            up("plain", "/tree-p2", device("P2"))
             enc, plain_up = statistics.mean(ups["encrypted"]), statistics.mean(ups["plain"])
             print(f"encrypted store: initial upload {enc:.1f} s vs plain {plain_up:.1f} s (ratio {enc / plain_up:.2f}; each the mean of two, "
-                  f"in the order plain, encrypted, encrypted, plain); "
+                  f"in the order plain, encrypted, encrypted, plain: {' '.join(f'{t:.1f}' for t in ups['encrypted'])} vs "
+                  f"{' '.join(f'{t:.1f}' for t in ups['plain'])}; the client's CPU {statistics.mean(up_cpu['encrypted']):.1f} s vs "
+                  f"{statistics.mean(up_cpu['plain']):.1f} s); "
                   f"no-op {noop_enc:.2f} s vs plain {noop_plain:.2f} s (ratio {noop_enc / noop_plain:.2f}; medians of three each, alternating: "
                   f"{' '.join(f'{t:.2f}' for t in noops['encrypted'])} vs {' '.join(f'{t:.2f}' for t in noops['plain'])})")
             more, more_enc, more_plain = noop_pairs()
@@ -151,12 +166,19 @@ def main():
                   f"{' '.join(f'{t:.2f}' for t in more['encrypted'])} vs {' '.join(f'{t:.2f}' for t in more['plain'])})")
             # Plain, encrypted, encrypted, plain: the disk slows as it fills, and the order would show as a difference.
             times = {"plain": [], "encrypted": []}
-            for index, kind in enumerate(["plain", "encrypted", "encrypted", "plain"]):
+            cpu = {"plain": [], "encrypted": []}
+            # Three of each (a download of 10,000 files moves by a second or two between runs on this machine).
+            for index, kind in enumerate(["plain", "encrypted", "encrypted", "plain", "plain", "encrypted"]):
                 env = device(f"D{index}", encrypted=kind == "encrypted")
+                before = children_cpu()
                 times[kind].append(timed([binary, "sync", f"{work}/down-{index}", "/tree", "--once", "--quiet"], env=env))
+                cpu[kind].append(children_cpu() - before)
             down_plain, down_enc = statistics.mean(times["plain"]), statistics.mean(times["encrypted"])
+            cpu_plain, cpu_enc = statistics.mean(cpu["plain"]), statistics.mean(cpu["encrypted"])
             print(f"encrypted store: download of the tree {down_enc:.1f} s vs plain {down_plain:.1f} s (ratio {down_enc / down_plain:.2f}; "
-                  f"each the mean of two, in the order plain, encrypted, encrypted, plain)")
+                  f"each the mean of three, in the order plain, encrypted, encrypted, plain, plain, encrypted: "
+                  f"{' '.join(f'{t:.1f}' for t in times['encrypted'])} vs {' '.join(f'{t:.1f}' for t in times['plain'])}); "
+                  f"the client's CPU {cpu_enc:.1f} s vs {cpu_plain:.1f} s (ratio {cpu_enc / cpu_plain:.2f})")
 
         def big_folder(name):
             """A folder holding one file of --big-mib random MiB, written a while ago (settled)."""

@@ -775,16 +775,15 @@ extension SyncEngine {
         } else {
             try await provider.download(fileId, revision: revision, to: target, progress: report)
         }
-        let (actual, actualSize) = try await Self.hash(target)
+        // A download taken in memory is written (plain, durable) where it was to go in the same trip off the actor
+        // as its hash, once the hash is right.
+        let plain = target.buffer == nil ? nil : stagingDirectory.appending(path: Self.plainPrefix + UUID.random().uuidString.lowercased())
+        let (actual, actualSize) = try await Self.hash(target, expecting: checksum, size: size, thenWriteTo: plain)
         if let checksum, actual != checksum || actualSize != size {
             try? FileManager.default.removeItem(at: partial)
             throw SyncError.checksumMismatch(expected: checksum, actual: actual)
         }
-        if let buffer = target.buffer {
-            let plain = stagingDirectory.appending(path: Self.plainPrefix + UUID.random().uuidString.lowercased())
-            try await Self.writeDurably(buffer, to: plain)
-            return (plain, actual, false)
-        }
+        if let plain { return (plain, actual, false) }
         return (partial, actual, target.sealing != nil)
     }
 
@@ -792,12 +791,19 @@ extension SyncEngine {
     // it and the fsync of a file written from memory held up every other step there — an encrypted library
     // downloading 10,000 small files into a folder took 1.2× a plain one's time, its fsyncs one after another.
 
-    /// The SHA-256 and size of what a download wrote.
-    static func hash(_ target: DownloadTarget) async throws -> (String, Int64) { try target.hash() }
+    /// The SHA-256 and size of what a download wrote; unless they are not what was expected (`checksum` and `size`,
+    /// when the checksum is known), a download taken in memory is then written to `url`, durably.
+    static func hash(_ target: DownloadTarget, expecting checksum: String?, size: Int64, thenWriteTo url: URL?) async throws -> (String, Int64) {
+        let (actual, actualSize) = try target.hash()
+        if let url, let buffer = target.buffer, checksum == nil || (checksum == actual && actualSize == size) {
+            try writeDurably(buffer, to: url)
+        }
+        return (actual, actualSize)
+    }
 
     /// A new 0600 file at `url` holding `buffer`, made durable: created empty, then written and fsynced once
     /// (`createFile` with contents fsyncs on its own: two per file).
-    static func writeDurably(_ buffer: LockedBox<Data>, to url: URL) async throws {
+    static func writeDurably(_ buffer: LockedBox<Data>, to url: URL) throws {
         guard FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
             throw SyncError.localFile("Cannot write \(url.path).")
         }
