@@ -147,27 +147,16 @@ struct RemotesAndConflictsTests {
         #expect(after.status == 0 && after.stdout.contains("↑ second.txt"), "the lock went with the process: \(after.stdout)\(after.stderr)")
     }
 
-    /// Whether this process may mount a small tmpfs (root with the capability; CI's machine): tried once.
-    static let canMountTmpfs: Bool = {
-        guard getuid() == 0 else { return false }
-        let point = FileManager.default.temporaryDirectory.appending(path: "nimbus-mount-probe-\(UUID().uuidString)")
-        guard (try? FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)) != nil else { return false }
-        defer { try? FileManager.default.removeItem(at: point) }
-        guard (try? Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", point.path]))?.status == 0 else { return false }
-        _ = try? Spawned.run("/usr/bin/umount", ["-l", point.path])
-        return true
-    }()
-
     @Test(
         "a folder on a disk that fills up: the download that does not fit says so plainly and leaves nothing behind (what fits comes); with room, it comes",
-        .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+        .enabled(if: SmallDisk.canMount, "needs root to mount a small tmpfs"))
     func diskFull() async throws {
         let bench = try Bench()
         let device = try bench.device("A")
         let nas = try bench.folder("nas")
-        let disk = try bench.folder("disk")
-        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", disk.path]).status == 0)
-        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", disk.path]) }
+        let small = try SmallDisk.mount(at: try bench.folder("disk"), megabytes: 8)
+        defer { small.unmount() }
+        let disk = small.path
         // Two files of 5 MB there (only one fits in 8 MB) and a small one.
         let first = Data((0..<5_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
         let second = Data((0..<5_000_000).map { UInt8(truncatingIfNeeded: $0 &* 17 &+ $0 >> 11) })
@@ -185,7 +174,7 @@ struct RemotesAndConflictsTests {
         #expect(!there.contains { $0.hasPrefix(".nimbus-partial") }, "nothing left behind: \(there)")
         #expect(there.contains("small.txt") && there.filter { $0.hasSuffix(".bin") }.count == 1, "\(there)")
 
-        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=16m", disk.path]).status == 0)
+        try small.resize(megabytes: 16)
         let roomy = try device.run(["sync", folder.path, "--once"])
         #expect(roomy.status == 0, "\(roomy.stdout)\(roomy.stderr)")
         #expect(try Data(contentsOf: folder.appending(path: "first.bin")) == first)
@@ -193,13 +182,13 @@ struct RemotesAndConflictsTests {
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "R").path)) == ["first.bin", "second.bin", "small.txt"])
     }
 
-    @Test("nimbus get onto a disk without room: a plain error, non-zero, nothing left there; with room, it works", .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    @Test("nimbus get onto a disk without room: a plain error, non-zero, nothing left there; with room, it works", .enabled(if: SmallDisk.canMount, "needs root to mount a small tmpfs"))
     func getOntoFullDisk() throws {
         let bench = try Bench()
         let device = try bench.device("A")
-        let disk = try bench.folder("disk")
-        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", disk.path]).status == 0)
-        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", disk.path]) }
+        let small = try SmallDisk.mount(at: try bench.folder("disk"), megabytes: 4)
+        defer { small.unmount() }
+        let disk = small.path
         let content = Data((0..<6_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 10) })
         let source = bench.root.appending(path: "big.bin")
         try content.write(to: source)
@@ -207,20 +196,20 @@ struct RemotesAndConflictsTests {
         let full = try device.run(["get", "/big.bin", disk.appending(path: "big.bin").path])
         #expect(full.status != 0 && full.stderr.contains("Not enough space on the disk of \(disk.path)"), "\(full.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: disk.path).isEmpty, "nothing left there")
-        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=16m", disk.path]).status == 0)
+        try small.resize(megabytes: 16)
         let roomy = try device.run(["get", "/big.bin", disk.appending(path: "big.bin").path])
         #expect(roomy.status == 0, "\(roomy.stderr)")
         #expect(try Data(contentsOf: disk.appending(path: "big.bin")) == content)
     }
 
-    @Test("a local-folder remote on a disk without room: the file that does not fit is a plain error, nothing half-written stays there; with room, it goes", .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    @Test("a local-folder remote on a disk without room: the file that does not fit is a plain error, nothing half-written stays there; with room, it goes", .enabled(if: SmallDisk.canMount, "needs root to mount a small tmpfs"))
     func remoteDiskFull() throws {
         let bench = try Bench()
         let device = try bench.device("A")
         let nas = try bench.folder("nas")
         let folder = try bench.folder("F")
-        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", nas.path]).status == 0)
-        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", nas.path]) }
+        let small = try SmallDisk.mount(at: nas, megabytes: 4)
+        defer { small.unmount() }
         let content = Data((0..<6_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) })
         try content.write(to: folder.appending(path: "big.bin"))
         try write("small", to: folder.appending(path: "small.txt"))
@@ -232,18 +221,18 @@ struct RemotesAndConflictsTests {
         #expect(full.status != 0 && full.stderr.contains("big.bin: not enough space on the disk of"), "\(full.stdout)\(full.stderr)")
         #expect(!full.stderr.contains("Domain="), "said plainly: \(full.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "F").path) == ["small.txt"], "nothing half-written there")
-        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=16m", nas.path]).status == 0)
+        try small.resize(megabytes: 16)
         let roomy = try device.run(["sync", folder.path, "--once"])
         #expect(roomy.status == 0 && roomy.stdout.contains("↑ big.bin"), "\(roomy.stdout)\(roomy.stderr)")
         #expect(try Data(contentsOf: nas.appending(path: "F/big.bin")) == content)
     }
 
-    @Test("the disk holding NIMBUS_HOME full: a plain error, non-zero; with room, the same sync goes through whole", .enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    @Test("the disk holding NIMBUS_HOME full: a plain error, non-zero; with room, the same sync goes through whole", .enabled(if: SmallDisk.canMount, "needs root to mount a small tmpfs"))
     func homeDiskFull() throws {
         let bench = try Bench()
-        let small = try bench.folder("small")
-        #expect(try Spawned.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small.path]).status == 0)
-        defer { _ = try? Spawned.run("/usr/bin/umount", ["-l", small.path]) }
+        let disk = try SmallDisk.mount(at: try bench.folder("small"), megabytes: 1)
+        defer { disk.unmount() }
+        let small = disk.path
         let device = CLIDevice(home: small.appending(path: "home"), workingDirectory: bench.root)
         let nas = try bench.folder("nas")
         let folder = try bench.folder("F")
@@ -255,7 +244,7 @@ struct RemotesAndConflictsTests {
         #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
         let full = try device.run(["sync", folder.path, "nas:/F", "--once"])
         #expect(full.status != 0 && full.stderr.contains("The disk holding \(small.path)/home is full"), "\(full.stderr)")
-        #expect(try Spawned.run("/usr/bin/mount", ["-o", "remount,size=64m", small.path]).status == 0)
+        try disk.resize(megabytes: 64)
         let roomy = try device.run(["sync", folder.path, "--once"])
         #expect(roomy.status == 0, "\(roomy.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: nas.appending(path: "F").path).count == 3000)

@@ -11,17 +11,10 @@ struct DiskFullTests {
     /// Mounts a tmpfs of `megabytes` for `body`, and unmounts it after.
     static func withSmallDisk(megabytes: Int, _ body: (URL) async throws -> Void) async throws {
         let mount = FileManager.default.temporaryDirectory.appending(path: "nimbus-small-disk-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: mount, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: mount) }
-        let mounted = try await DAVTests.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", mount.path], in: mount)
-        try #require(mounted.status == 0, "mounting a tmpfs needs root: \(mounted.output)")
-        do {
-            try await body(mount)
-        } catch {
-            _ = try? await DAVTests.run("/bin/umount", ["-l", mount.path], in: FileManager.default.temporaryDirectory)
-            throw error
-        }
-        _ = try await DAVTests.run("/bin/umount", ["-l", mount.path], in: FileManager.default.temporaryDirectory)
+        let disk = try SmallDisk.mount(at: mount, megabytes: megabytes)
+        defer { disk.unmount() }
+        try await body(mount)
     }
 
     @Test("uploads that do not fit are 507 with the JSON error (simple, resumable, batch, blocks, WebDAV); nothing partial stays; reads and sign-ins work; freeing space makes uploads work again")
