@@ -41,7 +41,7 @@ struct CloudRemotesTests {
         try write("alpha", to: folderA.appending(path: "alpha.txt"))
         try write("inner", to: folderA.appending(path: "docs/inner.md"))
         try Data(count: 3 * 1024 * 1024 + 17).write(to: folderA.appending(path: "big.bin"))
-        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folderA.appending(path: "big.bin").path)
+        try settle(folderA.appending(path: "big.bin"))
         let up = try a.run(["sync", folderA.path, "cloud:/\(folder)", "--once"])
         #expect(up.status == 0, "\(up.stdout)\(up.stderr)")
         let down = try b.run(["sync", folderB.path, "cloud:/\(folder)", "--once"])
@@ -227,7 +227,7 @@ struct CloudRemotesTests {
             name = "big-\(attempt).bin"
             bytes[0] = UInt8(attempt)
             try Data(bytes).write(to: folder.appending(path: name))
-            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: name).path)
+            try settle(folder.appending(path: name))
             let running = device.start(["sync", folder.path, "cloud:/\(remote)", "--once"])
             let deadline = Date().addingTimeInterval(60)
             while hidden().isEmpty, running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
@@ -274,7 +274,7 @@ struct CloudRemotesTests {
         for index in stride(from: 0, to: bytes.count, by: 4096) { bytes[index] = UInt8(truncatingIfNeeded: index >> 12) }
         let file = folder.appending(path: "big.bin")
         try Data(bytes).write(to: file)
-        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: file.path)
+        try settle(file)
 
         let running = device.start(["sync", folder.path, "cloud:/tree", "--once"])
         let deadline = Date().addingTimeInterval(120)
@@ -312,7 +312,7 @@ struct CloudRemotesTests {
         try write("the plan", to: folder.appending(path: "docs/plan.txt"))
         try write("top", to: folder.appending(path: "top.txt"))
         for path in ["docs/plan.txt", "top.txt"] {
-            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: path).path)
+            try settle(folder.appending(path: path))
         }
         #expect(try Spawned.run("/bin/chown", ["-R", "nobody", bench.root.path]).status == 0)
         func nimbus(_ arguments: [String]) throws -> (status: Int32, output: String) {
@@ -333,7 +333,7 @@ struct CloudRemotesTests {
 
         #expect(chmod(folder.appending(path: "docs").path, 0o755) == 0)
         try write("later", to: folder.appending(path: "docs/later.txt"))
-        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: "docs/later.txt").path)
+        try settle(folder.appending(path: "docs/later.txt"))
         #expect(try Spawned.run("/bin/chown", ["-R", "nobody", folder.path]).status == 0)
         let readable = try nimbus(["sync", folder.path, "--once"])
         #expect(readable.status == 0 && readable.output.contains("↑ docs/later.txt") && !readable.output.contains("✗"), "\(readable.output)")

@@ -75,7 +75,11 @@ let newFileMode: Int = {
 func write(_ text: String, to url: URL) throws {
     try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
     try Data(text.utf8).write(to: url)
-    // Make the file look settled (sync waits for files still being written).
+    try settle(url)
+}
+
+/// Makes a file look settled: modified 5 s ago (a sync leaves a file alone while it is still being written).
+func settle(_ url: URL) throws {
     try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: url.path)
 }
 
@@ -398,7 +402,7 @@ struct EndToEndTests {
             let name = "video-\(attempt).bin"
             let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: ($0 &+ attempt) &* 2654435761 >> 9) })
             try bytes.write(to: folder.appending(path: name))
-            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: name).path)
+            try settle(folder.appending(path: name))
             let running = device.start(["sync", folder.path, "--once"])
             Thread.sleep(forTimeInterval: 0.5)
             running.kill9()
@@ -426,7 +430,7 @@ struct EndToEndTests {
         var bytes = [UInt8](repeating: 0, count: 16 * 1024 * 1024)
         for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 40503 >> 3) }
         try Data(bytes).write(to: folderA.appending(path: "large.bin"))
-        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folderA.appending(path: "large.bin").path)
+        try settle(folderA.appending(path: "large.bin"))
         let watching = a.start(["sync", folderA.path, "/", "--watch"])
         Thread.sleep(forTimeInterval: 1.5)
         watching.kill9()

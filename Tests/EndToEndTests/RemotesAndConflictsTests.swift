@@ -214,7 +214,7 @@ struct RemotesAndConflictsTests {
         try content.write(to: folder.appending(path: "big.bin"))
         try write("small", to: folder.appending(path: "small.txt"))
         for name in ["big.bin", "small.txt"] {
-            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: name).path)
+            try settle(folder.appending(path: name))
         }
         #expect(try device.run(["remote", "add", "nas", "local", nas.path]).status == 0)
         let full = try device.run(["sync", folder.path, "nas:/F", "--once"])
@@ -258,7 +258,7 @@ struct RemotesAndConflictsTests {
         let nas = try bench.folder("nas")
         let folder = try bench.folder("F")
         try write("plain", to: folder.appending(path: "plain.txt"))
-        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: folder.appending(path: "plain.txt").path)
+        try settle(folder.appending(path: "plain.txt"))
         try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "loop").path, withDestinationPath: "..")
         try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "passwd").path, withDestinationPath: "/etc/passwd")
         try FileManager.default.createSymbolicLink(atPath: folder.appending(path: "dangling").path, withDestinationPath: "nowhere")

@@ -97,7 +97,7 @@ struct SavedWhileSyncingTests {
         for version in [0, 1, 0, 2] {
             let file = folder.appending(path: "f.bin")
             try versions[version].write(to: file)
-            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-5)], ofItemAtPath: file.path)
+            try settle(file)
             let run = try a.run(["sync", folder.path, "/S", "--once"])
             #expect(run.status == 0, "v\(version + 1): \(run.stdout)\(run.stderr)")
             #expect(!run.stdout.contains("conflict"), "v\(version + 1): \(run.stdout)")
