@@ -194,14 +194,14 @@ struct ItemRow: Sendable, Equatable {
         try ItemRow(row: row).opened(db.storeCipher)
     }
 
+    // (Through ``fetchAll(_:where:arguments:)``: decoded straight from SQLite, an encrypted store's names looked up
+    // by their bytes — a step reads its row this way several times.)
     static func fetch(_ db: Database, luid: String) throws -> ItemRow? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE luid = ?"), arguments: [luid]).map { try decode($0, db) }
+        try fetchAll(db, where: "luid = ?", arguments: [luid]).first
     }
 
     static func fetch(_ db: Database, fileId: String) throws -> ItemRow? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(columns) FROM items WHERE file_id = ?"), arguments: [db.storedId(fileId)]).map {
-            try decode($0, db)
-        }
+        try fetchAll(db, where: "file_id = ?", arguments: [db.storedId(fileId)]).first
     }
 
     /// The indexes in ``columns`` of what an encrypted store seals: file_id, r_name, s_name, l_name.
