@@ -31,17 +31,21 @@ struct SealedTable {
 
     /// What the sealed form `sealed` (its UTF-8 bytes) opens to, if known.
     func plain(_ sealed: UnsafeRawBufferPointer) -> String? {
-        let hash = Self.hash(sealed)
+        entry(sealed, Self.hash(sealed)).map { plains[$0] }
+    }
+
+    /// The entry holding `sealed`, whose hash is `hash`.
+    private func entry(_ sealed: UnsafeRawBufferPointer, _ hash: UInt64) -> Int? {
         let mask = slots.count - 1
         var slot = Int(truncatingIfNeeded: hash) & mask
-        return keys.withUnsafeBytes { keyBytes -> String? in
+        return keys.withUnsafeBytes { keyBytes -> Int? in
             while true {
                 let entry = Int(slots[slot]) - 1
                 if entry < 0 { return nil }
                 if hashes[entry] == hash, lengths[entry] == sealed.count,
                     Self.same(UnsafeRawBufferPointer(rebasing: keyBytes[starts[entry]..<starts[entry] + lengths[entry]]), sealed)
                 {
-                    return plains[entry]
+                    return entry
                 }
                 slot = (slot + 1) & mask
             }
@@ -55,8 +59,8 @@ struct SealedTable {
 
     /// Adds a sealed form (its bytes) and what it opens to; nothing when it is there already.
     mutating func insert(_ sealed: UnsafeRawBufferPointer, plain: String) {
-        if self.plain(sealed) != nil { return }
         let hash = Self.hash(sealed)
+        if entry(sealed, hash) != nil { return }
         starts.append(keys.count)
         lengths.append(sealed.count)
         keys.append(contentsOf: sealed)

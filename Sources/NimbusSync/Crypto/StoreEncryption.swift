@@ -115,10 +115,8 @@ final class StoreCipher: Sendable {
     func open(_ rows: inout [ItemRow]) throws {
         try recent.withLock { cache in
             func open(_ stored: String, _ kind: Kind) throws -> String {
-                if let known = cache.opened[kind.rawValue].plain(stored) { return known }
-                let plain = try openUncached(stored, as: kind)
-                cache.learn(sealed: stored, plain: plain, kind: kind)
-                return plain
+                var stored = stored
+                return try stored.withUTF8 { try self.open(UnsafeRawBufferPointer($0), kind, in: &cache) }
             }
             for index in rows.indices {
                 if let id = rows[index].fileId { rows[index].fileId = try open(id, .id) }
@@ -141,15 +139,17 @@ final class StoreCipher: Sendable {
     /// (SQLite's, for ``ItemRow/fetchAll(_:where:arguments:)``): a known one without making a string of it, another
     /// by AES-GCM-SIV (then remembered).
     func withOpener<T>(_ body: ((UnsafeRawBufferPointer, Kind) throws -> String) throws -> T) throws -> T {
-        try recent.withLock { cache in
-            try body { bytes, kind in
-                if let known = cache.opened[kind.rawValue].plain(bytes) { return known }
-                let stored = String(decoding: bytes, as: UTF8.self)
-                let plain = try self.openUncached(stored, as: kind)
-                cache.learn(sealed: stored, plain: plain, kind: kind)
-                return plain
-            }
-        }
+        try recent.withLock { cache in try body { bytes, kind in try self.open(bytes, kind, in: &cache) } }
+    }
+
+    /// A sealed form (its UTF-8 bytes) opened, with the cache held: from the cache, or by AES-GCM-SIV and then
+    /// remembered.
+    private func open(_ bytes: UnsafeRawBufferPointer, _ kind: Kind, in cache: inout Recent) throws -> String {
+        if let known = cache.opened[kind.rawValue].plain(bytes) { return known }
+        let stored = String(decoding: bytes, as: UTF8.self)
+        let plain = try openUncached(stored, as: kind)
+        cache.learn(sealed: stored, plain: plain, kind: kind)
+        return plain
     }
 
     private func remember(sealed: String, plain: String, kind: Kind) {
