@@ -113,13 +113,15 @@ struct BlocksTests {
     func baseRuns() async throws {
         try await TestServer.run { server in
             let alice = try await server.signUp()
-            let content = randomData(2 * 1024 * 1024)
+            let content = seededData(2 * 1024 * 1024, seed: "baseRuns")
             let (file, _) = try await Self.upload(alice, content, commit: BlockCommitRequest(name: "a.bin", size: 0, checksum: "", blocks: []))
             var edited = content
             edited[1_000_000] ^= 0xFF
             let before = Self.chunks(content), after = Self.chunks(edited)
             let changed = after.filter { piece in !before.contains(where: { $0.hash == piece.hash }) }
-            #expect(!changed.isEmpty && changed.count <= 2)
+            // The flipped byte's chunk, or it split in two. (With random bytes, rarely one more — a cut the flip made can
+            // put the next old cut inside the new chunk's minimum size — CI once saw 3: the content is seeded.)
+            #expect(!changed.isEmpty && changed.count <= 2, "\(changed.count) chunks changed")
             for piece in changed { #expect(try await Self.put(alice, piece.hash, piece.bytes).status == 201) }
             // Entries: runs of unchanged blocks by index, the changed ones by hash.
             var entries: [BlockListEntry] = []
