@@ -77,6 +77,15 @@ struct EncryptedStoreTests {
         #expect(try Data(contentsOf: work.appending(path: "back.bin")) == big)
         #expect(try device.run(["get", "/acquisition-memo-initech.txt", "memo.txt"], environment: unlocked).status == 0)
         #expect(try String(contentsOf: work.appending(path: "memo.txt"), encoding: .utf8) == memo)
+        // `get REMOTE -`: the content on standard output (opened from the sealed store, never written out in the clear:
+        // the scan below would find it), progress on standard error, no file named "-".
+        let piped = try device.run(["get", "/acquisition-memo-initech.txt", "-"], environment: unlocked)
+        #expect(piped.status == 0 && piped.stdout == memo, "\(piped.stderr)")
+        let bigPiped = device.start(["get", "/quarterly-video-call.bin", "-", "--quiet"], environment: unlocked).process.finish()
+        #expect(bigPiped.status == 0 && bigPiped.output == big, "\(String(decoding: bigPiped.errors, as: UTF8.self))")
+        #expect(!FileManager.default.fileExists(atPath: work.appending(path: "-").path))
+        let pipedMissing = try device.run(["get", "/no-such-file.txt", "-"], environment: unlocked)
+        #expect(pipedMissing.status != 0 && pipedMissing.stdout.isEmpty && pipedMissing.stderr.contains("no such file"), "\(pipedMissing.stderr)")
 
         let needles = [
             "acquisition-memo-initech", "board-minutes-secret", "quarterly-video-call", "board-papers-folder", memo, "layoffs plan",

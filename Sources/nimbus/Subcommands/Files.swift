@@ -1,4 +1,5 @@
 import ArgumentParser
+import Crypto
 import Foundation
 import NimbusAPI
 import NimbusSync
@@ -267,7 +268,7 @@ struct Get: AsyncParsableCommand {
     @Argument(help: "The remote file.")
     var remote: String
 
-    @Argument(help: "Where to save it: a file or a folder (default: the current folder).")
+    @Argument(help: "Where to save it: a file or a folder (default: the current folder); '-' writes it to standard output.")
     var local: String?
 
     @OptionGroup var output: OutputOptions
@@ -277,6 +278,7 @@ struct Get: AsyncParsableCommand {
         await refresh(engine)
         let item = try await RemotePath.item(remote, in: engine)
         guard !item.isFolder else { throw CLIError("\(RemotePath.normalized(remote)) is a folder; use 'nimbus sync'.") }
+        if local == "-" { return try await toStandardOutput(item, engine) }
         var destination = URL(fileURLWithPath: local ?? ".").standardizedFileURL
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: destination.path, isDirectory: &isDirectory), isDirectory.boolValue {
@@ -316,6 +318,51 @@ struct Get: AsyncParsableCommand {
         }
         await progress.complete(item.id)
         Output.line("Downloaded \(RemotePath.normalized(remote)) → \(destination.path) (\(Output.size(item.size)))", options: output)
+    }
+
+    /// `nimbus get REMOTE -`: the content onto standard output (a pipe, a file), progress and errors on standard
+    /// error. Read from the device's store as it is kept — an encrypted store's content is opened segment by segment,
+    /// never written out in the clear — and checked against the file's checksum as it goes: a mismatch is an error
+    /// (exit 1) after the bytes, as `curl` or `rclone cat` would have to.
+    func toStandardOutput(_ item: SyncItem, _ engine: SyncEngine) async throws {
+        let progress = ProgressDisplay(options: output)
+        await progress.watch(item.id, name: item.name, size: item.size)
+        try await engine.download(item.id)
+        try await drain(engine, progress: progress)
+        var reader = try await engine.openContent(of: item.id)
+        if reader == nil {
+            // Its upload was still under way (from a file not copied into the store): sent now, so fetch it.
+            try await engine.download(item.id)
+            try await drain(engine, progress: progress)
+            reader = try await engine.openContent(of: item.id)
+        }
+        guard let reader else { throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.") }
+        defer { reader.close() }
+        await progress.complete(item.id)
+        var hasher = SHA256()
+        var written: Int64 = 0
+        while let piece = try reader.read(upToCount: 1 << 20), !piece.isEmpty {
+            hasher.update(data: piece)
+            try piece.withUnsafeBytes { bytes in
+                guard let base = bytes.baseAddress else { return }
+                var offset = 0
+                while offset < bytes.count {
+                    let count = Foundation.write(STDOUT_FILENO, base + offset, bytes.count - offset)
+                    if count < 0, errno == EINTR { continue }
+                    // The reader went away (`| head`): quietly, with the status a shell gives a tool SIGPIPE ended.
+                    if count < 0, errno == EPIPE { throw ExitCode(141) }
+                    guard count > 0 else {
+                        throw CLIError("Could not write to standard output after \(Output.size(written + Int64(offset))): \(String(cString: strerror(errno))).")
+                    }
+                    offset += count
+                }
+            }
+            written += Int64(piece.count)
+        }
+        let checksum = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        if let expected = item.checksum, expected != checksum {
+            throw CLIError("\(RemotePath.normalized(remote)): what was written (\(Output.size(written))) is not the file's content (checksum \(checksum), expected \(expected)); try again.")
+        }
     }
 }
 
