@@ -81,8 +81,14 @@ struct EncryptedStoreTests {
         // the scan below would find it), progress on standard error, no file named "-".
         let piped = try device.run(["get", "/acquisition-memo-initech.txt", "-"], environment: unlocked)
         #expect(piped.status == 0 && piped.stdout == memo, "\(piped.stderr)")
+        func storeBytes() -> Int {
+            (FileManager.default.enumerator(at: device.home, includingPropertiesForKeys: [.fileSizeKey])?.allObjects as? [URL] ?? [])
+                .reduce(0) { $0 + ((try? $1.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0) }
+        }
+        let before = storeBytes()
         let bigPiped = device.start(["get", "/quarterly-video-call.bin", "-", "--quiet"], environment: unlocked).process.finish()
         #expect(bigPiped.status == 0 && bigPiped.output == big, "\(String(decoding: bigPiped.errors, as: UTF8.self))")
+        #expect(storeBytes() < before + 4 * 1024 * 1024, "no copy of the 24 MiB file kept in NIMBUS_HOME: \(before) → \(storeBytes()) bytes")
         #expect(!FileManager.default.fileExists(atPath: work.appending(path: "-").path))
         let pipedMissing = try device.run(["get", "/no-such-file.txt", "-"], environment: unlocked)
         #expect(pipedMissing.status != 0 && pipedMissing.stdout.isEmpty && pipedMissing.stderr.contains("no such file"), "\(pipedMissing.stderr)")

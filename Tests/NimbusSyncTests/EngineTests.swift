@@ -554,6 +554,41 @@ struct EngineTests {
             #expect(try await b.item(item.id)?.isPinned == true)
         }
     }
+
+    @Test("releaseContent lets a read copy go: synced and unpinned only — never an edit waiting to be sent, never a pinned file")
+    func releaseContent() async throws {
+        try await SyncWorld.run { world in
+            try await world.register("ana")
+            let a = try world.device("A").engine
+            let b = try world.device("B").engine
+            try await a.signIn(server: world.server, username: "ana", password: "correct horse")
+            try await b.signIn(server: world.server, username: "ana", password: "correct horse")
+            let first = Data("first version".utf8), second = Data("second version, not sent yet".utf8)
+            let id = try await a.upload(from: try world.file("f.txt", first))
+            let pinnedId = try await a.upload(from: try world.file("p.txt", first))
+            #expect(try await !a.releaseContent(of: id), "not sent yet: the upload's own bytes")
+            #expect(try await a.readContent(of: id) == first)
+            try await a.syncOnce()
+            try await a.makeAvailableOffline(pinnedId)
+            #expect(try await !a.releaseContent(of: pinnedId), "pinned")
+            #expect(try await a.readContent(of: pinnedId) == first)
+            // An edit waiting to be sent is never let go; once sent, the synced copy is.
+            try await a.update(id, from: try world.file("f2", second))
+            #expect(try await !a.releaseContent(of: id))
+            #expect(try await a.readContent(of: id) == second)
+            try await a.syncOnce()
+            #expect(try await a.releaseContent(of: id))
+            #expect(try await a.readContent(of: id) == nil)
+            #expect(try await !a.releaseContent(of: id), "nothing left to let go")
+            try await b.syncOnce()
+            let onB = try #require(try await b.item(atPath: "/f.txt"))
+            try await b.download(onB.id)
+            #expect(try await b.readContent(of: onB.id) == second)
+            #expect(try await b.releaseContent(of: onB.id))
+            try await a.download(id)
+            #expect(try await a.readContent(of: id) == second, "fetched again when asked")
+        }
+    }
 }
 
 @Suite("Metadata cache")

@@ -487,6 +487,27 @@ extension SyncEngine {
         notifyChanged()
     }
 
+    /// Lets the item's downloaded content go once the caller has read it (``openContent(of:)``; `nimbus get … -`):
+    /// the engine forgets it and deletes its file — only when it is the synced content (never an edit waiting to be
+    /// sent) and the item is not pinned. False when nothing was let go.
+    @discardableResult
+    public func releaseContent(of id: ItemID) throws -> Bool {
+        let released = try database.pool.write { db -> String? in
+            guard let stored = try ItemRow.fetch(db, luid: id.rawValue), !stored.pinned, let path = stored.contentPath,
+                let checksum = stored.contentChecksum, checksum == stored.lChecksum, checksum == stored.sChecksum, self.isStored(path)
+            else { return nil }
+            var row = stored
+            row.contentPath = nil
+            row.contentChecksum = nil
+            try row.update(db, from: stored)
+            return path
+        }
+        guard let released else { return false }
+        try? FileManager.default.removeItem(atPath: released)
+        notifyChanged()
+        return true
+    }
+
     /// Hands the item's downloaded content file over to the caller (who moves it where it belongs); the engine
     /// forgets it. `nil` if the current content is not here.
     /// In an encrypted library the file handed over is a plain copy, opened and checked, in `directory` (pass the

@@ -337,8 +337,16 @@ struct Get: AsyncParsableCommand {
             reader = try await engine.openContent(of: item.id)
         }
         guard let reader else { throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.") }
-        defer { reader.close() }
         await progress.complete(item.id)
+        let written = Result { try copy(reader, expected: item.checksum) }
+        reader.close()
+        // No copy kept in NIMBUS_HOME (as `get FILE` leaves none), unless the file is pinned.
+        _ = try? await engine.releaseContent(of: item.id)
+        try written.get()
+    }
+
+    /// Copies the reader's bytes to standard output, hashing them; throws when they are not `expected`'s.
+    func copy(_ reader: ContentReader, expected: String?) throws {
         var hasher = SHA256()
         var written: Int64 = 0
         while let piece = try reader.read(upToCount: 1 << 20), !piece.isEmpty {
@@ -360,7 +368,7 @@ struct Get: AsyncParsableCommand {
             written += Int64(piece.count)
         }
         let checksum = hasher.finalize().map { String(format: "%02x", $0) }.joined()
-        if let expected = item.checksum, expected != checksum {
+        if let expected, expected != checksum {
             throw CLIError("\(RemotePath.normalized(remote)): what was written (\(Output.size(written))) is not the file's content (checksum \(checksum), expected \(expected)); try again.")
         }
     }
