@@ -92,10 +92,26 @@ struct EncryptedStoreTests {
         #expect(!FileManager.default.fileExists(atPath: work.appending(path: "-").path))
         let pipedMissing = try device.run(["get", "/no-such-file.txt", "-"], environment: unlocked)
         #expect(pipedMissing.status != 0 && pipedMissing.stdout.isEmpty && pipedMissing.stderr.contains("no such file"), "\(pipedMissing.stderr)")
+        // `put - REMOTE`: standard input (a pipe) into the store, sealed, then sent; it needs a name; a name taken is
+        // refused unless --on-conflict says otherwise.
+        let pipedPut = try device.run(["put", "-", "/board-papers-folder/piped-layoffs-note.txt"], stdin: "layoffs plan, piped in", environment: unlocked)
+        #expect(pipedPut.status == 0, "\(pipedPut.stderr)")
+        let pipedBack = try device.run(["get", "/board-papers-folder/piped-layoffs-note.txt", "-"], environment: unlocked)
+        #expect(pipedBack.stdout == "layoffs plan, piped in\n", "\(pipedBack.stderr)")  // the harness ends stdin with a newline
+        let unnamed = try device.run(["put", "-"], stdin: "x", environment: unlocked)
+        #expect(unnamed.status != 0 && unnamed.stderr.contains("name the remote file"), "\(unnamed.stderr)")
+        let taken = try device.run(["put", "-", "/board-papers-folder/piped-layoffs-note.txt"], stdin: "other", environment: unlocked)
+        #expect(taken.status != 0 && taken.stderr.contains("already exists"), "\(taken.stderr)")
+        let replaced = try device.run(
+            ["put", "-", "/board-papers-folder/piped-layoffs-note.txt", "--on-conflict", "replace"], stdin: "layoffs plan v2", environment: unlocked)
+        #expect(replaced.status == 0, "\(replaced.stderr)")
+        let replacedBack = try device.run(["get", "/board-papers-folder/piped-layoffs-note.txt", "-"], environment: unlocked)
+        #expect(replacedBack.stdout == "layoffs plan v2\n", "\(replacedBack.stderr)")
 
         let needles = [
             "acquisition-memo-initech", "board-minutes-secret", "quarterly-video-call", "board-papers-folder", memo, "layoffs plan",
-            "salary-review-private", "mirror-private-folder", "Salary review",
+            "salary-review-private", "mirror-private-folder", "Salary review", "piped-layoffs-note", "layoffs plan, piped in",
+            "layoffs plan v2",
         ]
             .map { Data($0.utf8) } + [big.subdata(in: 5_000_000..<5_000_064), big.subdata(in: 20_000_000..<20_000_064)]
         #expect(Self.readable(needles, under: device.home) == [])

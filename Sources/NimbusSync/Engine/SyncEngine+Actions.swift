@@ -31,7 +31,8 @@ extension SyncEngine {
 
     /// Adds a file to `folder`. With `copy` (the default) the bytes are copied into the engine's store first, so
     /// the upload is unaffected by later changes to `fileURL`; without, the upload reads `fileURL` itself (and a
-    /// file that changed before it was sent is read again).
+    /// file that changed before it was sent is read again). A pipe (standard input) can be given with `copy`: it is
+    /// read to its end into the store.
     @discardableResult
     public func upload(
         from fileURL: URL, named rawName: String? = nil, in folder: ItemID = .root, mimeType: String? = nil, copy: Bool = true,
@@ -577,7 +578,9 @@ extension SyncEngine {
     /// just hashed an uncopied file may pass its `checksum`: it is not read again, and if the bytes change before
     /// they are sent the provider refuses them and they are hashed again.
     func stage(_ fileURL: URL, copy: Bool, checksum known: String? = nil) throws -> (url: URL, checksum: String, size: Int64) {
-        guard let size = FileHasher.regularFileSize(fileURL.path) else {
+        // A pipe (standard input) is copied in as it comes: its size and checksum are known at its end.
+        let stream = (copy || sealing != nil) && FileHasher.isStream(fileURL.path)
+        guard let size = FileHasher.regularFileSize(fileURL.path) ?? (stream ? 0 : nil) else {
             throw SyncError.localFile("\(fileURL.path) is not a readable file.")
         }
         do {

@@ -171,6 +171,14 @@ public enum FileHasher {
         return Int64(status.st_size)
     }
 
+    /// Whether `path` is a pipe or a socket (standard input fed by `|`): content that can be copied once, read to
+    /// its end, but has no size beforehand and cannot be read again.
+    public static func isStream(_ path: String) -> Bool {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return false }
+        return status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK
+    }
+
     static func hex(_ digest: some Sequence<UInt8>) -> String {
         Hex.encode(digest)
     }

@@ -192,7 +192,7 @@ struct Put: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Upload a file (resumable: after Ctrl-C or a crash, run the same command, or 'nimbus uploads resume').")
 
-    @Argument(help: "The local file.")
+    @Argument(help: "The local file; '-' reads standard input (a pipe; then name the remote file).")
     var local: String
 
     @Argument(help: "Where it goes: a remote folder, or a remote file path (default: / with the same name).")
@@ -204,6 +204,7 @@ struct Put: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
+        if local == "-" { return try await fromStandardInput() }
         let source = URL(fileURLWithPath: local).standardizedFileURL
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: source.path, isDirectory: &isDirectory) else { throw CLIError("\(local): no such file.") }
@@ -259,6 +260,57 @@ struct Put: AsyncParsableCommand {
         let item = try await engine.item(id)
         if output.json, let item { return try Output.json(ItemJSON(item, path: try await engine.path(of: id) ?? targetPath)) }
         Output.line("Uploaded \(try await engine.path(of: id) ?? targetPath) (\(Output.size(size)))", options: output)
+    }
+
+    /// `nimbus put - /Folder/name.ext`: standard input (a pipe, or a file redirected with `<`) copied into the device's
+    /// store as it comes (sealed in an encrypted store), then sent as any put; an interrupted one goes on with
+    /// `nimbus uploads resume` (the input itself cannot be read again).
+    func fromStandardInput() async throws {
+        let input = URL(fileURLWithPath: "/dev/stdin")
+        guard FileHasher.isStream(input.path) || FileHasher.regularFileSize(input.path) != nil else {
+            throw CLIError("Standard input is not a pipe or a file: pipe the content in (… | nimbus put - /Folder/name.ext).")
+        }
+        guard let remote, RemotePath.name(remote) != nil, !remote.hasSuffix("/") else {
+            throw CLIError("Reading standard input: name the remote file (nimbus put - /Folder/name.ext).")
+        }
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let targetPath = RemotePath.normalized(remote)
+        if let existing = try await engine.item(atPath: targetPath), existing.isFolder {
+            throw CLIError("\(targetPath) is a folder: name the file to make in it (nimbus put - \(targetPath)/name.ext).")
+        }
+        let folderPath = RemotePath.parent(remote)
+        var name = RemotePath.name(remote) ?? ""
+        let folder = try await RemotePath.folder(folderPath, in: engine)
+        var id: ItemID
+        do {
+            if let existing = try await engine.item(atPath: targetPath) {
+                switch onConflict {
+                case .fail:
+                    throw CLIError("\(targetPath) already exists; pass --on-conflict rename or --on-conflict replace.")
+                case .replace:
+                    try await engine.update(existing.id, from: input, copy: true)
+                    id = existing.id
+                case .rename:
+                    var n = 1
+                    while try await engine.item(atPath: (folderPath == "/" ? "" : folderPath) + "/" + FileName.numbered(name, n)) != nil { n += 1 }
+                    name = FileName.numbered(name, n)
+                    id = try await engine.upload(from: input, named: name, in: folder.id, copy: true)
+                }
+            } else {
+                id = try await engine.upload(from: input, named: name, in: folder.id, copy: true)
+            }
+        } catch let error as SyncError {
+            throw CLIError(error.description)
+        }
+        let size = try await engine.item(id)?.size ?? 0
+        let progress = ProgressDisplay(options: output)
+        await progress.watch(id, name: name, size: size)
+        try await drain(engine, progress: progress)
+        await progress.complete(id)
+        let path = try await engine.path(of: id) ?? targetPath
+        if output.json, let item = try await engine.item(id) { return try Output.json(ItemJSON(item, path: path)) }
+        Output.line("Uploaded \(path) (\(Output.size(size)))", options: output)
     }
 }
 
