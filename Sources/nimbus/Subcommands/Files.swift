@@ -224,7 +224,6 @@ struct Put: AsyncParsableCommand {
         let folder = try await RemotePath.folder(folderPath, in: engine)
         guard let size = FileHasher.regularFileSize(source.path) else { throw CLIError("\(local) is not a readable file.") }
         let targetPath = (folderPath == "/" ? "" : folderPath) + "/" + name
-        let progress = ProgressDisplay(options: output)
         var id: ItemID
         // The file is sent from where it is, not copied into the device's store first (a second durable write of
         // the whole file, and as much free space again): a file changed while it goes up is refused by the server's
@@ -235,25 +234,41 @@ struct Put: AsyncParsableCommand {
         if let existing = existingItem, !existing.isFolder, try existing.checksum == FileHasher.sha256(of: source).checksum {
             // Already there, or already queued (a put interrupted earlier): finish what was started.
             id = existing.id
-        } else if let existing = existingItem {
+        } else {
+            (id, name) = try await queue(source, copy: false, over: existingItem, name: name, in: folder, folderPath: folderPath, engine: engine)
+        }
+        try await send(id, name: name, size: size, targetPath: targetPath, engine: engine)
+    }
+
+    /// Queues `source` as `name` in `folder`; what is at that name already is refused, replaced or kept beside (the
+    /// new one renamed) as `--on-conflict` says. The item and the name it got.
+    func queue(
+        _ source: URL, copy: Bool, over existing: SyncItem?, name: String, in folder: SyncItem, folderPath: String, engine: SyncEngine
+    ) async throws -> (ItemID, String) {
+        let targetPath = (folderPath == "/" ? "" : folderPath) + "/" + name
+        do {
+            guard let existing else { return (try await engine.upload(from: source, named: name, in: folder.id, copy: copy), name) }
             switch onConflict {
             case .fail:
                 throw CLIError("\(targetPath) already exists; pass --on-conflict rename or --on-conflict replace.")
             case .replace:
                 guard !existing.isFolder else { throw CLIError("\(targetPath) is a folder.") }
-                try await engine.update(existing.id, from: source, copy: false)
-                id = existing.id
+                try await engine.update(existing.id, from: source, copy: copy)
+                return (existing.id, name)
             case .rename:
                 var n = 1
                 while try await engine.item(atPath: (folderPath == "/" ? "" : folderPath) + "/" + FileName.numbered(name, n)) != nil { n += 1 }
-                name = FileName.numbered(name, n)
-                id = try await engine.upload(from: source, named: name, in: folder.id, copy: false)
+                let renamed = FileName.numbered(name, n)
+                return (try await engine.upload(from: source, named: renamed, in: folder.id, copy: copy), renamed)
             }
-        } else {
-            do { id = try await engine.upload(from: source, named: name, in: folder.id, copy: false) } catch let error as SyncError {
-                throw CLIError(error.description)
-            }
+        } catch let error as SyncError {
+            throw CLIError(error.description)
         }
+    }
+
+    /// Sends what was queued, showing progress, and says where it went.
+    func send(_ id: ItemID, name: String, size: Int64, targetPath: String, engine: SyncEngine) async throws {
+        let progress = ProgressDisplay(options: output)
         await progress.watch(id, name: name, size: size)
         try await drain(engine, progress: progress)
         await progress.complete(id)
@@ -276,41 +291,15 @@ struct Put: AsyncParsableCommand {
         let engine = try await Home.current.signedInEngine()
         await refresh(engine)
         let targetPath = RemotePath.normalized(remote)
-        if let existing = try await engine.item(atPath: targetPath), existing.isFolder {
+        let existing = try await engine.item(atPath: targetPath)
+        if let existing, existing.isFolder {
             throw CLIError("\(targetPath) is a folder: name the file to make in it (nimbus put - \(targetPath)/name.ext).")
         }
         let folderPath = RemotePath.parent(remote)
-        var name = RemotePath.name(remote) ?? ""
         let folder = try await RemotePath.folder(folderPath, in: engine)
-        var id: ItemID
-        do {
-            if let existing = try await engine.item(atPath: targetPath) {
-                switch onConflict {
-                case .fail:
-                    throw CLIError("\(targetPath) already exists; pass --on-conflict rename or --on-conflict replace.")
-                case .replace:
-                    try await engine.update(existing.id, from: input, copy: true)
-                    id = existing.id
-                case .rename:
-                    var n = 1
-                    while try await engine.item(atPath: (folderPath == "/" ? "" : folderPath) + "/" + FileName.numbered(name, n)) != nil { n += 1 }
-                    name = FileName.numbered(name, n)
-                    id = try await engine.upload(from: input, named: name, in: folder.id, copy: true)
-                }
-            } else {
-                id = try await engine.upload(from: input, named: name, in: folder.id, copy: true)
-            }
-        } catch let error as SyncError {
-            throw CLIError(error.description)
-        }
-        let size = try await engine.item(id)?.size ?? 0
-        let progress = ProgressDisplay(options: output)
-        await progress.watch(id, name: name, size: size)
-        try await drain(engine, progress: progress)
-        await progress.complete(id)
-        let path = try await engine.path(of: id) ?? targetPath
-        if output.json, let item = try await engine.item(id) { return try Output.json(ItemJSON(item, path: path)) }
-        Output.line("Uploaded \(path) (\(Output.size(size)))", options: output)
+        let (id, name) = try await queue(
+            input, copy: true, over: existing, name: RemotePath.name(remote) ?? "", in: folder, folderPath: folderPath, engine: engine)
+        try await send(id, name: name, size: try await engine.item(id)?.size ?? 0, targetPath: targetPath, engine: engine)
     }
 }
 
@@ -337,19 +326,7 @@ struct Get: AsyncParsableCommand {
             destination = destination.appending(path: item.name)
         }
         let progress = ProgressDisplay(options: output)
-        await progress.watch(item.id, name: item.name, size: item.size)
-        try await engine.download(item.id)
-        try await drain(engine, progress: progress)
-        var taken = try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent())
-        if taken == nil {
-            // Its upload was still under way (from a file not copied into the store): sent now, so fetch it.
-            try await engine.download(item.id)
-            try await drain(engine, progress: progress)
-            taken = try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent())
-        }
-        guard let content = taken else {
-            throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.")
-        }
+        let content = try await fetch(item, engine, progress) { try await engine.takeContent(of: item.id, into: destination.deletingLastPathComponent()) }
         let temporary = destination.deletingLastPathComponent().appending(path: ".nimbus-partial-\(UUID().uuidString)")
         do {
             // As a synced download is placed: moved (or copied, nothing left behind when that fails), the mode of the
@@ -378,23 +355,26 @@ struct Get: AsyncParsableCommand {
     /// (exit 1) after the bytes, as `curl` or `rclone cat` would have to.
     func toStandardOutput(_ item: SyncItem, _ engine: SyncEngine) async throws {
         let progress = ProgressDisplay(options: output)
-        await progress.watch(item.id, name: item.name, size: item.size)
-        try await engine.download(item.id)
-        try await drain(engine, progress: progress)
-        var reader = try await engine.openContent(of: item.id)
-        if reader == nil {
-            // Its upload was still under way (from a file not copied into the store): sent now, so fetch it.
-            try await engine.download(item.id)
-            try await drain(engine, progress: progress)
-            reader = try await engine.openContent(of: item.id)
-        }
-        guard let reader else { throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.") }
+        let reader = try await fetch(item, engine, progress) { try await engine.openContent(of: item.id) }
         await progress.complete(item.id)
         let written = Result { try copy(reader, expected: item.checksum) }
         reader.close()
         // No copy kept in NIMBUS_HOME (as `get FILE` leaves none), unless the file is pinned.
         _ = try? await engine.releaseContent(of: item.id)
         try written.get()
+    }
+
+    /// The item downloaded into the device's store (with progress), then taken from it by `take` — downloaded once
+    /// more when `take` finds nothing: its upload was still under way (from a file not copied into the store), and
+    /// is sent now.
+    func fetch<T>(_ item: SyncItem, _ engine: SyncEngine, _ progress: ProgressDisplay, take: () async throws -> T?) async throws -> T {
+        await progress.watch(item.id, name: item.name, size: item.size)
+        for _ in 0..<2 {
+            try await engine.download(item.id)
+            try await drain(engine, progress: progress)
+            if let taken = try await take() { return taken }
+        }
+        throw CLIError("\(RemotePath.normalized(remote)) could not be downloaded; try again.")
     }
 
     /// Copies the reader's bytes to standard output, hashing them; throws when they are not `expected`'s.
@@ -419,7 +399,7 @@ struct Get: AsyncParsableCommand {
             }
             written += Int64(piece.count)
         }
-        let checksum = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        let checksum = Hex.encode(hasher.finalize())
         if let expected, expected != checksum {
             throw CLIError("\(RemotePath.normalized(remote)): what was written (\(Output.size(written))) is not the file's content (checksum \(checksum), expected \(expected)); try again.")
         }
