@@ -6,14 +6,20 @@ import Testing
 
 @Suite("Sync engine against the real server")
 struct EngineTests {
+    /// Devices A and B, signed in to one new account ("ana").
+    static func twoDevices(_ world: SyncWorld) async throws -> (SyncEngine, SyncEngine) {
+        try await world.register("ana")
+        let a = try world.device("A").engine
+        let b = try world.device("B").engine
+        try await a.signIn(server: world.server, username: "ana", password: "correct horse")
+        try await b.signIn(server: world.server, username: "ana", password: "correct horse")
+        return (a, b)
+    }
+
     @Test("actions commit locally at once, then reach the server and a second device")
     func basicPropagation() async throws {
         try await SyncWorld.run { world in
-            try await world.register("ana")
-            let a = try world.device("A").engine
-            let b = try world.device("B").engine
-            try await a.signIn(server: world.server, username: "ana", password: "correct horse")
-            try await b.signIn(server: world.server, username: "ana", password: "correct horse")
+            let (a, b) = try await Self.twoDevices(world)
 
             let work = try await a.createFolder(named: "Work")
             let content = randomBytes(600_000)  // three chunks of 256 KiB
@@ -558,11 +564,7 @@ struct EngineTests {
     @Test("releaseContent lets a read copy go: synced and unpinned only — never an edit waiting to be sent, never a pinned file")
     func releaseContent() async throws {
         try await SyncWorld.run { world in
-            try await world.register("ana")
-            let a = try world.device("A").engine
-            let b = try world.device("B").engine
-            try await a.signIn(server: world.server, username: "ana", password: "correct horse")
-            try await b.signIn(server: world.server, username: "ana", password: "correct horse")
+            let (a, b) = try await Self.twoDevices(world)
             let first = Data("first version".utf8), second = Data("second version, not sent yet".utf8)
             let id = try await a.upload(from: try world.file("f.txt", first))
             let pinnedId = try await a.upload(from: try world.file("p.txt", first))
