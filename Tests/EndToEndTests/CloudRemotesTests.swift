@@ -136,23 +136,52 @@ struct CloudRemotesTests {
                 try await server.client().put("\(folder)/\(name)", body: ByteBuffer(string: text))
             }
         }
+        // And big files (9 MiB: WebDAV sends a new one unhashed, hashed as it goes — read first here, where a file there
+        // holds its name).
+        let big = Data((0..<(9 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) })
+        var otherBig = big
+        otherBig[5 << 20] ^= 0xFF
+        for (name, bytes) in [("same-big.bin", big), ("diff-big.bin", otherBig)] {
+            let url = bench.root.appending(path: "there-\(name)")
+            try bytes.write(to: url)
+            if server.isWebDAV {
+                let sent = UploadSource(url: url, size: Int64(bytes.count), checksum: SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+                _ = try await there.upload(sent, to: .new(parentId: root.id, name: name, mimeType: nil), requestId: name) { _ in }
+            } else {
+                try await server.client().put("\(folder)/\(name)", body: ByteBuffer(data: bytes))
+            }
+        }
         let local = try bench.folder("A")
         try write("same bytes", to: local.appending(path: "same.txt"))
         try write("mine!!!", to: local.appending(path: "diff.txt"))
         try write("only here", to: local.appending(path: "local-only.txt"))
+        try big.write(to: local.appending(path: "same-big.bin"))
+        try big.write(to: local.appending(path: "diff-big.bin"))
+        try big.write(to: local.appending(path: "local-big.bin"))
+        for name in ["same-big.bin", "diff-big.bin", "local-big.bin"] { try settle(local.appending(path: name)) }
 
         let linked = try a.run(["sync", local.path, "cloud:/\(folder)", "--once", "--json"])
         #expect(linked.status == 0, "\(linked.stdout)\(linked.stderr)")
         let report = try JSONDecoder().decode(Summary.self, from: Data(linked.stdout.utf8))
         #expect(!report.uploaded.contains("same.txt") && !report.downloaded.contains("same.txt"), "the same bytes are linked: \(report)")
-        #expect(report.uploaded.contains("local-only.txt"))
+        #expect(report.uploaded.contains("local-only.txt") && report.uploaded.contains("local-big.bin"))
+        #expect(!report.uploaded.contains("same-big.bin") && !report.downloaded.contains("same-big.bin"), "the same bytes are linked: \(report)")
         #expect(report.downloaded.contains("remote-only.txt"))
         #expect(report.conflicts.contains { $0.hasPrefix("diff.txt") }, "\(report)")
+        #expect(report.conflicts.contains { $0.hasPrefix("diff-big.bin") }, "\(report)")
+        #expect(try Data(contentsOf: local.appending(path: "diff-big.bin")) == otherBig)
+        let back = bench.root.appending(path: "local-big-back")
+        let sentBig = try #require(try await there.children(of: root.id).first { $0.name == "local-big.bin" })
+        try await there.download(sentBig.id, revision: nil, to: back) { _ in }
+        #expect(try Data(contentsOf: back) == big)
         #expect(try String(contentsOf: local.appending(path: "diff.txt"), encoding: .utf8) == "theirs!")
         let copies = try FileManager.default.contentsOfDirectory(atPath: local.path).filter { $0.hasPrefix("diff (conflict from") }
         #expect(copies.count == 1, "both kept: \(copies)")
+        let bigCopies = try FileManager.default.contentsOfDirectory(atPath: local.path).filter { $0.hasPrefix("diff-big (conflict from") }
+        #expect(bigCopies.count == 1, "both kept: \(bigCopies)")
+        if let copy = bigCopies.first { #expect(try Data(contentsOf: local.appending(path: copy)) == big) }
         let names = Set(try await there.children(of: root.id).map(\.name))
-        #expect(names.isSuperset(of: ["same.txt", "diff.txt", "remote-only.txt", "local-only.txt"] + copies), "\(names)")
+        #expect(names.isSuperset(of: ["same.txt", "diff.txt", "remote-only.txt", "local-only.txt", "same-big.bin", "diff-big.bin", "local-big.bin"] + copies + bigCopies), "\(names)")
         // Linked for good: the next run reads and sends nothing.
         let again = try a.run(["sync", local.path, "--once", "--json"])
         let second = try JSONDecoder().decode(Summary.self, from: Data(again.stdout.utf8))

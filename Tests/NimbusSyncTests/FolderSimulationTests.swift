@@ -152,12 +152,16 @@ struct FolderSimulation {
             // Half of them with folder revisions that change with anything beneath (as WebDAV collection ETags on
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
             let treeVersions = seed % 8 == 7
-            configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions) }
+            configuration.provider = { state in
+                ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions, unhashed: true)
+            }
         } else if seed % 8 == 6 {
             // Ids are paths (WebDAV, S3, local folders): a move there renames everything beneath; checksums shown on
             // half of them (S3 and local folders keep them, WebDAV does not).
             let checksums = seed % 16 == 14
-            configuration.provider = { state in ListedProvider(inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums) }
+            configuration.provider = { state in
+                ListedProvider(inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums)
+            }
         } else if seed % 8 == 5 {
             // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
             // takes the sealed files by blocks (the same low thresholds as below). The final check opens them.
@@ -539,17 +543,37 @@ final class LockedCounter: @unchecked Sendable {
 /// another device is gone from its old path and new at the other (recognised as a move only by its checksum, which
 /// seeds ≡ 14 mod 16 show, as S3 and local folders do; ≡ 6 mod 16 hide it, as WebDAV does). Each call finds the
 /// item at the path as it is then, like a request by path.
-final class ListedProvider: RemoteProvider, @unchecked Sendable {
+///
+/// With `unhashed` (the WebDAV-like seeds: tree versions, or path ids without checksums) it ``HashesWhileSending``, as
+/// WebDAV does: new files go unhashed and are hashed here as they are taken (a third of the sizes it will not take so,
+/// and the engine reads them first) — so the scan leaves every new file unread.
+final class ListedProvider: RemoteProvider, HashesWhileSending, @unchecked Sendable {
     let inner: NimbusProvider
     let treeVersions: Bool
     let pathIds: Bool
     let checksums: Bool
+    let unhashed: Bool
 
-    init(inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false) {
+    init(inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false, unhashed: Bool = false) {
         self.inner = inner
         self.treeVersions = treeVersions
         self.pathIds = pathIds
         self.checksums = checksums
+        self.unhashed = unhashed
+    }
+
+    var unhashedMinimum: Int64? { unhashed ? 1 : nil }
+    func takesUnhashed(size: Int64) async -> Bool { unhashed && size % 3 != 0 }
+
+    /// An unhashed source, hashed as WebDAV's upload does while it sends (the export is a snapshot: the bytes the
+    /// inner provider gets are the ones hashed), then checked unchanged before it takes its name.
+    func hashed(_ source: UploadSource) throws -> UploadSource {
+        guard !source.isHashed else { return source }
+        let (checksum, size) = try FileHasher.sha256(of: source.url)
+        guard size == source.size, source.unchanged?() != false else { throw ProviderError.checksumMismatch }
+        var hashed = UploadSource(url: source.url, size: size, checksum: checksum)
+        hashed.modified = source.modified
+        return hashed
     }
 
     var capabilities: ProviderCapabilities {
@@ -649,13 +673,18 @@ final class ListedProvider: RemoteProvider, @unchecked Sendable {
         switch target {
         case .new(let parentId, let name, let mimeType):
             let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
+            let wasHashed = source.isHashed
+            let source = try hashed(source)
             return try await translated(path) {
                 let made = try await inner.upload(
                     source, to: .new(parentId: try await innerId(parentId), name: name, mimeType: mimeType), requestId: requestId, progress: progress)
                 // (A retried creation whose file was deleted meanwhile is found in the trash: not at this path.)
-                return try await shown(made, path: made.isDeleted ? nil : path)
+                var shown = try await shown(made, path: made.isDeleted ? nil : path)
+                if !wasHashed { shown.checksum = source.checksum }  // an unhashed upload's answer tells what was sent
+                return shown
             }
         case .version(let id, let base):
+            guard source.isHashed else { throw ProviderError.invalid(code: "unhashed_version", message: "unhashed version") }
             let path = pathIds ? id : nil
             return try await translated(path) {
                 try await shown(try await inner.upload(source, to: .version(of: try await innerId(id), base: base), requestId: requestId, progress: progress), path: path)

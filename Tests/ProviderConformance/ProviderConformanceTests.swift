@@ -450,6 +450,48 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test(
+        "WebDAV: a new file sent unhashed is hashed as it goes (the answer tells its checksum, the bytes are stored whole, a retry is the same file); changed while it was sent, it is refused and leaves nothing; where chunked uploads are taken it is not taken unhashed",
+        arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus, .webdavNextcloud])
+    func unhashedUploads(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let hashing = try #require(provider as? any HashesWhileSending)
+            let root = try await provider.root()
+            let bytes = randomBytes(3 << 20 + 17)
+            let url = kind.scratch.appending(path: "unhashed-\(UUID().uuidString)")
+            try bytes.write(to: url)
+            let size = Int64(bytes.count)
+            #expect(hashing.unhashedMinimum == 8 << 20)
+            if kind == .webdavNextcloud {
+                // A chunked upload is found again after a restart by its checksum: such a file is read first.
+                #expect(await !hashing.takesUnhashed(size: size))
+                return
+            }
+            #expect(await hashing.takesUnhashed(size: size))
+            #expect(await !hashing.takesUnhashed(size: 1000), "a small file is read whole and checked before it goes")
+            let checksum = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+            let made = try await provider.upload(.unhashed(url: url, size: size) { true }, to: .new(parentId: root.id, name: "big.bin", mimeType: nil),
+                requestId: "u-1") { _ in }
+            #expect(made.checksum == checksum)
+            let back = kind.scratch.appending(path: "unhashed-back")
+            try await provider.download(made.id, revision: nil, to: back) { _ in }
+            #expect(try Data(contentsOf: back) == bytes)
+            let again = try await provider.upload(.unhashed(url: url, size: size) { true }, to: .new(parentId: root.id, name: "big.bin", mimeType: nil),
+                requestId: "u-1") { _ in }
+            #expect(again.id == made.id && again.checksum == checksum, "the same creation again is the same file")
+            // Changed while it was sent (its time moved): refused before it takes its name; nothing is left.
+            await #expect(throws: ProviderError.checksumMismatch) {
+                try await provider.upload(.unhashed(url: url, size: size) { false }, to: .new(parentId: root.id, name: "changed.bin", mimeType: nil),
+                    requestId: "u-2") { _ in }
+            }
+            #expect(try await provider.children(of: root.id).map(\.name) == ["big.bin"])
+            // Only new files go unhashed.
+            await #expect(throws: ProviderError.self) {
+                try await provider.upload(.unhashed(url: url, size: size) { true }, to: .version(of: made.id, base: made.revision), requestId: "u-3") { _ in }
+            }
+        }
+    }
+
     @Test("WebDAV: collection ETags are used only where they propagate; there a no-op sync lists nothing and a change deep down is found",
           arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus])
     func webdavTreeETags(kind: ProviderKind) async throws {

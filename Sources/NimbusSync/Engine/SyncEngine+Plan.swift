@@ -26,7 +26,7 @@ extension SyncEngine {
             }
             if Self.tracing { trace("remote tree up to date") }
             try await observeLocal()
-            if Self.tracing { trace("scanned: \(lastScan.hashed) files read") }
+            if Self.tracing { trace("scanned: \(lastScan.hashed) files read, \(lastScan.unhashed) left to hash as they are sent") }
             try await settleDoubts(provider)
             let before = sent
             try await runPlans(provider)
@@ -61,7 +61,30 @@ extension SyncEngine {
     func observeLocal() async throws {
         guard let disk else { return }
         let cutting = (provider as? NimbusProvider)?.blockUploads == true
-        lastScan = try disk.scan(database, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions) { ItemID.make().rawValue }
+        let unhashedFrom = (provider as? any HashesWhileSending)?.unhashedMinimum
+        lastScan = try disk.scan(database, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions, unhashedFrom: unhashedFrom) {
+            ItemID.make().rawValue
+        }
+    }
+
+    /// Reads the unhashed files (``ItemRow/lUnhashed``) that a plan might compare with something: sent before (their
+    /// creation in doubt), known there, or with an item there under their name (any case, any normalisation) — all
+    /// but a new file on its own, which is hashed as it is sent. True if any was read.
+    func readUnhashed(_ rows: [ItemRow], _ disk: DiskFolder) async throws -> Bool {
+        func key(_ parent: String, _ name: String) -> String { parent + "/" + name.precomposedStringWithCanonicalMapping.lowercased() }
+        var taken = Set<String>()
+        for row in rows where row.rPresent {
+            if let parent = row.rParent, let name = row.rName { taken.insert(key(parent, name)) }
+        }
+        let due = rows.filter { row in
+            guard row.lUnhashed, row.lPresent, !row.lChanging, row.lChecksum == nil else { return false }
+            guard let parent = row.lParent, let name = row.lName else { return true }
+            return row.sPresent || row.rPresent || row.createSent || row.fileId != nil || taken.contains(key(parent, name))
+        }
+        guard !due.isEmpty else { return false }
+        let paths = try await database.pool.read { db in try due.map { try self.localPath(db, $0.luid) } }
+        try await recordRead(zip(due, paths).map { row, path in (row, disk.readNow(row, at: path)) })
+        return true
     }
 
     /// Items deleted here while their creation was in doubt (sent, no answer recorded): the creation is asked for
@@ -165,7 +188,10 @@ extension SyncEngine {
     /// The three trees from the database: the remote tree as far as it hangs under the remote's root, the local
     /// tree under the local root; ignored paths of a synced folder left out of all three.
     func loadTrees() async throws -> Trees {
-        let rows = try await database.pool.read { db in try ItemRow.fetchAll(db) }
+        var rows = try await database.pool.read { db in try ItemRow.fetchAll(db) }
+        if let disk, rows.contains(where: \.lUnhashed), try await readUnhashed(rows, disk) {
+            rows = try await database.pool.read { db in try ItemRow.fetchAll(db) }
+        }
         var index: [String: Int] = [:]
         index.reserveCapacity(rows.count)
         for (position, row) in rows.enumerated() { index[row.luid] = position }

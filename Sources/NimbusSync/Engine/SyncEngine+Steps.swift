@@ -492,6 +492,20 @@ extension SyncEngine {
             }
             return
         }
+        var row = row
+        if row.lUnhashed, row.lChecksum == nil, row.fileId == nil, let disk {
+            // A new file not read yet: sent as it is read, where the remote hashes while it takes it (not a retried
+            // creation: its answer is told by the content's checksum); otherwise read now.
+            if !row.createSent, let hashing = provider as? any HashesWhileSending, await hashing.takesUnhashed(size: row.lSize ?? 0) {
+                try await uploadUnhashed(row, disk, provider, progress: report)
+                return
+            }
+            let path = try await database.pool.read { db in try self.localPath(db, luid) }
+            let read = disk.readNow(row, at: path)
+            try await recordRead([(row, read)])
+            guard read.lChecksum != nil else { throw LocalChanged() }
+            row = read
+        }
         let source = try contentSource(row)
         report(0)
         if row.fileId == nil {
@@ -523,6 +537,57 @@ extension SyncEngine {
             try self.keepSentContent(&updated)
             try updated.update(db, from: stored)
         }
+    }
+
+    /// Sends a new file that was never read (``ItemRow/lUnhashed``) as it is read: the remote hashes it as it takes it,
+    /// and the checksum it answers becomes the local tree's and the merge base's — unless the file changed
+    /// meanwhile (refused before it takes its name, or seen by a scan since: then the local tree keeps what the scan
+    /// found, and the change goes as a new version).
+    func uploadUnhashed(_ row: ItemRow, _ disk: DiskFolder, _ provider: any RemoteProvider, progress: @escaping @Sendable (Int64) -> Void) async throws {
+        guard let size = row.lSize, let relative = try await database.pool.read({ db in try self.localPath(db, row.luid) }),
+            disk.isStill(row, at: relative)
+        else { throw LocalChanged() }
+        var source = UploadSource.unhashed(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size) {
+            disk.isStill(row, at: relative)
+        }
+        source.modified = row.lMtime.map { Date(timeIntervalSince1970: Double($0) / 1e9) }
+        progress(0)
+        let parent = try await remoteId(of: row.lParent)
+        let request = try await sendingCreation(row)
+        let made = try await provider.upload(
+            source, to: .new(parentId: parent, name: row.lName ?? "file", mimeType: row.lMime), requestId: request, progress: progress)
+        guard let checksum = made.checksum, !checksum.isEmpty else {
+            throw SyncError.invalid("The remote took '\(row.lName ?? "")' without telling what it received.")
+        }
+        var learnt = row
+        learnt.lChecksum = checksum
+        learnt.lUnhashed = false
+        let pair = (row, learnt)
+        try await database.pool.write { db in
+            try self.recordRead(db, [pair])
+            try self.recordCreated(db, row.luid, made, parent: row.lParent, checksum: checksum, asRead: nil)
+        }
+    }
+
+    /// What ``DiskFolder/readNow(_:at:)`` (or an upload) learnt of unhashed files, each `(as read, learnt)` — unless a
+    /// scan looked at the file again meanwhile.
+    nonisolated func recordRead(_ db: Database, _ pairs: [(ItemRow, ItemRow)]) throws {
+        for (row, updated) in pairs {
+            guard let stored = try ItemRow.fetch(db, luid: row.luid), stored.lUnhashed, stored.lChecksum == nil, !stored.lChanging,
+                stored.lInode == row.lInode, stored.lMtime == row.lMtime, stored.lSize == row.lSize
+            else { continue }
+            var changed = stored
+            changed.lUnhashed = false
+            changed.lChecksum = updated.lChecksum
+            changed.lSize = updated.lSize
+            changed.lChanging = updated.lChanging
+            try changed.update(db, from: stored)
+        }
+    }
+
+    func recordRead(_ pairs: [(ItemRow, ItemRow)]) async throws {
+        try await database.pool.write { db in try self.recordRead(db, pairs) }
+        if pairs.contains(where: { $0.1.lChanging }) { needsScan = true }
     }
 
     /// The request id of a new version with this content (the same while the content is the same: a resumable

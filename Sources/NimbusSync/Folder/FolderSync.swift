@@ -84,7 +84,7 @@ public actor FolderSync {
     public func changedSinceLastLook() async throws -> Int {
         try await engine.observeLocal()
         let scan = await engine.lastScan
-        return scan.hashed + scan.changing.count
+        return scan.hashed + scan.unhashed + scan.changing.count
     }
 
     /// One full cycle: the remote's changes, a scan of the folder, then plans carried out until nothing is left

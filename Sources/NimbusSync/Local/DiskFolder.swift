@@ -29,6 +29,8 @@ struct DiskFolder: Sendable {
         var nextSettle: Date?
         /// Files whose content was read this scan.
         var hashed = 0
+        /// New files left unread, to be hashed as they are sent (`unhashedFrom`).
+        var unhashed = 0
     }
 
     /// Scans the folder into the local tree (the `l_*` columns): each entry is matched to the item at its path,
@@ -39,7 +41,12 @@ struct DiskFolder: Sendable {
     /// provider that uploads new versions by blocks.
     /// `acceptingNewRoot`: take another folder at the root's path that holds none of the synced items (see below)
     /// as this one, emptied (the user confirmed deletions).
-    func scan(_ database: LocalDatabase, cutting: Bool = false, acceptingNewRoot: Bool = false, makeId: () -> String) throws -> Scan {
+    /// `unhashedFrom`: a settled file of at least this size that was never synced nor sent is not read here: it is
+    /// marked unhashed (``ItemRow/lUnhashed``), read as it is sent (the remote ``HashesWhileSending``) — or by
+    /// ``readUnhashed(_:_:)`` before a plan that might compare it.
+    func scan(
+        _ database: LocalDatabase, cutting: Bool = false, acceptingNewRoot: Bool = false, unhashedFrom: Int64? = nil, makeId: () -> String
+    ) throws -> Scan {
         var result = Scan()
         guard let rootStat = fileSystem.stat(rootPath), rootStat.kind == .folder else {
             throw SyncError.localFile("Cannot read the folder \(rootPath): it is not there (is the disk mounted?).")
@@ -182,9 +189,15 @@ struct DiskFolder: Sendable {
                     let settle = entry.stat.mtime % 1_000_000_000 == 0 ? settleTime + 2 : settleTime
                     if quietFor < settle {
                         row.lChanging = true
+                        row.lUnhashed = false
                         result.changing.append(entry.path)
                         let settles = Date(timeIntervalSince1970: Double(entry.stat.mtime) / 1e9 + settle)
                         result.nextSettle = min(result.nextSettle ?? settles, settles)
+                    } else if let unhashedFrom, entry.stat.size >= unhashedFrom, !row.sPresent, !row.rPresent, row.fileId == nil, !row.createSent {
+                        row.lChecksum = nil
+                        row.lChanging = false
+                        row.lUnhashed = true
+                        result.unhashed += 1
                     } else if case let hashed = Result(catching: { try fileSystem.hash(absolute(entry.path), cutting: cutting) }),
                         let after = fileSystem.stat(absolute(entry.path)), after == entry.stat
                     {
@@ -193,6 +206,7 @@ struct DiskFolder: Sendable {
                             row.lChecksum = checksum
                             row.lSize = size
                             row.lChanging = false
+                            row.lUnhashed = false
                             result.hashed += 1
                         case .failure(let error):
                             // There, unchanged, and not readable (no permission, an I/O error): not sent, said, and
@@ -227,6 +241,23 @@ struct DiskFolder: Sendable {
             }
         }
         return result
+    }
+
+    /// An unhashed file (``ItemRow/lUnhashed``) read now: its checksum and size, or — changed since the scan, gone or
+    /// unreadable (`relative` nil: not in the local tree) — marked changing, to be looked at again by the next scan.
+    func readNow(_ row: ItemRow, at relative: String?) -> ItemRow {
+        var updated = row
+        updated.lUnhashed = false
+        if let relative, let before = fileSystem.stat(absolute(relative)), before.kind == .file,
+            before.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime),
+            let (checksum, size) = try? fileSystem.hash(absolute(relative)), fileSystem.stat(absolute(relative)) == before
+        {
+            updated.lChecksum = checksum
+            updated.lSize = size
+        } else {
+            updated.lChanging = true
+        }
+        return updated
     }
 
     /// Whether a path or a folder above it is ignored.

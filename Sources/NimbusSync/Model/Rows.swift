@@ -42,6 +42,10 @@ struct ItemRow: Sendable, Equatable {
     var lastAccess: Int64 = 0
     /// The local content is still being written (a synced folder's file modified moments ago).
     var lChanging = false
+    /// A synced folder's new file, settled, whose content was not read yet: it goes there hashed as it is sent
+    /// (``HashesWhileSending``), so a big new file is read once, not twice. `lChecksum` is nil until then; setting
+    /// it (or `lChanging`) ends this state.
+    var lUnhashed = false
     /// A synced folder's file as last observed: inode and modification time (ns), to tell "unchanged" without
     /// reading it and to check it again immediately before anything replaces, moves or deletes it.
     var lInode: Int64?
@@ -79,7 +83,7 @@ struct ItemRow: Sendable, Equatable {
             sName: row[13], sChecksum: row[14], sRevision: row[15], lPresent: row[16], lParent: row[17], lName: row[18],
             lMime: row[19], lSize: row[20], lChecksum: row[21], lModified: row[22], contentPath: row[23], contentChecksum: row[24],
             pinned: row[25], hold: (row[26] as String?).flatMap(Hold.init(rawValue:)), lastAccess: row[27], lChanging: (row[28] as String?) == "changing",
-            lInode: row[29], lMtime: row[30], createRequest: row[31], createSent: row[32], uploadRequest: row[33], contentOwned: row[34],
+            lUnhashed: (row[28] as String?) == "unhashed", lInode: row[29], lMtime: row[30], createRequest: row[31], createSent: row[32], uploadRequest: row[33], contentOwned: row[34],
             sourceRevision: row[35])
     }
 
@@ -89,7 +93,7 @@ struct ItemRow: Sendable, Equatable {
         sParent: String? = nil, sName: String? = nil, sChecksum: String? = nil, sRevision: String? = nil, lPresent: Bool = false,
         lParent: String? = nil, lName: String? = nil, lMime: String? = nil, lSize: Int64? = nil, lChecksum: String? = nil, lModified: Int64? = nil,
         contentPath: String? = nil, contentChecksum: String? = nil, pinned: Bool = false, hold: Hold? = nil, lastAccess: Int64 = 0,
-        lChanging: Bool = false, lInode: Int64? = nil, lMtime: Int64? = nil, createRequest: String? = nil, createSent: Bool = false,
+        lChanging: Bool = false, lUnhashed: Bool = false, lInode: Int64? = nil, lMtime: Int64? = nil, createRequest: String? = nil, createSent: Bool = false,
         uploadRequest: String? = nil, contentOwned: Bool = true, sourceRevision: String? = nil
     ) {
         self.luid = luid
@@ -121,6 +125,7 @@ struct ItemRow: Sendable, Equatable {
         self.hold = hold
         self.lastAccess = lastAccess
         self.lChanging = lChanging
+        self.lUnhashed = lUnhashed
         self.lInode = lInode
         self.lMtime = lMtime
         self.createRequest = createRequest
@@ -135,7 +140,7 @@ struct ItemRow: Sendable, Equatable {
         [
             luid, fileId, isFolder, rPresent, rParent, rName, rMime, rSize, rChecksum, rRevision, rModified, sPresent, sParent, sName,
             sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pinned,
-            hold?.rawValue, lastAccess, lChanging ? "changing" : nil, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
+            hold?.rawValue, lastAccess, lChanging ? "changing" : lUnhashed && lChecksum == nil && !isFolder ? "unhashed" : nil, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
             sourceRevision,
         ]
     }
@@ -159,7 +164,7 @@ struct ItemRow: Sendable, Equatable {
                 sParent: text(12), sName: try sealed(13, .name), sChecksum: text(14), sRevision: text(15), lPresent: flag(16), lParent: text(17),
                 lName: try sealed(18, .name), lMime: text(19), lSize: integer(20), lChecksum: text(21), lModified: integer(22), contentPath: text(23),
                 contentChecksum: text(24), pinned: flag(25), hold: text(26).flatMap(Hold.init(rawValue:)), lastAccess: integer(27) ?? 0,
-                lChanging: text(28) == "changing", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
+                lChanging: text(28) == "changing", lUnhashed: text(28) == "unhashed", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
                 uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35))
         }
         var result: [ItemRow] = []
@@ -343,7 +348,12 @@ struct ItemRow: Sendable, Equatable {
 
     var localNode: LocalNode? {
         guard lPresent, let lName else { return nil }
-        let content: LocalContent = lChanging || (!isFolder && lChecksum == nil) ? .changing : .known(checksum: lChecksum ?? "", size: lSize ?? 0)
+        let content: LocalContent
+        if lUnhashed && !lChanging && !isFolder && lChecksum == nil, let lSize {
+            content = .unhashed(size: lSize)
+        } else {
+            content = lChanging || (!isFolder && lChecksum == nil) ? .changing : .known(checksum: lChecksum ?? "", size: lSize ?? 0)
+        }
         return LocalNode(
             parent: lParent.map(ItemID.init), name: lName, isFolder: isFolder, content: content, hold: hold,
             creationInDoubt: createSent && fileId == nil)

@@ -139,7 +139,7 @@ struct Planner {
             // A new item of this side holds the name.
             if other.creationInDoubt || other.hold != nil { return nil }  // its retried creation says whether it is this item
             if other.isFolder && r.isFolder && trees.synced[id] == nil { return .link(occupant, to: id) }
-            if !other.isFolder, case .changing = other.content { return nil }
+            if !other.isFolder, other.content.isUnknown { return nil }
             if !other.isFolder && !r.isFolder && trees.synced[id] == nil, let checksum = other.content.checksum, checksum == r.checksum {
                 return .link(occupant, to: id)
             }
@@ -193,7 +193,7 @@ struct Planner {
     mutating func deletedThere(_ id: ItemID, _ s: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         if let parent = l.parent, deletesHere(parent) { return nil }  // its folder's deletion takes it along
         if localChanged(l, s) {
-            if !l.isFolder, case .changing = l.content { return nil }  // kept; decided once it settles
+            if !l.isFolder, l.content.isUnknown { return nil }  // kept; decided once it settles
             return policy.keepsDeletedThere ? .forget(id) : .hold(id, .unsynced)
         }
         if l.isFolder, !isLocalCovered(id) {
@@ -211,7 +211,7 @@ struct Planner {
     mutating func unrecorded(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         if r.isFolder != l.isFolder { return fork(id, l) }
         if !l.isFolder {
-            if case .changing = l.content { return nil }
+            if l.content.isUnknown { return nil }
             if mustLearnChecksum(r, l) { return .learnChecksum(id) }
             if l.content.checksum != r.checksum { return conflict(id, r, l) }
         }
@@ -224,7 +224,7 @@ struct Planner {
         let movedThere = !r.isAt(s)
         let movedHere = !l.isAt(s)
         if !l.isFolder {
-            if case .changing = l.content {
+            if l.content.isUnknown {
                 // Never overwritten, moved or deleted by a change made there while it is being written; its own
                 // move may go there meanwhile.
                 if movedHere && !movedThere { return followHere(id, r, l) }
@@ -268,7 +268,7 @@ struct Planner {
         case .stays:
             // Another item keeps that name there: this one takes another here (and then there) — once it is not
             // being written.
-            if !l.isFolder, case .changing = l.content { return nil }
+            if !l.isFolder, l.content.isUnknown { return nil }
             return .moveLocal(id, parent: parent, name: takenName(for: l.name, in: parent))
         case .cycle(let first):
             if first == id { return .moveRemote(id, parent: parent, name: takenName(for: l.name, in: parent)) }
@@ -292,12 +292,12 @@ struct Planner {
         case .wait: return nil
         case .stays(let occupant):
             if yielding, trees.synced[occupant] != nil {
-                if !l.isFolder, case .changing = l.content { return nil }
+                if !l.isFolder, l.content.isUnknown { return nil }
                 return .moveLocal(id, parent: parent, name: takenName(for: r.name, in: parent))
             }
             guard let other = trees.local[occupant], trees.synced[occupant] == nil, trees.remote[occupant] == nil else { return nil }
             if other.creationInDoubt || other.hold != nil { return nil }
-            if !other.isFolder, case .changing = other.content { return nil }
+            if !other.isFolder, other.content.isUnknown { return nil }
             return .fork(occupant, name: conflictName(for: other.name, in: parent))
         case .cycle(let first):
             if first == id { return .moveLocal(id, parent: parent, name: takenName(for: r.name, in: parent)) }
@@ -373,7 +373,7 @@ struct Planner {
             return .moveRemote(id, parent: parent, name: takenName(for: r.name, in: parent))
         }
         guard let l = trees.local[id], let s = trees.synced[id], let parent = l.parent, l.hold == nil else { return nil }
-        if !l.isFolder, l.content.checksum != s.checksum || l.content == .changing { return nil }
+        if !l.isFolder, l.content.checksum != s.checksum || l.content.isUnknown { return nil }
         return .moveLocal(id, parent: parent, name: takenName(for: l.name, in: parent))
     }
 
@@ -405,7 +405,7 @@ struct Planner {
         guard let l = trees.local[id] else { return .stays }
         guard let s = trees.synced[id] else { return .stays }  // a new item here: moved aside by whoever needs its name
         if l.hold != nil { return .stays }
-        if !l.isFolder, case .changing = l.content { return .stays }
+        if !l.isFolder, l.content.isUnknown { return .stays }
         guard let r = trees.remote[id] else {
             if localChanged(l, s) { return .stays }  // kept, sent again
             if !l.isFolder || isLocalCovered(id) { return .goes }
@@ -526,7 +526,7 @@ struct Planner {
     func localChanged(_ l: LocalNode, _ s: RemoteNode) -> Bool {
         if !l.isAt(s) || l.isFolder != s.isFolder { return true }
         if l.isFolder { return false }
-        if case .changing = l.content { return true }
+        if l.content.isUnknown { return true }
         return l.content.checksum != s.checksum
     }
 

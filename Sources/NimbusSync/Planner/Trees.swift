@@ -52,10 +52,20 @@ enum LocalContent: Sendable, Equatable {
     /// Changed since it was last looked at and still being written: its content is not known yet. Nothing from
     /// the other side may overwrite, move or delete it until it settles.
     case changing
+    /// A new file, settled, whose content is not read yet: it goes there hashed as it is sent (a provider that
+    /// ``HashesWhileSending``). Sent as a new item, and otherwise taken as ``changing``: nothing compares it,
+    /// overwrites, moves or deletes it until it is known (the scan reads it first when anything might).
+    case unhashed(size: Int64)
 
     var checksum: String? {
         if case .known(let checksum, _) = self { return checksum }
         return nil
+    }
+
+    /// Not known yet (``changing`` or ``unhashed``): never compared, overwritten, moved or deleted.
+    var isUnknown: Bool {
+        if case .known = self { return false }
+        return true
     }
 }
 

@@ -185,9 +185,36 @@ public struct UploadSource: Sendable, Equatable {
     /// file there is sealed.
     public func open() throws -> ContentReader { try ContentReader(url: url, sealing: sealing) }
 
+    /// A new file whose SHA-256 is not known yet, for a provider that ``HashesWhileSending``: it hashes the bytes as
+    /// they go and answers with the checksum (``RemoteItem/checksum``). `unchanged` is asked once all was sent, before
+    /// the file takes its name: false (the file changed while it was read) refuses it as ``ProviderError/checksumMismatch``.
+    public static func unhashed(url: URL, size: Int64, unchanged: @escaping @Sendable () -> Bool) -> UploadSource {
+        var source = UploadSource(url: url, size: size, checksum: "")
+        source.unchanged = unchanged
+        return source
+    }
+
+    /// Whether `checksum` is the content's (false: ``unhashed(url:size:unchanged:)``).
+    public var isHashed: Bool { !checksum.isEmpty }
+
+    /// For an unhashed source: whether the file is still the one that was sent (see ``unhashed(url:size:unchanged:)``).
+    public var unchanged: (@Sendable () -> Bool)?
+
     public static func == (a: UploadSource, b: UploadSource) -> Bool {
         a.url == b.url && a.size == b.size && a.checksum == b.checksum && a.boundaries == b.boundaries && (a.sealing == nil) == (b.sealing == nil)
     }
+}
+
+/// A provider that takes a new file whose SHA-256 is not known yet (``UploadSource/unhashed(url:size:unchanged:)``),
+/// hashing the bytes as they go: a synced folder then reads a big new file once — while it is sent — instead of once
+/// to hash it and once more to send it. Only new files (``UploadTarget/new(parentId:name:mimeType:)``) go unhashed; the
+/// answer's ``RemoteItem/checksum`` is what was sent. (WebDAV: one `PUT` to a temporary name, hashed as it goes, then
+/// moved into place.)
+public protocol HashesWhileSending: RemoteProvider {
+    /// New files of at least this size are left unread by a synced folder's scan (nil: none).
+    var unhashedMinimum: Int64? { get }
+    /// Whether a new file of `size` can be sent unhashed now (false: the engine reads it first).
+    func takesUnhashed(size: Int64) async -> Bool
 }
 
 /// Where uploaded bytes go.

@@ -20,7 +20,7 @@ import NimbusS3
 /// an item's name. An interrupted upload starts over (its progress restarts from zero) — unless the server takes
 /// Nextcloud's chunked uploads (see `WebDAVProvider+Chunked`): then a big file goes in chunks and a restart sends only
 /// the chunks not there yet.
-public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
+public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWhileSending {
     /// The remote's root folder, ending with `/`.
     public let url: URL
     let basePath: String
@@ -390,6 +390,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             id = ProviderPath.child(try ProviderPath.validated(name), in: parent)
             parentId = parent
         case .version(let fileId, let base):
+            guard source.isHashed else { throw ProviderError.invalid(code: "unhashed_version", message: "A new version must be hashed before it is sent.") }
             id = fileId
             parentId = ProviderPath.parent(of: fileId) ?? ProviderPath.root
             let current = try await item(id)
@@ -401,12 +402,15 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
         }
         let temporary: String
         var putTag: String?
-        if let assembled = try await uploadInChunks(source, requestId: requestId, parentId: parentId, what: ProviderPath.name(of: id), progress: progress) {
+        var checksum = source.checksum
+        if source.isHashed,
+            let assembled = try await uploadInChunks(source, requestId: requestId, parentId: parentId, what: ProviderPath.name(of: id), progress: progress)
+        {
             temporary = assembled
         } else {
             // Named after the request: a retry after a crash writes over what the crashed upload left.
             temporary = ProviderPath.child(PartialUploads.name(requestId: requestId, parentId: parentId), in: parentId)
-            putTag = try await putWhole(source, at: temporary, what: ProviderPath.name(of: id), progress: progress)
+            (putTag, checksum) = try await putWhole(source, at: temporary, what: ProviderPath.name(of: id), progress: progress)
         }
         var headers = [("Destination", address(id))]
         switch target {
@@ -427,7 +431,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             _ = try? await send("DELETE", address(temporary))
             if status == 412, case .new = target {
                 // Something holds the name: this very content (a retry after a lost answer) is this file.
-                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, source.checksum) { return existing }
+                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, checksum) { return existing }
                 throw ProviderError.nameTaken(existing: id)
             }
             if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
@@ -444,18 +448,32 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
             stored = try await item(id)
             etagTrust.withLock { $0.learn(put: putTag, stored: stored.revision) }
         }
-        checksums.remember(source.checksum, of: id, revision: stored.revision)
-        stored.checksum = source.checksum
+        checksums.remember(checksum, of: id, revision: stored.revision)
+        stored.checksum = checksum
         return stored
     }
 
-    /// Sends `source` whole to `temporary` (checked against its checksum); the ETag the server answered, if strong.
-    func putWhole(_ source: UploadSource, at temporary: String, what: String, progress: @escaping @Sendable (Int64) -> Void) async throws -> String? {
+    /// New files from 8 MiB go unhashed: sent whole, hashed as they go (not where chunked uploads are taken — a chunked
+    /// upload is found again after a restart by its checksum).
+    public var unhashedMinimum: Int64? { Self.unhashedFrom }
+    static let unhashedFrom: Int64 = 8 << 20
+
+    public func takesUnhashed(size: Int64) async -> Bool {
+        guard size > Self.inMemoryLimit else { return false }
+        do { return try await chunkedUploadsFolder(for: size) == nil } catch { return false }
+    }
+
+    /// Sends `source` whole to `temporary` (checked against its checksum; an unhashed one is hashed as it goes and
+    /// checked ``UploadSource/unchanged``); the ETag the server answered, if strong, and the checksum of what was sent.
+    func putWhole(
+        _ source: UploadSource, at temporary: String, what: String, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> (tag: String?, checksum: String) {
         // No `X-OC-Mtime` (the file's own time): rclone then answers the PUT with an ETag the file does not keep, so
         // every upload would need a PROPFIND to learn its revision — 1.3–1.5× the time for small files (measured).
         let headers = [("Content-Length", "\(source.size)"), ("Content-Type", "application/octet-stream")]
         let put: HTTPClientResponse
-        if source.size <= Self.inMemoryLimit {
+        var checksum = source.checksum
+        if source.size <= Self.inMemoryLimit && source.isHashed {
             // A small file is read and checked whole before it goes (no stream and task per file).
             let bytes = try source.readChecked()
             // Bounded by the stall limit, not the day a streamed upload may take: a server that hangs would hold it.
@@ -483,15 +501,18 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches {
                 throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
             }
             let digest = body.digest
-            guard digest.size == source.size, digest.checksum == source.checksum, !body.grew else {
+            guard digest.size == source.size, digest.checksum == source.checksum || !source.isHashed, !body.grew,
+                source.isHashed || source.unchanged?() != false
+            else {
                 _ = try? await send("DELETE", address(temporary))
                 throw ProviderError.checksumMismatch
             }
+            checksum = digest.checksum
         }
         guard (200..<300).contains(Int(put.status.code)) else {
             throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
         }
-        return put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
+        return (put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }, checksum)
     }
 
     /// Files up to this size are read whole and checked before they are sent.
