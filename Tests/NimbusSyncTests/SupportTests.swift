@@ -75,6 +75,36 @@ struct SupportTests {
         #expect(FileManager.default.fileExists(atPath: staged.path), "a staged upload is the queue's")
     }
 
+    @Test("a copy a killed put left in the store (no item names it) goes after a day; a named one, a fresh one and a partial download of this week stay")
+    func orphanedCopies() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-orphans-\(UUID.random().uuidString)")
+        let staging = folder.appending(path: "staged")
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let database = try LocalDatabase(path: folder.appending(path: "sync.sqlite").path)
+        let orphan = staging.appending(path: UUID.random().uuidString.lowercased())
+        let named = staging.appending(path: UUID.random().uuidString.lowercased())
+        let fresh = staging.appending(path: UUID.random().uuidString.lowercased())
+        let partial = staging.appending(path: "download-0123abcd.partial")
+        let stalePartial = staging.appending(path: "download-4567cdef.partial")
+        for url in [orphan, named, fresh, partial, stalePartial] { try Data("bytes".utf8).write(to: url) }
+        for (url, age) in [(orphan, 2.0), (named, 30), (partial, 3), (stalePartial, 8)] {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-age * 86_400)], ofItemAtPath: url.path)
+        }
+        try database.pool.write { db in
+            var row = ItemRow.empty("item-1", isFolder: false)
+            // Named from a home that has moved since: the name is what counts.
+            row.contentPath = "/somewhere/else/staged/" + named.lastPathComponent
+            try row.save(db)
+        }
+        SyncEngine.removeOrphans(in: staging, database)
+        #expect(!FileManager.default.fileExists(atPath: orphan.path))
+        #expect(!FileManager.default.fileExists(atPath: stalePartial.path))
+        #expect(FileManager.default.fileExists(atPath: named.path), "an item's content")
+        #expect(FileManager.default.fileExists(atPath: fresh.path), "a copy under way")
+        #expect(FileManager.default.fileExists(atPath: partial.path), "a download to resume")
+    }
+
     @Test("a watch looks at a remote without a change feed every 15 s where one request tells, every 30 s where the tree is walked")
     func pollIntervals() {
         #expect(FolderSync.pollInterval(for: [.changeFeed, .trash]) == .seconds(60), "the feed announces changes")

@@ -95,6 +95,7 @@ public actor SyncEngine {
             cipher.loadNameCache(blob)
         }
         sealing = cipher.map { ContentSealing($0.content) }
+        Self.removeOrphans(in: stagingDirectory, database)
         stateStore = DatabaseStateStore(pool: database.pool)
         tokenStore = configuration.tokenStore ?? FileTokenStore(url: directory.appending(path: "account.json"))
         random = SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max))
@@ -539,6 +540,29 @@ public actor SyncEngine {
                 try? FileManager.default.removeItem(atPath: path)
             }
         }
+    }
+
+    /// Removes what a process killed while it copied a file in left in `staging` (a big `nimbus put -`, any file put into
+    /// an encrypted library): a copy no item names, untouched for a day — and a partial download untouched for a week
+    /// (its revision is long replaced, or fetched again from the start). Space only: a copy an item names is its content.
+    static func removeOrphans(in staging: URL, _ database: LocalDatabase, olderThan age: TimeInterval = 86_400) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: staging.path) else { return }
+        let now = Date()
+        func untouched(_ path: String, for age: TimeInterval) -> Bool {
+            guard let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date else { return false }
+            return now.timeIntervalSince(modified) > age
+        }
+        let old = names.map { (name: $0, path: staging.appending(path: $0).path) }.filter { entry in
+            entry.name.hasPrefix("download-") && entry.name.hasSuffix(".partial") ? untouched(entry.path, for: 7 * age)
+                : !entry.name.hasPrefix(plainPrefix) && untouched(entry.path, for: age)
+        }
+        // (By name: a home moved since keeps its rows' old paths; the names are unique.)
+        guard !old.isEmpty,
+            let named = try? database.pool.read({ db in
+                Set(try String.fetchAll(db, sql: "SELECT content_path FROM items WHERE content_path IS NOT NULL").map { ($0 as NSString).lastPathComponent })
+            })
+        else { return }
+        for entry in old where !named.contains(entry.name) { try? FileManager.default.removeItem(atPath: entry.path) }
     }
 
     /// The prefix of the plain copies ``removeLeftoverPlaintext(in:olderThan:)`` removes.
