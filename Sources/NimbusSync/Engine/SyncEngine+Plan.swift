@@ -62,6 +62,7 @@ extension SyncEngine {
         guard let disk else { return }
         let cutting = (provider as? NimbusProvider)?.blockUploads == true
         let unhashedFrom = (provider as? any HashesWhileSending)?.unhashedMinimum
+        needsScan = false
         lastScan = try disk.scan(database, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions, unhashedFrom: unhashedFrom) {
             ItemID.make().rawValue
         }
