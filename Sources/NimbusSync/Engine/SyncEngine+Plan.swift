@@ -83,8 +83,7 @@ extension SyncEngine {
             return row.sPresent || row.rPresent || row.createSent || row.fileId != nil || taken.contains(key(parent, name))
         }
         guard !due.isEmpty else { return false }
-        let paths = try await database.pool.read { db in try due.map { try self.localPath(db, $0.luid) } }
-        try await recordRead(zip(due, paths).map { row, path in (row, disk.readNow(row, at: path)) })
+        _ = try await read(due, disk)
         return true
     }
 

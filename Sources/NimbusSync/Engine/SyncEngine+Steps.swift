@@ -447,9 +447,11 @@ extension SyncEngine {
     // MARK: Uploads
 
     /// The bytes the local tree says the item holds, to send: checked unchanged against the scan (a synced
-    /// folder), or the engine's copy (the app).
-    func contentSource(_ row: ItemRow, folderPaths: [String: String] = [:]) throws -> UploadSource {
-        guard let checksum = row.lChecksum, let size = row.lSize else { throw LocalChanged() }
+    /// folder), or the engine's copy (the app). `unhashed`: a synced folder's file not read yet
+    /// (``UploadSource/unhashed(url:size:unchanged:)``), checked unchanged again once it has been sent.
+    func contentSource(_ row: ItemRow, folderPaths: [String: String] = [:], unhashed: Bool = false) throws -> UploadSource {
+        guard let size = row.lSize, row.lChecksum != nil || (unhashed && disk != nil) else { throw LocalChanged() }
+        let checksum = row.lChecksum ?? ""
         if let disk {
             var relative: String?
             if let parent = row.lParent, let above = folderPaths[parent], let name = row.lName {
@@ -458,7 +460,9 @@ extension SyncEngine {
                 relative = try database.pool.read { db in try self.localPath(db, row.luid) }
             }
             guard let relative, disk.isStill(row, at: relative) else { throw LocalChanged() }
-            var source = UploadSource(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size, checksum: checksum)
+            let url = try disk.fileSystem.exportFile(disk.absolute(relative))
+            var source =
+                row.lChecksum == nil ? .unhashed(url: url, size: size) { disk.isStill(row, at: relative) } : UploadSource(url: url, size: size, checksum: checksum)
             source.modified = row.lMtime.map { Date(timeIntervalSince1970: Double($0) / 1e9) }
             return source
         }
@@ -493,27 +497,29 @@ extension SyncEngine {
             return
         }
         var row = row
+        var unhashed = false
         if row.lUnhashed, row.lChecksum == nil, row.fileId == nil, let disk {
             // A new file not read yet: sent as it is read, where the remote hashes while it takes it (not a retried
             // creation: its answer is told by the content's checksum); otherwise read now.
             if !row.createSent, let hashing = provider as? any HashesWhileSending, await hashing.takesUnhashed(size: row.lSize ?? 0) {
-                try await uploadUnhashed(row, disk, provider, progress: report)
-                return
+                unhashed = true
+            } else {
+                row = try await read([row], disk)[0]
+                guard row.lChecksum != nil else { throw LocalChanged() }
             }
-            let path = try await database.pool.read { db in try self.localPath(db, luid) }
-            let read = disk.readNow(row, at: path)
-            try await recordRead([(row, read)])
-            guard read.lChecksum != nil else { throw LocalChanged() }
-            row = read
         }
-        let source = try contentSource(row)
+        let source = try contentSource(row, unhashed: unhashed)
         report(0)
         if row.fileId == nil {
             let parent = try await remoteId(of: row.lParent)
             let request = try await sendingCreation(row)
             let made = try await provider.upload(
                 source, to: .new(parentId: parent, name: row.lName ?? "file", mimeType: row.lMime), requestId: request, progress: report)
-            try await recordCreated(luid, made, parent: row.lParent, checksum: source.checksum)
+            if source.isHashed {
+                try await recordCreated(luid, made, parent: row.lParent, checksum: source.checksum)
+            } else {
+                try await recordCreatedUnhashed(row, made)
+            }
             return
         }
         guard let fileId = row.fileId else { return }
@@ -539,23 +545,10 @@ extension SyncEngine {
         }
     }
 
-    /// Sends a new file that was never read (``ItemRow/lUnhashed``) as it is read: the remote hashes it as it takes it,
-    /// and the checksum it answers becomes the local tree's and the merge base's — unless the file changed
-    /// meanwhile (refused before it takes its name, or seen by a scan since: then the local tree keeps what the scan
-    /// found, and the change goes as a new version).
-    func uploadUnhashed(_ row: ItemRow, _ disk: DiskFolder, _ provider: any RemoteProvider, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        guard let size = row.lSize, let relative = try await database.pool.read({ db in try self.localPath(db, row.luid) }),
-            disk.isStill(row, at: relative)
-        else { throw LocalChanged() }
-        var source = UploadSource.unhashed(url: try disk.fileSystem.exportFile(disk.absolute(relative)), size: size) {
-            disk.isStill(row, at: relative)
-        }
-        source.modified = row.lMtime.map { Date(timeIntervalSince1970: Double($0) / 1e9) }
-        progress(0)
-        let parent = try await remoteId(of: row.lParent)
-        let request = try await sendingCreation(row)
-        let made = try await provider.upload(
-            source, to: .new(parentId: parent, name: row.lName ?? "file", mimeType: row.lMime), requestId: request, progress: progress)
+    /// Records the creation of a file sent unhashed (``ItemRow/lUnhashed``): the checksum the remote answered — of what
+    /// it took — becomes the local tree's and the merge base's, unless a scan saw the file again meanwhile (then the
+    /// local tree keeps what the scan found, and that change goes as a new version).
+    func recordCreatedUnhashed(_ row: ItemRow, _ made: RemoteItem) async throws {
         guard let checksum = made.checksum, !checksum.isEmpty else {
             throw SyncError.invalid("The remote took '\(row.lName ?? "")' without telling what it received.")
         }
@@ -567,6 +560,15 @@ extension SyncEngine {
             try self.recordRead(db, [pair])
             try self.recordCreated(db, row.luid, made, parent: row.lParent, checksum: checksum, asRead: nil)
         }
+    }
+
+    /// Reads unhashed files now (``DiskFolder/readNow(_:at:)``) and records what was learnt; the rows as read.
+    func read(_ rows: [ItemRow], _ disk: DiskFolder) async throws -> [ItemRow] {
+        let paths = try await database.pool.read { db in try rows.map { try self.localPath(db, $0.luid) } }
+        let read = zip(rows, paths).map { row, path in disk.readNow(row, at: path) }
+        try await database.pool.write { db in try self.recordRead(db, Array(zip(rows, read))) }
+        if read.contains(where: \.lChanging) { needsScan = true }
+        return read
     }
 
     /// What ``DiskFolder/readNow(_:at:)`` (or an upload) learnt of unhashed files, each `(as read, learnt)` — unless a
@@ -583,11 +585,6 @@ extension SyncEngine {
             changed.lChanging = updated.lChanging
             try changed.update(db, from: stored)
         }
-    }
-
-    func recordRead(_ pairs: [(ItemRow, ItemRow)]) async throws {
-        try await database.pool.write { db in try self.recordRead(db, pairs) }
-        if pairs.contains(where: { $0.1.lChanging }) { needsScan = true }
     }
 
     /// The request id of a new version with this content (the same while the content is the same: a resumable

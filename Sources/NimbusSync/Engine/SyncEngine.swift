@@ -534,12 +534,14 @@ public actor SyncEngine {
         let now = Date()
         for name in names where name.hasPrefix(plainPrefix) {
             let path = staging.appending(path: name).path
-            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-                now.timeIntervalSince(modified) > age
-            {
-                try? FileManager.default.removeItem(atPath: path)
-            }
+            if untouched(path, for: age, now: now) { try? FileManager.default.removeItem(atPath: path) }
         }
+    }
+
+    /// Whether the file at `path` was last modified more than `age` before `now` (false if it cannot be told).
+    static func untouched(_ path: String, for age: TimeInterval, now: Date) -> Bool {
+        guard let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date else { return false }
+        return now.timeIntervalSince(modified) > age
     }
 
     /// Removes what a process killed while it copied a file in left in `staging` (a big `nimbus put -`, any file put into
@@ -548,13 +550,9 @@ public actor SyncEngine {
     static func removeOrphans(in staging: URL, _ database: LocalDatabase, olderThan age: TimeInterval = 86_400) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: staging.path) else { return }
         let now = Date()
-        func untouched(_ path: String, for age: TimeInterval) -> Bool {
-            guard let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date else { return false }
-            return now.timeIntervalSince(modified) > age
-        }
         let old = names.map { (name: $0, path: staging.appending(path: $0).path) }.filter { entry in
-            entry.name.hasPrefix("download-") && entry.name.hasSuffix(".partial") ? untouched(entry.path, for: 7 * age)
-                : !entry.name.hasPrefix(plainPrefix) && untouched(entry.path, for: age)
+            entry.name.hasPrefix("download-") && entry.name.hasSuffix(".partial") ? untouched(entry.path, for: 7 * age, now: now)
+                : !entry.name.hasPrefix(plainPrefix) && untouched(entry.path, for: age, now: now)
         }
         // (By name: a home moved since keeps its rows' old paths; the names are unique.)
         guard !old.isEmpty,

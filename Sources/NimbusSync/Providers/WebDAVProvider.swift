@@ -501,9 +501,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
                 throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
             }
             let digest = body.digest
-            guard digest.size == source.size, digest.checksum == source.checksum || !source.isHashed, !body.grew,
-                source.isHashed || source.unchanged?() != false
-            else {
+            guard digest.size == source.size, digest.checksum == source.checksum || !source.isHashed, !body.grew, source.unchanged?() != false else {
                 _ = try? await send("DELETE", address(temporary))
                 throw ProviderError.checksumMismatch
             }
