@@ -492,6 +492,36 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test(
+        "WebDAV: small new files go in one conditional PUT each where the server honours If-None-Match (wsgidav, Nimbus; Nextcloud's layout without asking), the hidden name and MOVE where it does not (rclone); the probe leaves nothing",
+        arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus, .webdavNextcloud])
+    func smallCreates(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { provider in
+            let dav = try #require(provider as? WebDAVProvider)
+            let root = try await provider.root()
+            #expect(await dav.smallCreates() == (kind == .webdavRclone ? .moved : .conditional))
+            #expect(try await dav.allNames(in: root.id).isEmpty, "the probe's hidden file is gone")
+            // Someone else's file, written after any listing of ours; then a batch naming it among new ones.
+            let theirs = try await provider.upload(try source("theirs", kind), to: .new(parentId: root.id, name: "b.txt", mimeType: nil), requestId: "t") { _ in }
+            let files = try ["a.txt", "b.txt", "c.txt"].map { name in
+                BatchFile(source: try source("mine \(name)", kind), parentId: root.id, name: name, mimeType: nil, requestId: "s-\(name)")
+            }
+            let results = try await dav.uploadBatch(files)
+            #expect(results[1].failure == .nameTaken(existing: theirs.id))
+            for index in [0, 2] {
+                let item = try results[index].get()
+                #expect(item.checksum == files[index].source.checksum)
+                let back = kind.scratch.appending(path: "small-back-\(index)")
+                try await provider.download(item.id, revision: nil, to: back) { _ in }
+                #expect(try String(contentsOf: back, encoding: .utf8) == "mine \(files[index].name)")
+            }
+            let listed = try await provider.children(of: root.id)
+            #expect(try await dav.allNames(in: root.id) == ["a.txt", "b.txt", "c.txt"], "nothing hidden is left")
+            #expect(listed.first { $0.name == "b.txt" }?.revision == theirs.revision, "someone else's file is untouched")
+        }
+    }
+
     @Test("WebDAV: collection ETags are used only where they propagate; there a no-op sync lists nothing and a change deep down is found",
           arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus])
     func webdavTreeETags(kind: ProviderKind) async throws {

@@ -50,6 +50,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// (a server that hangs, a connection that died without a word): as rclone's `--timeout`, 5 minutes. The wait for
     /// the answer once everything is sent is not bounded by it (a server may take long to put a big file in place).
     let stallLimit: Duration
+    /// How small new files go (see `WebDAVProvider+Creates`), probed once.
+    let smallCreatesProbe = LockedBox<Task<SmallCreates, Never>?>(nil)
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
@@ -437,12 +439,17 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
             throw Self.failure(status, moved.headers, what: "placing \(ProviderPath.name(of: id))")
         }
+        return try await placed(id, parentId: parentId, size: source.size, putTag: putTag, checksum: checksum)
+    }
+
+    /// The file just put in place at `id`, its checksum remembered for its revision.
+    func placed(_ id: String, parentId: String, size: Int64, putTag: String?, checksum: String) async throws -> RemoteItem {
         var stored: RemoteItem
         if let putTag, !putTag.isEmpty, etagTrust.withLock({ $0.trusted }) {
             // Saves a PROPFIND per upload: the ETag the PUT answered is the file's (checked on the first uploads).
             let name = ProviderPath.name(of: id)
             stored = RemoteItem(
-                id: id, parentId: parentId, name: name, isFolder: false, size: source.size, revision: putTag,
+                id: id, parentId: parentId, name: name, isFolder: false, size: size, revision: putTag,
                 mimeType: MimeType.guess(forName: name), modifiedAt: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)))
         } else {
             stored = try await item(id)
