@@ -147,21 +147,32 @@ extension SyncEngine {
         }
         var level = mustList(root) ? [root.id] : []
         while !level.isEmpty {
-            var next: [String] = []
-            for start in stride(from: 0, to: level.count, by: 8) {
-                let batch = Array(level[start..<min(start + 8, level.count)])
-                let found = try await withThrowingTaskGroup(of: (Int, [RemoteItem]).self) { group in
-                    for (index, folder) in batch.enumerated() { group.addTask { (index, try await provider.children(of: folder)) } }
-                    return try await group.reduce(into: [(Int, [RemoteItem])]()) { $0.append($1) }.sorted { $0.0 < $1.0 }.flatMap(\.1)
+            // Eight at a time, the next one started as soon as one is done; kept in the level's order.
+            let folders = level
+            let found = try await withThrowingTaskGroup(of: (Int, [RemoteItem]).self) { group in
+                var listed = [[RemoteItem]](repeating: [], count: folders.count)
+                var next = 0
+                while next < min(8, folders.count) {
+                    let index = next
+                    group.addTask { (index, try await provider.children(of: folders[index])) }
+                    next += 1
                 }
-                listing.items += found.map { item in
-                    var item = item
-                    if item.isFolder { item.revision = nil }
-                    return item
+                while let (index, children) = try await group.next() {
+                    listed[index] = children
+                    if next < folders.count {
+                        let index = next
+                        group.addTask { (index, try await provider.children(of: folders[index])) }
+                        next += 1
+                    }
                 }
-                next += found.filter { $0.isFolder && mustList($0) }.map(\.id)
+                return listed.flatMap { $0 }
             }
-            level = next
+            listing.items += found.map { item in
+                var item = item
+                if item.isFolder { item.revision = nil }
+                return item
+            }
+            level = found.filter { $0.isFolder && mustList($0) }.map(\.id)
         }
         return listing
     }

@@ -217,6 +217,13 @@ public protocol HashesWhileSending: RemoteProvider {
     func takesUnhashed(size: Int64) async -> Bool
 }
 
+/// A provider without a change feed whose upload answers are what its next listing shows of those files (WebDAV once
+/// the `ETag` a `PUT` answers has proven to be the file's): the round that sent files does not list the remote again
+/// right after (see ``SyncEngine/syncOnce()``).
+public protocol AnswersAsListed: RemoteProvider {
+    var answersAsListed: Bool { get }
+}
+
 /// Where uploaded bytes go.
 public enum UploadTarget: Sendable, Equatable {
     /// A new file; fails with ``ProviderError/nameTaken(existing:)`` if the name is taken (unless `replacing`).

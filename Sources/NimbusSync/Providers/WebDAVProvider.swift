@@ -20,7 +20,7 @@ import NimbusS3
 /// an item's name. An interrupted upload starts over (its progress restarts from zero) — unless the server takes
 /// Nextcloud's chunked uploads (see `WebDAVProvider+Chunked`): then a big file goes in chunks and a restart sends only
 /// the chunks not there yet.
-public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWhileSending {
+public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWhileSending, AnswersAsListed {
     /// The remote's root folder, ending with `/`.
     public let url: URL
     let basePath: String
@@ -536,6 +536,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             if put == stored { agreed += 1 } else { differed = true }
         }
     }
+
+    public var answersAsListed: Bool { etagTrust.withLock { $0.trusted } }
 
     /// A streamed request (an upload's body).
     func send(
