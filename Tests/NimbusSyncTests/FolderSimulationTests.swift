@@ -547,7 +547,7 @@ final class LockedCounter: @unchecked Sendable {
 /// With `unhashed` (the WebDAV-like seeds: tree versions, or path ids without checksums) it ``HashesWhileSending``, as
 /// WebDAV does: new files go unhashed and are hashed here as they are taken (a third of the sizes it will not take so,
 /// and the engine reads them first) — so the scan leaves every new file unread.
-final class ListedProvider: RemoteProvider, HashesWhileSending, @unchecked Sendable {
+final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed, @unchecked Sendable {
     let inner: NimbusProvider
     let treeVersions: Bool
     let pathIds: Bool
@@ -563,6 +563,8 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, @unchecked Senda
     }
 
     var unhashedMinimum: Int64? { unhashed ? 1 : nil }
+    /// As WebDAV's with proven ETags: a round that sent files does not list again (the WebDAV-like seeds).
+    var answersAsListed: Bool { unhashed }
     func takesUnhashed(size: Int64) async -> Bool { unhashed && size % 3 != 0 }
 
     /// An unhashed source, hashed as WebDAV's upload does while it sends (the export is a snapshot: the bytes the
