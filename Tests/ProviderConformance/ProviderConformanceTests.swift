@@ -493,7 +493,7 @@ struct ProviderConformanceTests {
     }
 
     @Test(
-        "WebDAV: small new files go in one conditional PUT each where the server honours If-None-Match (wsgidav, Nimbus; Nextcloud's layout without asking), the hidden name and MOVE where it does not (rclone); the probe leaves nothing",
+        "WebDAV: small new files go in one conditional PUT each where the server honours If-None-Match (wsgidav, Nimbus; Nextcloud's layout without asking), the hidden name and MOVE where it does not (rclone); the probe leaves nothing; a name holding a cut-off beginning of the file is replaced",
         arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus, .webdavNextcloud])
     func smallCreates(kind: ProviderKind) async throws {
         guard ProviderKind.selected.contains(kind) else { return }
@@ -519,6 +519,22 @@ struct ProviderConformanceTests {
             let listed = try await provider.children(of: root.id)
             #expect(try await dav.allNames(in: root.id) == ["a.txt", "b.txt", "c.txt"], "nothing hidden is left")
             #expect(listed.first { $0.name == "b.txt" }?.revision == theirs.revision, "someone else's file is untouched")
+            guard kind != .webdavRclone else { return }
+            // A creation cut off (its client killed mid-PUT by a server that writes in place): the name holds the first
+            // bytes of it and no more — replaced. A shorter file that is not a beginning of it stays someone else's.
+            let cut = try await provider.upload(try source("mine d", kind), to: .new(parentId: root.id, name: "d.txt", mimeType: nil), requestId: "c") { _ in }
+            let other = try await provider.upload(try source("not e", kind), to: .new(parentId: root.id, name: "e.txt", mimeType: nil), requestId: "o") { _ in }
+            let retried = try await dav.uploadBatch(
+                try ["d.txt", "e.txt"].map { name in
+                    BatchFile(source: try source("mine \(name)", kind), parentId: root.id, name: name, mimeType: nil, requestId: "r-\(name)")
+                })
+            #expect((try? retried[0].get().id) == cut.id)
+            #expect(retried[1].failure == .nameTaken(existing: other.id))
+            let back = kind.scratch.appending(path: "small-cut")
+            try await provider.download(cut.id, revision: nil, to: back) { _ in }
+            #expect(try String(contentsOf: back, encoding: .utf8) == "mine d.txt")
+            try await provider.download(other.id, revision: nil, to: back.appendingPathExtension("e")) { _ in }
+            #expect(try String(contentsOf: back.appendingPathExtension("e"), encoding: .utf8) == "not e")
         }
     }
 

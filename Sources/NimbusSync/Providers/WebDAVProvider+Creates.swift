@@ -11,7 +11,8 @@ import NimbusAPI
 /// refuses to replace a file someone else made under that name meanwhile. A server that honours `If-None-Match: *` on
 /// `PUT` (Nextcloud, ownCloud, Apache `mod_dav`, wsgidav, Nimbus) gives the same guarantee in one request, so there a
 /// batch of small new files (``uploadBatch(_:)``, files up to 1 MiB) goes straight to their names, each one conditional
-/// `PUT`; `412` means the name is taken (by this very content after a lost answer: it is this file). Learnt once per
+/// `PUT`; `412` means the name is taken (by this very content after a lost answer: it is this file; by a strict beginning
+/// of it — this creation cut off on a server that writes in place, its client killed — replaced with `If-Match`). Learnt once per
 /// provider (``smallCreates()``): a server in Nextcloud's layout or answering ownCloud's `fileid` (Nextcloud, ownCloud,
 /// Nimbus) without asking; any other is asked with a hidden empty file, `PUT` twice with `If-None-Match: *` and then
 /// deleted. `rclone serve webdav` (Go's `x/net/webdav`) ignores the header: files go the usual way there. (Taking a
@@ -79,7 +80,18 @@ extension WebDAVProvider {
         let status = Int(put.status.code)
         if status == 412 {
             // Something holds the name: this very content (a retry after a lost answer) is this file.
-            if let existing = try? await item(id), !existing.isFolder, try await holds(existing, file.source.checksum) { return existing }
+            guard let existing = try? await item(id), !existing.isFolder else { throw ProviderError.nameTaken(existing: id) }
+            if try await holds(existing, file.source.checksum) { return existing }
+            if let revision = existing.revision, !revision.hasPrefix(Self.syntheticPrefix), try await isCutOff(existing, of: bytes) {
+                // The first bytes of these and no more: this creation cut off (its client killed mid-`PUT` by a server
+                // that writes in place, as wsgidav does). Replaced, if it is still that.
+                let replacing = Array(headers.dropLast()) + [("If-Match", "\"\(revision)\"")]
+                let (again, _) = try await send(
+                    "PUT", address(id), headers: replacing, stream: .bytes(ByteBuffer(data: bytes)), timeout: TimeAmount(stallLimit))
+                guard (200..<300).contains(Int(again.status.code)) else { throw ProviderError.nameTaken(existing: id) }
+                let tag = again.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
+                return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: tag, checksum: file.source.checksum)
+            }
             throw ProviderError.nameTaken(existing: id)
         }
         if status == 405, let existing = try? await item(id), existing.isFolder {
@@ -88,6 +100,16 @@ extension WebDAVProvider {
         guard (200..<300).contains(status) else { throw Self.failure(status, put.headers, what: "sending \(file.name)") }
         let tag = put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
         return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: tag, checksum: file.source.checksum)
+    }
+
+    /// Whether `existing` holds a strict beginning of `bytes` (fetched to compare only when it is shorter).
+    func isCutOff(_ existing: RemoteItem, of bytes: Data) async throws -> Bool {
+        guard existing.size < Int64(bytes.count) else { return false }
+        let scratch = FileManager.default.temporaryDirectory.appending(path: "nimbus-dav-cut-\(UUID.random().uuidString)")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        try await download(existing.id, revision: existing.revision, to: DownloadTarget(url: scratch)) { _ in }
+        let held = try Data(contentsOf: scratch)
+        return held.count < bytes.count && bytes.prefix(held.count) == held
     }
 
     /// Every name in a folder, hidden ones too, sorted (for tests: nothing of this provider's is left behind).

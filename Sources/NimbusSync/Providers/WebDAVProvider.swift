@@ -537,7 +537,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         }
     }
 
-    public var answersAsListed: Bool { etagTrust.withLock { $0.trusted } }
+    /// Not where collection ETags propagate: there the listing after sending records each folder's new ETag, so the
+    /// next round skips the unchanged subtrees (without it, the next no-op to Nimbus's `/dav/` listed every folder:
+    /// 0.88–0.99 s instead of 0.38–0.40).
+    public var answersAsListed: Bool { etagTrust.withLock { $0.trusted } && !propagatesETags.withLock { $0 } }
 
     /// A streamed request (an upload's body).
     func send(
