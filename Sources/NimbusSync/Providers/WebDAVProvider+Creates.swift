@@ -11,11 +11,11 @@ import NimbusAPI
 /// refuses to replace a file someone else made under that name meanwhile. A server that honours `If-None-Match: *` on
 /// `PUT` (Nextcloud, ownCloud, Apache `mod_dav`, wsgidav, Nimbus) gives the same guarantee in one request, so there a
 /// batch of small new files (``uploadBatch(_:)``, files up to 1 MiB) goes straight to their names, each one conditional
-/// `PUT`; `412` means the name is taken (by this very content after a lost answer: it is this file; by a strict beginning
-/// of it — this creation cut off on a server that writes in place, its client killed — replaced with `If-Match`). Learnt once per
-/// provider (``smallCreates()``): a server in Nextcloud's layout or answering ownCloud's `fileid` (Nextcloud, ownCloud,
-/// Nimbus) without asking; any other is asked with a hidden empty file, `PUT` twice with `If-None-Match: *` and then
-/// deleted. `rclone serve webdav` (Go's `x/net/webdav`) ignores the header: files go the usual way there. (Taking a
+/// `PUT`; `412` means the name is taken (by this very content after a lost answer: it is this file; by a strict
+/// beginning of it — this creation cut off on a server that writes in place, its client killed — replaced with
+/// `If-Match`). Learnt once per provider (``smallCreates()``): a server in Nextcloud's layout or answering ownCloud's
+/// `fileid` (Nextcloud, ownCloud, Nimbus) without asking; any other is asked with a hidden empty file, `PUT` twice with
+/// `If-None-Match: *` and then deleted. `rclone serve webdav` (Go's `x/net/webdav`) ignores the header: files go the usual way there. (Taking a
 /// WebDAV lock on the folder instead was tried: `x/net/webdav` takes one request at a time under a lock, and the
 /// `PUT`s, one at a time, came out 5 % ahead of the usual way — not worth a folder locked for 30 s after a crash.)
 /// Bigger files always go the usual way: a server that writes a `PUT` in place shows it under its name only while a
