@@ -273,6 +273,51 @@ struct CloudRemotesTests {
         #expect(status.stdout.contains("Not logged in to a Nimbus server; the folders below sync with their remotes."), "\(status.stdout)")
     }
 
+    @Test(
+        "WebDAV (wsgidav: small new files in one conditional PUT each): a sync of 400 small files killed with -9 half-way, run again, leaves every file whole there, no conflict copy here and nothing hidden behind"
+    )
+    func killedSmallFiles() async throws {
+        let server = CloudServer.webdavWsgidav
+        let bench = try Workbench()
+        let device = bench.device("A")
+        #expect(try device.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
+        let folder = try bench.folder("A")
+        let remote = "KilledSmall-\(UUID().uuidString.prefix(6))"
+        let count = 400
+        for index in 0..<count {
+            let sub = folder.appending(path: "d\(index % 4)")
+            try FileManager.default.createDirectory(at: sub, withIntermediateDirectories: true)
+            try Data(repeating: UInt8(truncatingIfNeeded: index), count: 3000 + index).write(to: sub.appending(path: "f\(index).bin"))
+            try settle(sub.appending(path: "f\(index).bin"))
+        }
+        let stored = try server.webdav.folder.appending(path: remote)
+        func there() -> [String] {
+            (FileManager.default.enumerator(atPath: stored.path)?.allObjects as? [String] ?? []).filter { $0.hasSuffix(".bin") || $0.contains(".nimbus-") }
+        }
+        let running = device.start(["sync", folder.path, "cloud:/\(remote)", "--once"])
+        let deadline = Date().addingTimeInterval(120)
+        while there().count < count / 4, running.process.isRunning, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        running.kill9()
+        let caught = there().count
+        let again = try device.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        for index in 0..<count {
+            let path = "d\(index % 4)/f\(index).bin"
+            #expect(
+                (try? Data(contentsOf: stored.appending(path: path))) == Data(repeating: UInt8(truncatingIfNeeded: index), count: 3000 + index),
+                "\(path) (killed with \(caught) files there)")
+        }
+        #expect(there().filter { $0.contains(".nimbus-") }.isEmpty, "nothing hidden: \(there())")
+        let here = (FileManager.default.enumerator(atPath: folder.path)?.allObjects as? [String] ?? []).filter { $0.hasSuffix(".bin") || $0.contains("onflict") }
+        #expect(here.count == count, "no conflict copy here: \(here.filter { $0.contains("onflict") })")
+        #expect(caught < count, "killed half-way (wsgidav takes a few hundred files a second)")
+        let third = try device.run(["sync", folder.path, "--once", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(third.stdout.utf8)) as? [String: Any] ?? [:]
+        for key in ["conflicts", "uploaded", "downloaded", "errors"] {
+            #expect((report[key] as? [Any])?.isEmpty == true, "a third run has nothing to do: \(key) in \(third.stdout)")
+        }
+    }
+
     @Test("WebDAV: a big new file saved again while it is sent (hashed as it goes, not read before) ends on the server as saved last; nothing hidden is left")
     func savedWhileSentUnhashed() async throws {
         let server = CloudServer.webdavRclone
