@@ -148,25 +148,7 @@ extension SyncEngine {
         var level = mustList(root) ? [root.id] : []
         while !level.isEmpty {
             // Eight at a time, the next one started as soon as one is done; kept in the level's order.
-            let folders = level
-            let found = try await withThrowingTaskGroup(of: (Int, [RemoteItem]).self) { group in
-                var listed = [[RemoteItem]](repeating: [], count: folders.count)
-                var next = 0
-                while next < min(8, folders.count) {
-                    let index = next
-                    group.addTask { (index, try await provider.children(of: folders[index])) }
-                    next += 1
-                }
-                while let (index, children) = try await group.next() {
-                    listed[index] = children
-                    if next < folders.count {
-                        let index = next
-                        group.addTask { (index, try await provider.children(of: folders[index])) }
-                        next += 1
-                    }
-                }
-                return listed.flatMap { $0 }
-            }
+            let found = try await inOrder(level, width: 8) { folder in try await provider.children(of: folder) }.flatMap { $0 }
             listing.items += found.map { item in
                 var item = item
                 if item.isFolder { item.revision = nil }

@@ -409,32 +409,40 @@ extension BatchUploadProvider {
     func uploadEach(
         _ files: [BatchFile], width: Int, send: @escaping @Sendable (BatchFile) async throws -> RemoteItem
     ) async throws -> [Result<RemoteItem, ProviderError>] {
-        try await withThrowingTaskGroup(of: (Int, Result<RemoteItem, ProviderError>).self) { group in
-            var results = [Result<RemoteItem, ProviderError>](repeating: .failure(.network("not sent")), count: files.count)
-            var next = 0
-            func start() {
-                let index = next
-                let file = files[index]
-                next += 1
-                group.addTask {
-                    do {
-                        return (index, .success(try await send(file)))
-                    } catch let error as ProviderError {
-                        return (index, .failure(error))
-                    } catch is CancellationError {
-                        throw CancellationError()
-                    } catch {
-                        return (index, .failure(.network("\(error)")))
-                    }
-                }
+        try await inOrder(files, width: width) { file -> Result<RemoteItem, ProviderError> in
+            do {
+                return .success(try await send(file))
+            } catch let error as ProviderError {
+                return .failure(error)
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                return .failure(.network("\(error)"))
             }
-            while next < min(max(1, width), files.count) { start() }
-            while let (index, result) = try await group.next() {
-                results[index] = result
-                if next < files.count { start() }
-            }
-            return results
         }
+    }
+}
+
+/// `body` of each of `items`, `width` at a time (the next started as soon as one is done), the answers in the items'
+/// order. The first error thrown ends it (the rest are cancelled).
+func inOrder<Item: Sendable, Answer: Sendable>(
+    _ items: [Item], width: Int, _ body: @escaping @Sendable (Item) async throws -> Answer
+) async throws -> [Answer] {
+    try await withThrowingTaskGroup(of: (Int, Answer).self) { group in
+        var answers = [Answer?](repeating: nil, count: items.count)
+        var next = 0
+        func start() {
+            let index = next
+            let item = items[index]
+            next += 1
+            group.addTask { (index, try await body(item)) }
+        }
+        while next < min(max(1, width), items.count) { start() }
+        while let (index, answer) = try await group.next() {
+            answers[index] = answer
+            if next < items.count { start() }
+        }
+        return answers.compactMap { $0 }
     }
 }
 

@@ -15,9 +15,10 @@ import NimbusAPI
 /// beginning of it — this creation cut off on a server that writes in place, its client killed — replaced with
 /// `If-Match`). Learnt once per provider (``smallCreates()``): a server in Nextcloud's layout or answering ownCloud's
 /// `fileid` (Nextcloud, ownCloud, Nimbus) without asking; any other is asked with a hidden empty file, `PUT` twice with
-/// `If-None-Match: *` and then deleted. `rclone serve webdav` (Go's `x/net/webdav`) ignores the header: files go the usual way there. (Taking a
-/// WebDAV lock on the folder instead was tried: `x/net/webdav` takes one request at a time under a lock, and the
-/// `PUT`s, one at a time, came out 5 % ahead of the usual way — not worth a folder locked for 30 s after a crash.)
+/// `If-None-Match: *` and then deleted. `rclone serve webdav` (Go's `x/net/webdav`) ignores the header: files go the
+/// usual way there. (Taking a WebDAV lock on the folder instead was tried: `x/net/webdav` takes one request at a time
+/// under a lock, and the `PUT`s, one at a time, came out 5 % ahead of the usual way — not worth a folder locked for 30 s
+/// after a crash.)
 /// Bigger files always go the usual way: a server that writes a `PUT` in place shows it under its name only while a
 /// small one arrives.
 extension WebDAVProvider {
@@ -81,7 +82,7 @@ extension WebDAVProvider {
         if status == 412 {
             // Something holds the name: this very content (a retry after a lost answer) is this file.
             guard let existing = try? await item(id), !existing.isFolder else { throw ProviderError.nameTaken(existing: id) }
-            if try await holds(existing, file.source.checksum) { return existing }
+            if try await holds(existing, file.source.checksum, size: file.source.size) { return existing }
             if let revision = existing.revision, !revision.hasPrefix(Self.syntheticPrefix), try await isCutOff(existing, of: bytes) {
                 // The first bytes of these and no more: this creation cut off (its client killed mid-`PUT` by a server
                 // that writes in place, as wsgidav does). Replaced, if it is still that.
@@ -89,8 +90,7 @@ extension WebDAVProvider {
                 let (again, _) = try await send(
                     "PUT", address(id), headers: replacing, stream: .bytes(ByteBuffer(data: bytes)), timeout: TimeAmount(stallLimit))
                 guard (200..<300).contains(Int(again.status.code)) else { throw ProviderError.nameTaken(existing: id) }
-                let tag = again.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
-                return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: tag, checksum: file.source.checksum)
+                return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: Self.strongTag(again.headers), checksum: file.source.checksum)
             }
             throw ProviderError.nameTaken(existing: id)
         }
@@ -98,8 +98,7 @@ extension WebDAVProvider {
             throw ProviderError.nameTaken(existing: id)  // a folder holds the name (a PUT on a collection is not allowed)
         }
         guard (200..<300).contains(status) else { throw Self.failure(status, put.headers, what: "sending \(file.name)") }
-        let tag = put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }
-        return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: tag, checksum: file.source.checksum)
+        return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: Self.strongTag(put.headers), checksum: file.source.checksum)
     }
 
     /// Whether `existing` holds a strict beginning of `bytes` (fetched to compare only when it is shorter).

@@ -398,7 +398,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             let current = try await item(id)
             if current.isFolder { throw ProviderError.notFound }
             if let base, current.revision != base {
-                if try await holds(current, source.checksum) { return current }  // already these bytes (a retry)
+                if try await holds(current, source.checksum, size: source.size) { return current }  // already these bytes (a retry)
                 throw ProviderError.versionConflict(current: current)
             }
         }
@@ -433,7 +433,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             _ = try? await send("DELETE", address(temporary))
             if status == 412, case .new = target {
                 // Something holds the name: this very content (a retry after a lost answer) is this file.
-                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, checksum) { return existing }
+                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, checksum, size: source.size) { return existing }
                 throw ProviderError.nameTaken(existing: id)
             }
             if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
@@ -517,7 +517,12 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         guard (200..<300).contains(Int(put.status.code)) else {
             throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
         }
-        return (put.headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : Self.unquoted($0) }, checksum)
+        return (Self.strongTag(put.headers), checksum)
+    }
+
+    /// The strong `ETag` an answer carries, unquoted (nil: none, or a weak one).
+    static func strongTag(_ headers: HTTPHeaders) -> String? {
+        headers.first(name: "ETag").flatMap { $0.hasPrefix("W/") ? nil : unquoted($0) }
     }
 
     /// Files up to this size are read whole and checked before they are sent.
@@ -552,9 +557,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         return (response, data)
     }
 
-    /// Whether a file there holds the bytes whose SHA-256 is `checksum` (known, or learned by reading it when its
+    /// Whether a file there holds the `size` bytes whose SHA-256 is `checksum` (known, or learned by reading it when its
     /// size matches).
-    func holds(_ existing: RemoteItem, _ checksum: String) async throws -> Bool {
+    func holds(_ existing: RemoteItem, _ checksum: String, size: Int64) async throws -> Bool {
+        guard existing.size == size else { return false }
         if let known = existing.checksum { return known == checksum }
         let scratch = FileManager.default.temporaryDirectory.appending(path: "nimbus-dav-check-\(UUID.random().uuidString)")
         defer { try? FileManager.default.removeItem(at: scratch) }
