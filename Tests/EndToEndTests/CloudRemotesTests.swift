@@ -239,16 +239,12 @@ struct CloudRemotesTests {
     func killedUpload() async throws {
         let server = CloudServer.webdavRclone
         let bench = try Workbench()
-        let device = bench.device("A")
-        #expect(try device.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
-        let folder = try bench.folder("A")
+        let (device, folder) = try bench.deviceWithCloud(server)
         let remote = "Killed-\(UUID().uuidString.prefix(6))"
         var bytes = [UInt8](repeating: 0, count: 96 * 1024 * 1024)
         for index in stride(from: 0, to: bytes.count, by: 4096) { bytes[index] = UInt8(truncatingIfNeeded: index >> 12) }
         let stored = try server.webdav.folder.appending(path: remote)
-        func hidden() -> [String] {
-            ((try? FileManager.default.contentsOfDirectory(atPath: stored.path)) ?? []).filter { $0.hasPrefix(".nimbus-partial-") }
-        }
+        func hidden() -> [String] { hiddenFiles(in: stored) }
         // Killed once its hidden file is on the server (a slow start: up to 60 s). On a loaded machine the poll can
         // miss the whole upload (it ends, and the sync with it, between two looks): then again, with another file.
         var name = ""
@@ -279,9 +275,7 @@ struct CloudRemotesTests {
     func killedSmallFiles() async throws {
         let server = CloudServer.webdavWsgidav
         let bench = try Workbench()
-        let device = bench.device("A")
-        #expect(try device.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
-        let folder = try bench.folder("A")
+        let (device, folder) = try bench.deviceWithCloud(server)
         let remote = "KilledSmall-\(UUID().uuidString.prefix(6))"
         let count = 400
         for index in 0..<count {
@@ -322,14 +316,10 @@ struct CloudRemotesTests {
     func savedWhileSentUnhashed() async throws {
         let server = CloudServer.webdavRclone
         let bench = try Workbench()
-        let device = bench.device("A")
-        #expect(try device.run(server.addArguments("cloud"), stdin: server.stdin()).status == 0)
-        let folder = try bench.folder("A")
+        let (device, folder) = try bench.deviceWithCloud(server)
         let remote = "Saved-\(UUID().uuidString.prefix(6))"
         let stored = try server.webdav.folder.appending(path: remote)
-        func hidden() -> [String] {
-            ((try? FileManager.default.contentsOfDirectory(atPath: stored.path)) ?? []).filter { $0.hasPrefix(".nimbus-partial-") }
-        }
+        func hidden() -> [String] { hiddenFiles(in: stored) }
         let file = folder.appending(path: "video.bin")
         var bytes = [UInt8](repeating: 7, count: 64 * 1024 * 1024)
         try Data(bytes).write(to: file)
@@ -707,6 +697,14 @@ final class Workbench: @unchecked Sendable {
         return CLIDevice(home: root.appending(path: "home-\(name)"), workingDirectory: work)
     }
 
+    /// Device A with the remote `cloud` on `server`, and its folder A (the set-up of a test syncing one folder there).
+    func deviceWithCloud(_ server: CloudServer) throws -> (device: CLIDevice, folder: URL) {
+        let device = self.device("A")
+        let added = try device.run(server.addArguments("cloud"), stdin: server.stdin())
+        #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        return (device, try folder("A"))
+    }
+
     func folder(_ name: String) throws -> URL {
         let url = root.appending(path: name)
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
@@ -771,4 +769,9 @@ final class Memory: ProviderStateStore, @unchecked Sendable {
     private var values: [String: String] = [:]
     func value(for key: String) throws -> String? { lock.withLock { values[key] } }
     func setValue(_ value: String?, for key: String) throws { lock.withLock { values[key] = value } }
+}
+
+/// The upload's hidden files (`.nimbus-partial-…`) in a folder a WebDAV server serves.
+func hiddenFiles(in folder: URL) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { $0.hasPrefix(".nimbus-partial-") }
 }
