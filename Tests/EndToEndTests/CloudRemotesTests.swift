@@ -522,6 +522,18 @@ struct CloudRemotesTests {
         let (hung, result) = await running.finish(within: .seconds(90))
         #expect(!hung, "nimbus sync --once still running 90 s after its server went away")
         #expect(result.status != 0 && result.stderr.contains("could not be reached"), "\(result.stderr)")
+        // A remote added while its server is away: said so, nothing kept (not "will retry": nothing would).
+        let unreachable =
+            kind == "s3"
+            ? try device.run(
+                ["remote", "add", "later", "s3", "--endpoint", "http://127.0.0.1:\(port)", "--bucket", "bkt", "--keys-stdin"],
+                stdin: "nimbus-access\nnimbus-secret")
+            : try device.run(
+                ["remote", "add", "later", "webdav", "--url", "http://127.0.0.1:\(port)/share/", "--user", "dav", "--password-stdin"], stdin: "pw")
+        #expect(
+            unreachable.status != 0 && unreachable.stderr.contains("could not be reached") && unreachable.stderr.contains("nothing was added")
+                && !unreachable.stderr.contains("will retry"), "\(unreachable.stderr)")
+        #expect(try !device.run(["remote", "list"]).stdout.contains("later"))
 
         // What is left to send is counted while the server is away (the round looked at the folder).
         let waiting = try device.run(["status"]).stdout

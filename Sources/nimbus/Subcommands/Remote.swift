@@ -123,8 +123,12 @@ struct RemoteCommand: AsyncParsableCommand {
                 _ = try await provider.root()
             } catch let error as ProviderError {
                 if secret != nil { home.removeSecret(for: name) }
-                if case .unauthorized(let detail) = error { throw CLIError("Could not use \(name) (\(remote.location)): \(detail); nothing was added.") }
-                throw CLIError("Could not use \(name) (\(remote.location)): \(error.description)")
+                switch error {
+                case .unauthorized(let detail): throw CLIError("Could not use \(name) (\(remote.location)): \(detail); nothing was added.")
+                // (Not "will retry", as a sync says: nothing here tries again.)
+                case .network(let detail): throw CLIError("Could not use \(name) (\(remote.location)): it could not be reached (\(detail)); nothing was added.")
+                default: throw CLIError("Could not use \(name) (\(remote.location)): \(error.description) Nothing was added.")
+                }
             } catch {
                 if secret != nil { home.removeSecret(for: name) }
                 throw error
