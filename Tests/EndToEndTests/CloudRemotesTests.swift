@@ -233,6 +233,17 @@ struct CloudRemotesTests {
         #expect(try await names(onS3).contains("after.txt"))
         let paused = try a.run(["status"])
         #expect(paused.stdout.contains("paused"), "\(paused.stdout)")
+
+        // The folder made again there, empty (as the pause says to): linked anew — nothing here is taken as deleted
+        // there (this small tree's files were all deleted here), everything is sent again.
+        _ = try await top.createFolder(named: folder, in: "/", requestId: "again")
+        let back = try a.run(["sync", local.path, "--once"])
+        #expect(back.status == 0 && !back.stdout.contains("✗"), "\(back.stdout)\(back.stderr)")
+        let everything: Set<String> = ["first.txt", "from-dav.txt", "here.txt", "later.txt", "after.txt"]
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: local.path)).isSuperset(of: everything))
+        #expect(try await names(onDAV).isSuperset(of: everything))
+        let after = try a.run(["sync", local.path, "--once"])
+        #expect(after.status == 0 && after.stdout.contains("0 changes"), "in sync after it: \(after.stdout)\(after.stderr)")
     }
 
     @Test("WebDAV: a sync killed with -9 while it sends a big file, run again, leaves the file whole and nothing hidden behind")

@@ -56,13 +56,57 @@ extension SyncEngine {
         throw ProviderError.invalid(code: "remote_root_missing", message: "The remote folder this syncs with was deleted there (or moved to its trash).")
     }
 
-    /// The remote's root folder, or `remote_root_missing` when it is not there.
+    /// The remote's root folder, or `remote_root_missing` when it is not there. A root seen missing and then there
+    /// again is linked anew (``relinkAfterRootReturned(_:)``) before anything of it is taken in.
     func currentRoot(_ provider: any RemoteProvider) async throws -> RemoteItem {
+        let root: RemoteItem
         do {
-            return try await provider.root()
-        } catch ProviderError.notFound {
-            throw ProviderError.invalid(code: "remote_root_missing", message: "The remote folder this syncs with is not there (deleted, or moved).")
+            root = try await provider.root()
+        } catch let error as ProviderError {
+            let missing: ProviderError
+            switch error {
+            case .notFound:
+                missing = .invalid(code: "remote_root_missing", message: "The remote folder this syncs with is not there (deleted, or moved).")
+            case .invalid(let code, _) where code == "remote_root_missing": missing = error
+            default: throw error
+            }
+            try await database.pool.write { db in try db.setMeta(Self.rootMissingKey, "1") }
+            throw missing
         }
+        if try await database.pool.read({ db in try db.meta(Self.rootMissingKey) }) != nil {
+            try await database.pool.write { db in
+                try self.relinkAfterRootReturned(db)
+                try db.setMeta(Self.rootMissingKey, nil)
+            }
+        }
+        return root
+    }
+
+    /// Set while the remote's root folder was found missing (the round paused), until it is there again.
+    static let rootMissingKey = "remote_root_missing"
+
+    /// The remote's root folder is there again after it was found missing: deleted from a web UI and made again
+    /// (what the pause asks the user to do), a disk mounted again. What it holds now is not what the synced tree says
+    /// it held, so nothing of that tree is taken as "deleted there" — a folder made again empty would otherwise delete
+    /// here every file a mass-deletion guard lets through (all of them, in a small tree). The pair is linked as a new
+    /// one (`switchAccount`'s way, the account kept): the same name and content there → linked, no transfer;
+    /// different → both kept; only here → sent; only there → brought here.
+    nonisolated func relinkAfterRootReturned(_ db: Database) throws {
+        try db.setMeta("cursor", nil)
+        try db.execute(sql: "DELETE FROM failures")
+        try db.execute(sql: "DELETE FROM listed_folders")
+        // Not here (deleted here meanwhile, or never brought here): what is there of them comes back as new.
+        try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
+        try db.execute(
+            sql: """
+                UPDATE items SET file_id = NULL, r_present = 0, r_parent = NULL, r_name = NULL, r_revision = NULL, r_checksum = NULL,
+                s_present = 0, s_parent = NULL, s_name = NULL, s_checksum = NULL, s_revision = NULL, flag = NULL, create_sent = 0,
+                upload_request = NULL, source_revision = NULL, create_request = lower(hex(randomblob(16)))
+                WHERE luid != 'root'
+                """)
+        // In a library (no folder on disk) a file whose content is not here cannot be sent: it goes, and comes back
+        // from the listing if it is there.
+        if disk == nil { try db.execute(sql: "DELETE FROM items WHERE is_folder = 0 AND content_path IS NULL AND luid != 'root'") }
     }
 
     /// Makes sure the root LUID is the remote's root folder.
