@@ -504,13 +504,15 @@ struct CloudRemotesTests {
         var (server, port) = try Self.serve(rclone, port: nil, arguments)
         func serve() throws -> Spawned { try Self.serve(rclone, port: port, arguments).server }
         defer { server.signal(SIGKILL) }
-        let added =
+        func add(_ name: String) throws -> CLIDevice.Result {
             kind == "s3"
-            ? try device.run(
-                ["remote", "add", "cloud", "s3", "--endpoint", "http://127.0.0.1:\(port)", "--bucket", "bkt", "--keys-stdin"],
-                stdin: "nimbus-access\nnimbus-secret")
-            : try device.run(
-                ["remote", "add", "cloud", "webdav", "--url", "http://127.0.0.1:\(port)/share/", "--user", "dav", "--password-stdin"], stdin: "pw")
+                ? try device.run(
+                    ["remote", "add", name, "s3", "--endpoint", "http://127.0.0.1:\(port)", "--bucket", "bkt", "--keys-stdin"],
+                    stdin: "nimbus-access\nnimbus-secret")
+                : try device.run(
+                    ["remote", "add", name, "webdav", "--url", "http://127.0.0.1:\(port)/share/", "--user", "dav", "--password-stdin"], stdin: "pw")
+        }
+        let added = try add("cloud")
         #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
         let folder = try bench.folder("A")
         for index in 0..<600 { try write("file \(index)", to: folder.appending(path: "d\(index % 6)/f\(index).txt")) }
@@ -534,13 +536,7 @@ struct CloudRemotesTests {
         #expect(!hung, "nimbus sync --once still running 90 s after its server went away")
         #expect(result.status != 0 && result.stderr.contains("could not be reached"), "\(result.stderr)")
         // A remote added while its server is away: said so, nothing kept (not "will retry": nothing would).
-        let unreachable =
-            kind == "s3"
-            ? try device.run(
-                ["remote", "add", "later", "s3", "--endpoint", "http://127.0.0.1:\(port)", "--bucket", "bkt", "--keys-stdin"],
-                stdin: "nimbus-access\nnimbus-secret")
-            : try device.run(
-                ["remote", "add", "later", "webdav", "--url", "http://127.0.0.1:\(port)/share/", "--user", "dav", "--password-stdin"], stdin: "pw")
+        let unreachable = try add("later")
         #expect(
             unreachable.status != 0 && unreachable.stderr.contains("could not be reached") && unreachable.stderr.contains("nothing was added")
                 && !unreachable.stderr.contains("will retry"), "\(unreachable.stderr)")

@@ -92,10 +92,17 @@ extension SyncEngine {
     /// one (`switchAccount`'s way, the account kept): the same name and content there → linked, no transfer;
     /// different → both kept; only here → sent; only there → brought here.
     nonisolated func relinkAfterRootReturned(_ db: Database) throws {
+        try db.execute(sql: "DELETE FROM listed_folders")
+        // (In a library, no folder on disk, a file whose content is not here comes back from the listing if it is there.)
+        try Self.forgetRemoteAndSynced(db, droppingContentless: disk == nil)
+    }
+
+    /// Forgets the remote and synced trees, keeping what is here: every item here is then new to the remote (linked
+    /// where the same name and content is there). Items not here go (what is there of them comes back as new), and,
+    /// `droppingContentless`, files whose content is not here (they cannot be sent).
+    nonisolated static func forgetRemoteAndSynced(_ db: Database, droppingContentless: Bool) throws {
         try db.setMeta("cursor", nil)
         try db.execute(sql: "DELETE FROM failures")
-        try db.execute(sql: "DELETE FROM listed_folders")
-        // Not here (deleted here meanwhile, or never brought here): what is there of them comes back as new.
         try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
         try db.execute(
             sql: """
@@ -104,9 +111,7 @@ extension SyncEngine {
                 upload_request = NULL, source_revision = NULL, create_request = lower(hex(randomblob(16)))
                 WHERE luid != 'root'
                 """)
-        // In a library (no folder on disk) a file whose content is not here cannot be sent: it goes, and comes back
-        // from the listing if it is there.
-        if disk == nil { try db.execute(sql: "DELETE FROM items WHERE is_folder = 0 AND content_path IS NULL AND luid != 'root'") }
+        if droppingContentless { try db.execute(sql: "DELETE FROM items WHERE is_folder = 0 AND content_path IS NULL AND luid != 'root'") }
     }
 
     /// Makes sure the root LUID is the remote's root folder.
@@ -370,20 +375,10 @@ extension SyncEngine {
     func switchAccount(to key: String) async throws {
         try await database.pool.write { db in
             try db.setMeta("account", key)
-            try db.setMeta("cursor", nil)
             try db.execute(sql: "DELETE FROM provider_state")
             try db.execute(sql: "DELETE FROM block_index")
-            try db.execute(sql: "DELETE FROM failures")
-            try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
-            try db.execute(
-                sql: """
-                    UPDATE items SET file_id = NULL, r_present = 0, r_parent = NULL, r_name = NULL, r_revision = NULL, r_checksum = NULL,
-                    s_present = 0, s_parent = NULL, s_name = NULL, s_checksum = NULL, s_revision = NULL, flag = NULL, create_sent = 0,
-                    upload_request = NULL, source_revision = NULL, create_request = lower(hex(randomblob(16)))
-                    WHERE luid != 'root'
-                    """)
             // Files whose content is not here cannot be sent: they go (the old account keeps them).
-            try db.execute(sql: "DELETE FROM items WHERE is_folder = 0 AND content_path IS NULL AND luid != 'root'")
+            try Self.forgetRemoteAndSynced(db, droppingContentless: true)
             try db.execute(
                 sql: "UPDATE items SET file_id = NULL, r_present = 0, s_present = 0, s_name = NULL, s_parent = NULL WHERE luid = 'root'")
         }
