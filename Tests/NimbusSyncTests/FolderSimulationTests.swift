@@ -55,6 +55,47 @@ struct FolderSimulationTests {
         }
     }
 
+    @Test("the remote's folder deleted there (a web UI) pauses the pair; made again empty, the pair is linked anew: nothing here is deleted, everything is sent again")
+    func remoteRootMadeAgain() async throws {
+        try await SyncWorld.run { world in
+            // Seed ≡ 6 mod 16: ids are paths and no checksums are shown (as WebDAV).
+            var simulation = FolderSimulation(seed: 4_000_006, world: world)
+            try await simulation.setUp()
+            let (a, b) = (simulation.devices[0], simulation.devices[1])
+            for device in simulation.devices { device.faults.randomFaults(rate: 0, seed: 0) }
+            func round(_ device: FolderDevice) async throws -> FolderSyncReport {
+                device.clock.advance(by: 60)
+                return try await device.folder.syncOnce()
+            }
+            a.disk.makeFolderDirectly(a.root + "/docs")
+            a.disk.write(a.root + "/docs/plan.txt", Data("the plan".utf8))
+            a.disk.write(a.root + "/top.txt", Data("top".utf8))
+            _ = try await round(a)
+            _ = try await round(b)
+            #expect(b.disk.files(under: b.root).keys.sorted() == ["docs/plan.txt", "top.txt"])
+
+            // Deleted there, from a web UI: the remote's folder is gone (and with it everything in it).
+            let web = NimbusProvider(client: a.client, state: NimbusProvider.NoState())
+            for child in try await web.children(of: try await web.root().id) { try await web.delete(child.id) }
+            simulation.rootGate.gone.withLockedValue { $0 = true }
+            await #expect(throws: SyncError.self) { _ = try await round(a) }
+            #expect(a.disk.files(under: a.root).keys.sorted() == ["docs/plan.txt", "top.txt"], "paused, nothing deleted here")
+
+            // Made again, empty (as the pause asks); a file saved meanwhile.
+            simulation.rootGate.gone.withLockedValue { $0 = false }
+            a.disk.write(a.root + "/new.txt", Data("new".utf8))
+            let back = try await round(a)
+            #expect(back.deletedHere.isEmpty && back.deletedThere.isEmpty, "\(back)")
+            #expect(a.disk.files(under: a.root).keys.sorted() == ["docs/plan.txt", "new.txt", "top.txt"])
+            #expect(Set(back.uploaded) == ["docs/plan.txt", "new.txt", "top.txt"], "\(back.uploaded)")
+            #expect(try await round(a).changed == 0, "in sync after it")
+            // The other device never saw it gone: what is there is what it has, plus the new file.
+            _ = try await round(b)
+            #expect(b.disk.files(under: b.root).keys.sorted() == ["docs/plan.txt", "new.txt", "top.txt"])
+            #expect(b.disk.files(under: b.root)["docs/plan.txt"] == Data("the plan".utf8))
+        }
+    }
+
     @Test("users editing folders on three devices, mid-round edits, faults and crashes: converge, nothing written is lost, no duplicates")
     func simulate() async throws {
         try await SyncWorld.run { world in
@@ -88,6 +129,8 @@ struct FolderSimulation {
     let ledger = ContentLedger()
     /// The user's change-feed position before anything happened: the final check reads the whole feed from it.
     var firstCursor = ""
+    /// While `gone`, the listed remotes' root is not there (`remote_root_missing`: deleted from a web UI).
+    let rootGate = RootGate()
 
     init(seed: UInt64, world: SyncWorld) {
         self.seed = seed
@@ -159,8 +202,10 @@ struct FolderSimulation {
             // Ids are paths (WebDAV, S3, local folders): a move there renames everything beneath; checksums shown on
             // half of them (S3 and local folders keep them, WebDAV does not).
             let checksums = seed % 16 == 14
+            let gate = rootGate
             configuration.provider = { state in
-                ListedProvider(inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums)
+                ListedProvider(
+                    inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums, rootGate: gate)
             }
         } else if seed % 8 == 5 {
             // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
@@ -554,12 +599,18 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
     let checksums: Bool
     let unhashed: Bool
 
-    init(inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false, unhashed: Bool = false) {
+    let rootGate: RootGate?
+
+    init(
+        inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false, unhashed: Bool = false,
+        rootGate: RootGate? = nil
+    ) {
         self.inner = inner
         self.treeVersions = treeVersions
         self.pathIds = pathIds
         self.checksums = checksums
         self.unhashed = unhashed
+        self.rootGate = rootGate
     }
 
     var unhashedMinimum: Int64? { unhashed ? 1 : nil }
@@ -652,7 +703,12 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
         }
     }
 
-    func root() async throws -> RemoteItem { try await shown(try await inner.root(), path: pathIds ? ProviderPath.root : nil) }
+    func root() async throws -> RemoteItem {
+        if rootGate?.gone.withLockedValue({ $0 }) == true {
+            throw ProviderError.invalid(code: "remote_root_missing", message: "The folder is not there (deleted, or never made).")
+        }
+        return try await shown(try await inner.root(), path: pathIds ? ProviderPath.root : nil)
+    }
     func item(_ id: String) async throws -> RemoteItem { try await shown(try await inner.item(try await innerId(id)), path: pathIds ? id : nil) }
     func children(of folderId: String) async throws -> [RemoteItem] {
         var listed: [RemoteItem] = []
@@ -703,4 +759,9 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
         }
     }
     func delete(_ id: String) async throws { try await inner.delete(try await innerId(id)) }
+}
+
+/// Whether a listed remote's root folder is there (a test deletes it "from a web UI" and makes it again).
+final class RootGate: Sendable {
+    let gone = NIOLockedValueBox(false)
 }
