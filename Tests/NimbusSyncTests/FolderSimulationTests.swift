@@ -319,6 +319,18 @@ struct FolderSimulation {
             let unreadable = !device.disk.unreadableFolders.contains(folder)
             device.disk.setUnreadable(folder, unreadable)
             log.append("D\(index) chmod \(unreadable ? "000" : "755") \(folder.dropFirst(device.root.count + 1))")
+        case 84..<86 where seed % 8 == 6:
+            // The remote's folder deleted from a web UI (everything in it trashed, the root not there), or made
+            // again, empty: the pairs pause meanwhile, and are linked anew after it — nothing here taken as deleted.
+            let gone = rootGate.gone.withLockedValue { $0 }
+            if !gone {
+                let web = NimbusProvider(client: device.client, state: NimbusProvider.NoState())
+                // (Through the device's faulty connection: some deletions may not happen, as with a flaky web UI.)
+                let children = (try? await web.children(of: try await web.root().id)) ?? []
+                for child in children { try? await web.delete(child.id) }
+            }
+            rootGate.gone.withLockedValue { $0 = !gone }
+            log.append(gone ? "web: remote folder made again" : "web: remote folder deleted")
         default:
             device.clock.advance(by: Double(random.below(4)) * 0.5)
         }
@@ -392,6 +404,7 @@ struct FolderSimulation {
 
     /// No more faults or users: rounds on every device until all are idle.
     mutating func quiesce() async throws {
+        rootGate.gone.withLockedValue { $0 = false }
         for device in devices {
             device.faults.randomFaults(rate: 0, seed: 0)
             for folder in device.disk.unreadableFolders { device.disk.setUnreadable(folder, false) }
