@@ -628,6 +628,40 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("the remote's folder deleted and made again between two rounds, where the provider tells folders apart (WebDAV oc:fileid, a local folder's inode): linked anew, nothing here deleted, everything sent again",
+          arguments: [ProviderKind.localFolder, .webdavNimbus])
+    func rootMadeAgainBetweenRounds(kind: ProviderKind) async throws {
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { top in
+            // The pair's root: a folder of the provider's (the WebDAV user's root cannot be deleted).
+            let pairRoot = try await top.createFolder(named: "pair", in: try await top.root().id, requestId: "pair")
+            let provider: any RemoteProvider
+            if let dav = top as? WebDAVProvider {
+                provider = dav.below("pair", state: MemoryStateStore())
+            } else {
+                let local = try #require(top as? LocalFolderProvider)
+                provider = LocalFolderProvider(root: local.root.appending(path: "pair"), state: MemoryStateStore())
+            }
+            let (folder, local) = try kind.folderSync(over: provider, device: "made-again")
+            try FileManager.default.createDirectory(at: local.appending(path: "docs"), withIntermediateDirectories: true)
+            try Data("the plan".utf8).write(to: local.appending(path: "docs/plan.txt"))
+            try Data("top".utf8).write(to: local.appending(path: "top.txt"))
+            #expect(try await folder.syncOnce().uploaded.sorted() == ["docs/plan.txt", "top.txt"])
+            #expect(try await folder.syncOnce().changed == 0)
+
+            // Deleted there and made again, empty, before the next round looks.
+            try await top.delete(pairRoot.id)
+            _ = try await top.createFolder(named: "pair", in: try await top.root().id, requestId: "pair again")
+            let report = try await folder.syncOnce()
+            #expect(report.deletedThere.isEmpty && report.deletedHere.isEmpty, "\(report)")
+            #expect(ProviderKind.text(local, "docs/plan.txt") == "the plan" && ProviderKind.text(local, "top.txt") == "top", "nothing here deleted")
+            #expect(Set(report.uploaded) == ["docs/plan.txt", "top.txt"], "sent again: \(report)")
+            let there = try await provider.children(of: try await provider.root().id)
+            #expect(Set(there.map(\.name)) == ["docs", "top.txt"])
+            #expect(try await folder.syncOnce().changed == 0, "in sync after it")
+        }
+    }
+
     @Test("a folder renamed here is one move there: what is in it is neither reported deleted there nor fetched again, and its next edit is a new version",
           arguments: ProviderKind.selected)
     func folderRenamedHere(kind: ProviderKind) async throws {

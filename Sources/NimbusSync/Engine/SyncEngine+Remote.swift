@@ -57,7 +57,8 @@ extension SyncEngine {
     }
 
     /// The remote's root folder, or `remote_root_missing` when it is not there. A root seen missing and then there
-    /// again is linked anew (``relinkAfterRootReturned(_:)``) before anything of it is taken in.
+    /// again, or another folder at its place (``IdentifiesRoot``), is linked anew (``relinkAfterRootReturned(_:)``)
+    /// before anything of it is taken in.
     func currentRoot(_ provider: any RemoteProvider) async throws -> RemoteItem {
         let root: RemoteItem
         do {
@@ -73,10 +74,15 @@ extension SyncEngine {
             try await database.pool.write { db in try db.setMeta(Self.rootMissingKey, "1") }
             throw missing
         }
-        if try await database.pool.read({ db in try db.meta(Self.rootMissingKey) }) != nil {
+        // Made again at the same place, where the provider can tell (seen missing or not): linked anew as well.
+        let identity = (provider as? any IdentifiesRoot)?.rootIdentity
+        let (missing, known) = try await database.pool.read { db in (try db.meta(Self.rootMissingKey), try db.meta(Self.rootIdentityKey)) }
+        let replaced = identity != nil && known != nil && identity != known
+        if missing != nil || replaced || (identity != nil && known == nil) {
             try await database.pool.write { db in
-                try self.relinkAfterRootReturned(db)
+                if missing != nil || replaced { try self.relinkAfterRootReturned(db) }
                 try db.setMeta(Self.rootMissingKey, nil)
+                if let identity { try db.setMeta(Self.rootIdentityKey, identity) }
             }
         }
         return root
@@ -84,6 +90,8 @@ extension SyncEngine {
 
     /// Set while the remote's root folder was found missing (the round paused), until it is there again.
     static let rootMissingKey = "remote_root_missing"
+    /// The root's ``IdentifiesRoot/rootIdentity`` as last seen.
+    static let rootIdentityKey = "remote_root_identity"
 
     /// The remote's root folder is there again after it was found missing: deleted from a web UI and made again
     /// (what the pause asks the user to do), a disk mounted again. What it holds now is not what the synced tree says

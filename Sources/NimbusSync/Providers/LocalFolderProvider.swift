@@ -18,6 +18,8 @@ import NimbusAPI
 public final class LocalFolderProvider: RemoteProvider {
     public let root: URL
     let state: any ProviderStateStore
+    /// The root folder's inode as ``root()`` last saw it (a folder made again at the path has another).
+    let rootInode = LockedBox<UInt64?>(nil)
     static let trashName = ".nimbus-trash"
     static let partialPrefix = PartialUploads.prefix
 
@@ -40,6 +42,7 @@ public final class LocalFolderProvider: RemoteProvider {
         guard let info = Self.lstat(root.path), info.st_mode & S_IFMT == S_IFDIR else {
             throw ProviderError.invalid(code: "remote_root_missing", message: "\(root.path) is not a folder (is the disk mounted?).")
         }
+        rootInode.withLock { $0 = UInt64(info.st_ino) }
         return RemoteItem(id: Self.rootId, parentId: nil, name: "", isFolder: true, modifiedAt: Self.modified(info))
     }
 
@@ -280,4 +283,9 @@ public final class LocalFolderProvider: RemoteProvider {
         if code == ENOENT { return .notFound }
         return .server(status: 0, code: "errno_\(code)", message: "Could not \(what): \(String(cString: strerror(code))).")
     }
+}
+
+extension LocalFolderProvider: IdentifiesRoot {
+    /// Its inode (not the device: a network share mounted again may get another device number).
+    public var rootIdentity: String? { rootInode.withLock { $0 }.map { "inode \($0)" } }
 }

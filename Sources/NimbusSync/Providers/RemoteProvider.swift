@@ -384,6 +384,14 @@ public protocol QuotaProvider: RemoteProvider {
     func quota() async throws -> (used: Int64, limit: Int64?)
 }
 
+/// A provider that tells its root folder from another made at the same place later (WebDAV's `oc:fileid`, a local
+/// folder's inode): ``rootIdentity`` is known once ``RemoteProvider/root()`` has answered (nil: it cannot tell). When
+/// it changes, the engine links the pair anew, as when the root comes back after it was missing: a folder deleted and
+/// made again between two rounds is not taken for "everything in it deleted there".
+public protocol IdentifiesRoot: RemoteProvider {
+    var rootIdentity: String? { get }
+}
+
 /// Many small new files in one request (``ProviderCapabilities/batchUpload``).
 public protocol BatchUploadProvider: RemoteProvider {
     /// The largest file, number of files and total bytes one batch takes.

@@ -39,6 +39,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// Whether collection ETags propagate here (learnt from the root's `PROPFIND`: the server answers ownCloud's
     /// `fileid`, as Nextcloud, ownCloud and Nimbus do, whose collection ETags change with anything beneath them).
     let propagatesETags = LockedBox(false)
+    /// The root's `oc:fileid` as ``root()`` last saw it (servers that give one: Nextcloud, ownCloud, Nimbus).
+    let rootFileId = LockedBox<String?>(nil)
 
     /// Nextcloud's uploads folder (`…/dav/uploads/USER/`) when the URL is in its layout (`…/dav/files/USER/…`).
     let uploadsAddress: String?
@@ -94,6 +96,11 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     @_spi(Testing) public func restarted(state: any ProviderStateStore, stallLimit: Duration? = nil) -> WebDAVProvider {
         WebDAVProvider(
             url: url, authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: stallLimit ?? self.stallLimit)
+    }
+
+    /// A provider of the folder `name` in this one's root (for tests that delete and make again a pair's root).
+    @_spi(Testing) public func below(_ name: String, state: any ProviderStateStore) -> WebDAVProvider {
+        WebDAVProvider(url: url.appending(path: name + "/"), authorization: authorization, state: state, http: http, chunkSize: chunkSize, stallLimit: stallLimit)
     }
 
     /// Refuses what cannot be a WebDAV folder's URL, and a password sent over plain `http://` to another machine
@@ -309,8 +316,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
                 code: "remote_root_missing", message: "The folder \(url.absoluteString) is not on the WebDAV server (deleted, or never made).")
         }
         let response = tree.all("response").first { $0.value("href").flatMap(id(ofHref:)) == ProviderPath.root }
-        let propagates = response.map { Self.properties($0)["fileid"] != nil } ?? false
+        let fileId = response.flatMap { Self.properties($0)["fileid"].map { Self.trimmed($0.text) } }
+        let propagates = fileId != nil
         propagatesETags.withLock { $0 = propagates }
+        rootFileId.withLock { $0 = fileId.flatMap { $0.isEmpty ? nil : $0 } }
         guard let response, let root = item(response, folderETags: propagates), root.isFolder else {
             throw ProviderError.invalid(code: "not_a_folder", message: "\(url.absoluteString) is not a folder on the WebDAV server.")
         }
@@ -639,4 +648,9 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         guard (200..<300).contains(status) else { throw Self.failure(status, response.headers, what: "deleting \(ProviderPath.name(of: id))") }
         checksums.forget(id)
     }
+}
+
+extension WebDAVProvider: IdentifiesRoot {
+    /// Its `oc:fileid` (a folder made again at the same path has another); nil where the server gives none.
+    public var rootIdentity: String? { rootFileId.withLock { $0 } }
 }
