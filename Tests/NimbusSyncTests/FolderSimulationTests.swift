@@ -20,14 +20,9 @@ struct FolderSimulationTests {
     @Test("a folder the engine cannot read (chmod 000) is left as it was: nothing in it is deleted there or on other devices; readable again, it syncs")
     func unreadableFolder() async throws {
         try await SyncWorld.run { world in
-            var simulation = FolderSimulation(seed: 4_000_001, world: world)
-            try await simulation.setUp()
+            let simulation = try await FolderSimulation.scripted(seed: 4_000_001, world: world)
             let (a, b) = (simulation.devices[0], simulation.devices[1])
-            for device in simulation.devices { device.faults.randomFaults(rate: 0, seed: 0) }
-            func round(_ device: FolderDevice) async throws -> FolderSyncReport {
-                device.clock.advance(by: 60)
-                return try await device.folder.syncOnce()
-            }
+            let round = FolderSimulation.scriptedRound
             a.disk.makeFolderDirectly(a.root + "/docs")
             a.disk.write(a.root + "/docs/plan.txt", Data("the plan".utf8))
             a.disk.makeFolderDirectly(a.root + "/docs/inner")
@@ -59,14 +54,9 @@ struct FolderSimulationTests {
     func remoteRootMadeAgain() async throws {
         try await SyncWorld.run { world in
             // Seed ≡ 6 mod 16: ids are paths and no checksums are shown (as WebDAV).
-            var simulation = FolderSimulation(seed: 4_000_006, world: world)
-            try await simulation.setUp()
+            let simulation = try await FolderSimulation.scripted(seed: 4_000_006, world: world)
             let (a, b) = (simulation.devices[0], simulation.devices[1])
-            for device in simulation.devices { device.faults.randomFaults(rate: 0, seed: 0) }
-            func round(_ device: FolderDevice) async throws -> FolderSyncReport {
-                device.clock.advance(by: 60)
-                return try await device.folder.syncOnce()
-            }
+            let round = FolderSimulation.scriptedRound
             a.disk.makeFolderDirectly(a.root + "/docs")
             a.disk.write(a.root + "/docs/plan.txt", Data("the plan".utf8))
             a.disk.write(a.root + "/top.txt", Data("top".utf8))
@@ -146,6 +136,20 @@ struct FolderSimulation {
     /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (issue 15; with 5, through the
     /// encrypted remote too): partial downloads sealed, then opened into the folder; names sealed in the database.
     var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
+
+    /// Set up for a test that plays its steps itself: three devices with empty folders, no faults.
+    static func scripted(seed: UInt64, world: SyncWorld) async throws -> FolderSimulation {
+        var simulation = FolderSimulation(seed: seed, world: world)
+        try await simulation.setUp()
+        for device in simulation.devices { device.faults.randomFaults(rate: 0, seed: 0) }
+        return simulation
+    }
+
+    /// A round of a scripted test, a minute after the last (files written before it have settled).
+    static func scriptedRound(_ device: FolderDevice) async throws -> FolderSyncReport {
+        device.clock.advance(by: 60)
+        return try await device.folder.syncOnce()
+    }
 
     mutating func run() async throws {
         try await setUp()
