@@ -662,6 +662,31 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a local-folder remote away for a while (a share not mounted) and back as the same folder: synced as before — an edit made meanwhile is a new version, not a conflict copy")
+    func sameRootBack() async throws {
+        try await ProviderKind.localFolder.with { top in
+            let local = try #require(top as? LocalFolderProvider)
+            _ = try await top.createFolder(named: "pair", in: try await top.root().id, requestId: "pair")
+            let shared = local.root.appending(path: "pair")
+            let provider = LocalFolderProvider(root: shared, state: MemoryStateStore())
+            let (folder, here) = try ProviderKind.localFolder.folderSync(over: provider, device: "same-back")
+            try Data("one".utf8).write(to: here.appending(path: "a.txt"))
+            try Data("two".utf8).write(to: here.appending(path: "b.txt"))
+            #expect(try await folder.syncOnce().uploaded.sorted() == ["a.txt", "b.txt"])
+
+            // Away (the mount point's folder not there), edited here meanwhile, then back: the same folder (inode).
+            let away = local.root.appending(path: "pair-away")
+            try FileManager.default.moveItem(at: shared, to: away)
+            try Data("one, edited".utf8).write(to: here.appending(path: "a.txt"))
+            await #expect(throws: SyncError.self) { _ = try await folder.syncOnce() }
+            try FileManager.default.moveItem(at: away, to: shared)
+            let back = try await folder.syncOnce()
+            #expect(back.uploaded == ["a.txt"] && back.conflicts.isEmpty && back.deletedThere.isEmpty, "\(back)")
+            #expect(ProviderKind.text(shared, "a.txt") == "one, edited" && ProviderKind.text(shared, "b.txt") == "two")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: shared.path).filter { !$0.hasPrefix(".") }.sorted() == ["a.txt", "b.txt"], "no copy")
+        }
+    }
+
     @Test("a folder renamed here is one move there: what is in it is neither reported deleted there nor fetched again, and its next edit is a new version",
           arguments: ProviderKind.selected)
     func folderRenamedHere(kind: ProviderKind) async throws {

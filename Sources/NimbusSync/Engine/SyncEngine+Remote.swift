@@ -74,13 +74,16 @@ extension SyncEngine {
             try await database.pool.write { db in try db.setMeta(Self.rootMissingKey, "1") }
             throw missing
         }
-        // Made again at the same place, where the provider can tell (seen missing or not): linked anew as well.
+        // Made again at the same place, where the provider can tell (seen missing or not): linked anew as well. The
+        // same folder back (a share mounted again, a folder put back from the trash) is synced as before: what was
+        // deleted there meanwhile was deleted, and an edit here stays an edit (not a conflict with its old self).
         let identity = (provider as? any IdentifiesRoot)?.rootIdentity
         let (missing, known) = try await database.pool.read { db in (try db.meta(Self.rootMissingKey), try db.meta(Self.rootIdentityKey)) }
         let replaced = identity != nil && known != nil && identity != known
+        let sameFolder = identity != nil && identity == known
         if missing != nil || replaced || (identity != nil && known == nil) {
             try await database.pool.write { db in
-                if missing != nil || replaced { try self.relinkAfterRootReturned(db) }
+                if (missing != nil && !sameFolder) || replaced { try self.relinkAfterRootReturned(db) }
                 try db.setMeta(Self.rootMissingKey, nil)
                 if let identity { try db.setMeta(Self.rootIdentityKey, identity) }
             }
