@@ -81,9 +81,9 @@ extension SyncEngine {
         let (missing, known) = try await database.pool.read { db in (try db.meta(Self.rootMissingKey), try db.meta(Self.rootIdentityKey)) }
         let replaced = identity != nil && known != nil && identity != known
         let sameFolder = identity != nil && identity == known
-        if missing != nil || replaced || (identity != nil && known == nil) {
+        if missing != nil || (identity != nil && identity != known) {
             try await database.pool.write { db in
-                if (missing != nil && !sameFolder) || replaced { try self.relinkAfterRootReturned(db) }
+                if replaced || (missing != nil && !sameFolder) { try self.relinkAfterRootReturned(db) }
                 try db.setMeta(Self.rootMissingKey, nil)
                 if let identity { try db.setMeta(Self.rootIdentityKey, identity) }
             }
@@ -103,7 +103,6 @@ extension SyncEngine {
     /// one (`switchAccount`'s way, the account kept): the same name and content there → linked, no transfer;
     /// different → both kept; only here → sent; only there → brought here.
     nonisolated func relinkAfterRootReturned(_ db: Database) throws {
-        try db.execute(sql: "DELETE FROM listed_folders")
         // (In a library, no folder on disk, a file whose content is not here comes back from the listing if it is there.)
         try Self.forgetRemoteAndSynced(db, droppingContentless: disk == nil)
     }
@@ -114,6 +113,7 @@ extension SyncEngine {
     nonisolated static func forgetRemoteAndSynced(_ db: Database, droppingContentless: Bool) throws {
         try db.setMeta("cursor", nil)
         try db.execute(sql: "DELETE FROM failures")
+        try db.execute(sql: "DELETE FROM listed_folders")
         try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
         try db.execute(
             sql: """

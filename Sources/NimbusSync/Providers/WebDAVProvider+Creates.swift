@@ -38,7 +38,7 @@ extension WebDAVProvider {
 
     func probeSmallCreates() async -> SmallCreates {
         if ProcessInfo.processInfo.environment["NIMBUS_WEBDAV_CREATES"] == "moved" { return .moved }  // (to compare)
-        if uploadsAddress != nil || propagatesETags.withLock({ $0 }) { return .conditional }
+        if uploadsAddress != nil || propagatesETags { return .conditional }
         let probe = address(ProviderPath.child(PartialUploads.prefix + "probe-" + UUID.random().uuidString.lowercased(), in: ProviderPath.root))
         let headers = [("Content-Length", "0"), ("If-None-Match", "*")]
         var mode = SmallCreates.moved

@@ -36,11 +36,12 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// Marks a revision made of the modification time and size (the server gave no ETag).
     static let syntheticPrefix = "mtime:"
 
+    /// The root's `oc:fileid` as ``root()`` last saw it (servers that give one: Nextcloud, ownCloud, Nimbus); nil where
+    /// the server answers none.
+    let rootFileId = LockedBox<String?>(nil)
     /// Whether collection ETags propagate here (learnt from the root's `PROPFIND`: the server answers ownCloud's
     /// `fileid`, as Nextcloud, ownCloud and Nimbus do, whose collection ETags change with anything beneath them).
-    let propagatesETags = LockedBox(false)
-    /// The root's `oc:fileid` as ``root()`` last saw it (servers that give one: Nextcloud, ownCloud, Nimbus).
-    let rootFileId = LockedBox<String?>(nil)
+    var propagatesETags: Bool { rootFileId.withLock { $0 } != nil }
 
     /// Nextcloud's uploads folder (`…/dav/uploads/USER/`) when the URL is in its layout (`…/dav/files/USER/…`).
     let uploadsAddress: String?
@@ -59,7 +60,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
 
     public var capabilities: ProviderCapabilities {
         var capabilities: ProviderCapabilities = [.idempotentCreate, .quota]
-        if propagatesETags.withLock({ $0 }) { capabilities.insert(.treeVersions) }
+        if propagatesETags { capabilities.insert(.treeVersions) }
         if chunkedUploads.withLock({ $0 }) == true { capabilities.insert(.resumableUploads) }
         return capabilities
     }
@@ -219,7 +220,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
 
     /// `PROPFIND` of `id` (depth 0) or its children (depth 1, the folder itself included): each listed item.
     func propfind(_ id: String, depth: Int, folder: Bool) async throws -> [RemoteItem] {
-        let folderETags = propagatesETags.withLock { $0 }
+        let folderETags = propagatesETags
         let tree = try await multistatus(id, depth: depth, folder: folder, body: folderETags ? Self.propfindWithFileIdBody : Self.propfindBody)
         return tree.all("response").compactMap { item($0, folderETags: folderETags) }
     }
@@ -318,8 +319,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         let response = tree.all("response").first { $0.value("href").flatMap(id(ofHref:)) == ProviderPath.root }
         let fileId = response.flatMap { Self.properties($0)["fileid"].map { Self.trimmed($0.text) } }
         let propagates = fileId != nil
-        propagatesETags.withLock { $0 = propagates }
-        rootFileId.withLock { $0 = fileId.flatMap { $0.isEmpty ? nil : $0 } }
+        rootFileId.withLock { $0 = fileId }
         guard let response, let root = item(response, folderETags: propagates), root.isFolder else {
             throw ProviderError.invalid(code: "not_a_folder", message: "\(url.absoluteString) is not a folder on the WebDAV server.")
         }
@@ -554,7 +554,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// Not where collection ETags propagate: there the listing after sending records each folder's new ETag, so the
     /// next round skips the unchanged subtrees (without it, the next no-op to Nimbus's `/dav/` listed every folder:
     /// 0.88–0.99 s instead of 0.38–0.40).
-    public var answersAsListed: Bool { etagTrust.withLock { $0.trusted } && !propagatesETags.withLock { $0 } }
+    public var answersAsListed: Bool { etagTrust.withLock { $0.trusted } && !propagatesETags }
 
     /// A streamed request (an upload's body).
     func send(
@@ -652,5 +652,5 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
 
 extension WebDAVProvider: IdentifiesRoot {
     /// Its `oc:fileid` (a folder made again at the same path has another); nil where the server gives none.
-    public var rootIdentity: String? { rootFileId.withLock { $0 } }
+    public var rootIdentity: String? { rootFileId.withLock { $0 }.flatMap { $0.isEmpty ? nil : $0 } }
 }
