@@ -195,12 +195,14 @@ struct FolderSimulation {
         if storeEncrypted {
             configuration.encryption = .keyStore(FileKeyStore(url: state.deletingLastPathComponent().appending(path: "key-\(index)")))
         }
+        // Half of the listed remotes' seeds make a new folder with its small new files (as WebDAV does on rclone).
+        let fills = seed % 32 >= 16
         if seed % 4 == 3 {
             // Half of them with folder revisions that change with anything beneath (as WebDAV collection ETags on
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
             let treeVersions = seed % 8 == 7
             configuration.provider = { state in
-                ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions, unhashed: true)
+                ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions, unhashed: true, fills: fills)
             }
         } else if seed % 8 == 6 {
             // Ids are paths (WebDAV, S3, local folders): a move there renames everything beneath; checksums shown on
@@ -209,7 +211,8 @@ struct FolderSimulation {
             let gate = rootGate
             configuration.provider = { state in
                 ListedProvider(
-                    inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums, rootGate: gate)
+                    inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums, fills: fills,
+                    rootGate: gate)
             }
         } else if seed % 8 == 5 {
             // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
@@ -609,28 +612,44 @@ final class LockedCounter: @unchecked Sendable {
 /// With `unhashed` (the WebDAV-like seeds: tree versions, or path ids without checksums) it ``HashesWhileSending``, as
 /// WebDAV does: new files go unhashed and are hashed here as they are taken (a third of the sizes it will not take so,
 /// and the engine reads them first) — so the scan leaves every new file unread.
-final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed, @unchecked Sendable {
+///
+/// With `fills` (seeds ≡ 16–31 mod 32 of each kind) it ``FillsNewFolders``, as WebDAV does on a server without
+/// conditional `PUT`s: a new folder is made with up to 8 of its small new files (up to 40 KB: the size from which the
+/// unhashed seeds leave new files unread, so these are hashed), the folder and then each file.
+final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed, FillsNewFolders, @unchecked Sendable {
     let inner: NimbusProvider
     let treeVersions: Bool
     let pathIds: Bool
     let checksums: Bool
     let unhashed: Bool
+    let fills: Bool
 
     let rootGate: RootGate?
 
     init(
         inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false, unhashed: Bool = false,
-        rootGate: RootGate? = nil
+        fills: Bool = false, rootGate: RootGate? = nil
     ) {
         self.inner = inner
         self.treeVersions = treeVersions
         self.pathIds = pathIds
         self.checksums = checksums
         self.unhashed = unhashed
+        self.fills = fills
         self.rootGate = rootGate
     }
 
-    var unhashedMinimum: Int64? { unhashed ? 1 : nil }
+    var unhashedMinimum: Int64? { unhashed ? (fills ? Self.fillSize : 1) : nil }
+    static let fillSize: Int64 = 40_000
+
+    func fillsNewFolders() async -> Bool { fills }
+    var fillLimits: (fileSize: Int64, files: Int, bytes: Int64) { (Self.fillSize, 8, 200_000) }
+    func createFolder(named name: String, in parentId: String, requestId: String, filledWith files: [BatchFile]) async throws
+        -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
+    {
+        #expect(fills)
+        return try await createFolderThenFiles(named: name, in: parentId, requestId: requestId, files: files)
+    }
     /// As WebDAV's with proven ETags: a round that sent files does not list again (the WebDAV-like seeds).
     var answersAsListed: Bool { unhashed }
     func takesUnhashed(size: Int64) async -> Bool { unhashed && size % 3 != 0 }

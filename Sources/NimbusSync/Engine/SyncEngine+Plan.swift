@@ -150,7 +150,8 @@ extension SyncEngine {
         var repeats = 0
         for _ in 0..<500 {
             guard mayRun else { return }
-            let plan = try await currentPlan()
+            let trees = try await loadTrees()
+            let plan = Planner.plan(trees, policy: policy)
             let runnable = try await admitted(plan).filter(including)
             if Self.tracing { trace("plan: \(plan) → running \(runnable.count)") }
             if runnable.isEmpty { return }
@@ -159,7 +160,7 @@ extension SyncEngine {
             repeats = runnable == previous ? repeats + 1 : 0
             if repeats > 2 { return }
             previous = runnable
-            let progressed = try await execute(runnable, provider)
+            let progressed = try await execute(runnable, provider, fills: try await fills(for: runnable, trees, provider))
             if needsScan { try await observeLocal() }
             notifyChanged()
             if !progressed { return }
@@ -326,15 +327,19 @@ extension SyncEngine {
 
     /// Runs the steps, up to ``SyncConfiguration/maxConcurrentOperations`` at once (small new files to a provider
     /// that takes batches go several per request); `true` if any step changed the trees.
-    func execute(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
+    func execute(_ steps: [PlannedOperation], _ provider: any RemoteProvider, fills: [String: [PlannedOperation]] = [:]) async throws -> Bool {
         let width = max(1, configuration.maxConcurrentOperations)
         // Steps that only change the database go first, together, in one transaction.
         let quick = steps.filter(isDatabaseOnly)
         var progressed = try await performDatabaseSteps(quick)
         let steps = steps.filter { !isDatabaseOnly($0) }
         try await markCreationsSent(steps)
-        var units = try await units(steps, provider)
-        let items = Set(steps.map(\.item.rawValue))
+        // A new folder goes with the small new files the next plan would send into it (``fills(for:_:_:)``).
+        var units = try await units(steps, provider).map { unit -> [PlannedOperation] in
+            guard unit.count == 1, case .createRemoteFolder(let id) = unit[0], let files = fills[id.rawValue] else { return unit }
+            return unit + files
+        }
+        let items = Set(steps.map(\.item.rawValue)).union(fills.values.joined().map(\.item.rawValue))
         running.formUnion(items)
         defer { running.subtract(items) }
         // The remote gone away (a step failed unreached) ends the batch: what runs finishes, nothing more starts. The
@@ -349,6 +354,7 @@ extension SyncEngine {
                     let unit = units.removeFirst()
                     inFlight += 1
                     group.addTask {
+                        if unit.count > 1, case .createRemoteFolder = unit[0] { return try await self.performFill(unit, provider) }
                         if unit.count > 1 { return try await self.performBatch(unit, provider) }
                         return try await self.perform(unit[0], provider)
                     }
@@ -360,6 +366,43 @@ extension SyncEngine {
             }
         }
         return progressed
+    }
+
+    /// For each folder the plan makes there (on a provider that ``FillsNewFolders``), the small new files the next
+    /// plan would send into it once it is there: the plan made again as if the folders were there already, its new
+    /// files of those folders taken (settled, hashed, not failing, within the provider's limits; one in doubt goes
+    /// with its request id, as it would alone: the provider finds what a lost answer made). What
+    /// the planner would not send yet (a file being written, ignored, held) stays out; what is left out goes as usual
+    /// once the folder is there.
+    func fills(for steps: [PlannedOperation], _ trees: Trees, _ provider: any RemoteProvider) async throws -> [String: [PlannedOperation]] {
+        let folders = Set(steps.compactMap { step -> ItemID? in
+            if case .createRemoteFolder(let id) = step { return id }
+            return nil
+        })
+        guard !folders.isEmpty, let filling = provider as? any FillsNewFolders, await filling.fillsNewFolders() else { return [:] }
+        var assumed = trees
+        for id in folders {
+            guard let here = trees.local[id] else { continue }
+            let made = RemoteNode(parent: here.parent, name: here.name, isFolder: true, revision: nil, checksum: nil)
+            assumed.remote[id] = made
+            assumed.synced[id] = made
+        }
+        let limits = filling.fillLimits
+        var fills: [String: [PlannedOperation]] = [:]
+        var taken: [ItemID: (files: Int, bytes: Int64)] = [:]
+        for step in Planner.plan(assumed, policy: policy) {
+            guard case .upload(let id, nil) = step, let here = trees.local[id], !here.isFolder, here.hold == nil,
+                let parent = here.parent, folders.contains(parent), case .known(_, let size) = here.content, size <= limits.fileSize,
+                knownFailures?.contains(id.rawValue) != true, !running.contains(id.rawValue)
+            else { continue }
+            var count = taken[parent] ?? (0, 0)
+            guard count.files < limits.files, count.bytes + size <= limits.bytes else { continue }
+            count.files += 1
+            count.bytes += size
+            taken[parent] = count
+            fills[parent.rawValue, default: []].append(step)
+        }
+        return fills
     }
 
     /// The steps grouped as they run: small new files together (batches), every other step alone. Local steps

@@ -13,6 +13,11 @@ extension SyncEngine {
 
     /// Carries out one step; `true` if the trees changed (it succeeded, or its outcome told something new).
     func perform(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws -> Bool {
+        try await perform(step, provider) { try await self.carryOut(step, provider) }
+    }
+
+    /// ``perform(_:_:)`` with `carryingOut` doing the step's work.
+    func perform(_ step: PlannedOperation, _ provider: any RemoteProvider, carryingOut: () async throws -> Void) async throws -> Bool {
         do {
             var path: String?
             switch step {
@@ -24,7 +29,7 @@ extension SyncEngine {
             default:
                 break
             }
-            try await carryOut(step, provider)
+            try await carryingOut()
             try await succeeded(step.item.rawValue)
             noteDone(step, path: path)
             stepErrors[step.item.rawValue] = nil
@@ -601,48 +606,9 @@ extension SyncEngine {
     /// Small new files in one request; what comes back refused is handled as it would be alone.
     func performBatch(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
         guard let batching = provider as? any BatchUploadProvider else { return false }
-        var files: [BatchFile] = []
-        var sent: [(step: PlannedOperation, row: ItemRow, checksum: String, request: String)] = []
+        let (files, sent, unprepared) = try await prepareCreations(steps, inNewFolder: false)
         var progressed = false
-        // One read for the rows and their folders' ids, one write to mark the creations as sent: a batch of 100
-        // small files cost 300 transactions (100 of them durable writes) when each file was looked up alone.
-        let luids = steps.map(\.item.rawValue)
-        let (rows, folders, folderPaths) = try await database.pool.read { db -> ([ItemRow], [String: String], [String: String]) in
-            let rows = try ItemRow.fetchAll(db, where: "luid IN (\(databaseQuestionMarks(count: luids.count)))", arguments: StatementArguments(luids))
-            var folders: [String: String] = [:]
-            var paths: [String: String] = [:]
-            for parent in Set(rows.compactMap(\.lParent)) {
-                if let fileId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = ?"), arguments: [parent])
-                    .map({ try db.openedId($0) })
-                {
-                    folders[parent] = fileId
-                }
-                if self.disk != nil, let path = try self.localPath(db, parent) { paths[parent] = path }
-            }
-            return (rows, folders, paths)
-        }
-        let byLuid = Dictionary(rows.map { ($0.luid, $0) }, uniquingKeysWith: { first, _ in first })
-        var requests: [(luid: String, request: String)] = []
-        for step in steps {
-            guard let row = byLuid[step.item.rawValue], row.fileId == nil else { continue }
-            do {
-                guard let parent = row.lParent.flatMap({ folders[$0] }) else { throw SyncError.invalid("A folder this change needs is not there yet.") }
-                let source = try contentSource(row, folderPaths: folderPaths)
-                let request = row.createRequest ?? Self.newRequestId()
-                requests.append((row.luid, request))
-                files.append(BatchFile(source: source, parentId: parent, name: row.lName ?? "file", mimeType: row.lMime, requestId: request))
-                sent.append((step, row, source.checksum, request))
-                progressBox.withLock { $0[row.luid] = .uploading(progress: 0) }
-            } catch {
-                if try await perform(step, provider) { progressed = true }  // alone: it reports what went wrong
-            }
-        }
-        let marked = requests
-        try await database.pool.write { db in
-            for (luid, request) in marked {
-                try db.cachedStatement(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?").execute(arguments: [request, luid])
-            }
-        }
+        for step in unprepared where try await perform(step, provider) { progressed = true }  // alone: it reports what went wrong
         defer { progressBox.withLock { for entry in sent { $0.removeValue(forKey: entry.row.luid) } } }
         guard !files.isEmpty else { return progressed }
         let results: [Result<RemoteItem, ProviderError>]
@@ -662,9 +628,104 @@ extension SyncEngine {
             for entry in sent { _ = try await outcome(error, of: entry.step, provider) }
             return progressed
         }
-        let delivered = sent
+        if try await recordCreations(sent, results, provider) { progressed = true }
+        trace("batch of \(sent.count)")
+        return progressed
+    }
+
+    /// A new folder made there with the small new files of it that follow it in `unit` (``FillsNewFolders``). The
+    /// folder's outcome is its step's, as alone; each file's as in a batch. A file not ready to go (changed since)
+    /// is left for a later plan; if the folder fails, its files wait for it (in doubt: asked again with the same
+    /// request ids once it is there).
+    func performFill(_ unit: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
+        guard let filling = provider as? any FillsNewFolders, let folderStep = unit.first else { return false }
+        let (files, sent, _) = try await prepareCreations(Array(unit.dropFirst()), inNewFolder: true)
+        defer { progressBox.withLock { for entry in sent { $0.removeValue(forKey: entry.row.luid) } } }
+        var answers: [Result<RemoteItem, ProviderError>]?
+        var progressed = try await perform(folderStep, provider) {
+            guard let row = try await self.database.pool.read({ db in try ItemRow.fetch(db, luid: folderStep.item.rawValue) }) else { return }
+            let parent = try await self.remoteId(of: row.lParent)
+            let request = try await self.sendingCreation(row)
+            let made = try await filling.createFolder(named: row.lName ?? "Folder", in: parent, requestId: request, filledWith: files)
+            try await self.recordCreated(row.luid, made.folder, parent: row.lParent)
+            answers = made.files
+        }
+        guard var answers else { return progressed }
+        if answers.count != sent.count { answers = sent.map { _ in .failure(.network("The remote answered for some of the files only.")) } }
+        if try await recordCreations(sent, answers, provider) { progressed = true }
+        trace("folder with \(sent.count) files")
+        return progressed
+    }
+
+    /// A creation on its way: its step, its row as read, the checksum sent and the request id.
+    struct SentCreation {
+        var step: PlannedOperation
+        var row: ItemRow
+        var checksum: String
+        var request: String
+    }
+
+    /// Reads the rows of new files about to go together, marks them sent (one write) and shows them uploading; the
+    /// files to send, what they are, and the steps that could not be made ready (alone, they say why). `inNewFolder`:
+    /// their folder is made with them (its id is not known yet).
+    func prepareCreations(_ steps: [PlannedOperation], inNewFolder: Bool) async throws
+        -> (files: [BatchFile], sent: [SentCreation], unprepared: [PlannedOperation])
+    {
+        // One read for the rows and their folders' ids, one write to mark the creations as sent: a batch of 100
+        // small files cost 300 transactions (100 of them durable writes) when each file was looked up alone.
+        let luids = steps.map(\.item.rawValue)
+        let (rows, folders, folderPaths) = try await database.pool.read { db -> ([ItemRow], [String: String], [String: String]) in
+            let rows = try ItemRow.fetchAll(db, where: "luid IN (\(databaseQuestionMarks(count: luids.count)))", arguments: StatementArguments(luids))
+            var folders: [String: String] = [:]
+            var paths: [String: String] = [:]
+            for parent in Set(rows.compactMap(\.lParent)) {
+                if let fileId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = ?"), arguments: [parent])
+                    .map({ try db.openedId($0) })
+                {
+                    folders[parent] = fileId
+                }
+                if self.disk != nil, let path = try self.localPath(db, parent) { paths[parent] = path }
+            }
+            return (rows, folders, paths)
+        }
+        let byLuid = Dictionary(rows.map { ($0.luid, $0) }, uniquingKeysWith: { first, _ in first })
+        var files: [BatchFile] = []
+        var sent: [SentCreation] = []
+        var unprepared: [PlannedOperation] = []
+        for step in steps {
+            guard let row = byLuid[step.item.rawValue], row.fileId == nil else { continue }
+            do {
+                let parent: String
+                if inNewFolder {
+                    guard row.sourceRevision == nil, row.lParent.map({ folders[$0] == nil }) == true else { continue }
+                    parent = ""
+                } else {
+                    guard let known = row.lParent.flatMap({ folders[$0] }) else { throw SyncError.invalid("A folder this change needs is not there yet.") }
+                    parent = known
+                }
+                let source = try contentSource(row, folderPaths: folderPaths)
+                let request = row.createRequest ?? Self.newRequestId()
+                files.append(BatchFile(source: source, parentId: parent, name: row.lName ?? "file", mimeType: row.lMime, requestId: request))
+                sent.append(SentCreation(step: step, row: row, checksum: source.checksum, request: request))
+                progressBox.withLock { $0[row.luid] = .uploading(progress: 0) }
+            } catch {
+                unprepared.append(step)
+            }
+        }
+        let marked = sent
         try await database.pool.write { db in
-            for (entry, result) in zip(delivered, results) {
+            for entry in marked {
+                try db.cachedStatement(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?").execute(arguments: [entry.request, entry.row.luid])
+            }
+        }
+        return (files, sent, unprepared)
+    }
+
+    /// Records what came back for creations sent together (the successes in one write); each refusal is handled as
+    /// it would be alone. `true` if any changed the trees.
+    func recordCreations(_ sent: [SentCreation], _ results: [Result<RemoteItem, ProviderError>], _ provider: any RemoteProvider) async throws -> Bool {
+        try await database.pool.write { db in
+            for (entry, result) in zip(sent, results) {
                 guard case .success(let item) = result else { continue }
                 // The row as read before the request, as the write above left it.
                 var asRead = entry.row
@@ -674,6 +735,7 @@ extension SyncEngine {
                 try db.cachedStatement(sql: "DELETE FROM failures WHERE luid = ?").execute(arguments: [entry.row.luid])
             }
         }
+        var progressed = false
         for (entry, result) in zip(sent, results) {
             switch result {
             case .success:
@@ -682,7 +744,6 @@ extension SyncEngine {
             case .failure(let error): if try await outcome(error, of: entry.step, provider) { progressed = true }
             }
         }
-        trace("batch of \(sent.count)")
         return progressed
     }
 

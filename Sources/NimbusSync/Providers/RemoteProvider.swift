@@ -392,6 +392,48 @@ public protocol IdentifiesRoot: RemoteProvider {
     var rootIdentity: String? { get }
 }
 
+/// A provider that makes a new folder with its small new files already in it in fewer requests than a folder and
+/// then each file alone (WebDAV on a server that takes no conditional `PUT`: the folder is filled under a hidden name,
+/// where nobody else writes, one `PUT` per file, then moved into place with `Overwrite: F` — instead of a `PUT` and a
+/// `MOVE` per file). The engine sends a folder's small new files along with its creation when
+/// ``fillsNewFolders()`` says so.
+public protocol FillsNewFolders: RemoteProvider {
+    /// Whether creations with files are worth it on this remote now (learnt once; false: the engine sends the folder
+    /// alone, then its files).
+    func fillsNewFolders() async -> Bool
+    /// The largest file, number of files and total bytes one folder takes along.
+    var fillLimits: (fileSize: Int64, files: Int, bytes: Int64) { get }
+    /// Makes the folder `name` in `parentId` as ``RemoteProvider/createFolder(named:in:requestId:)`` does (the same
+    /// request id: a folder already there under the name is this one) with `files` in it (their `parentId` is not
+    /// read); the folder and each file's outcome, in order. Thrown: the folder's creation failed, or no answer
+    /// arrived (any of it may have been made).
+    func createFolder(named name: String, in parentId: String, requestId: String, filledWith files: [BatchFile]) async throws
+        -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
+}
+
+extension FillsNewFolders {
+    /// The folder, then each file in it with ``RemoteProvider/upload(_:to:requestId:progress:)``, two at a time.
+    public func createFolderThenFiles(named name: String, in parentId: String, requestId: String, files: [BatchFile]) async throws
+        -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
+    {
+        let folder = try await createFolder(named: name, in: parentId, requestId: requestId)
+        let answers = try await inOrder(files, width: 2) { file -> Result<RemoteItem, ProviderError> in
+            do {
+                return .success(
+                    try await self.upload(
+                        file.source, to: .new(parentId: folder.id, name: file.name, mimeType: file.mimeType), requestId: file.requestId) { _ in })
+            } catch let error as ProviderError {
+                return .failure(error)
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                return .failure(.network("\(error)"))
+            }
+        }
+        return (folder, answers)
+    }
+}
+
 /// Many small new files in one request (``ProviderCapabilities/batchUpload``).
 public protocol BatchUploadProvider: RemoteProvider {
     /// The largest file, number of files and total bytes one batch takes.

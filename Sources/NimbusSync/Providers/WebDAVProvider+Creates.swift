@@ -36,6 +36,11 @@ extension WebDAVProvider {
         return await task.value
     }
 
+    /// Takes `mode` as this server's without asking (a test runs either way against one server).
+    @_spi(Testing) public func takeSmallCreates(_ mode: SmallCreates) {
+        smallCreatesProbe.withLock { $0 = Task { mode } }
+    }
+
     func probeSmallCreates() async -> SmallCreates {
         if ProcessInfo.processInfo.environment["NIMBUS_WEBDAV_CREATES"] == "moved" { return .moved }  // (to compare)
         if uploadsAddress != nil || propagatesETags { return .conditional }
@@ -114,5 +119,147 @@ extension WebDAVProvider {
     /// Every name in a folder, hidden ones too, sorted (for tests: nothing of this provider's is left behind).
     @_spi(Testing) public func allNames(in folderId: String) async throws -> [String] {
         try await propfind(folderId, depth: 1, folder: true).filter { $0.id != folderId }.map(\.name).sorted()
+    }
+}
+
+/// A new folder with its small new files in about one request per file, where small creations take two
+/// (``SmallCreates/moved``: `rclone serve webdav`). The folder is made under a hidden name (after its request: an
+/// attempt cut off is found again and emptied first), each file is `PUT` straight to its name in it — nobody else
+/// writes there — and the folder is then `MOVE`d into place with `Overwrite: F`, so it appears with its files; one
+/// `PROPFIND` of it tells what each became. A folder already under the name (another device's, or this one's after a
+/// lost answer) refuses the `MOVE`: the files then go into it one by one, each `MOVE` refusing a name taken there
+/// (the same content under it is this file), and the hidden folder goes. Against `rclone serve webdav`, 10,000 small
+/// files in 100 new folders take 10,400 requests instead of 20,200. `NIMBUS_WEBDAV_FILLS=off` sends them the usual
+/// way (to compare).
+extension WebDAVProvider: FillsNewFolders {
+    public func fillsNewFolders() async -> Bool {
+        guard ProcessInfo.processInfo.environment["NIMBUS_WEBDAV_FILLS"] != "off" else { return false }
+        return await smallCreates() == .moved
+    }
+
+    public var fillLimits: (fileSize: Int64, files: Int, bytes: Int64) { (Self.inMemoryLimit, 1_000, 64 << 20) }
+
+    public func createFolder(named name: String, in parentId: String, requestId: String, filledWith files: [BatchFile]) async throws
+        -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
+    {
+        guard !files.isEmpty, await fillsNewFolders() else { return try await createFolderThenFiles(named: name, in: parentId, requestId: requestId, files: files) }
+        let id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
+        let staging = ProviderPath.child(PartialUploads.name(requestId: requestId, parentId: parentId), in: parentId)
+        try await makeEmptyFolder(staging)
+        // One file per name (a server that folds case would take two names as one): a second goes after, as usual.
+        var seen = Set<String>()
+        var staged: [Int] = []
+        var after: [Int] = []
+        for (index, file) in files.enumerated() {
+            let key = file.name.precomposedStringWithCanonicalMapping.lowercased()
+            if file.source.isHashed, file.source.size <= Self.inMemoryLimit, (try? ProviderPath.validated(file.name)) != nil, seen.insert(key).inserted {
+                staged.append(index)
+            } else {
+                after.append(index)
+            }
+        }
+        let sent = try await inOrder(staged, width: 2) { index in await self.putStaged(files[index], in: staging) }
+        var results = [Result<RemoteItem, ProviderError>](repeating: .failure(.network("not sent")), count: files.count)
+        for (slot, index) in staged.enumerated() {
+            if case .failure(let error) = sent[slot] { results[index] = .failure(error) }
+        }
+        let (moved, _) = try await send("MOVE", address(staging, folder: true), headers: [("Destination", address(id, folder: true)), ("Overwrite", "F")])
+        let status = Int(moved.status.code)
+        let folder: RemoteItem
+        if (200..<300).contains(status) {
+            let listed = try await propfind(id, depth: 1, folder: true)
+            guard let made = listed.first(where: { $0.id == id && $0.isFolder }) else {
+                throw ProviderError.network("The folder \(name) was not there once moved into place.")
+            }
+            folder = made
+            let byName = Dictionary(listed.filter { $0.id != id }.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+            for (slot, index) in staged.enumerated() {
+                guard case .success(let putTag) = sent[slot] else { continue }
+                let file = files[index]
+                guard var item = byName[file.name], !item.isFolder, item.size == file.source.size else {
+                    results[index] = .failure(.network("\(file.name) was not in its folder once moved into place."))
+                    continue
+                }
+                etagTrust.withLock { $0.learn(put: putTag, stored: item.revision) }
+                checksums.remember(file.source.checksum, of: item.id, revision: item.revision)
+                item.checksum = file.source.checksum
+                results[index] = .success(item)
+            }
+        } else if status == 412 {
+            // A folder is there under the name already: it is this one; the files go into it one by one.
+            guard let existing = try? await item(id), existing.isFolder else {
+                _ = try? await send("DELETE", address(staging, folder: true))
+                throw ProviderError.nameTaken(existing: id)
+            }
+            folder = existing
+            for (slot, index) in staged.enumerated() {
+                guard case .success(let putTag) = sent[slot] else { continue }
+                results[index] = await placeStaged(files[index], from: staging, in: id, putTag: putTag)
+            }
+            _ = try? await send("DELETE", address(staging, folder: true))
+        } else {
+            _ = try? await send("DELETE", address(staging, folder: true))
+            throw Self.failure(status, moved.headers, what: "making the folder \(name)")
+        }
+        for index in after {
+            var file = files[index]
+            file.parentId = folder.id
+            do { results[index] = .success(try await uploadMoved(file)) } catch let error as ProviderError { results[index] = .failure(error) }
+        }
+        return (folder, results)
+    }
+
+    /// A hidden folder made empty: one left by an attempt cut off is deleted first (what it holds may no longer be
+    /// wanted). Always asked: `rclone serve webdav` answers `201` to a `MKCOL` of a folder that is there.
+    func makeEmptyFolder(_ id: String) async throws {
+        let (gone, _) = try await send("DELETE", address(id, folder: true))
+        let deleted = Int(gone.status.code)
+        guard (200..<300).contains(deleted) || deleted == 404 else { throw Self.failure(deleted, gone.headers, what: "making a folder for new files") }
+        let (made, _) = try await send("MKCOL", address(id, folder: true))
+        let status = Int(made.status.code)
+        guard (200..<300).contains(status) else { throw Self.failure(status, made.headers, what: "making a folder for new files") }
+    }
+
+    /// One file `PUT` into the hidden folder (no condition: nobody else writes there); the strong ETag it answered.
+    func putStaged(_ file: BatchFile, in staging: String) async -> Result<String?, ProviderError> {
+        do {
+            let bytes = try file.source.readChecked()
+            let headers = [("Content-Length", "\(file.source.size)"), ("Content-Type", "application/octet-stream")]
+            let (answer, _) = try await send(
+                "PUT", address(ProviderPath.child(file.name, in: staging)), headers: headers, stream: .bytes(ByteBuffer(data: bytes)),
+                timeout: TimeAmount(stallLimit))
+            let status = Int(answer.status.code)
+            guard (200..<300).contains(status) else { return .failure(Self.failure(status, answer.headers, what: "sending \(file.name)")) }
+            return .success(Self.strongTag(answer.headers))
+        } catch let error as ProviderError {
+            return .failure(error)
+        } catch {
+            return .failure(.network("\(error)"))
+        }
+    }
+
+    /// A file from the hidden folder `MOVE`d to its name in `folderId` with `Overwrite: F`; a name taken there by the same
+    /// content is this file (a retry after a lost answer), by another is ``ProviderError/nameTaken(existing:)``.
+    func placeStaged(_ file: BatchFile, from staging: String, in folderId: String, putTag: String?) async -> Result<RemoteItem, ProviderError> {
+        let id = ProviderPath.child(file.name, in: folderId)
+        do {
+            let (moved, _) = try await send(
+                "MOVE", address(ProviderPath.child(file.name, in: staging)), headers: [("Destination", address(id)), ("Overwrite", "F")])
+            let status = Int(moved.status.code)
+            if (200..<300).contains(status) {
+                return .success(try await placed(id, parentId: folderId, size: file.source.size, putTag: putTag, checksum: file.source.checksum))
+            }
+            if status == 412 {
+                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, file.source.checksum, size: file.source.size) {
+                    return .success(existing)
+                }
+                return .failure(.nameTaken(existing: id))
+            }
+            return .failure(Self.failure(status, moved.headers, what: "placing \(file.name)"))
+        } catch let error as ProviderError {
+            return .failure(error)
+        } catch {
+            return .failure(.network("\(error)"))
+        }
     }
 }

@@ -337,8 +337,9 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     public func children(of folderId: String) async throws -> [RemoteItem] {
         let listed = try await propfind(folderId, depth: 1, folder: true)
         guard listed.contains(where: { $0.id == folderId && $0.isFolder }) else { throw ProviderError.notFound }
-        for stale in listed where stale.id != folderId && !stale.isFolder && PartialUploads.isStale(stale.name, modifiedAt: stale.modifiedAt) {
-            _ = try? await send("DELETE", address(stale.id))  // an upload given up a day ago (see PartialUploads)
+        for stale in listed where stale.id != folderId && PartialUploads.isStale(stale.name, modifiedAt: stale.modifiedAt) {
+            // An upload given up a day ago (see PartialUploads), or the hidden folder of a new folder's files.
+            _ = try? await send("DELETE", address(stale.id, folder: stale.isFolder))
         }
         return listed.filter { $0.id != folderId && $0.parentId == folderId && !$0.name.hasPrefix(Self.partialPrefix) }
             .sorted { $0.name < $1.name }
