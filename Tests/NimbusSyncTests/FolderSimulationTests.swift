@@ -133,6 +133,8 @@ struct FolderSimulation {
     var encrypted: Bool { seed % 8 == 5 }
     var cryptKey: SymmetricKey { SymmetricKey(data: SHA256.hash(data: Data("simulation \(seed)".utf8))) }
     var strategy: ConflictStrategy { seed % 5 == 0 ? .lastWriterWins : .keepBoth }
+    /// Seeds whose listed remote makes a new folder with its small new files (``ListedProvider``'s `fills`).
+    var fills: Bool { (seed % 4 == 3 || seed % 8 == 6) && seed % 32 >= 16 }
     /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (issue 15; with 5, through the
     /// encrypted remote too): partial downloads sealed, then opened into the folder; names sealed in the database.
     var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
@@ -196,7 +198,7 @@ struct FolderSimulation {
             configuration.encryption = .keyStore(FileKeyStore(url: state.deletingLastPathComponent().appending(path: "key-\(index)")))
         }
         // Half of the listed remotes' seeds make a new folder with its small new files (as WebDAV does on rclone).
-        let fills = seed % 32 >= 16
+        let fills = self.fills
         if seed % 4 == 3 {
             // Half of them with folder revisions that change with anything beneath (as WebDAV collection ETags on
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
@@ -291,8 +293,21 @@ struct FolderSimulation {
             let folders = entries(device).folders
             let folder = ([""] + folders)[random.below(folders.count + 1)]
             counter += 1
-            device.disk.makeFolderDirectly(device.root + "/" + (folder.isEmpty ? "" : folder + "/") + "dir\(counter)-d\(index)")
+            let made = (folder.isEmpty ? "" : folder + "/") + "dir\(counter)-d\(index)"
+            device.disk.makeFolderDirectly(device.root + "/" + made)
             log.append("D\(index) mkdir")
+            if fills, random.below(2) == 0 {
+                // A folder copied in with files (the seeds whose remote makes a new folder with its files): settled
+                // before the next round half of the time.
+                for _ in 0...random.below(4) {
+                    counter += 1
+                    let path = made + "/f\(counter)-d\(index).txt"
+                    let data = content(for: path, current: nil)
+                    ledger.write(device, path, data, by: "D\(index)")
+                    log.append("D\(index) write \(path)")
+                }
+                if random.below(2) == 0 { device.clock.advance(by: 1.5) }
+            }
         case 57..<65:
             let (files, folders) = entries(device)
             let all = files + folders

@@ -598,6 +598,41 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test(
+        "WebDAV (rclone): new folders moved into place four at a time while their parent is listed over and over: the server stays up (a folder's MOVE runs alone: rclone 1.75 crashes on a folder renamed while its parent is read) and every folder is there with its files"
+    )
+    func folderMovesAlone() async throws {
+        let kind = ProviderKind.webdavRclone
+        guard ProviderKind.selected.contains(kind) else { return }
+        try await kind.with { provider in
+            let dav = try #require(provider as? WebDAVProvider)
+            let root = try await provider.root()
+            let count = 300
+            let sources = try (0..<3).map { try source("file \($0)", kind) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for lane in 0..<4 {
+                    group.addTask {
+                        for index in stride(from: lane, to: count, by: 4) {
+                            let files = sources.enumerated().map { BatchFile(source: $1, parentId: "", name: "f\($0).txt", mimeType: nil, requestId: "f\(index)-\($0)") }
+                            let made = try await dav.createFolder(named: "d\(index)", in: root.id, requestId: "d\(index)", filledWith: files)
+                            for result in made.files { _ = try result.get() }
+                        }
+                    }
+                }
+                for _ in 0..<3 {
+                    group.addTask {
+                        for _ in 0..<150 { _ = try await provider.children(of: root.id) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let listed = try await provider.children(of: root.id)
+            #expect(listed.count == count)
+            let some = try #require(listed.first { $0.name == "d7" })
+            #expect(try await dav.allNames(in: some.id) == ["f0.txt", "f1.txt", "f2.txt"])
+        }
+    }
+
     @Test("WebDAV: collection ETags are used only where they propagate; there a no-op sync lists nothing and a change deep down is found",
           arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus])
     func webdavTreeETags(kind: ProviderKind) async throws {

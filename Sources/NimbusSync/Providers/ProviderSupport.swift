@@ -333,3 +333,75 @@ extension URL {
         return host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
     }
 }
+
+/// Requests that may run together (shared) and ones that must run alone (exclusive): a WebDAV `MOVE` of a folder.
+/// `rclone serve webdav` (1.75) updates the parent folder's table of a folder it renames under the moved folder's lock
+/// only, so a request that looks into that parent meanwhile — any request below it — can crash the whole server
+/// ("concurrent map iteration and map write", seen with new folders moved into place while their neighbours were
+/// filled). A folder's `MOVE` waits until nothing of this provider is in flight, and nothing starts until it is done;
+/// requests waiting for one go first after it (a stream of new ones cannot hold it back for ever).
+final class RequestGate: Sendable {
+    private struct State {
+        var shared = 0
+        var exclusive = false
+        var waitingShared: [CheckedContinuation<Void, Never>] = []
+        var waitingExclusive: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = LockedBox(State())
+
+    func enter(exclusive: Bool) async {
+        let entered = state.withLock { state -> Bool in
+            if exclusive {
+                guard !state.exclusive, state.shared == 0, state.waitingExclusive.isEmpty else { return false }
+                state.exclusive = true
+            } else {
+                guard !state.exclusive, state.waitingExclusive.isEmpty else { return false }
+                state.shared += 1
+            }
+            return true
+        }
+        if entered { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if exclusive {
+                    if !state.exclusive, state.shared == 0, state.waitingExclusive.isEmpty {
+                        state.exclusive = true
+                        return true
+                    }
+                    state.waitingExclusive.append(continuation)
+                } else {
+                    if !state.exclusive, state.waitingExclusive.isEmpty {
+                        state.shared += 1
+                        return true
+                    }
+                    state.waitingShared.append(continuation)
+                }
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    func leave(exclusive: Bool) {
+        let resumed = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            if exclusive { state.exclusive = false } else { state.shared -= 1 }
+            guard !state.exclusive, state.shared == 0 else { return [] }
+            if exclusive, !state.waitingShared.isEmpty {
+                // Those that waited for this one go first, before the next folder.
+                let waiting = state.waitingShared
+                state.waitingShared = []
+                state.shared = waiting.count
+                return waiting
+            }
+            if !state.waitingExclusive.isEmpty {
+                state.exclusive = true
+                return [state.waitingExclusive.removeFirst()]
+            }
+            let waiting = state.waitingShared
+            state.waitingShared = []
+            state.shared = waiting.count
+            return waiting
+        }
+        for continuation in resumed { continuation.resume() }
+    }
+}

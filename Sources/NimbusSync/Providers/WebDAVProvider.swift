@@ -55,6 +55,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     let stallLimit: Duration
     /// How small new files go (see `WebDAVProvider+Creates`), probed once.
     let smallCreatesProbe = LockedBox<Task<SmallCreates, Never>?>(nil)
+    /// A folder's `MOVE` runs alone (see ``RequestGate``).
+    let gate = RequestGate()
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
@@ -176,7 +178,16 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             headers.append(("Content-Type", "application/xml; charset=utf-8"))
             requestBody = .bytes(ByteBuffer(string: body))
         }
-        let response = try await execute(request(method, address, headers: headers, body: requestBody), timeout: timeout)
+        return try await answered(request(method, address, headers: headers, body: requestBody), timeout: timeout)
+    }
+
+    /// A request's answer, its body read whole. A folder's `MOVE` runs alone, any other request until its body is read
+    /// (a `PROPFIND`'s answer is written as the server walks the folder): see ``RequestGate``.
+    func answered(_ request: HTTPClientRequest, timeout: TimeAmount) async throws -> (HTTPClientResponse, Data) {
+        let alone = request.method == .MOVE && request.url.hasSuffix("/")
+        await gate.enter(exclusive: alone)
+        defer { gate.leave(exclusive: alone) }
+        let response = try await execute(request, timeout: timeout)
         let data: Data
         do { data = try await response.text() } catch { throw ProviderError.network("\(error)") }
         return (response, data)
@@ -561,10 +572,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     func send(
         _ method: String, _ address: String, headers: [(String, String)], stream: HTTPClientRequest.Body, timeout: TimeAmount = .hours(24)
     ) async throws -> (HTTPClientResponse, Data) {
-        let response = try await execute(request(method, address, headers: headers, body: stream), timeout: timeout)
-        let data: Data
-        do { data = try await response.text() } catch { throw ProviderError.network("\(error)") }
-        return (response, data)
+        try await answered(request(method, address, headers: headers, body: stream), timeout: timeout)
     }
 
     /// Whether a file there holds the `size` bytes whose SHA-256 is `checksum` (known, or learned by reading it when its
@@ -585,7 +593,16 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         var headers: [(String, String)] = []
         if offset > 0 { headers.append(("Range", "bytes=\(offset)-")) }
         if let revision, !revision.hasPrefix(Self.syntheticPrefix) { headers.append(("If-Match", "\"\(revision)\"")) }
-        let response = try await execute(request("GET", address(id), headers: headers), timeout: .hours(24))
+        // (Until the answer's head: the body read after touches no folder there.)
+        await gate.enter(exclusive: false)
+        let response: HTTPClientResponse
+        do {
+            response = try await execute(request("GET", address(id), headers: headers), timeout: .hours(24))
+            gate.leave(exclusive: false)
+        } catch {
+            gate.leave(exclusive: false)
+            throw error
+        }
         let status = Int(response.status.code)
         if status == 416 {
             // Nothing after what is here: complete already, or a different file (checked by the caller's checksum).
