@@ -417,18 +417,9 @@ extension FillsNewFolders {
         -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
     {
         let folder = try await createFolder(named: name, in: parentId, requestId: requestId)
-        let answers = try await inOrder(files, width: 2) { file -> Result<RemoteItem, ProviderError> in
-            do {
-                return .success(
-                    try await self.upload(
-                        file.source, to: .new(parentId: folder.id, name: file.name, mimeType: file.mimeType), requestId: file.requestId) { _ in })
-            } catch let error as ProviderError {
-                return .failure(error)
-            } catch is CancellationError {
-                throw CancellationError()
-            } catch {
-                return .failure(.network("\(error)"))
-            }
+        let answers = try await outcomes(of: files, width: 2) { file in
+            try await self.upload(
+                file.source, to: .new(parentId: folder.id, name: file.name, mimeType: file.mimeType), requestId: file.requestId) { _ in }
         }
         return (folder, answers)
     }
@@ -459,16 +450,24 @@ extension BatchUploadProvider {
     func uploadEach(
         _ files: [BatchFile], width: Int, send: @escaping @Sendable (BatchFile) async throws -> RemoteItem
     ) async throws -> [Result<RemoteItem, ProviderError>] {
-        try await inOrder(files, width: width) { file -> Result<RemoteItem, ProviderError> in
-            do {
-                return .success(try await send(file))
-            } catch let error as ProviderError {
-                return .failure(error)
-            } catch is CancellationError {
-                throw CancellationError()
-            } catch {
-                return .failure(.network("\(error)"))
-            }
+        try await outcomes(of: files, width: width, send: send)
+    }
+}
+
+/// Each file sent by `send`, `width` at a time, its outcome in order: a ``ProviderError`` is that file's failure, any
+/// other error (the provider's own bug, a local read) its `.network` failure, tried again later.
+func outcomes(
+    of files: [BatchFile], width: Int, send: @escaping @Sendable (BatchFile) async throws -> RemoteItem
+) async throws -> [Result<RemoteItem, ProviderError>] {
+    try await inOrder(files, width: width) { file -> Result<RemoteItem, ProviderError> in
+        do {
+            return .success(try await send(file))
+        } catch let error as ProviderError {
+            return .failure(error)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            return .failure(.network("\(error)"))
         }
     }
 }
