@@ -270,6 +270,10 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         try await upload(source, to: target, requestId: requestId, nothingThere: false, progress: progress)
     }
 
+    /// Batches of up to 128 small files (the engine cuts them folder by folder): a folder of 100 new files is looked at
+    /// with one listing, not four.
+    public var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { (1 << 20, 128, 64 << 20) }
+
     /// A batch of new small files: on a store proven to refuse overwrites, each file's conditional `PUT` is its own
     /// check; on any other, one listing per folder of the batch looks under all its names at once, instead of a
     /// `HEAD` and a listing per file — a name with nothing under it is then one `PUT` (its folder looked at once a
