@@ -633,6 +633,29 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("a folder is not filled while a streamed upload runs or waits (its MOVE would wait for the stream); a stream waits for the fills begun, then runs")
+    func fillsAndStreamsApart() async throws {
+        let gate = FillsAndStreams()
+        await gate.beginStream()
+        #expect(!gate.beginFill(), "a stream runs: the folder goes the usual way")
+        gate.endStream()
+        #expect(gate.beginFill())
+        #expect(gate.beginFill(), "fills run together")
+        let streamed = Task {
+            await gate.beginStream()
+            gate.endStream()
+        }
+        while gate.streamsWaiting == 0 { await Task.yield() }
+        #expect(!gate.beginFill(), "a stream waits: no new fill")
+        gate.endFill()
+        #expect(gate.streamsWaiting == 1, "one fill still runs")
+        gate.endFill()
+        await streamed.value
+        #expect(gate.streamsWaiting == 0)
+        #expect(gate.beginFill(), "the stream is over")
+        gate.endFill()
+    }
+
     @Test("WebDAV: collection ETags are used only where they propagate; there a no-op sync lists nothing and a change deep down is found",
           arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus])
     func webdavTreeETags(kind: ProviderKind) async throws {

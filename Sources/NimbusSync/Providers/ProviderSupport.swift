@@ -405,3 +405,65 @@ final class RequestGate: Sendable {
         for continuation in resumed { continuation.resume() }
     }
 }
+
+/// Folders filled with their files (short) and streamed uploads (long) kept apart: a folder's `MOVE` waits for every
+/// request in flight (``RequestGate``), so one behind a streamed upload of gigabytes would hold everything else for as
+/// long. A fill is not begun while a stream runs or waits (the folder then goes the usual way); a stream waits for the
+/// fills already begun (a second or so).
+@_spi(Testing) public final class FillsAndStreams: Sendable {
+    private struct State {
+        var fills = 0
+        var streams = 0
+        var streamsWaiting: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = LockedBox(State())
+
+    public init() {}
+
+    /// Streams waiting for fills to end (for tests).
+    public var streamsWaiting: Int { state.withLock { $0.streamsWaiting.count } }
+
+    /// Whether a fill may begin now (then ``endFill()`` after it).
+    public func beginFill() -> Bool {
+        state.withLock { state in
+            guard state.streams == 0, state.streamsWaiting.isEmpty else { return false }
+            state.fills += 1
+            return true
+        }
+    }
+
+    public func endFill() {
+        let resumed = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.fills -= 1
+            guard state.fills == 0 else { return [] }
+            let waiting = state.streamsWaiting
+            state.streamsWaiting = []
+            state.streams += waiting.count
+            return waiting
+        }
+        for continuation in resumed { continuation.resume() }
+    }
+
+    public func beginStream() async {
+        if state.withLock({ state -> Bool in
+            guard state.fills == 0 else { return false }
+            state.streams += 1
+            return true
+        }) { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.fills == 0 {
+                    state.streams += 1
+                    return true
+                }
+                state.streamsWaiting.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    public func endStream() {
+        state.withLock { $0.streams -= 1 }
+    }
+}

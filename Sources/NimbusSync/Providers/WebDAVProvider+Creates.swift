@@ -142,7 +142,11 @@ extension WebDAVProvider: FillsNewFolders {
     public func createFolder(named name: String, in parentId: String, requestId: String, filledWith files: [BatchFile]) async throws
         -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
     {
-        guard !files.isEmpty, await fillsNewFolders() else { return try await createFolderThenFiles(named: name, in: parentId, requestId: requestId, files: files) }
+        guard !files.isEmpty, await fillsNewFolders(), fillsAndStreams.beginFill() else {
+            return try await createFolderThenFiles(named: name, in: parentId, requestId: requestId, files: files)
+        }
+        var filling = true
+        defer { if filling { fillsAndStreams.endFill() } }
         let id = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
         let staging = ProviderPath.child(PartialUploads.name(requestId: requestId, parentId: parentId), in: parentId)
         try await makeEmptyFolder(staging)
@@ -201,6 +205,9 @@ extension WebDAVProvider: FillsNewFolders {
             _ = try? await send("DELETE", address(staging, folder: true))
             throw Self.failure(status, moved.headers, what: "making the folder \(name)")
         }
+        // (The fill is over: what follows may be streamed, and a stream waits for fills.)
+        fillsAndStreams.endFill()
+        filling = false
         for index in after {
             var file = files[index]
             file.parentId = folder.id

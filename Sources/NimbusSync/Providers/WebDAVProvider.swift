@@ -55,8 +55,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     let stallLimit: Duration
     /// How small new files go (see `WebDAVProvider+Creates`), probed once.
     let smallCreatesProbe = LockedBox<Task<SmallCreates, Never>?>(nil)
-    /// A folder's `MOVE` runs alone (see ``RequestGate``).
+    /// A folder's `MOVE` runs alone (see ``RequestGate``); none is begun while a streamed upload runs (see
+    /// ``FillsAndStreams``).
     let gate = RequestGate()
+    let fillsAndStreams = FillsAndStreams()
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
@@ -512,6 +514,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         } else {
             let body = HashingFileBody(source, progress: progress)
             let stream = try body.stream()
+            await fillsAndStreams.beginStream()
+            defer { fillsAndStreams.endStream() }
             do {
                 (put, _) = try await cancellingWhenStalled(after: stallLimit, sent: { body.sent }, total: source.size) {
                     try await self.send("PUT", self.address(temporary), headers: headers, stream: .stream(stream, length: .known(source.size)))
