@@ -601,11 +601,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         await gate.enter(exclusive: false)
         let response: HTTPClientResponse
         do {
+            defer { gate.leave(exclusive: false) }
             response = try await execute(request("GET", address(id), headers: headers), timeout: .hours(24))
-            gate.leave(exclusive: false)
-        } catch {
-            gate.leave(exclusive: false)
-            throw error
         }
         let status = Int(response.status.code)
         if status == 416 {
