@@ -135,6 +135,9 @@ struct FolderSimulation {
     var strategy: ConflictStrategy { seed % 5 == 0 ? .lastWriterWins : .keepBoth }
     /// Seeds whose listed remote makes a new folder with its small new files (``ListedProvider``'s `fills`).
     var fills: Bool { (seed % 4 == 3 || seed % 8 == 6) && seed % 32 >= 16 }
+    /// The fewest files such a fill takes (WebDAV's is 5): 3 in half of those seeds, so folders with fewer new files go
+    /// the usual way there.
+    var fillMinimum: Int { seed % 64 >= 48 ? 3 : 1 }
     /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (issue 15; with 5, through the
     /// encrypted remote too): partial downloads sealed, then opened into the folder; names sealed in the database.
     var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
@@ -199,12 +202,15 @@ struct FolderSimulation {
         }
         // Half of the listed remotes' seeds make a new folder with its small new files (as WebDAV does on rclone).
         let fills = self.fills
+        let fillMinimum = self.fillMinimum
         if seed % 4 == 3 {
             // Half of them with folder revisions that change with anything beneath (as WebDAV collection ETags on
             // Nextcloud or Nimbus): listings skip unchanged subtrees.
             let treeVersions = seed % 8 == 7
             configuration.provider = { state in
-                ListedProvider(inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions, unhashed: true, fills: fills)
+                ListedProvider(
+                    inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions, unhashed: true, fills: fills,
+                    fillMinimum: fillMinimum)
             }
         } else if seed % 8 == 6 {
             // Ids are paths (WebDAV, S3, local folders): a move there renames everything beneath; checksums shown on
@@ -214,7 +220,7 @@ struct FolderSimulation {
             configuration.provider = { state in
                 ListedProvider(
                     inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums, fills: fills,
-                    rootGate: gate)
+                    fillMinimum: fillMinimum, rootGate: gate)
             }
         } else if seed % 8 == 5 {
             // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
@@ -630,7 +636,8 @@ final class LockedCounter: @unchecked Sendable {
 ///
 /// With `fills` (seeds ≡ 16–31 mod 32 of each kind) it ``FillsNewFolders``, as WebDAV does on a server without
 /// conditional `PUT`s: a new folder is made with up to 8 of its small new files (up to 40 KB: the size from which the
-/// unhashed seeds leave new files unread, so these are hashed), the folder and then each file.
+/// unhashed seeds leave new files unread, so these are hashed), the folder and then each file; in half of them only
+/// a folder with at least 3 (``FillsNewFolders/fillMinimum``).
 final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed, FillsNewFolders, @unchecked Sendable {
     let inner: NimbusProvider
     let treeVersions: Bool
@@ -638,12 +645,13 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
     let checksums: Bool
     let unhashed: Bool
     let fills: Bool
+    let fillMinimum: Int
 
     let rootGate: RootGate?
 
     init(
         inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false, unhashed: Bool = false,
-        fills: Bool = false, rootGate: RootGate? = nil
+        fills: Bool = false, fillMinimum: Int = 1, rootGate: RootGate? = nil
     ) {
         self.inner = inner
         self.treeVersions = treeVersions
@@ -651,6 +659,7 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
         self.checksums = checksums
         self.unhashed = unhashed
         self.fills = fills
+        self.fillMinimum = fillMinimum
         self.rootGate = rootGate
     }
 
@@ -663,6 +672,7 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
         -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
     {
         #expect(fills)
+        #expect(files.count >= fillMinimum, "a fill below the provider's minimum")
         return try await createFolderThenFiles(named: name, in: parentId, requestId: requestId, files: files)
     }
     /// As WebDAV's with proven ETags: a round that sent files does not list again (the WebDAV-like seeds).

@@ -547,6 +547,7 @@ struct ProviderConformanceTests {
             let dav = try #require(provider as? WebDAVProvider)
             if kind != .webdavRclone { dav.takeSmallCreates(.moved) }
             #expect(await dav.fillsNewFolders())
+            #expect(dav.fillMinimum == 5)
             let root = try await provider.root()
             func file(_ name: String, _ text: String, request: String? = nil) throws -> BatchFile {
                 BatchFile(source: try source(text, kind), parentId: "", name: name, mimeType: nil, requestId: request ?? "f-\(name)-\(text)")
@@ -556,10 +557,18 @@ struct ProviderConformanceTests {
                 try await provider.download(id, revision: nil, to: back) { _ in }
                 return try String(contentsOf: back, encoding: .utf8)
             }
+            // Fewer files than the fill's minimum: the folder, then each file as usual (none is hidden first).
+            let few = try await dav.createFolder(named: "Few", in: root.id, requestId: "few", filledWith: try [file("f.txt", "eff")])
+            #expect(try few.files[0].get().name == "f.txt")
+            #expect(dav.fillsDone.withLock { $0 } == 0)
+            try await provider.delete(few.folder.id)
+            dav.fewestFilled.withLock { $0 = 1 }  // (the cases below with a few files each)
+
             // "B.txt" and "b.txt": one name to a server that folds case, so the second goes after the move, as usual.
             let files = try [file("a.txt", "one"), file("b.txt", "two"), file("B.txt", "three"), file("c.txt", "")]
             let made = try await dav.createFolder(named: "New", in: root.id, requestId: "new-folder", filledWith: files)
             #expect(made.folder.isFolder && made.folder.name == "New")
+            #expect(dav.fillsDone.withLock { $0 } == 1)
             for (index, result) in made.files.enumerated() {
                 let item = try result.get()
                 #expect(item.parentId == made.folder.id && item.name == files[index].name && item.checksum == files[index].source.checksum)
@@ -606,6 +615,7 @@ struct ProviderConformanceTests {
         guard ProviderKind.selected.contains(kind) else { return }
         try await kind.with { provider in
             let dav = try #require(provider as? WebDAVProvider)
+            dav.fewestFilled.withLock { $0 = 3 }
             let root = try await provider.root()
             let count = 300
             let sources = try (0..<3).map { try source("file \($0)", kind) }

@@ -370,7 +370,8 @@ extension SyncEngine {
 
     /// For each folder the plan makes there (on a provider that ``FillsNewFolders``), the small new files the next
     /// plan would send into it once it is there: the plan made again as if the folders were there already, its new
-    /// files of those folders taken (settled, hashed, not failing, within the provider's limits; one in doubt goes
+    /// files of those folders taken (settled, hashed, not failing, within the provider's limits and at least its
+    /// ``FillsNewFolders/fillMinimum``; one in doubt goes
     /// with its request id, as it would alone: the provider finds what a lost answer made). What
     /// the planner would not send yet (a file being written, ignored, held) stays out; what is left out goes as usual
     /// once the folder is there.
@@ -402,7 +403,8 @@ extension SyncEngine {
             taken[parent] = count
             fills[parent.rawValue, default: []].append(step)
         }
-        return fills
+        let minimum = filling.fillMinimum
+        return fills.filter { $0.value.count >= minimum }
     }
 
     /// The steps grouped as they run: small new files together (batches), every other step alone. Local steps

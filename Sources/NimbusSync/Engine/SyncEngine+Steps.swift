@@ -646,7 +646,12 @@ extension SyncEngine {
             guard let row = try await self.database.pool.read({ db in try ItemRow.fetch(db, luid: folderStep.item.rawValue) }) else { return }
             let parent = try await self.remoteId(of: row.lParent)
             let request = try await self.sendingCreation(row)
-            let made = try await filling.createFolder(named: row.lName ?? "Folder", in: parent, requestId: request, filledWith: files)
+            let name = row.lName ?? "Folder"
+            // Fewer than the provider takes along (some changed since the plan): the folder, then each file.
+            let made =
+                files.count >= filling.fillMinimum
+                ? try await filling.createFolder(named: name, in: parent, requestId: request, filledWith: files)
+                : try await filling.createFolderThenFiles(named: name, in: parent, requestId: request, files: files)
             try await self.recordCreated(row.luid, made.folder, parent: row.lParent)
             answers = made.files
         }

@@ -403,6 +403,9 @@ public protocol FillsNewFolders: RemoteProvider {
     func fillsNewFolders() async -> Bool
     /// The largest file, number of files and total bytes one folder takes along.
     var fillLimits: (fileSize: Int64, files: Int, bytes: Int64) { get }
+    /// The fewest files a folder takes along: with fewer, the folder goes alone and its files after it (a fill's own
+    /// requests would cost more than the ones it saves). 1 unless the provider says otherwise.
+    var fillMinimum: Int { get }
     /// Makes the folder `name` in `parentId` as ``RemoteProvider/createFolder(named:in:requestId:)`` does (the same
     /// request id: a folder already there under the name is this one) with `files` in it (their `parentId` is not
     /// read); the folder and each file's outcome, in order. Thrown: the folder's creation failed, or no answer
@@ -412,6 +415,8 @@ public protocol FillsNewFolders: RemoteProvider {
 }
 
 extension FillsNewFolders {
+    public var fillMinimum: Int { 1 }
+
     /// The folder, then each file in it with ``RemoteProvider/upload(_:to:requestId:progress:)``, two at a time.
     public func createFolderThenFiles(named name: String, in parentId: String, requestId: String, files: [BatchFile]) async throws
         -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
@@ -459,16 +464,20 @@ extension BatchUploadProvider {
 func outcomes(
     of files: [BatchFile], width: Int, send: @escaping @Sendable (BatchFile) async throws -> RemoteItem
 ) async throws -> [Result<RemoteItem, ProviderError>] {
-    try await inOrder(files, width: width) { file -> Result<RemoteItem, ProviderError> in
-        do {
-            return .success(try await send(file))
-        } catch let error as ProviderError {
-            return .failure(error)
-        } catch is CancellationError {
-            throw CancellationError()
-        } catch {
-            return .failure(.network("\(error)"))
-        }
+    try await inOrder(files, width: width) { file in try await outcome { try await send(file) } }
+}
+
+/// What `body` answers, or what it threw as a ``ProviderError`` (any other error is a network one); cancellation is
+/// thrown on.
+func outcome<Answer>(_ body: () async throws -> Answer) async throws -> Result<Answer, ProviderError> {
+    do {
+        return .success(try await body())
+    } catch let error as ProviderError {
+        return .failure(error)
+    } catch is CancellationError {
+        throw CancellationError()
+    } catch {
+        return .failure(.network("\(error)"))
     }
 }
 

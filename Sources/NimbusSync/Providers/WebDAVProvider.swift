@@ -59,6 +59,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// ``FillsAndStreams``).
     let gate = RequestGate()
     let fillsAndStreams = FillsAndStreams()
+    /// The fewest files a new folder takes along (see ``fillMinimum``; a test sets it lower).
+    @_spi(Testing) public let fewestFilled = LockedBox(5)
+    /// New folders made with their files under a hidden name (for tests).
+    @_spi(Testing) public let fillsDone = LockedBox(0)
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
@@ -455,14 +459,20 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         guard (200..<300).contains(status) else {
             _ = try? await send("DELETE", address(temporary))
             if status == 412, case .new = target {
-                // Something holds the name: this very content (a retry after a lost answer) is this file.
-                if let existing = try? await item(id), !existing.isFolder, try await holds(existing, checksum, size: source.size) { return existing }
-                throw ProviderError.nameTaken(existing: id)
+                guard let existing = try await sameFile(at: id, checksum: checksum, size: source.size) else { throw ProviderError.nameTaken(existing: id) }
+                return existing
             }
             if status == 412 { throw ProviderError.versionConflict(current: try? await item(id)) }
             throw Self.failure(status, moved.headers, what: "placing \(ProviderPath.name(of: id))")
         }
         return try await placed(id, parentId: parentId, size: source.size, putTag: putTag, checksum: checksum)
+    }
+
+    /// What holds a new file's name (its `MOVE` with `Overwrite: F` was refused) if it is this very content — a retry
+    /// after a lost answer: then it is this file; nil: a folder, or other bytes (the name is taken).
+    func sameFile(at id: String, checksum: String, size: Int64) async throws -> RemoteItem? {
+        guard let existing = try? await item(id), !existing.isFolder, try await holds(existing, checksum, size: size) else { return nil }
+        return existing
     }
 
     /// The file just put in place at `id`, its checksum remembered for its revision.
