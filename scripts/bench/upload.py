@@ -19,6 +19,7 @@ import argparse, os, shutil, socket, subprocess, sys, tempfile, time, uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server import Server, login, peak_rss_mib, free_port, resumable_upload  # noqa: E402
+from peers import rclone as rclone_program  # noqa: E402
 
 def random_file(path, mib):
     with open(path, "wb") as f:
@@ -50,13 +51,13 @@ def rclone_mbs(work, path, mib):
     folder = os.path.join(work, "rclone-webdav")
     os.makedirs(folder)
     port = free_port()
-    peer = subprocess.Popen(["rclone", "serve", "webdav", "--addr", f"127.0.0.1:{port}", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peer = subprocess.Popen([rclone_program(), "serve", "webdav", "--addr", f"127.0.0.1:{port}", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
             try: socket.create_connection(("127.0.0.1", port)).close(); break
             except OSError: time.sleep(0.1)
         t = time.perf_counter()
-        subprocess.run(["rclone", "copyto", path, ":webdav:big.bin", "--webdav-url", f"http://127.0.0.1:{port}",
+        subprocess.run([rclone_program(), "copyto", path, ":webdav:big.bin", "--webdav-url", f"http://127.0.0.1:{port}",
                         "--webdav-pacer-min-sleep", "0"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return mib * 1.048576 / (time.perf_counter() - t)
     finally:
