@@ -35,8 +35,10 @@ public struct XMLTree: Sendable {
             _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?, qualifiedName: String?,
             attributes: [String: String] = [:]
         ) {
-            // The local name (after a prefix, if any): a scan, not a split (a listing has tens of thousands of elements).
-            let local = elementName.lastIndex(of: ":").map { String(elementName[elementName.index(after: $0)...]) } ?? elementName
+            // The local name (after a prefix, if any): a scan of the bytes, not a split nor a walk by Characters (a
+            // listing has tens of thousands of elements; by Characters it was 3 % of a WebDAV no-op's CPU).
+            let local =
+                elementName.utf8.lastIndex(of: UInt8(ascii: ":")).map { String(elementName[elementName.utf8.index(after: $0)...]) } ?? elementName
             stack.append(XMLTree(name: local))
         }
 
