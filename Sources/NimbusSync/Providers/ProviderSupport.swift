@@ -346,36 +346,23 @@ final class RequestGate: Sendable {
         var exclusive = false
         var waitingShared: [CheckedContinuation<Void, Never>] = []
         var waitingExclusive: [CheckedContinuation<Void, Never>] = []
+
+        /// Lets a request in if it may run now.
+        mutating func admit(exclusive: Bool) -> Bool {
+            guard !self.exclusive, waitingExclusive.isEmpty, !exclusive || shared == 0 else { return false }
+            if exclusive { self.exclusive = true } else { shared += 1 }
+            return true
+        }
     }
     private let state = LockedBox(State())
 
     func enter(exclusive: Bool) async {
-        let entered = state.withLock { state -> Bool in
-            if exclusive {
-                guard !state.exclusive, state.shared == 0, state.waitingExclusive.isEmpty else { return false }
-                state.exclusive = true
-            } else {
-                guard !state.exclusive, state.waitingExclusive.isEmpty else { return false }
-                state.shared += 1
-            }
-            return true
-        }
-        if entered { return }
+        // (Tried before the continuation too: most requests go straight in, without one.)
+        if state.withLock({ $0.admit(exclusive: exclusive) }) { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
-                if exclusive {
-                    if !state.exclusive, state.shared == 0, state.waitingExclusive.isEmpty {
-                        state.exclusive = true
-                        return true
-                    }
-                    state.waitingExclusive.append(continuation)
-                } else {
-                    if !state.exclusive, state.waitingExclusive.isEmpty {
-                        state.shared += 1
-                        return true
-                    }
-                    state.waitingShared.append(continuation)
-                }
+                if state.admit(exclusive: exclusive) { return true }
+                if exclusive { state.waitingExclusive.append(continuation) } else { state.waitingShared.append(continuation) }
                 return false
             }
             if now { continuation.resume() }
@@ -415,6 +402,13 @@ final class RequestGate: Sendable {
         var fills = 0
         var streams = 0
         var streamsWaiting: [CheckedContinuation<Void, Never>] = []
+
+        /// Lets a stream in if no fill runs.
+        mutating func admitStream() -> Bool {
+            guard fills == 0 else { return false }
+            streams += 1
+            return true
+        }
     }
     private let state = LockedBox(State())
 
@@ -445,17 +439,10 @@ final class RequestGate: Sendable {
     }
 
     public func beginStream() async {
-        if state.withLock({ state -> Bool in
-            guard state.fills == 0 else { return false }
-            state.streams += 1
-            return true
-        }) { return }
+        if state.withLock({ $0.admitStream() }) { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
-                if state.fills == 0 {
-                    state.streams += 1
-                    return true
-                }
+                if state.admitStream() { return true }
                 state.streamsWaiting.append(continuation)
                 return false
             }
