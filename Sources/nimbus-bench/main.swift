@@ -1,4 +1,4 @@
-// NimbusSync benchmarks (issue 4), each against a peer measured in the same run:
+// NimbusSync benchmarks, each against a peer measured in the same run:
 //   swift build -c release --product nimbus-bench --scratch-path .build-release
 //   .build-release/release/nimbus-bench [--items 100000] [--operations 10000]
 import Crypto
@@ -20,7 +20,7 @@ func argument(_ name: String, _ fallback: Int) -> Int {
     return value
 }
 
-// `nimbus-bench chunking --file F` (issue 14, B7): FastCDC alone and FastCDC + SHA-256 per chunk over F's bytes in
+// `nimbus-bench chunking --file F`: FastCDC alone and FastCDC + SHA-256 per chunk over F's bytes in
 // memory, on one core; scripts/bench/chunking.py runs it beside the `fastcdc` package from PyPI on the same file.
 if CommandLine.arguments.dropFirst().first == "chunking" {
     let path = CommandLine.arguments.firstIndex(of: "--file").map { CommandLine.arguments[$0 + 1] } ?? ""
@@ -45,7 +45,7 @@ if CommandLine.arguments.dropFirst().first == "chunking" {
     exit(0)
 }
 
-// `nimbus-bench crypto --mib N [--file F]` (issue 15): AES-256-GCM in 64 KiB segments on one core, sealing and
+// `nimbus-bench crypto --mib N [--file F]`: AES-256-GCM in 64 KiB segments on one core, sealing and
 // opening N MiB in memory (the goal is ≥ 1 GB/s with AES-NI); with --file, the same through
 // SegmentedEncryption's files (encrypt F, decrypt it back) against a plain copy of F. scripts/bench/crypto.py runs
 // it beside Python's `cryptography` (OpenSSL) on the same data.

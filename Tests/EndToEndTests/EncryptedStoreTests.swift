@@ -2,7 +2,7 @@ import Foundation
 import NimbusTestSupport
 import Testing
 
-/// `nimbus login --encrypt` (issue 15): the real binary, a real server, the device's whole `NIMBUS_HOME` scanned.
+/// `nimbus login --encrypt`: the real binary, a real server, the device's whole `NIMBUS_HOME` scanned.
 @Suite("Encrypted device store (CLI)")
 struct EncryptedStoreTests {
     /// Needles found anywhere under `folder`, with the file they are in.

@@ -3,7 +3,7 @@ import NimbusAPI
 import NimbusTestSupport
 import Testing
 
-/// Regression tests for edits lost by folder sync (issue 11): files saved moments before (or while) a sync runs,
+/// Regression tests for edits lost by folder sync: files saved moments before (or while) a sync runs,
 /// and files that return to an earlier content. The real binary, as a user runs it.
 @Suite("End to end: nothing saved is lost", .serialized)
 struct SavedWhileSyncingTests {

@@ -5,7 +5,7 @@ import NimbusAPI
 import NimbusTestSupport
 import Testing
 
-/// A library encrypted at rest (issue 15), against the real server: what is on the device's disk, what is refused.
+/// A library encrypted at rest, against the real server: what is on the device's disk, what is refused.
 @Suite("Encrypted library")
 struct EncryptedLibraryTests {
     /// Every file under `folder` (the database, its WAL, content, staged uploads, partial downloads, the key file).

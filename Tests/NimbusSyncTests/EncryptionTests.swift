@@ -5,7 +5,7 @@ import NimbusAPI
 import NimbusTestSupport
 import Testing
 
-/// Encryption at rest (issue 15): segmented AES-256-GCM content and passphrase-wrapped data keys.
+/// Encryption at rest: segmented AES-256-GCM content and passphrase-wrapped data keys.
 @Suite("Encryption at rest")
 struct EncryptionTests {
     let directory: URL
@@ -219,7 +219,7 @@ struct EncryptionTests {
     }
 }
 
-/// Sealed names for encrypted remotes (issue 15): deterministic, per folder, length-hiding, authenticated.
+/// Sealed names for encrypted remotes: deterministic, per folder, length-hiding, authenticated.
 @Suite("Sealed names")
 struct NameCipherTests {
     let cipher = NameCipher(dataKey: SymmetricKey(size: .bits256))
@@ -289,7 +289,7 @@ struct NameCipherTests {
     }
 }
 
-/// Chunk-encrypted content for crypt remotes (issue 15): deterministic per chunk, so edits stay small when sealed.
+/// Chunk-encrypted content for crypt remotes: deterministic per chunk, so edits stay small when sealed.
 @Suite("Chunk-encrypted content")
 struct ChunkedEncryptionTests {
     let directory: URL

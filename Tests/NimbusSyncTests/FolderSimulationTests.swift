@@ -138,7 +138,7 @@ struct FolderSimulation {
     /// The fewest files such a fill takes (WebDAV's is 5): 3 in half of those seeds, so folders with fewer new files go
     /// the usual way there.
     var fillMinimum: Int { seed % 64 >= 48 ? 3 : 1 }
-    /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (issue 15; with 5, through the
+    /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (with 5, through the
     /// encrypted remote too): partial downloads sealed, then opened into the folder; names sealed in the database.
     var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
 
@@ -223,7 +223,7 @@ struct FolderSimulation {
                     fillMinimum: fillMinimum, rootGate: gate)
             }
         } else if seed % 8 == 5 {
-            // Through an encrypted remote (issue 15): names and contents sealed before they reach the server, which
+            // Through an encrypted remote: names and contents sealed before they reach the server, which
             // takes the sealed files by blocks (the same low thresholds as below). The final check opens them.
             let key = cryptKey
             let scratch = state.appending(path: "crypt-scratch")

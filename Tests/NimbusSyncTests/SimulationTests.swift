@@ -139,7 +139,7 @@ struct Simulation {
 
     func directory(_ index: Int) -> URL { world.root.appending(path: "sim-\(seed)/device-\(index)") }
 
-    /// Seeds ≡ 3 (mod 4) keep every device's library encrypted at rest (issue 15), its key in a key file (a
+    /// Seeds ≡ 3 (mod 4) keep every device's library encrypted at rest, its key in a key file (a
     /// passphrase would cost PBKDF2 at every crash and restart); the check then finds no name in any store.
     var encrypted: Bool { seed % 4 == 3 }
 

@@ -1350,7 +1350,7 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case webdavNextcloud
     case s3Rclone
     case s3Moto
-    /// The crypt wrapper (issue 15) over a local folder, over `rclone serve webdav` and over moto's S3 (whole-tree listings).
+    /// The crypt wrapper over a local folder, over `rclone serve webdav` and over moto's S3 (whole-tree listings).
     case cryptLocal
     case cryptWebdav
     case cryptS3

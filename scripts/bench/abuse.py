@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Abuse limits (issue 16, item 7): a normal client's latency while many sockets trickle request headers
+"""Abuse limits: a normal client's latency while many sockets trickle request headers
 (slowloris-style, loopback, bounded), how long the server keeps slow and idle sockets, and the header/body caps.
 
     swift build -c release --product nimbus --scratch-path .build-release

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""B7 (issue 14): content-defined chunking speed against the `fastcdc` package from PyPI, same data, same run.
+"""B7: content-defined chunking speed against the `fastcdc` package from PyPI, same data, same run.
 
     swift build -c release --product nimbus-bench --scratch-path .build-release
     pip install fastcdc

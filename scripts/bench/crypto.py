@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15: AES-256-GCM throughput per core, Nimbus (swift-crypto / BoringSSL) against Python's `cryptography`
+"""AES-256-GCM throughput per core, Nimbus (swift-crypto / BoringSSL) against Python's `cryptography`
 (OpenSSL) on the same amount of data in the same run, 64 KiB segments, one core each; then Nimbus's encrypted files
 (encrypt, fsync, decrypt) against a plain copy of the same file.
 

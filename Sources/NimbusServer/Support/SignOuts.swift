@@ -1,7 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 
-/// Devices signed out in this process, for the requests they still hold open (issue 16): a long-poll or an event
+/// Devices signed out in this process, for the requests they still hold open: a long-poll or an event
 /// stream of a device that logs out ends at once instead of answering with the next change. (Sign-outs on another
 /// replica, or by a detected refresh-token replay, are caught by the device check those requests make when they
 /// wake: at the latest on the next change, heartbeat or timeout. Data is never sent after the sign-out.)

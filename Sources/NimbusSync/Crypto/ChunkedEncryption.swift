@@ -3,7 +3,7 @@ import Foundation
 import NimbusAPI
 import _CryptoExtras
 
-/// Content for an untrusted remote that still syncs by blocks (issue 15, crypt remotes): the plaintext is cut into
+/// Content for an untrusted remote that still syncs by blocks (crypt remotes): the plaintext is cut into
 /// content-defined chunks (FastCDC, ~64 KiB) and each chunk sealed on its own, deterministically (AES-256-GCM-SIV
 /// under a fixed nonce: the same chunk always seals to the same bytes), the sealed chunks written back to back with no
 /// framing. A small edit changes a few chunks, so the sealed file changes in a few places only, and a block-level
@@ -47,8 +47,11 @@ public enum ChunkedEncryption {
 
     /// What sealing or opening a file found: the sealed size, and the plaintext's size and SHA-256 (lowercase hex).
     public struct Digest: Sendable, Equatable {
+        /// The sealed file's size.
         public var sealedSize: Int64
+        /// The plaintext's size.
         public var plainSize: Int64
+        /// The plaintext's SHA-256, lowercase hex.
         public var checksum: String
         /// Where the sealed file's parts end (sealing only): each sealed chunk (the first with the magic), each index
         /// page, the index head, each 64 KiB of padding, the footer. A provider that stores blocks cut there stores an

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// How content files of a library are kept: plain, or sealed at rest (``SegmentedEncryption``, issue 15). Uploads
+/// How content files of a library are kept: plain, or sealed at rest (``SegmentedEncryption``). Uploads
 /// are read and downloads written through it (``UploadSource/open()``, ``DownloadTarget/open()``), so an encrypted
 /// library's staged uploads, partial downloads and cache never hold plaintext on disk.
 public struct ContentSealing: Sendable {
@@ -48,6 +48,7 @@ public final class ContentReader: @unchecked Sendable {
         }
     }
 
+    /// Moves the read position to `offset` of the plaintext.
     public func seek(toOffset offset: UInt64) throws {
         switch backing {
         case .plain(let handle): try handle.seek(toOffset: offset)
@@ -69,6 +70,7 @@ public final class ContentReader: @unchecked Sendable {
         return all
     }
 
+    /// Closes the file.
     public func close() {
         switch backing {
         case .plain(let handle): try? handle.close()
@@ -79,6 +81,7 @@ public final class ContentReader: @unchecked Sendable {
 
 /// Where a download is written, in order, resuming after what is there: a plain file, or one sealed at rest.
 public struct DownloadTarget: Sendable {
+    /// The file written.
     public var url: URL
     let sealing: ContentSealing?
     /// Whether ``ContentWriter/synchronize()`` makes the bytes durable (fsync). Not for a sealed partial that is
@@ -264,6 +267,7 @@ public final class ContentWriter: @unchecked Sendable {
         return UInt64(size)
     }
 
+    /// Appends `bytes` (sealed in segments as they fill, in a sealed target).
     public func write<Bytes: DataProtocol>(contentsOf bytes: Bytes) throws {
         if let buffer { return buffer.withLock { $0.append(contentsOf: bytes) } }
         guard sealing != nil else { return try handle.write(contentsOf: bytes) }
@@ -304,6 +308,7 @@ public final class ContentWriter: @unchecked Sendable {
         if durable { try handle.synchronize() }
     }
 
+    /// Seals what is left and closes the file.
     public func close() throws {
         if buffer != nil { return }
         if sealing != nil, !tailSealed {

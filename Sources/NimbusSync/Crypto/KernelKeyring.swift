@@ -12,13 +12,14 @@ import Glibc
 ///
 /// Through `libkeyutils.so.1` (Debian's `libkeyutils1`, on nearly every system), opened at run time: where it or the
 /// key service is missing (another OS, a sandbox that filters `add_key`), ``isAvailable`` is false and every call
-/// throws ``EncryptionError/keyMissing(_:)`` saying so. On Apple platforms the Keychain is the place (``KeychainKeyStore``).
+/// throws ``EncryptionError/keyMissing(_:)`` saying so. On Apple platforms the Keychain is the place (`KeychainKeyStore`).
 public struct KernelKeyring: KeyStore {
     /// The key's description in the keyring, e.g. `nimbus:<store id>`.
     public let name: String
     /// How long a stored key lives; nil: until reboot or ``deleteKey()``.
     public let lifetime: Duration?
 
+    /// The key named `name` in this user's keyring, kept for `lifetime` once stored.
     public init(name: String, lifetime: Duration? = nil) {
         self.name = name
         self.lifetime = lifetime
@@ -27,6 +28,7 @@ public struct KernelKeyring: KeyStore {
     /// Whether the kernel key service can be used from this process.
     public static var isAvailable: Bool { Library.shared != nil }
 
+    /// The key, or nil when there is none (never stored, expired or revoked).
     public func loadKey() throws -> SymmetricKey? {
         let library = try Self.library()
         let serial = name.withCString { description in library.search(userKeyring, "user", description, 0) }
@@ -40,6 +42,7 @@ public struct KernelKeyring: KeyStore {
         return SymmetricKey(data: buffer[0..<32])
     }
 
+    /// Stores the key in this user's keyring, for ``lifetime``.
     public func storeKey(_ key: SymmetricKey) throws {
         let library = try Self.library()
         let serial = key.withUnsafeBytes { bytes in

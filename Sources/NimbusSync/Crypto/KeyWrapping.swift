@@ -2,13 +2,16 @@ import Crypto
 import Foundation
 import _CryptoExtras
 
-/// A data key wrapped by a key derived from a passphrase (issue 15): PBKDF2-HMAC-SHA256 (600,000 rounds by default,
+/// A data key wrapped by a key derived from a passphrase: PBKDF2-HMAC-SHA256 (600,000 rounds by default,
 /// OWASP's 2023 figure) over a random 16-byte salt gives a key-encryption key, which seals the 32-byte data key with
 /// AES-256-GCM. Changing the passphrase re-wraps the same data key: nothing encrypted with it changes. Stored as
 /// JSON (`docs/encryption.md`).
 public struct WrappedKey: Codable, Sendable, Equatable {
+    /// The format's version.
     public var version = 1
+    /// The key derivation function.
     public var kdf = "pbkdf2-hmac-sha256"
+    /// PBKDF2's rounds.
     public var iterations: Int
     /// Base64 of the salt.
     public var salt: String
@@ -18,6 +21,7 @@ public struct WrappedKey: Codable, Sendable, Equatable {
     static let associatedData = Array("nimbus-data-key-v1".utf8)
     /// The fewest rounds accepted when unwrapping (a stored file asking for fewer was tampered with).
     public static let minimumIterations = 210_000
+    /// The rounds new keys are wrapped with.
     public static let defaultIterations = 600_000
 
     /// A new random data key (AES-256).
@@ -68,11 +72,12 @@ public struct WrappedKey: Codable, Sendable, Equatable {
     }
 }
 
-/// Where a device keeps its data key when no passphrase is asked each time (issue 15): the Keychain on Apple
+/// Where a device keeps its data key when no passphrase is asked each time: the Keychain on Apple
 /// platforms, a 0600 key file or an environment secret on Linux.
 public protocol KeyStore: Sendable {
     /// The stored key, or nil when there is none.
     func loadKey() throws -> SymmetricKey?
+    /// Keeps `key`, replacing any kept before.
     func storeKey(_ key: SymmetricKey) throws
     /// Removes the key (sign-out with wipe): the data it encrypted cannot be read any more.
     func deleteKey() throws
@@ -80,10 +85,13 @@ public protocol KeyStore: Sendable {
 
 /// A key in a file only its owner may read (0600), written atomically.
 public struct FileKeyStore: KeyStore {
+    /// The key file.
     public let url: URL
 
+    /// A key kept in the file at `url`.
     public init(url: URL) { self.url = url }
 
+    /// The key in the file, or nil when there is none; a file that holds no 256-bit key is `tampered`.
     public func loadKey() throws -> SymmetricKey? {
         guard let text = try? String(contentsOf: url, encoding: .utf8) else { return nil }
         guard let data = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)), data.count == 32 else {
@@ -92,6 +100,7 @@ public struct FileKeyStore: KeyStore {
         return SymmetricKey(data: data)
     }
 
+    /// Writes the key atomically, mode 0600.
     public func storeKey(_ key: SymmetricKey) throws {
         let text = key.withUnsafeBytes { Data($0).base64EncodedString() } + "\n"
         let temporary = url.deletingLastPathComponent().appending(path: ".\(url.lastPathComponent).\(UUID().uuidString)")
@@ -104,6 +113,7 @@ public struct FileKeyStore: KeyStore {
         }
     }
 
+    /// Deletes the file.
     public func deleteKey() throws {
         if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
     }
@@ -111,14 +121,17 @@ public struct FileKeyStore: KeyStore {
 
 /// A key from an environment variable (base64 of 32 bytes): for services, where a secret manager sets it.
 public struct EnvironmentKeyStore: KeyStore {
+    /// The variable's name.
     public let name: String
     let environment: [String: String]
 
+    /// A key read from the variable `name`.
     public init(name: String = "NIMBUS_DATA_KEY", environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.name = name
         self.environment = environment
     }
 
+    /// The key in the variable, or nil when it is not set.
     public func loadKey() throws -> SymmetricKey? {
         guard let value = environment[name] else { return nil }
         guard let data = Data(base64Encoded: value.trimmingCharacters(in: .whitespacesAndNewlines)), data.count == 32 else {
@@ -127,10 +140,12 @@ public struct EnvironmentKeyStore: KeyStore {
         return SymmetricKey(data: data)
     }
 
+    /// Refused: the environment is set outside the process.
     public func storeKey(_ key: SymmetricKey) throws {
         throw EncryptionError.keyMissing("\(name) is read from the environment; set it there")
     }
 
+    /// Nothing to delete here.
     public func deleteKey() throws {}
 }
 
@@ -139,9 +154,13 @@ public struct EnvironmentKeyStore: KeyStore {
 public struct MemoryKeyStore: KeyStore {
     let key: SymmetricKey
 
+    /// A store holding `key`.
     public init(key: SymmetricKey) { self.key = key }
 
+    /// The key held.
     public func loadKey() throws -> SymmetricKey? { key }
+    /// Nothing is stored: the key is the one held.
     public func storeKey(_ key: SymmetricKey) throws {}
+    /// Nothing to delete.
     public func deleteKey() throws {}
 }

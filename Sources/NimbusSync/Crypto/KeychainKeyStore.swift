@@ -3,13 +3,15 @@ import Crypto
 import Foundation
 import Security
 
-/// The data key in the Keychain (Apple platforms, issue 15): a generic-password item of `service` and `account`,
+/// The data key in the Keychain (Apple platforms): a generic-password item of `service` and `account`,
 /// readable after the device's first unlock and never moved to another device (no iCloud Keychain, no backup).
 ///
 /// Built on Apple platforms only; this project's CI runs on Linux, where the same ``KeyStore`` contract is tested with
 /// ``FileKeyStore``, ``EnvironmentKeyStore`` and ``KernelKeyring``. It has not been compiled or run here.
 public struct KeychainKeyStore: KeyStore {
+    /// The Keychain item's service.
     public let service: String
+    /// The Keychain item's account.
     public let account: String
 
     /// `account` names the library (e.g. its folder's name); `service` the app.
@@ -22,6 +24,7 @@ public struct KeychainKeyStore: KeyStore {
         [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service, kSecAttrAccount as String: account]
     }
 
+    /// The key in the Keychain, or nil when there is none.
     public func loadKey() throws -> SymmetricKey? {
         var query = item
         query[kSecReturnData as String] = true
@@ -38,6 +41,7 @@ public struct KeychainKeyStore: KeyStore {
         return SymmetricKey(data: data)
     }
 
+    /// Stores the key (`AfterFirstUnlockThisDeviceOnly`), replacing any there.
     public func storeKey(_ key: SymmetricKey) throws {
         let data = key.withUnsafeBytes { Data($0) }
         var attributes = item
@@ -52,6 +56,7 @@ public struct KeychainKeyStore: KeyStore {
         }
     }
 
+    /// Deletes the Keychain item.
     public func deleteKey() throws {
         let status = SecItemDelete(item as CFDictionary)
         guard status == errSecSuccess || status == errSecItemNotFound else {

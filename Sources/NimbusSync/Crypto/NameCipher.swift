@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import _CryptoExtras
 
-/// Names hidden from an untrusted remote, in a form its listings still work with (issue 15, crypt remotes): a name
+/// Names hidden from an untrusted remote, in a form its listings still work with (crypt remotes): a name
 /// is padded to a multiple of 16 bytes (its exact length hidden), sealed with AES-256-GCM-SIV under a fixed nonce —
 /// a deterministic authenticated cipher: the same name in the same folder always seals to the same text, so a
 /// lookup by name is a lookup by the sealed name, and nothing else leaks but equality — then written in lowercase
@@ -18,8 +18,10 @@ public struct NameCipher: Sendable {
     let key: SymmetricKey
     /// The fixed nonce: GCM-SIV stays safe with it (misuse resistance), and the sealed text carries no nonce.
     static let nonceBytes = [UInt8](repeating: 0, count: 12)
+    /// The longest name that can be sealed, in UTF-8 bytes (its sealed form fits 255).
     public static let maximumNameBytes = 127
 
+    /// Names sealed under a key derived from the remote's data key.
     public init(dataKey: SymmetricKey) {
         key = HKDF<SHA256>.deriveKey(inputKeyMaterial: dataKey, info: Array("nimbus-names-v1".utf8), outputByteCount: 32)
     }

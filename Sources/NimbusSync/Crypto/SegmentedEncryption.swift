@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// Why encrypted data could not be read or a key could not be had (issue 15). Never garbage, never an empty view:
+/// Why encrypted data could not be read or a key could not be had. Never garbage, never an empty view:
 /// every failure is one of these, with what to do.
 public enum EncryptionError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The passphrase does not unwrap the data key.
@@ -15,6 +15,7 @@ public enum EncryptionError: Error, Sendable, Equatable, CustomStringConvertible
     /// A name too long to seal (``NameCipher/maximumNameBytes`` UTF-8 bytes at most), or empty.
     case nameTooLong(Int)
 
+    /// What went wrong and what to do, in words for the user.
     public var description: String {
         switch self {
         case .wrongPassphrase: "The passphrase is wrong: it does not unlock this store's key. Nothing was read or changed."
@@ -27,7 +28,7 @@ public enum EncryptionError: Error, Sendable, Equatable, CustomStringConvertible
     }
 }
 
-/// Content encrypted at rest, readable at any offset (issue 15): AES-256-GCM in segments of 64 KiB of plaintext.
+/// Content encrypted at rest, readable at any offset: AES-256-GCM in segments of 64 KiB of plaintext.
 ///
 /// Format (`docs/encryption.md` has it in full, to recover data without Nimbus):
 /// - a 32-byte header: `NIMBUSE1` (8 bytes), a random 16-byte file id, the segment size (UInt32, big-endian), 4
@@ -38,6 +39,7 @@ public enum EncryptionError: Error, Sendable, Equatable, CustomStringConvertible
 ///   id, the segment's index (UInt64, big-endian) and a last-segment flag — so segments cannot be swapped,
 ///   reordered, moved between files or versions, and a file cut short at a segment boundary is detected.
 public struct SegmentedEncryption: Sendable {
+    /// Plaintext bytes per segment.
     public static let segmentSize = 64 * 1024
     static let magic = Array("NIMBUSE1".utf8)
     static let headerSize = 32
@@ -45,6 +47,7 @@ public struct SegmentedEncryption: Sendable {
 
     let key: SymmetricKey
 
+    /// Encryption under `key` (AES-256).
     public init(key: SymmetricKey) { self.key = key }
 
     /// The size of the ciphertext file for `plainSize` bytes.
@@ -138,6 +141,7 @@ public struct SegmentedEncryption: Sendable {
         var pending = Data()
         var index: UInt64 = 0
 
+        /// Creates the file at `url` (mode 0600) and writes its header; `context` binds it to its item.
         public init(creating url: URL, key: SymmetricKey, context: String) throws {
             guard FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
                 throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: url.path])
@@ -156,6 +160,7 @@ public struct SegmentedEncryption: Sendable {
             try handle.write(contentsOf: header)
         }
 
+        /// Appends plaintext; full segments are sealed and written as they fill.
         public func append(_ data: Data) throws {
             lock.lock()
             defer { lock.unlock() }
@@ -210,9 +215,11 @@ public struct SegmentedEncryption: Sendable {
         let key: SymmetricKey
         let context: String
         let fileId: [UInt8]
+        /// The plaintext's size.
         public let plainSize: Int64
         let segmentCount: Int64
 
+        /// Opens the encrypted file at `url`, checking its header; `context` must be the one it was written with.
         public init(url: URL, key: SymmetricKey, context: String) throws {
             handle = try FileHandle(forReadingFrom: url)
             self.key = key
@@ -236,6 +243,7 @@ public struct SegmentedEncryption: Sendable {
             }
         }
 
+        /// Closes the file.
         public func close() { try? handle.close() }
 
         /// Segment `index`'s plaintext, authenticated.

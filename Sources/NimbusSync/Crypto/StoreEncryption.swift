@@ -3,7 +3,7 @@ import Foundation
 import GRDB
 import _CryptoExtras
 
-/// How a library is encrypted at rest on the device (issue 15), chosen when the library is made
+/// How a library is encrypted at rest on the device, chosen when the library is made
 /// (``SyncConfiguration/encryption``). Every later open must unlock it the same way.
 public enum StoreEncryption: Sendable {
     /// A passphrase (or the account password): the library's random data key is kept wrapped under it

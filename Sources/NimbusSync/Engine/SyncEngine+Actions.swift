@@ -58,13 +58,18 @@ extension SyncEngine {
 
     /// A new file for ``upload(_:)``.
     public struct NewUpload: Sendable {
+        /// The file to add.
         public var fileURL: URL
+        /// Its name in the library (the file's own name when nil).
         public var name: String?
+        /// The folder it goes in.
         public var folder: ItemID
+        /// Its MIME type (guessed from the name when nil).
         public var mimeType: String?
         /// The content's SHA-256 if the caller has it (it is trusted: the upload is checked against it).
         public var checksum: String?
 
+        /// A file to add, with what is known of it.
         public init(fileURL: URL, name: String? = nil, folder: ItemID = .root, mimeType: String? = nil, checksum: String? = nil) {
             self.fileURL = fileURL
             self.name = name
@@ -169,6 +174,8 @@ extension SyncEngine {
         notifyChanged()
     }
 
+    /// Renames the item here at once (sent later). A name taken in its folder, or an invalid one, throws
+    /// ``SyncError/invalid(_:)`` and changes nothing.
     public func rename(_ id: ItemID, to rawName: String) throws {
         let name = try Self.validName(rawName)
         let now = self.now
@@ -185,6 +192,8 @@ extension SyncEngine {
         notifyChanged()
     }
 
+    /// Moves the item into `folder` here at once (sent later). A folder cannot go into itself or below itself;
+    /// a name taken there throws and changes nothing.
     public func move(_ id: ItemID, to folder: ItemID) throws {
         let now = self.now
         try database.pool.write { db in

@@ -3,7 +3,7 @@ import GRDB
 import Foundation
 
 /// The engine's own content files (staged uploads, the cache, partial downloads): plain, or sealed at rest in an
-/// encrypted library (issue 15). Everything that reads or writes them goes through here or through
+/// encrypted library. Everything that reads or writes them goes through here or through
 /// ``UploadSource/open()`` / ``DownloadTarget/open()``.
 extension SyncEngine {
     /// Whether `path` is one of the engine's own files (in an encrypted library: sealed).

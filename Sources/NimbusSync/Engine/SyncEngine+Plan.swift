@@ -543,7 +543,7 @@ extension SyncEngine {
         return (done, stepErrors)
     }
 
-    /// Lets a synced folder delete many items at once, there (``confirmsLocalDeletions``) and here.
+    /// Lets a synced folder delete many items at once, there (`confirmsLocalDeletions`) and here.
     public func setConfirmDeletions(_ value: Bool) {
         confirmsLocalDeletions = value
         if value { massDeletionConfirmed = true }
@@ -569,15 +569,24 @@ extension PlannedOperation {
 
 /// A queued step, for status displays and diagnostics.
 public struct OperationSummary: Sendable, Equatable, CustomStringConvertible {
+    /// The step's id (its item's, for one step per item).
     public var id: String
+    /// The item it is for.
     public var item: ItemID
+    /// What it does (`upload`, `download`, `createFolder`, `move`, `delete`, …).
     public var kind: String
+    /// `pending` or `failed`.
     public var state: String
+    /// How many times it was tried.
     public var attempts: Int
+    /// When it is tried next.
     public var nextAttemptAt: Date
+    /// Why the last attempt failed, if it did.
     public var lastError: String?
+    /// Steps it waits for.
     public var dependsOn: [String]
 
+    /// A line for a status display.
     public var description: String {
         "\(kind) \(item) [\(state), \(attempts) attempts\(lastError.map { ": \($0)" } ?? "")]"
     }

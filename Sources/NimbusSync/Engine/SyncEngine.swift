@@ -4,15 +4,16 @@ import GRDBSQLite
 import NimbusAPI
 
 /// The local-first sync engine: one control actor over a local database that holds three trees — remote,
-/// synced (the merge base) and local — and a pure planner (``Planner``) that decides, from them alone, what to
+/// synced (the merge base) and local — and a pure planner (`Planner`) that decides, from them alone, what to
 /// do. The engine observes (the provider's changes, the folder on disk), plans, carries the plan out through a
 /// ``RemoteProvider`` and the local side, records each outcome in the trees, and plans again.
 ///
 /// As the app's data layer (``LocalSide/appStore``): every user action (``createFolder(named:in:)``,
 /// ``upload(from:named:in:mimeType:copy:checksum:)``, ``rename(_:to:)``…) changes the local tree and returns at
 /// once; the view the app shows (``items(in:)``) is the local tree. As a synced folder (``FolderSync``), the local
-/// tree is the folder on disk. ``run()`` keeps the engine in sync; ``syncOnce()`` does one full round.
+/// tree is the folder on disk. ``run(interval:)`` keeps the engine in sync; ``syncOnce()`` does one full round.
 public actor SyncEngine {
+    /// How the engine was set up.
     public nonisolated let configuration: SyncConfiguration
     let database: LocalDatabase
     let contentDirectory: URL
@@ -200,7 +201,7 @@ public actor SyncEngine {
         notifyChanged()
     }
 
-    /// Signs out and, with `wipingKeys`, destroys this library's key (issue 15): the key file or the key store's key
+    /// Signs out and, with `wipingKeys`, destroys this library's key: the key file or the key store's key
     /// is deleted, the cipher leaves the process's registry, and the sealed content is removed — what was encrypted
     /// can no longer be read by anyone. Drop the engine afterwards (the library's folder may then be deleted).
     /// Refused while changes wait to be sent, unless `discardingPending`: they would be lost.

@@ -4,17 +4,25 @@ import NimbusAPI
 
 /// What one cycle of a synced folder did, for the user.
 public struct FolderSyncReport: Sendable, Equatable {
+    /// Files sent there (paths relative to the folder).
     public var uploaded: [String] = []
+    /// Files brought here.
     public var downloaded: [String] = []
+    /// Folders made, here or there.
     public var createdFolders: [String] = []
+    /// Items renamed or moved, here or there (`old → new`).
     public var moved: [String] = []
-    public var deletedHere: [String] = []
+        /// Items deleted here that were deleted there.
+        public var deletedHere: [String] = []
+    /// Items deleted there that were deleted here (see ``remoteKeepsTrash``).
     public var deletedThere: [String] = []
+    /// Items changed on both sides; both versions are kept (or the item waits, with the `ask` policy).
     public var conflicts: [String] = []
     /// Deleted on the server but changed here: kept here and sent again.
     public var kept: [String] = []
     /// Not synced this time (links, files still being written), with the reason.
     public var skipped: [String] = []
+    /// What failed this round, in words for the user; failed steps are tried again later.
     public var errors: [String] = []
     /// Whether what ``deletedHere`` lists went to a trash there it can be restored from (the Nimbus server, a folder's
     /// `.nimbus-trash/`), or is gone there too (WebDAV, S3 — unless the server keeps its own trash or versions).
@@ -22,6 +30,7 @@ public struct FolderSyncReport: Sendable, Equatable {
     /// The remote could not be reached this round (what waits here is sent once it is back).
     public var offline = false
 
+    /// An empty report.
     public init() {}
 
     /// Adds what a later round of the same run did; what it skipped replaces what this one skipped.
@@ -40,6 +49,7 @@ public struct FolderSyncReport: Sendable, Equatable {
         remoteKeepsTrash = later.remoteKeepsTrash
     }
 
+    /// How many items this round changed, here or there.
     public var changed: Int {
         uploaded.count + downloaded.count + createdFolders.count + moved.count + deletedHere.count + deletedThere.count + conflicts.count + kept.count
     }
@@ -56,7 +66,9 @@ public struct FolderSyncReport: Sendable, Equatable {
 /// temporary name and are renamed into place, never over a file that appeared meanwhile; symbolic links are
 /// skipped; a deletion there of a file changed here keeps the file (sent again as a new file).
 public actor FolderSync {
+    /// The engine underneath: its status, items, conflicts and sign-in.
     public nonisolated let engine: SyncEngine
+    /// The synced folder.
     public nonisolated let root: URL
     /// When the first file the last round found still being written will have settled.
     public private(set) var nextSettle: Date?

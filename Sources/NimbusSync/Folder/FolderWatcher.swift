@@ -14,9 +14,12 @@ public protocol FolderWatcher: Sendable {
 
 /// Checks every `interval` (the sync cycle's scan finds what changed).
 public struct PollingWatcher: FolderWatcher {
+    /// How often it says "something may have changed".
     public var interval: Duration
+    /// A watcher that fires every `interval`.
     public init(interval: Duration = .seconds(2)) { self.interval = interval }
 
+    /// Calls `onChange` every ``interval`` until cancelled.
     public func watch(_ root: URL, onChange: @escaping @Sendable () -> Void) async throws {
         while !Task.isCancelled {
             try await Task.sleep(for: interval)
@@ -28,8 +31,10 @@ public struct PollingWatcher: FolderWatcher {
 #if os(Linux)
 /// inotify on every folder of the tree (new folders are added as they appear).
 public struct InotifyWatcher: FolderWatcher {
+    /// An inotify watcher.
     public init() {}
 
+    /// Calls `onChange` after changes anywhere under `root` (folders made later included), until cancelled.
     public func watch(_ root: URL, onChange: @escaping @Sendable () -> Void) async throws {
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else { throw SyncError.localFile("inotify is not available (errno \(errno)).") }

@@ -18,6 +18,7 @@ public struct IgnoreRules: Sendable {
         var anchored: Bool
     }
 
+    /// Always ignored: system, editor and temporary files, and Nimbus's own partial files.
     public static let builtIn = [
         ".DS_Store", "Thumbs.db", "desktop.ini", "*.swp", "*.swo", "*~", ".#*", "\\#*#", "*.tmp", "*.part", "*.crdownload",
         ".nimbus-partial-*", ".~lock.*#",
@@ -25,6 +26,7 @@ public struct IgnoreRules: Sendable {
 
     private var rules: [Rule] = []
 
+    /// The built-in rules plus `patterns` (lines of a `.nimbusignore`).
     public init(patterns: [String]) {
         for line in Self.builtIn + patterns { if let rule = Self.rule(line) { rules.append(rule) } }
     }

@@ -7,20 +7,28 @@ import Foundation
 
 /// One entry as `lstat(2)` sees it.
 public struct FileStat: Sendable, Equatable {
+    /// What kind of entry it is.
     public enum Kind: Sendable, Equatable {
+        /// A regular file.
         case file
+        /// A directory.
         case folder
+        /// A symbolic link (never followed).
         case link
         /// A device, socket, pipe…: never synced.
         case other
     }
 
+    /// What kind of entry it is.
     public var kind: Kind
+    /// Its inode number: a file renamed or moved keeps it.
     public var inode: UInt64
+    /// Its size in bytes.
     public var size: Int64
     /// Modification time, nanoseconds since 1970.
     public var mtime: Int64
 
+    /// An entry as `lstat(2)` would describe it.
     public init(kind: Kind, inode: UInt64, size: Int64, mtime: Int64) {
         self.kind = kind
         self.inode = inode
@@ -72,8 +80,11 @@ public protocol FileSystem: Sendable {
 }
 
 extension FileSystem {
+    /// The file's SHA-256 and size; a file system that can also cut it into content-defined chunks in the same
+    /// pass does when `cutting` is set (this default only hashes).
     public func hash(_ path: String, cutting: Bool) throws -> (checksum: String, size: Int64) { try hash(path) }
 
+    /// ``importFile(_:to:modeOf:modified:)`` with the current time as the file's modification time.
     public func importFile(_ source: URL, to path: String, modeOf existing: String?) throws {
         try importFile(source, to: path, modeOf: existing, modified: nil)
     }
@@ -81,8 +92,10 @@ extension FileSystem {
 
 /// The real disk.
 public struct POSIXFileSystem: FileSystem {
+    /// The real disk.
     public init() {}
 
+    /// The entry at `path` as `lstat(2)` sees it, or nil if there is none.
     public func stat(_ path: String) -> FileStat? {
         guard let info = lstatInfo(path) else { return nil }
         let kind: FileStat.Kind =
@@ -100,44 +113,53 @@ public struct POSIXFileSystem: FileSystem {
         return FileStat(kind: kind, inode: UInt64(info.st_ino), size: Int64(info.st_size), mtime: mtime)
     }
 
+    /// The names in the folder at `path`.
     public func contents(ofFolder path: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: path)
     }
 
+    /// The file's SHA-256 (lowercase hex) and size, read in pieces.
     public func hash(_ path: String) throws -> (checksum: String, size: Int64) {
         try FileHasher.sha256(of: URL(fileURLWithPath: path))
     }
 
-    /// Big files cut as well when `cutting` (``LocalChunking/hashAndCut(_:)``): their upload takes the chunks.
+    /// Big files cut as well when `cutting` (`LocalChunking.hashAndCut(_:)`): their upload takes the chunks.
     public func hash(_ path: String, cutting: Bool) throws -> (checksum: String, size: Int64) {
         guard cutting, let size = stat(path)?.size, size >= LocalChunking.cutMinimum else { return try hash(path) }
         return try LocalChunking.hashAndCut(URL(fileURLWithPath: path))
     }
 
+    /// The file's whole content (small files only), or nil.
     public func read(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
+    /// Makes a folder at `path`; false if something is there already.
     public func makeFolder(_ path: String) throws -> Bool {
         if mkdir(path, 0o755) == 0 { return true }
         if errno == EEXIST { return false }
         throw SyncError.localFile("Could not create the folder \(path) (\(String(cString: strerror(errno)))).")
     }
 
+    /// Deletes the file at `path`.
     public func removeFile(_ path: String) throws {
         guard unlink(path) == 0 || errno == ENOENT else { throw SyncError.localFile("Could not delete \(path) (\(String(cString: strerror(errno)))).") }
     }
 
+    /// Deletes the (empty) folder at `path`.
     public func removeFolder(_ path: String) throws {
         guard rmdir(path) == 0 || errno == ENOENT else { throw SyncError.localFile("Could not delete the folder \(path) (\(String(cString: strerror(errno)))).") }
     }
 
+    /// Renames `from` to `to` only if nothing is at `to` (`renameat2(RENAME_NOREPLACE)`); false if something is.
     public func renameNoReplace(_ from: String, to: String) throws -> Bool {
         try DiskOperations.renameNoReplace(from, to: to)
     }
 
+    /// Renames `from` to `to`, replacing a file there.
     public func rename(_ from: String, to: String) throws {
         guard Foundation.rename(from, to) == 0 else { throw SyncError.localFile("Could not move \(from) to \(to) (\(String(cString: strerror(errno)))).") }
     }
 
+    /// Moves `source` to `path` with the permissions of `existing` (or a new file's) and the given modification time.
     public func importFile(_ source: URL, to path: String, modeOf existing: String?, modified: Date?) throws {
         if Foundation.rename(source.path, path) != 0 {
             // Another file system: copy, then drop the engine's copy. A copy that fails (the disk full) leaves nothing
@@ -202,19 +224,24 @@ public struct POSIXFileSystem: FileSystem {
         return mask
     }()
 
+    /// The file itself: on the real disk, `path` is readable as it is.
     public func exportFile(_ path: String) throws -> URL { URL(fileURLWithPath: path) }
 
+    /// The system clock.
     public func now() -> Date { Date() }
 }
 
 /// A file could not be written into the synced folder, said plainly (the disk full, no permission) rather than as a
 /// Foundation error's dump; nothing was left there, and it is tried again.
 public struct LocalWriteError: Error, CustomStringConvertible {
+    /// The file that could not be written.
     public let path: String
+    /// How many bytes it needed, when known.
     public let size: Int64?
     /// The POSIX error, when the failure carried one.
     public let code: Int32?
 
+    /// The failure to write `path` (`size` bytes), from the error the write threw.
     public init(path: String, size: Int64?, underlying: any Error) {
         self.path = path
         self.size = size
@@ -245,6 +272,7 @@ public struct LocalWriteError: Error, CustomStringConvertible {
     /// The disk (or the user's quota on it) is full.
     public var outOfSpace: Bool { code == ENOSPC || code == EDQUOT }
 
+    /// What failed and what to do, in words for the user.
     public var description: String {
         let folder = (path as NSString).deletingLastPathComponent
         let needed = size.map { " (\(ByteCountFormatter.string(fromByteCount: $0, countStyle: .file)))" } ?? ""

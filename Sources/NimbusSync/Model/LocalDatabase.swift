@@ -207,7 +207,7 @@ struct LocalDatabase: Sendable {
                     """)
         }
         migrator.registerMigration("7-block-index") { db in
-            // The device's block index (issue 14): the content-defined chunks of every file this device sent or
+            // The device's block index: the content-defined chunks of every file this device sent or
             // fetched as blocks, by file and by hash, so a download takes what any synced file here already holds.
             // It replaces the per-file lists kept in provider_state until now.
             try db.execute(

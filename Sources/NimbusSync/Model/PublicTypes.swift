@@ -4,9 +4,13 @@ import NimbusAPI
 /// A stable local id for an item (a LUID): the same before and after its first upload, whatever the server
 /// calls it. `ItemID.root` is the account's root folder.
 public struct ItemID: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// The id's text, as stored in the engine's database.
     public let rawValue: String
+    /// An id from its text (as ``rawValue`` gave it).
     public init(_ rawValue: String) { self.rawValue = rawValue }
+    /// The root folder of the engine's tree (the account's root, or the synced folder).
     public static let root = ItemID("root")
+    /// The id's text.
     public var description: String { rawValue }
     /// A new LUID: 15 random characters of lowercase base32 (75 bits). Fifteen UTF-8 bytes is what a Swift
     /// string holds without a heap allocation, which big listings feel (older libraries keep their UUID LUIDs).
@@ -31,7 +35,9 @@ public enum ItemState: Sendable, Equatable {
     case synced
     /// A change waits to be sent (offline, or queued behind others).
     case pending
+    /// Its content is being sent; `progress` goes from 0 to 1.
     case uploading(progress: Double)
+    /// Its content is being fetched; `progress` goes from 0 to 1.
     case downloading(progress: Double)
     /// Changed here and there; waiting for ``SyncEngine/resolveConflict(_:keeping:)`` (the `ask` policy).
     case conflict
@@ -44,18 +50,27 @@ public enum ItemState: Sendable, Equatable {
 
 /// One file or folder as the app shows it: the server's state with this device's pending changes applied.
 public struct SyncItem: Sendable, Equatable, Identifiable {
+    /// The item's stable local id.
     public var id: ItemID
     /// The server's id, once the item exists there.
     public var fileId: String?
+    /// The folder it is in (`nil` for the root).
     public var parentId: ItemID?
+    /// Its name in its folder (NFC-normalised).
     public var name: String
+    /// Its MIME type; folders are `application/vnd.nimbus.folder`.
     public var mimeType: String
+    /// Whether it is a folder.
     public var isFolder: Bool
+    /// Its content's size in bytes (0 for folders).
     public var size: Int64
+    /// The lowercase hex SHA-256 of its content, once known.
     public var checksum: String?
     /// The server revision this item shows (absent before its first upload).
     public var revisionId: String?
+    /// When its content last changed.
     public var modifiedAt: Date
+    /// Where its sync stands, for the UI.
     public var state: ItemState
     /// Kept downloaded ("available offline").
     public var isPinned: Bool
@@ -85,9 +100,13 @@ public enum ConflictResolution: String, Sendable, Codable, CaseIterable {
 
 /// The engine at a glance, for a status line.
 public struct EngineStatus: Sendable, Equatable {
+    /// What the engine is doing.
     public enum Phase: Sendable, Equatable {
+        /// No account: nothing is sent or received.
         case signedOut
+        /// Nothing to do.
         case idle
+        /// Sending or receiving.
         case syncing
         /// The server could not be reached; retrying.
         case offline
@@ -97,20 +116,20 @@ public struct EngineStatus: Sendable, Equatable {
         case awaitingDeletionConfirmation(count: Int)
     }
 
+    /// What the engine is doing.
     public var phase: Phase
+    /// Items with something to send or to bring here.
     public var pending: Int
+    /// Items being sent.
     public var uploading: Int
+    /// Items being fetched.
     public var downloading: Int
+    /// Items changed here and there, waiting for the user.
     public var conflicts: Int
+    /// Items deleted there while changed here, waiting for the user.
     public var unsynced: Int
+    /// Items whose step failed for good (``SyncEngine/retry(_:)`` tries again).
     public var failed: Int
-}
-
-/// A change of interest to the app, from ``SyncEngine/events()``.
-public enum SyncEvent: Sendable, Equatable {
-    /// Items in this folder changed (locally or from the server).
-    case folderChanged(ItemID)
-    case statusChanged(EngineStatus)
 }
 
 /// How the engine is set up.
@@ -119,18 +138,22 @@ public struct SyncConfiguration: Sendable {
     public var directory: URL
     /// Shown in conflict copies and on the server's device list.
     public var deviceName: String
+    /// How conflicts are settled (keep both by default).
     public var conflictStrategy: ConflictStrategy = .keepBoth
     /// Attempts before an operation goes to `failed`.
     public var maxAttempts: Int = 5
     /// Backoff: first delay and cap (exponential with full jitter in between).
     public var backoffBase: Duration = .milliseconds(500)
+    /// The longest wait between two attempts.
     public var backoffCap: Duration = .seconds(300)
     /// Metadata cache cap; least recently used entries that are not pinned, pending or local-only go first.
     public var metadataCacheLimit: Int64 = 200 * 1024 * 1024
     /// A pull deleting more than this share of the tree (and at least `massDeletionMinimum` items), or more
     /// than `massDeletionAbsolute` items, waits for confirmation.
     public var massDeletionFraction: Double = 0.5
+    /// ... and at least this many items.
     public var massDeletionMinimum: Int = 10
+    /// A pull deleting more than this many items waits for confirmation, whatever the share.
     public var massDeletionAbsolute: Int = 1000
     /// Where tokens are kept; a 0600 file in `directory` by default.
     public var tokenStore: (any TokenStore)?
@@ -153,7 +176,9 @@ public struct SyncConfiguration: Sendable {
     /// (`uploadType=batch`), at most `maxBatchFiles` files and `maxBatchBytes` bytes per request: a tree of small
     /// files costs a round trip and a server commit per batch, not per file. `maxBatchFiles` 1 turns batching off.
     public var maxBatchFiles: Int = 100
+    /// The largest file that goes in a batch.
     public var batchFileLimit: Int64 = 256 * 1024
+    /// The most content a batch request carries.
     public var maxBatchBytes: Int64 = 8 * 1024 * 1024
 
     /// What this side is: the app's own store (the default: the library's view, changed by its actions), or a
@@ -162,13 +187,15 @@ public struct SyncConfiguration: Sendable {
     /// The remote, when it is not the Nimbus account the engine signs into (a folder pair with another provider):
     /// made once, with the store where it keeps its small state (resumable sessions) in the engine's database.
     public var provider: (@Sendable (any ProviderStateStore) -> any RemoteProvider)?
-    /// Encryption at rest (issue 15): set when the library is made, and the same way at every later open. Content
+    /// Encryption at rest: set when the library is made, and the same way at every later open. Content
     /// (cached, pinned, staged uploads, partial downloads) is sealed in 64 KiB AES-256-GCM segments; names, failure
-    /// messages and the provider's session state in the database are sealed too (``StoreCipher``). Opening an
+    /// messages and the provider's session state in the database are sealed too (`StoreCipher`). Opening an
     /// encrypted library without it, or with a wrong passphrase or key, throws ``EncryptionError`` (never an empty
     /// view). Files added to an encrypted library are always copied in (`copy: false` is taken as `true`).
     public var encryption: StoreEncryption?
 
+    /// A configuration with the defaults: the engine keeps its state in `directory`; `deviceName` is shown
+    /// in conflict copies and on the server's device list.
     public init(directory: URL, deviceName: String) {
         self.directory = directory
         self.deviceName = deviceName
@@ -186,10 +213,14 @@ public enum LocalSide: Sendable {
 
 /// The engine's notion of now, injectable for deterministic tests.
 public protocol SyncClock: Sendable {
+    /// The current date, as the engine sees it.
     func now() -> Date
 }
 
+/// The system's clock.
 public struct SystemSyncClock: SyncClock {
+    /// The system's clock.
     public init() {}
+    /// The current date.
     public func now() -> Date { Date() }
 }

@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import NimbusAPI
 
-/// An end-to-end encrypted remote over any other provider (issue 15; `nimbus remote add NAME crypt --remote
+/// An end-to-end encrypted remote over any other provider (`nimbus remote add NAME crypt --remote
 /// OTHER:/path`): names and content are sealed on this device, so the provider under it — a Nimbus server, WebDAV, S3,
 /// a folder on a disk — stores only ciphertext.
 ///
@@ -12,11 +12,11 @@ import NimbusAPI
 /// - Content: ``ChunkedEncryption`` (content-defined chunks sealed one by one, deterministically; a sealed index; sizes
 ///   padded to buckets), so a small edit changes few chunks and a provider that sends blocks (Nimbus) sends little.
 /// - The key: a random data key wrapped by a passphrase (``WrappedKey``: PBKDF2-HMAC-SHA256, 600,000 rounds) in
-///   ``keyFileName`` at the top of the wrapped folder, made by ``create(over:passphrase:)``; every device with the
+///   ``keyFileName`` at the top of the wrapped folder, made by ``create(over:passphrase:scratch:)``; every device with the
 ///   passphrase unwraps it (once per process, on first use). A wrong passphrase is
 ///   ``ProviderError/unauthorized(_:)``: the remote pauses, nothing is read or written.
 /// - Sizes and checksums: the provider under it sees only sealed sizes. The plaintext size and SHA-256 of each
-///   revision this device sent or fetched are remembered (``ChecksumMemory``, by id and revision); a revision made
+///   revision this device sent or fetched are remembered (`ChecksumMemory`, by id and revision); a revision made
 ///   elsewhere shows its sealed size (an upper bound, within 1/16) and no checksum until it is fetched once.
 /// - `subpath`: the folder inside the encrypted tree this provider is rooted at (plain names).
 ///
@@ -50,7 +50,13 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     }
 
     /// A crypt provider over `inner` (rooted at the encrypted tree's top), at `subpath` inside it.
-    /// - Parameter scratch: where sealed files are staged on their way up or down (this device's own disk).
+    ///
+    /// - Parameters:
+    ///   - inner: the provider the sealed names and contents go to.
+    ///   - passphrase: unwraps the data key in the key file at the top of `inner` (on first use).
+    ///   - subpath: the folder inside the encrypted tree this provider is rooted at (plain names).
+    ///   - state: where the plaintext sizes and checksums of revisions sent or fetched are remembered.
+    ///   - scratch: where sealed files are staged on their way up or down (this device's own disk).
     public static func make(
         over inner: any RemoteProvider, passphrase: String, subpath: [String] = [], state: any ProviderStateStore, scratch: URL
     ) -> CryptProvider {
@@ -179,6 +185,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         return error
     }
 
+    /// What the provider under it can do, less what is of ciphertext (checksums, batches, revisions).
     public var capabilities: ProviderCapabilities {
         // What the provider under it says of checksums and batches is of ciphertext; its feed, conditional writes,
         // idempotent creation, resumable uploads, trash, quota and tree versions carry over.

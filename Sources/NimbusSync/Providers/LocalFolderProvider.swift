@@ -16,6 +16,7 @@ import NimbusAPI
 /// place, so no half file is ever visible; a new file never replaces one that appeared meanwhile. Deleted files,
 /// and versions a new version replaces, go to `.nimbus-trash/` in the folder (hidden from listings).
 public final class LocalFolderProvider: RemoteProvider {
+    /// The folder that is the remote.
     public let root: URL
     let state: any ProviderStateStore
     /// The root folder's inode as ``root()`` last saw it (a folder made again at the path has another).
@@ -23,8 +24,10 @@ public final class LocalFolderProvider: RemoteProvider {
     static let trashName = ".nimbus-trash"
     static let partialPrefix = PartialUploads.prefix
 
+    /// Idempotent creations, a trash (`.nimbus-trash/`) and SHA-256 checksums; no feed, no conditional writes.
     public var capabilities: ProviderCapabilities { [.idempotentCreate, .trash, .checksums] }
 
+    /// The folder at `root` as a remote, keeping its small state (checksums by inode and time) in `state`.
     public init(root: URL, state: any ProviderStateStore) {
         self.root = root.standardizedFileURL
         self.state = state

@@ -249,7 +249,7 @@ enum LocalChunking {
     }
 }
 
-/// Block-level transfers against the server's `/v1/blocks/…` API (issue 14): a new version or a big new file is
+/// Block-level transfers against the server's `/v1/blocks/…` API: a new version or a big new file is
 /// cut into content-defined chunks, only the chunks the server lacks are sent, then the file is committed as the
 /// list of its chunks — runs of the base revision's chunks by index, so a small edit of a big file commits a short
 /// list. Resumable by nature: chunks sent before a crash are still there (for the grace period) and are not sent

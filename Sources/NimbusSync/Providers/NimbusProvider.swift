@@ -10,11 +10,13 @@ import NimbusAPI
 /// resumable sessions kept in the ``ProviderStateStore`` under the request id, so an upload interrupted by a crash
 /// goes on from the last stored chunk.
 public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUploadProvider, ChangeSignaling {
+    /// The API client, with the account's tokens.
     public let client: ServerClient
     let state: any ProviderStateStore
     /// Folder path of the remote's root (`/` is the account's root).
     public let rootPath: String
     let simpleUploadLimit: Int64
+    /// The largest file a batch takes, and the most files and bytes a batch carries.
     public let batchLimits: (fileSize: Int64, files: Int, bytes: Int64)
     let rootId = LockedBox<String?>(nil)
     /// Whether big new files and new versions go as blocks (see `NimbusProvider+Blocks.swift`).
@@ -32,10 +34,14 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     /// Whether the server takes compressed block uploads (nil: not refused yet).
     let compressesBlocks = LockedBox<Bool?>(nil)
 
+    /// Everything: a change feed with live events, conditional writes, idempotent creations, resumable uploads,
+    /// revisions, a trash, quota, checksums and batches.
     public var capabilities: ProviderCapabilities {
         [.changeFeed, .conditionalWrite, .idempotentCreate, .resumableUploads, .revisions, .trash, .quota, .checksums, .batchUpload]
     }
 
+    /// The folder `rootPath` of the account `client` signs into, as a remote. New files up to `simpleUploadLimit`
+    /// go in one request; with `blockUploads`, bigger ones and new versions go as blocks (``deltaMinimum`` and up).
     public init(
         client: ServerClient, state: any ProviderStateStore, rootPath: String = "/", simpleUploadLimit: Int64 = 4 * 1024 * 1024,
         batchLimits: (fileSize: Int64, files: Int, bytes: Int64) = (256 * 1024, 100, 8 * 1024 * 1024), blockUploads: Bool = true,
@@ -94,8 +100,11 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     /// A state store that keeps nothing (for one-off calls outside an engine).
     public struct NoState: ProviderStateStore {
+        /// A store that keeps nothing.
         public init() {}
+        /// Always nil.
         public func value(for key: String) throws -> String? { nil }
+        /// Keeps nothing.
         public func setValue(_ value: String?, for key: String) throws {}
     }
 

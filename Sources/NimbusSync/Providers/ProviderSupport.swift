@@ -109,6 +109,7 @@ final class ChecksumMemory: @unchecked Sendable {
 /// are removed when their folder is listed.
 @_spi(Testing) public enum PartialUploads {
     public static let prefix = ".nimbus-partial-"
+    /// How old a hidden upload must be before a listing removes it.
     public static let stalePartialAge: TimeInterval = 24 * 3600
 
     /// `nimbus-` and 32 hex digits (also the name of a Nextcloud chunked upload's folder).
@@ -412,6 +413,7 @@ final class RequestGate: Sendable {
     }
     private let state = LockedBox(State())
 
+    /// A gate with nothing running.
     public init() {}
 
     /// Streams waiting for fills to end (for tests).
@@ -426,6 +428,7 @@ final class RequestGate: Sendable {
         }
     }
 
+    /// A fill ended: streams waiting for the last one go in.
     public func endFill() {
         let resumed = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.fills -= 1
@@ -438,6 +441,7 @@ final class RequestGate: Sendable {
         for continuation in resumed { continuation.resume() }
     }
 
+    /// Waits until no fill runs, then lets a streamed upload in (``endStream()`` after it).
     public func beginStream() async {
         if state.withLock({ $0.admitStream() }) { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -450,6 +454,7 @@ final class RequestGate: Sendable {
         }
     }
 
+    /// A streamed upload ended.
     public func endStream() {
         state.withLock { $0.streams -= 1 }
     }

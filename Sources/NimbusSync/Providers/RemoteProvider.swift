@@ -7,20 +7,26 @@ public struct RemoteItem: Sendable, Equatable, Codable {
     public var id: String
     /// `nil` only for the remote's root folder.
     public var parentId: String?
+    /// Its name in its folder.
     public var name: String
+    /// Whether it is a folder.
     public var isFolder: Bool
+    /// Its content's size in bytes (0 for folders).
     public var size: Int64
     /// The version of the content (a revision id, an ETag); changes whenever the content does. `nil` for folders,
     /// except with ``ProviderCapabilities/treeVersions`` (then it changes with anything beneath the folder).
     public var revision: String?
     /// SHA-256 of the content, lowercase hex, when the provider knows it (``ProviderCapabilities/checksums``).
     public var checksum: String?
+    /// Its MIME type, when the provider keeps one.
     public var mimeType: String?
+    /// When it last changed there.
     public var modifiedAt: Date
     /// Deleted there since (in the trash): what a retried creation returns when the item it made was deleted
     /// meanwhile. Listings and change feeds never report such items (they report them gone).
     public var isDeleted = false
 
+    /// An item as a provider reports it.
     public init(
         id: String, parentId: String?, name: String, isFolder: Bool, size: Int64 = 0, revision: String? = nil, checksum: String? = nil,
         mimeType: String? = nil, modifiedAt: Date = Date(timeIntervalSince1970: 0), isDeleted: Bool = false
@@ -41,7 +47,9 @@ public struct RemoteItem: Sendable, Equatable, Codable {
 /// What a provider can do beyond the basics (list, create, upload, download, move, delete). The engine stays
 /// correct without any of them; each makes it faster or safer.
 public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
+    /// The capabilities as bits.
     public let rawValue: Int
+    /// Capabilities from their bits.
     public init(rawValue: Int) { self.rawValue = rawValue }
 
     /// ``RemoteProvider/changes(since:)`` tells what changed since a cursor. Without it the engine lists the tree
@@ -113,6 +121,7 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What happened, in words for the user.
     public var description: String {
         switch self {
         case .versionConflict(let current): "The file changed there meanwhile\(current.map { " (now \($0.revision ?? "?"))" } ?? "")."
@@ -140,13 +149,16 @@ public enum RemoteChange: Sendable, Equatable {
     case remove(id: String)
 }
 
+/// One page of a change feed (``RemoteProvider/changes(since:)``).
 public struct ChangePage: Sendable, Equatable {
+    /// The changes, oldest first.
     public var changes: [RemoteChange]
     /// Where the next call starts.
     public var cursor: String
     /// More changes wait: call again now with `cursor`.
     public var hasMore: Bool
 
+    /// A page of `changes`, to be followed from `cursor`.
     public init(changes: [RemoteChange], cursor: String, hasMore: Bool) {
         self.changes = changes
         self.cursor = cursor
@@ -156,8 +168,11 @@ public struct ChangePage: Sendable, Equatable {
 
 /// The bytes to send: a file, its size and SHA-256 (the provider refuses bytes that do not match it).
 public struct UploadSource: Sendable, Equatable {
+    /// The file to read.
     public var url: URL
+    /// Its size in bytes.
     public var size: Int64
+    /// Its SHA-256, lowercase hex (empty for an unhashed source).
     public var checksum: String
     /// Where the content's parts end, for a provider that stores blocks (the Nimbus server) to cut there instead of
     /// at its own content-defined points (each part at most 4 MiB; the last is `size`): an encrypted remote's sealed
@@ -169,6 +184,7 @@ public struct UploadSource: Sendable, Equatable {
     /// (the Nimbus API's `modifiedAt`, a local folder's mtime), so other devices' copies keep it too; nil: the upload's time.
     public var modified: Date?
 
+    /// The content of the file at `url`, of `size` bytes and SHA-256 `checksum`.
     public init(url: URL, size: Int64, checksum: String, boundaries: [Int64]? = nil) {
         self.url = url
         self.size = size
@@ -200,6 +216,7 @@ public struct UploadSource: Sendable, Equatable {
     /// For an unhashed source: whether the file is still the one that was sent (see ``unhashed(url:size:unchanged:)``).
     public var unchanged: (@Sendable () -> Bool)?
 
+    /// Two sources are equal when they name the same bytes the same way.
     public static func == (a: UploadSource, b: UploadSource) -> Bool {
         a.url == b.url && a.size == b.size && a.checksum == b.checksum && a.boundaries == b.boundaries && (a.sealing == nil) == (b.sealing == nil)
     }
@@ -221,6 +238,7 @@ public protocol HashesWhileSending: RemoteProvider {
 /// the `ETag` a `PUT` answers has proven to be the file's): the round that sent files does not list the remote again
 /// right after (see ``SyncEngine/syncOnce()``).
 public protocol AnswersAsListed: RemoteProvider {
+    /// Whether the answers have proven to be what a listing shows (learnt from the first uploads).
     var answersAsListed: Bool { get }
 }
 
@@ -236,7 +254,9 @@ public enum UploadTarget: Sendable, Equatable {
 /// Where a provider may keep small state across restarts (resumable upload sessions): a key-value store the
 /// engine backs with its database.
 public protocol ProviderStateStore: Sendable {
+    /// The value kept under `key`, if any.
     func value(for key: String) throws -> String?
+    /// Keeps `value` under `key` (nil removes it).
     func setValue(_ value: String?, for key: String) throws
     /// Every key starting with `prefix`, with its value (one read instead of one per key); nil when this store
     /// cannot (then keys are read one by one).
@@ -245,7 +265,7 @@ public protocol ProviderStateStore: Sendable {
     func setValues(_ values: [String: String?]) throws
 }
 
-/// Where content-defined chunks are on this device (issue 14): for each file a provider sent or fetched as blocks,
+/// Where content-defined chunks are on this device: for each file a provider sent or fetched as blocks,
 /// the chunks of that revision in order. A state store that keeps one (the engine's database does) lets a download
 /// take every chunk some synced file here already holds, and a new version name its base's chunks without asking.
 public protocol BlockIndexStore: Sendable {
@@ -259,20 +279,25 @@ public protocol BlockIndexStore: Sendable {
 
 /// A chunk in a file of this device, as recorded (the file may have changed since: the bytes are checked on use).
 public struct BlockLocation: Sendable, Hashable {
+    /// The file (by its provider id) holding the chunk.
     public var fileId: String
+    /// Where in that file the chunk starts.
     public var offset: Int64
+    /// The chunk's length.
     public var size: Int64
 }
 
 extension ProviderStateStore {
+    /// Not offered by default: keys are read one by one.
     public func values(withPrefix prefix: String) throws -> [String: String]? { nil }
+    /// Each key written with ``setValue(_:for:)``.
     public func setValues(_ values: [String: String?]) throws {
         for (key, value) in values { try setValue(value, for: key) }
     }
 }
 
 /// A storage back-end the sync engine can sync with: the Nimbus server, a folder on a mounted disk, and later
-/// WebDAV or S3. The contract, for every implementation (``Tests/ProviderConformance`` checks it):
+/// WebDAV or S3. The contract, for every implementation (`Tests/ProviderConformance` checks it):
 ///
 /// - Items have stable ids (``RemoteItem/id``) for as long as they exist; a folder's children have unique names.
 /// - Every call either succeeds or throws a ``ProviderError``; a thrown ``ProviderError/network(_:)`` means the
@@ -284,6 +309,7 @@ extension ProviderStateStore {
 ///   with ``ProviderError/checksumMismatch``; a download writes exactly the revision asked for.
 /// - Nothing half-written is ever visible under an item's name.
 public protocol RemoteProvider: Sendable {
+    /// What the provider can do beyond the basics; the engine uses what is there and makes up for the rest.
     var capabilities: ProviderCapabilities { get }
 
     /// The remote's root folder (the folder the remote was set up with).
@@ -374,6 +400,7 @@ public protocol TreeListingProvider: RemoteProvider {
 
 /// Older versions of a file (``ProviderCapabilities/revisions``).
 public protocol RevisionsProvider: RemoteProvider {
+    /// The file's revisions, newest first.
     func revisions(of id: String) async throws -> [FileRevision]
     /// Makes revision `revision` the head again (a new head with its content; history keeps everything).
     func restore(_ id: String, revision: String) async throws -> RemoteItem
@@ -381,6 +408,7 @@ public protocol RevisionsProvider: RemoteProvider {
 
 /// Space used and available (``ProviderCapabilities/quota``).
 public protocol QuotaProvider: RemoteProvider {
+    /// Bytes used there, and the limit (nil: none known).
     func quota() async throws -> (used: Int64, limit: Int64?)
 }
 
@@ -389,6 +417,7 @@ public protocol QuotaProvider: RemoteProvider {
 /// it changes, the engine links the pair anew, as when the root comes back after it was missing: a folder deleted and
 /// made again between two rounds is not taken for "everything in it deleted there".
 public protocol IdentifiesRoot: RemoteProvider {
+    /// What tells this root folder from another made at its place later (nil: not known yet, or cannot tell).
     var rootIdentity: String? { get }
 }
 
@@ -415,6 +444,7 @@ public protocol FillsNewFolders: RemoteProvider {
 }
 
 extension FillsNewFolders {
+    /// One file is enough by default.
     public var fillMinimum: Int { 1 }
 
     /// The folder, then each file in it with ``RemoteProvider/upload(_:to:requestId:progress:)``, two at a time.
@@ -506,24 +536,33 @@ func inOrder<Item: Sendable, Answer: Sendable>(
 
 /// A provider with no batch request of its own (WebDAV, S3) that still takes small new files in batches: the engine
 /// reads, marks sent and records a batch in one transaction each, and each file is its own upload here, two at a time
-/// (``BatchUploadProvider/uploadEach(_:width:)``). Widths of 4 and batches of 16 measured the same.
+/// (`uploadEach(_:width:)`). Widths of 4 and batches of 16 measured the same.
 public protocol UploadsEachInBatches: BatchUploadProvider {}
 
 extension UploadsEachInBatches {
+    /// Files up to 1 MiB, 32 files and 16 MiB a batch.
     public var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { (1 << 20, 32, 16 << 20) }
 
+    /// Each file its own upload, two at a time; each outcome in order.
     public func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>] {
         try await uploadEach(files, width: 2)
     }
 }
 
+/// A new file of a batch (``BatchUploadProvider/uploadBatch(_:)``).
 public struct BatchFile: Sendable {
+    /// Its content.
     public var source: UploadSource
+    /// The folder it goes in.
     public var parentId: String
+    /// Its name there.
     public var name: String
+    /// Its MIME type, if known.
     public var mimeType: String?
+    /// The request id that makes its creation safe to retry.
     public var requestId: String
 
+    /// A new file named `name` in `parentId`, created under `requestId`.
     public init(source: UploadSource, parentId: String, name: String, mimeType: String?, requestId: String) {
         self.source = source
         self.parentId = parentId

@@ -7,7 +7,7 @@ import NimbusAPI
 import NimbusS3
 
 /// A prefix of an S3-compatible bucket as the remote (AWS, MinIO, Backblaze B2, Wasabi, SeaweedFS, Ceph), through
-/// the same SigV4 client as the server's S3 blob store (``NimbusS3``).
+/// the same SigV4 client as the server's S3 blob store (`NimbusS3`).
 ///
 /// Items are named by their path below the prefix; a folder is a key prefix ending in `/`, with or without a
 /// zero-byte marker object (folders made here get `FOLDER/.nimbus-folder`, so empty folders exist; the console's
@@ -21,6 +21,7 @@ import NimbusS3
 /// rename in S3: a move copies then deletes (a folder, each object under it; a retry after a crash goes on).
 /// `SlowDown` and 503 are retried with backoff here (twice) and then handed to the engine's.
 public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
+    /// The client of the bucket.
     public let client: S3Client
     /// Key prefix of the remote's root: empty (the whole bucket) or ending in `/`.
     public let prefix: String
@@ -43,6 +44,8 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         conditionsProven.withLock { $0 } == true ? [.idempotentCreate, .resumableUploads, .conditionalWrite] : [.idempotentCreate, .resumableUploads]
     }
 
+    /// The objects under `prefix` of `client`'s bucket as a remote. Files over `singlePutLimit` go in multipart
+    /// uploads of `partSize` parts, kept in `state` so a restart resumes them.
     public init(client: S3Client, prefix: String, state: any ProviderStateStore, singlePutLimit: Int64 = 16 << 20, partSize: Int64 = 8 << 20) {
         self.client = client
         let parts = prefix.split(separator: "/").map(String.init)
@@ -277,7 +280,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     /// A batch of new small files: on a store proven to refuse overwrites, each file's conditional `PUT` is its own
     /// check; on any other, one listing per folder of the batch looks under all its names at once, instead of a
     /// `HEAD` and a listing per file — a name with nothing under it is then one `PUT` (its folder looked at once a
-    /// minute, ``knownFolder(_:besides:)``); any other goes the usual way, looked at on its own.
+    /// minute, `knownFolder(_:besides:)`); any other goes the usual way, looked at on its own.
     public func uploadBatch(_ files: [BatchFile]) async throws -> [Result<RemoteItem, ProviderError>] {
         let free = try await probeConditions() ? [] : try await freeNames(files)
         return try await uploadEach(files, width: 2) { file in
@@ -505,6 +508,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     /// A multipart upload kept across restarts under the request id.
     @_spi(Testing) public struct Session: Codable {
         public var uploadId: String
+        /// The object's key.
         public var key: String
         var checksum: String
         var partSize: Int64

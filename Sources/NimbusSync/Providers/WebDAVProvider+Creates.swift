@@ -22,8 +22,13 @@ import NimbusAPI
 /// Bigger files always go the usual way: a server that writes a `PUT` in place shows it under its name only while a
 /// small one arrives.
 extension WebDAVProvider {
-    /// `conditional`: one `PUT` with `If-None-Match: *`; `moved`: a hidden name, then `MOVE` (`Overwrite: F`).
-    public enum SmallCreates: Sendable, Equatable { case conditional, moved }
+    /// How a small new file is made there.
+    public enum SmallCreates: Sendable, Equatable {
+        /// One `PUT` with `If-None-Match: *` (servers that honour it).
+        case conditional
+        /// A `PUT` to a hidden name, then `MOVE` into place with `Overwrite: F`.
+        case moved
+    }
 
     /// How this server takes small new files (probed once).
     @_spi(Testing) public func smallCreates() async -> SmallCreates {

@@ -11,7 +11,7 @@ import NimbusS3
 ///
 /// Items are named by their path below the folder, as with ``LocalFolderProvider``. A file's revision is its ETag
 /// (or, from a server that gives none, its modification time and size). WebDAV has no SHA-256: the provider
-/// remembers the checksum of what it sent or fetched, by ETag (``ChecksumMemory``), and otherwise reports none
+/// remembers the checksum of what it sent or fetched, by ETag (`ChecksumMemory`), and otherwise reports none
 /// (the engine hashes such a file once when it must compare it). No change feed: the engine lists, one
 /// `PROPFIND Depth: 1` per folder. Writes go to a hidden `.nimbus-partial-…` file in the same folder, checked
 /// against the checksum, then `MOVE`d into place (`Overwrite: F` for a new file, so nothing that appeared meanwhile
@@ -24,6 +24,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// The remote's root folder, ending with `/`.
     public let url: URL
     let basePath: String
+    /// What this provider's uploads taught it about the server's ETags.
     @_spi(Testing) public let etagTrust = LockedBox(ETagTrust())
     /// `url` as text, ending in `/`: every request's address starts with it.
     let rootAddress: String
@@ -66,6 +67,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
+    /// Idempotent creations; tree versions where the server's folder ETags propagate (learnt from the root's listing).
     public var capabilities: ProviderCapabilities {
         var capabilities: ProviderCapabilities = [.idempotentCreate, .quota]
         if propagatesETags { capabilities.insert(.treeVersions) }
@@ -73,10 +75,15 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         return capabilities
     }
 
+    /// The folder at `url` of a WebDAV server as a remote.
+    ///
     /// - Parameters:
     ///   - url: the folder on the server (`https://cloud.example.com/remote.php/dav/files/ana/Backup`); see
     ///     ``check(url:username:)``, which an app calls first.
-    ///   - username/password: Basic auth.
+    ///   - username: the user name for Basic auth (nil: no authentication).
+    ///   - password: its password (an app password on Nextcloud and Nimbus).
+    ///   - state: where the provider keeps what it learns (checksums by ETag, chunked uploads in progress).
+    ///   - http: the HTTP client.
     ///   - chunkSize: a file bigger than this goes in chunks of this size to a server in Nextcloud's layout that takes
     ///     its chunked uploads.
     public convenience init(
@@ -568,7 +575,9 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// this provider's first uploads: three that agree and none that differs.
     @_spi(Testing) public struct ETagTrust: Sendable {
         public var agreed = 0
+        /// Whether one upload's ETag was not the stored file's.
         public var differed = false
+        /// Whether the answers can be taken as the listing's: three agreed, none differed.
         public var trusted: Bool { agreed >= 3 && !differed }
 
         mutating func learn(put: String?, stored: String?) {

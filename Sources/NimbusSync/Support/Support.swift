@@ -7,8 +7,10 @@ public final class LockedBox<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
 
+    /// A box holding `value`.
     public init(_ value: Value) { self.value = value }
 
+    /// Runs `body` with the value, under the lock.
     public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }
@@ -20,8 +22,10 @@ public final class LockedBox<Value>: @unchecked Sendable {
 @_spi(Testing) public struct SeededRandom: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
+    /// A generator whose sequence is fixed by `seed`.
     public init(seed: UInt64) { state = seed }
 
+    /// The next number of the sequence.
     public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
@@ -45,6 +49,7 @@ enum Backoff {
 
 /// SHA-256 of a file, read in pieces of at most 1 MiB (never whole into memory).
 public enum FileHasher {
+    /// The lowercase hex SHA-256 of the file at `url` and its size, read in pieces.
     public static func sha256(of url: URL) throws -> (checksum: String, size: Int64) {
         // POSIX reads into one buffer sized to the file (up to 1 MiB): a folder sync hashes thousands of small
         // files, and FileHandle's 1 MiB Data per read was a fresh mmap and munmap for each.

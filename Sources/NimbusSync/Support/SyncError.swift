@@ -40,11 +40,13 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         return nil
     }
 
+    /// The HTTP status the server sent, if this is a server error.
     public var status: Int? {
         if case .server(let status, _, _, _) = self { return status }
         return nil
     }
 
+    /// What went wrong and what happens next, in words for the user.
     public var description: String {
         switch self {
         case .network(let detail): "The server could not be reached (\(detail)); will retry."

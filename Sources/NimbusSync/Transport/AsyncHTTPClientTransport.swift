@@ -20,12 +20,16 @@ extension HTTPClient {
 
 /// ``Transport`` over AsyncHTTPClient (SwiftNIO): works on Linux and Apple platforms.
 public struct AsyncHTTPClientTransport: Transport {
+    /// The server, e.g. `http://127.0.0.1:8080`.
     public let baseURL: URL
     let client: HTTPClient
     let timeout: TimeAmount
 
+    /// A transport to the server at `baseURL`.
+    ///
     /// - Parameters:
     ///   - baseURL: the server, e.g. `http://127.0.0.1:8080`.
+    ///   - client: the HTTP client (``AsyncHTTPClient/HTTPClient/api`` by default).
     ///   - timeout: for a whole request; long-polls ask for less than this.
     public init(baseURL: URL, client: HTTPClient = .api, timeout: Duration = .seconds(300)) {
         self.baseURL = baseURL
@@ -51,12 +55,14 @@ public struct AsyncHTTPClientTransport: Transport {
         return TransportResponseHead(status: Int(response.status.code), headers: headers)
     }
 
+    /// Sends `request` and reads the whole answer (up to 64 MiB).
     public func send(_ request: TransportRequest) async throws -> (TransportResponseHead, Data) {
         let response = try await client.execute(makeRequest(request), timeout: timeout)
         let body = try await response.body.collect(upTo: 64 * 1024 * 1024)
         return (Self.head(response), Data(buffer: body))
     }
 
+    /// Sends `request` and hands a successful answer's body to `sink` piece by piece (an error's body is returned).
     public func stream(_ request: TransportRequest, into sink: @escaping @Sendable (Data) async throws -> Void) async throws
         -> (TransportResponseHead, Data)
     {

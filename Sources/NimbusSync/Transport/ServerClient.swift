@@ -3,32 +3,45 @@ import NimbusAPI
 
 /// The signed-in account and device, persisted by a ``TokenStore``.
 public struct Account: Codable, Sendable, Equatable {
+    /// The server's address.
     public var server: URL
+    /// The account's id on the server.
     public var userId: String
+    /// The account's name.
     public var username: String
+    /// This device's id on the server (what signing out revokes).
     public var deviceId: String
+    /// The short-lived access token (a JWT).
     public var accessToken: String
+    /// The refresh token, rotated on every use.
     public var refreshToken: String
+    /// When the access token expires.
     public var expiresAt: Date
 }
 
 /// Where tokens live between launches: a 0600 file by default; an app can use the Keychain instead.
 public protocol TokenStore: Sendable {
+    /// The account kept, if any.
     func load() throws -> Account?
+    /// Keeps `credentials` (nil forgets them).
     func save(_ credentials: Account?) throws
 }
 
 /// Tokens in a JSON file readable only by its owner (mode 0600), written atomically.
 public struct FileTokenStore: TokenStore {
+    /// The JSON file.
     public let url: URL
 
+    /// Tokens kept in the file at `url`.
     public init(url: URL) { self.url = url }
 
+    /// The account in the file, if there is one.
     public func load() throws -> Account? {
         guard FileManager.default.fileExists(atPath: url.path) else { return nil }
         return try JSONDecoder.nimbus.decode(Account.self, from: Data(contentsOf: url))
     }
 
+    /// Writes `credentials` atomically with mode 0600 (nil deletes the file).
     public func save(_ credentials: Account?) throws {
         guard let credentials else {
             try? FileManager.default.removeItem(at: url)
@@ -53,10 +66,13 @@ public struct FileTokenStore: TokenStore {
 /// Holds the tokens; a 401 on an authenticated call refreshes them once and retries, and only if that fails
 /// does the call throw ``SyncError/unauthorized(_:)``.
 public actor ServerClient {
+    /// How requests reach the server.
     public let transport: any Transport
     let tokenStore: any TokenStore
+    /// The signed-in account, if any.
     public private(set) var credentials: Account?
 
+    /// A client over `transport`, with the tokens `tokenStore` keeps.
     public init(transport: any Transport, tokenStore: any TokenStore) {
         self.transport = transport
         self.tokenStore = tokenStore
@@ -65,6 +81,7 @@ public actor ServerClient {
 
     // MARK: Auth
 
+    /// Signs in as a device named `deviceName` and keeps the tokens.
     public func logIn(server: URL, username: String, password: String, deviceName: String) async throws -> Account {
         let body = NimbusAPI.Credentials(username: username, password: password, deviceName: deviceName)
         let (head, data) = try await raw(TransportRequest(method: "POST", path: "/v1/auth/login", body: try JSONEncoder.nimbus.encode(body)), json: true)

@@ -3,12 +3,16 @@ import Foundation
 /// One HTTP request as the engine makes it: a path relative to the server, small bodies in memory
 /// (JSON, or one upload chunk of at most the server's chunk size).
 public struct TransportRequest: Sendable {
+    /// The HTTP method (`GET`, `POST`, …).
     public var method: String
     /// Path and query, e.g. `/v1/files?parentId=root`.
     public var path: String
+    /// Request headers.
     public var headers: [String: String]
+    /// The body, if any.
     public var body: Data?
 
+    /// A request for `path` (relative to the server).
     public init(method: String, path: String, headers: [String: String] = [:], body: Data? = nil) {
         self.method = method
         self.path = path
@@ -19,9 +23,12 @@ public struct TransportRequest: Sendable {
 
 /// The status and headers of a response (header names lowercased).
 public struct TransportResponseHead: Sendable {
+    /// The HTTP status.
     public var status: Int
+    /// Response headers, names lowercased.
     public var headers: [String: String]
 
+    /// A response head.
     public init(status: Int, headers: [String: String]) {
         self.status = status
         self.headers = headers
