@@ -80,6 +80,8 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
 
     let registry = MetricsRegistry.shared
     let router = Router(context: NimbusRequestContext.self)
+    // Outermost: a request refused before its body was read is still answered to a client that writes it all first.
+    router.add(middleware: LingeringCloseMiddleware())
     router.add(middleware: SecurityHeadersMiddleware())
     router.add(middleware: RequestLimitsMiddleware())
     // WebDAV (/dav/) answers its own methods and paths before the /v1 router and its 405 logic.
@@ -98,7 +100,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     ServiceController(drive: drive, registry: registry).register(&routes)
     WebController().register(&routes)
 
-    let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger)
+    let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger, blobsAreRemote: opened is S3BlobStore)
     let app = Application(
         router: router,
         server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval)))),

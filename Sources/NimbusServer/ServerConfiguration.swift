@@ -37,6 +37,14 @@ public struct ServerConfiguration: Sendable {
     /// Blocks nothing references any more are deleted from the blob store this long after (an upload in flight
     /// may still adopt them meanwhile; a re-upload of recently deleted content is deduplicated).
     public var blockGracePeriod: Duration = .seconds(24 * 3600)
+    /// Blocks freed by a deletion (a file purged, the trash emptied, a revision pruned, an upload cancelled) are
+    /// deleted this long after, so the space is usable again soon. nil: a minute with the local blob store (a read
+    /// already running keeps the packs it has open: unlinking is safe under open readers), an hour with S3 (its reads
+    /// are ranged `GET`s issued as a download goes, and an object deleted meanwhile would cut a download short; the
+    /// server's own disk is not where S3 blocks live, so nothing waits for that space).
+    public var freedBlockGracePeriod: Duration?
+    /// How often the maintenance service looks whether blocks freed in this process are due for a sweep.
+    public var freedSweepCheck: Duration = .seconds(5)
     /// Access tokens live this long (at most 15 minutes).
     public var accessTokenLifetime: Duration = .seconds(15 * 60)
     /// Refresh tokens expire when unused for this long.

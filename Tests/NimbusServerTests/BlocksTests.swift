@@ -453,6 +453,10 @@ struct BlocksTests {
             #expect(try await Self.put(alice, sha256(dropped), dropped).status == 201)
             let (file, _) = try await Self.upload(alice, kept, commit: BlockCommitRequest(name: "k.bin", size: 0, checksum: "", blocks: []))
             #expect(try await alice.get("/v1/about").decode(About.self).quota.used == Int64(kept.count), "an uncommitted block costs no quota")
+            // Not freed space (it was never committed): the short grace of freed blocks does not apply to it.
+            server.clock.advance(by: 600)
+            await server.parts.runMaintenance()
+            #expect(try await Self.missing(server.logIn("sweeper"), [sha256(dropped)]).isEmpty, "still there for a commit to come")
             server.clock.advance(by: 24 * 3600 + 1)
             await server.parts.runMaintenance()
             let later = try await server.logIn("sweeper")

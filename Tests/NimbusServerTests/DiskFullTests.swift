@@ -86,6 +86,45 @@ struct DiskFullTests {
         }
     }
 
+    @Test("space freed by permanent deletions is usable again within minutes: the service sweeps freed blocks a minute after, without waiting for the day-long grace of blocks sent and not committed")
+    func freedSpaceComesBackSoon() async throws {
+        try await Self.withSmallDisk(megabytes: 24) { mount in
+            try await TestServer.run(configure: {
+                $0.dataDirectory = mount.appending(path: "data")
+                $0.minimumFreeSpace = 4 << 20
+            }) { server in
+                let name = "soon" + UUID().uuidString.prefix(4).lowercased()
+                let alice = try await server.signUp(name)
+                var stored: [File] = []
+                for index in 0..<40 {
+                    let reply = try await alice.uploadReply("f\(index).bin", randomData(2 << 20))
+                    guard reply.status == 201 else {
+                        #expect(reply.status == 507, "\(reply.status) \(reply.text)")
+                        break
+                    }
+                    stored.append(try reply.decode(File.self))
+                }
+                #expect(stored.count >= 3, "\(stored.count) files fit")
+                // Into the trash, then emptied: the user freed the space.
+                for file in stored {
+                    #expect(try await alice.send(.DELETE, "/v1/files/\(file.id)").status == 204)
+                    #expect(try await alice.send(.DELETE, "/v1/files/\(file.id)?permanent=true").status == 204)
+                }
+                #expect(try await alice.uploadReply("too-soon.bin", randomData(2 << 20)).status == 507, "not before the short grace period")
+                // A minute later the maintenance service (its own loop, no call from here) gives the space back.
+                server.clock.advance(by: 61)
+                let deadline = Date().addingTimeInterval(30)
+                var last: APIClient.Reply?
+                while Date() < deadline {
+                    last = try await alice.uploadReply("after.bin", randomData(2 << 20))
+                    if last?.status == 201 { break }
+                    try await Task.sleep(for: .milliseconds(250))
+                }
+                #expect(last?.status == 201, "\(last?.status ?? 0) \(last?.text ?? "")")
+            }
+        }
+    }
+
     @Test("a disk filled by something else: signing in still works (the reserve is given up), uploads are 507, deleting frees space")
     func filledFromOutside() async throws {
         try await Self.withSmallDisk(megabytes: 24) { mount in

@@ -143,8 +143,11 @@ protocol MetadataStore: Sendable {
     func pruneDeletionLog(before: Date) async throws -> Int
     /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
     func compactChanges(before: Date) async throws -> Int
-    /// Deletes from the blob store the blocks nothing has referenced since before `before` (the grace period
-    /// lets an upload in flight adopt a block again); returns how many went. A pack left more than half dead by this
-    /// is compacted (its live blocks moved into a new pack; the old one deleted a grace period after `now`).
-    func sweepBlocks(orphanedBefore before: Date, now: Date) async throws -> Int
+    /// Deletes from the blob store the blocks sent but never committed before `before` (the grace period lets an
+    /// upload in flight commit them), and the blocks freed — their last reference gone — before `freedBefore`;
+    /// returns how many went. A pack left more than half dead by this is compacted (its live blocks moved into a new
+    /// pack; the old one deleted once it is older than `freedBefore` at a later sweep).
+    func sweepBlocks(orphanedBefore before: Date, freedBefore: Date, now: Date) async throws -> Int
+    /// The earliest time this process freed blocks that no sweep has taken since (nil: none).
+    var unsweptFreeingSince: Date? { get }
 }

@@ -16,7 +16,7 @@ struct PackLocation: Sendable, Hashable, Codable {
 /// (kernel time) than in writing their bytes. A pack is staged in the store's staging folder, fsynced when it is
 /// closed, and put whole by ``BlobStore/put(_:user:)``; each ``StagedBlock`` names its pack and place
 /// (``BlockRef/pack``), and the metadata database keeps that place in the block's row. A pack no block row names
-/// any more is deleted by the sweep (``SQLMetadataStore/sweepBlocks(orphanedBefore:)``); a pack whose blocks the
+/// any more is deleted by the sweep (``SQLMetadataStore/sweepBlocks(orphanedBefore:freedBefore:now:)``); a pack whose blocks the
 /// user already had is never put. A pack the sweep leaves more than half dead is compacted (its live blocks written
 /// again by a new writer: ``SQLMetadataStore/compactPack(_:userId:now:)``).
 struct PackWriter {

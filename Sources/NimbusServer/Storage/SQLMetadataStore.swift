@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NimbusAPI
 
@@ -16,6 +17,9 @@ final class SQLMetadataStore: MetadataStore {
     /// Space set aside on the embedded database's disk: given up when a write finds the disk full, so signing in,
     /// deleting and emptying the trash still work on a disk something else filled.
     let reserve: DiskReserve?
+    /// When this process first freed blocks (their last reference went) that no sweep has taken yet: the maintenance
+    /// service sweeps once they are past the freed-space grace period, instead of waiting for its next full pass.
+    let freedSince = NIOLockedValueBox<Date?>(nil)
 
     init(
         database: any SQLDatabase, blobs: any BlobStore, notifier: any ChangeNotifier, revisionRetention: RevisionRetention,
@@ -1167,7 +1171,7 @@ extension SQLMetadataStore {
                 try db.perform(
                     """
                     INSERT INTO blocks (user_id, hash, size, created_at, orphaned_at, pack, pack_offset, pack_stored) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at, pack = excluded.pack,
+                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at, freed = 0, pack = excluded.pack,
                         pack_offset = excluded.pack_offset, pack_stored = excluded.pack_stored
                     WHERE blocks.orphaned_at IS NOT NULL
                     """, [userId, block.ref.hash, block.ref.size, now.millis, now.millis, pack?.pack, pack?.offset, pack?.stored])
@@ -1248,7 +1252,7 @@ extension SQLMetadataStore {
                     [userId, block.ref.hash, block.ref.size, now.millis, block.data, pack?.pack, pack?.offset, pack?.stored])
             } else {
                 try db.perform(
-                    "UPDATE blocks SET orphaned_at = NULL, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
+                    "UPDATE blocks SET orphaned_at = NULL, freed = 0, data = CASE WHEN data IS NULL THEN ? ELSE data END WHERE user_id = ? AND hash = ?",
                     [block.data, userId, block.ref.hash])
             }
             effects.usedBytes[userId, default: 0] += block.ref.size
@@ -1257,8 +1261,9 @@ extension SQLMetadataStore {
     }
 
     /// Among `hashes`, the blocks no revision or upload references any more stop counting against the quota and
-    /// are marked orphaned: the sweep deletes them (row, bytes kept inline, copy in the blob store) after the grace
-    /// period, unless a commit adopts them again first.
+    /// are marked orphaned and *freed*: the sweep deletes them (row, bytes kept inline, copy in the blob store) after
+    /// the freed-space grace period (a minute on the local store), unless a commit adopts them again first — so space
+    /// a user frees (a file purged, the trash emptied) is usable again within minutes, not a day later.
     func collectGarbage(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, hashes: Set<String>, now: Date) throws {
         for hash in hashes {
             effects.knownBlocks[hash] = nil  // may be orphaned now: ask the database next time
@@ -1270,33 +1275,38 @@ extension SQLMetadataStore {
             guard used == nil,
                 let size = try db.value("SELECT size FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NULL", [userId, hash], as: Int64.self)
             else { continue }
-            try db.perform("UPDATE blocks SET orphaned_at = ? WHERE user_id = ? AND hash = ?", [now.millis, userId, hash])
+            try db.perform("UPDATE blocks SET orphaned_at = ?, freed = 1 WHERE user_id = ? AND hash = ?", [now.millis, userId, hash])
             effects.usedBytes[userId, default: 0] -= size
+            freedSince.withLockedValue { $0 = min($0 ?? now, now) }
         }
     }
 
-    /// Deletes blocks orphaned before `before` from the blob store, then their rows, then the packs made before
-    /// `before` that no block names any more; one transaction per user, under its lock, so no commit can adopt a
-    /// block while it goes. Returns how many blocks went.
-    func sweepBlocks(orphanedBefore before: Date, now: Date) async throws -> Int {
+    /// Deletes from the blob store the blocks orphaned before `before` (sent, never committed) and those freed before
+    /// `freedBefore` (their last reference went), then their rows, then the packs made before `freedBefore` that no
+    /// block names any more; one transaction per user, under its lock, so no commit can adopt a block while it goes.
+    /// Returns how many blocks went.
+    func sweepBlocks(orphanedBefore before: Date, freedBefore: Date, now: Date) async throws -> Int {
+        // `freedBefore` is the later time: the index on orphaned_at finds both kinds.
+        let latest = max(before, freedBefore).millis
+        let due = "orphaned_at IS NOT NULL AND orphaned_at < ? AND (orphaned_at < ? OR freed = 1)"
         let unreferencedPacks = """
             SELECT id FROM packs WHERE user_id = ? AND created_at < ?
             AND NOT EXISTS (SELECT 1 FROM blocks WHERE blocks.user_id = packs.user_id AND blocks.pack = packs.id) LIMIT 1000
             """
+        freedSince.withLockedValue { if let since = $0, since < freedBefore { $0 = nil } }
         let users = try await database.read { db in
-            Set(try db.values("SELECT DISTINCT user_id FROM blocks WHERE orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [before.millis], as: String.self))
+            Set(try db.values("SELECT DISTINCT user_id FROM blocks WHERE \(due) LIMIT 1000", [latest, before.millis], as: String.self))
                 .union(
                     try db.values(
                         """
                         SELECT DISTINCT user_id FROM packs WHERE created_at < ?
                         AND NOT EXISTS (SELECT 1 FROM blocks WHERE blocks.user_id = packs.user_id AND blocks.pack = packs.id) LIMIT 1000
-                        """, [before.millis], as: String.self))
+                        """, [freedBefore.millis], as: String.self))
         }
         var swept = 0
         for userId in users.sorted() {
             let (count, touched) = try await write(user: userId) { db, _ -> (Int, Set<String>) in
-                let rows = try db.fetchAll(
-                    "SELECT hash, pack FROM blocks WHERE user_id = ? AND orphaned_at IS NOT NULL AND orphaned_at < ? LIMIT 1000", [userId, before.millis])
+                let rows = try db.fetchAll("SELECT hash, pack FROM blocks WHERE user_id = ? AND \(due) LIMIT 1000", [userId, latest, before.millis])
                 let hashes = try rows.map { try $0.get("hash", as: String.self) }
                 let touched = Set(try rows.compactMap { try $0.get("pack", as: String?.self) })
                 let own = try rows.filter { try $0.get("pack", as: String?.self) == nil }.map { try $0.get("hash", as: String.self) }
@@ -1304,7 +1314,7 @@ extension SQLMetadataStore {
                 for hash in hashes {
                     try db.perform("DELETE FROM blocks WHERE user_id = ? AND hash = ? AND orphaned_at IS NOT NULL", [userId, hash])
                 }
-                let packs = try db.values(unreferencedPacks, [userId, before.millis], as: String.self)
+                let packs = try db.values(unreferencedPacks, [userId, freedBefore.millis], as: String.self)
                 try self.blobs.deletePacksBlocking(packs, user: userId)
                 for id in packs {
                     try db.perform("DELETE FROM packs WHERE user_id = ? AND id = ?", [userId, id])
@@ -1516,4 +1526,8 @@ extension SQLMetadataStore {
 extension Date {
     var millis: Int64 { Int64((timeIntervalSince1970 * 1000).rounded()) }
     init(millis: Int64) { self.init(timeIntervalSince1970: TimeInterval(millis) / 1000) }
+}
+
+extension SQLMetadataStore {
+    var unsweptFreeingSince: Date? { freedSince.withLockedValue { $0 } }
 }

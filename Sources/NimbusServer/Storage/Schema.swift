@@ -275,6 +275,11 @@ enum Schema {
                     );
                     """)
         }
+        migrator.registerMigration("14-freed-blocks") { db in
+            // 1: the block was orphaned because its last reference went (a file purged, a revision pruned, an upload
+            // cancelled), not sent and never committed: the sweep takes it after the short freed-space grace period.
+            try db.execute(sql: "ALTER TABLE blocks ADD COLUMN freed INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

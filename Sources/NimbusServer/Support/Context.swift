@@ -11,10 +11,13 @@ public struct NimbusRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     /// The client's address, used to rate-limit failed logins.
     var remoteIP: String
+    /// The connection, for ``LingeringCloseMiddleware`` to close once a refused request's body is drained.
+    let channel: any Channel
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         remoteIP = source.channel.remoteAddress?.ipAddress ?? "unknown"
+        channel = source.channel
     }
 
     public var maxUploadSize: Int { 1024 * 1024 }

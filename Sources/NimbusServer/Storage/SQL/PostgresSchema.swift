@@ -291,6 +291,12 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        (
+            // 1: orphaned because its last reference went (not sent and never committed): swept after the short
+            // freed-space grace period.
+            "11-freed-blocks",
+            ["ALTER TABLE blocks ADD COLUMN freed BIGINT NOT NULL DEFAULT 0"]
+        ),
     ]
 
     /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.

@@ -1,0 +1,157 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import NimbusAPI
+import Testing
+
+/// A request the server refuses before reading its body is still answered to a client that writes its whole body
+/// before it reads anything (Python's urllib, many HTTP libraries) — with `Connection: close`, which urllib always
+/// sends, and without.
+@Suite("Early refusals with big bodies")
+struct EarlyRefusalTests {
+    static let bodySize = 16 << 20
+
+    @Test("a bad token, a wrong WebDAV password, an unknown upload session and a taken name are answered to a client that writes 16 MiB first")
+    func answeredAfterTheWholeBody() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("alice")
+            _ = try await alice.upload("taken.bin", Data("here first".utf8))
+            let token = try #require(alice.token)
+            try await Self.expectAnswers(
+                server,
+                [
+                    ("POST", "/v1/upload?uploadType=media&name=x.bin", ["Authorization": "Bearer not-a-token"], 401),
+                    ("PUT", "/v1/blocks/" + String(repeating: "0", count: 64), ["Authorization": "Bearer not-a-token"], 401),
+                    ("PUT", "/dav/big.bin", ["Authorization": "Basic " + Data("alice:wrong".utf8).base64EncodedString()], 401),
+                    ("PUT", "/v1/upload/up-unknown/chunk", ["Authorization": "Bearer \(token)", "Content-Range": "bytes 0-\(Self.bodySize - 1)/\(Self.bodySize)"], 404),
+                    ("POST", "/v1/upload?uploadType=media&name=taken.bin", ["Authorization": "Bearer \(token)"], 409),
+                ])
+            // Nothing was stored by any of them, and the server goes on answering.
+            #expect(try await alice.list().files.map(\.name) == ["taken.bin"])
+        }
+    }
+
+    @Test("an upload over the quota is answered 507 to a client that writes 16 MiB first")
+    func quotaAnsweredAfterTheWholeBody() async throws {
+        try await TestServer.run(configure: { $0.defaultQuota = 1 << 20 }) { server in
+            let alice = try await server.signUp("alice")
+            let token = try #require(alice.token)
+            try await Self.expectAnswers(server, [("POST", "/v1/upload?uploadType=media&name=big.bin", ["Authorization": "Bearer \(token)"], 507)])
+            #expect(try await alice.list().files.isEmpty)
+        }
+    }
+
+    /// Each request sent with and without `Connection: close`, its whole body written before the answer is read.
+    static func expectAnswers(_ server: TestServer, _ cases: [(String, String, [String: String], Int)]) async throws {
+        for (method, path, headers, status) in cases {
+            for close in [true, false] {
+                var all = headers
+                if close { all["Connection"] = "close" }
+                let answer = try await RawHTTP.send(port: server.port, method: method, path: path, headers: all, bodySize: bodySize)
+                #expect(answer.status == status, "\(method) \(path) (Connection: close \(close)): \(answer.status) \(answer.body.prefix(200))")
+                #expect(answer.body.contains("\"error\"") || path.hasPrefix("/dav/"), "a JSON error body: \(answer.body.prefix(200))")
+            }
+        }
+    }
+}
+
+/// HTTP/1.1 over a blocking socket, written the way a simple client writes: the head, the whole body, then the answer.
+/// Send and receive time-outs (20 s) turn a server that never answers into a failure instead of a hang.
+enum RawHTTP {
+    struct Answer: Sendable {
+        var status: Int
+        var body: String
+    }
+
+    /// On a thread of its own: blocking calls on Swift's cooperative pool would starve the server under test.
+    static func send(port: Int, method: String, path: String, headers: [String: String], bodySize: Int) async throws -> Answer {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(with: Result { try sendBlocking(port: port, method: method, path: path, headers: headers, bodySize: bodySize) })
+            }.start()
+        }
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static func sendBlocking(port: Int, method: String, path: String, headers: [String: String], bodySize: Int) throws -> Answer {
+        #if canImport(Glibc)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+            let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 20, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw Failure(description: "connect: errno \(errno)") }
+
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Length: \(bodySize)\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        head += "\r\n"
+        try writeAll(fd, Array(head.utf8))
+        let piece = [UInt8](repeating: 0x61, count: 1 << 20)
+        var sent = 0
+        while sent < bodySize {
+            let count = min(piece.count, bodySize - sent)
+            do { try writeAll(fd, Array(piece[0..<count])) } catch {
+                throw Failure(description: "\(method) \(path): the body could not be written after \(sent) bytes (\(error)): the server neither read it nor answered")
+            }
+            sent += count
+        }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count > 0 {
+                received += buffer[0..<count]
+                if let answer = complete(received) { return answer }
+            } else if count == 0 {
+                break
+            } else {
+                throw Failure(description: "\(method) \(path): no answer after the whole body (errno \(errno))")
+            }
+        }
+        guard let answer = complete(received) else { throw Failure(description: "\(method) \(path): the connection closed without a whole answer") }
+        return answer
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard written > 0 else { throw Failure(description: "errno \(errno)") }
+            offset += written
+        }
+    }
+
+    /// The answer, once its head and `Content-Length` bytes of body are in.
+    static func complete(_ bytes: [UInt8]) -> Answer? {
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard let end = text.range(of: "\r\n\r\n") else { return nil }
+        let head = text[..<end.lowerBound]
+        let statusLine = head.split(separator: "\r\n").first ?? ""
+        guard let status = Int(statusLine.split(separator: " ").dropFirst().first ?? "") else { return nil }
+        let length = head.split(separator: "\r\n").dropFirst().compactMap { line -> Int? in
+            let parts = line.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, parts[0].lowercased() == "content-length" else { return nil }
+            return Int(parts[1].trimmingCharacters(in: .whitespaces))
+        }.first ?? 0
+        let body = String(text[end.upperBound...])
+        guard body.utf8.count >= length else { return nil }
+        return Answer(status: status, body: body)
+    }
+}
