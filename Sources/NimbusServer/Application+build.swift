@@ -9,19 +9,25 @@ import ServiceLifecycle
 
 /// What ``buildApplication(configuration:)`` made, for tests that want to reach inside (store, routes).
 public struct NimbusServerParts: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
     public let routes: [RouteTable.Route]
     let maintenance: MaintenanceService
+
+    /// The access decisions made since the last call, as `(user, item, action, allowed)` (with
+    /// ``ServerConfiguration/recordsAccessDecisions``; empty otherwise).
+    public func accessDecisions() -> [(userId: String, itemId: String, action: String, allowed: Bool)] {
+        (dependencies.access.log?.take() ?? []).map { ($0.userId, $0.itemId, $0.action.rawValue, $0.allowed) }
+    }
 
     /// Runs one maintenance pass now (tests move the clock, then call this).
     public func runMaintenance() async { await maintenance.runOnce() }
 
     /// How many blocks the blob store holds (all users).
-    public func storedBlockCount() async throws -> Int { try await drive.blobs.storedBlockCount() }
+    public func storedBlockCount() async throws -> Int { try await dependencies.blobs.storedBlockCount() }
 
     /// Closes the database's connections once the application has stopped.
     public func close() async {
-        if let store = drive.store as? SQLMetadataStore { await store.database.close() }
+        if let store = dependencies.store as? SQLMetadataStore { await store.database.close() }
     }
 }
 
@@ -76,7 +82,8 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
     }
     let tokens = await TokenService(secret: secret, lifetime: min(configuration.accessTokenLifetime, .seconds(900)).timeInterval)
-    let drive = Drive(store: store, blobs: blobs, tokens: tokens, notifier: notifier, configuration: configuration)
+    let access = AccessPolicy(log: configuration.recordsAccessDecisions ? AccessLog() : nil)
+    let dependencies = Dependencies(store: store, blobs: blobs, tokens: tokens, notifier: notifier, configuration: configuration, access: access)
 
     let registry = MetricsRegistry.shared
     let router = Router(context: NimbusRequestContext.self)
@@ -85,19 +92,19 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     router.add(middleware: SecurityHeadersMiddleware())
     router.add(middleware: RequestLimitsMiddleware())
     // WebDAV (/dav/) answers its own methods and paths before the /v1 router and its 405 logic.
-    router.add(middleware: DAVMiddleware(drive: drive))
+    router.add(middleware: DAVMiddleware(dependencies: dependencies))
     let index = RouteIndex()
     router.add(middleware: ErrorMiddleware(routes: index))
     router.add(middleware: MetricsMiddleware())
     router.add(middleware: LogRequestsMiddleware(.debug))
     var routes = RouteTable(router: router, index: index)
-    AuthController(drive: drive).register(&routes)
-    FilesController(drive: drive).register(&routes)
-    ContentController(drive: drive).register(&routes)
-    UploadController(drive: drive, resumable: ResumableUploadController(drive: drive, hashes: RunningHashes())).register(&routes)
-    ChangesController(drive: drive).register(&routes)
-    BlocksController(drive: drive).register(&routes)
-    ServiceController(drive: drive, registry: registry).register(&routes)
+    AuthController(dependencies: dependencies).register(&routes)
+    FilesController(dependencies: dependencies).register(&routes)
+    ContentController(dependencies: dependencies).register(&routes)
+    UploadController(dependencies: dependencies, resumable: ResumableUploadController(dependencies: dependencies, hashes: RunningHashes())).register(&routes)
+    ChangesController(dependencies: dependencies).register(&routes)
+    BlocksController(dependencies: dependencies).register(&routes)
+    ServiceController(dependencies: dependencies, registry: registry).register(&routes)
     WebController().register(&routes)
 
     let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger, blobsAreRemote: opened is S3BlobStore)
@@ -110,7 +117,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
             if let port = channel.localAddress?.port { await configuration.onServerRunning?(port) }
         },
         logger: logger)
-    return (app, NimbusServerParts(drive: drive, routes: routes.routes, maintenance: maintenance))
+    return (app, NimbusServerParts(dependencies: dependencies, routes: routes.routes, maintenance: maintenance))
 }
 
 /// The process-wide Prometheus registry; swift-metrics can be bootstrapped only once per process.

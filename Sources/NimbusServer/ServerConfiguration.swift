@@ -70,62 +70,15 @@ public struct ServerConfiguration: Sendable {
     /// SSE heartbeat period.
     public var heartbeatInterval: Duration = .seconds(15)
     public var clock: any WallClock = SystemWallClock()
+    /// Keep every access decision (who, which item, which action, allowed or not) for a test to read
+    /// (``NimbusServerParts/accessDecisions()``).
+    public var recordsAccessDecisions = false
     /// Called once the server listens, with the bound port (useful with port 0).
     public var onServerRunning: (@Sendable (Int) async -> Void)?
     public var logLevel: Logger.Level = .info
 
     public init(dataDirectory: URL) {
         self.dataDirectory = dataDirectory
-    }
-}
-
-/// How many revisions a file keeps: the newest `keepLast`, and every one younger than `keepFor`.
-public struct RevisionRetention: Sendable, Equatable {
-    public var keepLast: Int = 100
-    public var keepFor: Duration = .seconds(30 * 24 * 3600)
-
-    public init(keepLast: Int = 100, keepFor: Duration = .seconds(30 * 24 * 3600)) {
-        self.keepLast = keepLast
-        self.keepFor = keepFor
-    }
-
-    /// The revisions to delete, given all revisions of one file ordered newest first.
-    /// The head (first) is never pruned.
-    public func prunable<R>(_ newestFirst: [R], now: Date, date: (R) -> Date) -> [R] {
-        var result: [R] = []
-        for (index, revision) in newestFirst.enumerated() where index >= max(keepLast, 1) {
-            if now.timeIntervalSince(date(revision)) > keepFor.timeInterval {
-                result.append(revision)
-            }
-        }
-        return result
-    }
-}
-
-/// The server's mass-deletion breaker: a device that deletes or trashes more than `fraction` of a user's items and
-/// at least `minimum` of them within `window`, or more than `perWindow` in it, is paused: that request and its
-/// later deletions answer 409 `mass_deletion_paused` (nothing deleted) until the user confirms, which lets the
-/// device go on for one more `window`. Permanent deletions count too, those of trashed items included.
-public struct MassDeletionLimits: Sendable, Equatable {
-    public var enabled = true
-    public var fraction = 0.5
-    public var minimum = 1_000
-    public var perWindow = 10_000
-    public var window: Duration = .seconds(3600)
-
-    public init(enabled: Bool = true, fraction: Double = 0.5, minimum: Int = 1_000, perWindow: Int = 10_000, window: Duration = .seconds(3600)) {
-        self.enabled = enabled
-        self.fraction = fraction
-        self.minimum = minimum
-        self.perWindow = perWindow
-        self.window = window
-    }
-
-    /// Whether `deleted` items in the window (this request's included) trip the breaker, `before` being how many
-    /// items the user had at the window's start (live now + deleted in it before this request).
-    public func trips(deleted: Int, before: Int) -> Bool {
-        guard enabled else { return false }
-        return deleted > perWindow || (deleted >= minimum && Double(deleted) > fraction * Double(before))
     }
 }
 

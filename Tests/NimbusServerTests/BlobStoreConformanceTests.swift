@@ -251,8 +251,8 @@ struct BlockLifecycleTests {
         try await TestServer.run { server in
             let alice = try await server.signUp("race")
             let before = try await alice.list().files.count
-            let store = try #require(server.parts.drive.store as? SQLMetadataStore)
-            let blobs = server.parts.drive.blobs
+            let store = try #require(server.parts.dependencies.store as? SQLMetadataStore)
+            let blobs = server.parts.dependencies.blobs
             let user = try #require(try await store.user(username: "race"))
             var stager = blobs.makeStager(runningHash: SHA256())
             try await stager.append(ByteBuffer(data: randomData(100_000)))

@@ -33,7 +33,7 @@ struct MassDeletionTests {
 
     @Test("over half of the items and at least the minimum within the window pauses that device only, deleting nothing more; confirm lets it go on")
     func shareOfItems() async throws {
-        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(fraction: 0.5, minimum: 10, perWindow: 1000) }) { server in
+        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(threshold: MassDeletionThreshold(fraction: 0.5, minimum: 10, absolute: 1000)) }) { server in
             let (laptop, web, files) = try await Self.user(server, files: 30)
             let started = server.clock.now()
             // 31 items (a folder and 30 files): the 16th deletion would be over half of them.
@@ -88,7 +88,7 @@ struct MassDeletionTests {
 
     @Test("a single request over the hourly cap is refused whole; the window slides, and a pause lasts until confirmed")
     func perWindow() async throws {
-        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(fraction: 0.5, minimum: 10_000, perWindow: 5) }) { server in
+        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(threshold: MassDeletionThreshold(fraction: 0.5, minimum: 10_000, absolute: 5)) }) { server in
             var (laptop, web, files) = try await Self.user(server, files: 40)
             // A folder of 41 items in one request: over the cap, nothing trashed.
             let folder = try #require(files.first?.parentId)
@@ -116,13 +116,13 @@ struct MassDeletionTests {
             #expect(try await web.send(.DELETE, "/v1/files/\(folder)").status == 204)
             // The maintenance pass forgets what is older than the window (and lapsed confirmations).
             server.clock.advance(by: 7200)
-            #expect(try await server.parts.drive.store.pruneDeletionLog(before: server.clock.now().addingTimeInterval(-3600)) > 0)
+            #expect(try await server.parts.dependencies.store.pruneDeletionLog(before: server.clock.now().addingTimeInterval(-3600)) > 0)
         }
     }
 
     @Test("a WebDAV client is held to the breaker too: its app password is the device, named by its label")
     func webDAV() async throws {
-        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(fraction: 0.5, minimum: 1_000, perWindow: 3) }) { server in
+        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(threshold: MassDeletionThreshold(fraction: 0.5, minimum: 1_000, absolute: 3)) }) { server in
             let (api, basic) = try await DAVTests.user(server)
             for name in ["a", "b", "c", "d", "e"] { _ = try await api.upload("\(name).txt", Data(name.utf8)) }
             let dav = APIClient(baseURL: server.baseURL)

@@ -66,7 +66,7 @@ struct MigrationTests {
         }
         let database = try TestServices.postgresURL()
         let blobs = try TestServices.s3().blobsURL()
-        let report = try await Migration.migrate(dataDirectory: directory, toDatabase: database, toBlobs: blobs, environment: TestServices.s3Keys)
+        let report = try await StoreCopier.copyAndVerify(dataDirectory: directory, toDatabase: database, toBlobs: blobs, environment: TestServices.s3Keys)
         #expect(report.rows.allSatisfy { $0.table == "settings" || $0.source == $0.target }, "\(report)")
         #expect(report.rows.first { $0.table == "files" }?.target == 6, "root, big, small, old, text, after")
         #expect(report.rows.first { $0.table == "deletion_guard" }?.target == 1, "the breaker's state moves too")
@@ -74,7 +74,7 @@ struct MigrationTests {
         #expect(report.blocksCopied == 0, "every block is in a pack; small content rides in the rows")
         #expect(report.packsCopied == 3, "the two versions of the big file and the text's block, a pack each")
         #expect(report.blocksVerified > 3, "every content-defined block of both versions, and the text's")
-        let again = try await Migration.migrate(dataDirectory: directory, toDatabase: database, toBlobs: blobs, environment: TestServices.s3Keys)
+        let again = try await StoreCopier.copyAndVerify(dataDirectory: directory, toDatabase: database, toBlobs: blobs, environment: TestServices.s3Keys)
         #expect(again.blocksCopied == 0 && again.packsCopied == 0, "interrupted or repeated: nothing is sent twice")
         #expect(again.rows.map(\.target) == report.rows.map(\.target))
 

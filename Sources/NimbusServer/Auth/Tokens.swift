@@ -3,21 +3,6 @@ import Foundation
 import JWTKit
 import NimbusAPI
 
-/// Who a request acts for, from a verified access token.
-struct Identity: Sendable, Equatable {
-    var userId: String
-    var deviceId: String
-
-    /// The device id of a WebDAV client signed in with an app password: this prefix and the password's id (the
-    /// mass-deletion breaker names such a device by the password's label).
-    static let appPasswordPrefix = "app-password:"
-
-    /// The app password's id, when this device is one.
-    static func appPasswordId(_ deviceId: String) -> String? {
-        deviceId.hasPrefix(appPasswordPrefix) ? String(deviceId.dropFirst(appPasswordPrefix.count)) : nil
-    }
-}
-
 /// The claims of an access token: `sub` user, `did` device, `iss`/`aud` fixed, `exp` short.
 struct AccessClaims: JWTPayload, Equatable {
     static let issuer = "nimbus"
@@ -60,7 +45,7 @@ struct TokenService: Sendable {
         return (next, Self.hashRefreshToken(next))
     }
 
-    func accessToken(for identity: Identity, now: Date) async throws -> (token: String, expiresAt: Date) {
+    func accessToken(for identity: Principal, now: Date) async throws -> (token: String, expiresAt: Date) {
         let expiresAt = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + lifetime).rounded(.down))
         let claims = AccessClaims(
             sub: .init(value: identity.userId), did: identity.deviceId, iss: .init(value: AccessClaims.issuer),
@@ -70,7 +55,7 @@ struct TokenService: Sendable {
 
     /// The identity in a valid token, or `nil`: wrong algorithm (only `HS256` is accepted, never `none`),
     /// bad signature, wrong issuer or audience, or expired.
-    func verify(_ token: String, now: Date) async -> Identity? {
+    func verify(_ token: String, now: Date) async -> Principal? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
             let headerData = Data(base64URLEncoded: String(parts[0])),
@@ -81,7 +66,7 @@ struct TokenService: Sendable {
         guard claims.iss.value == AccessClaims.issuer, claims.aud.value.contains(AccessClaims.audience),
             claims.exp.value > now
         else { return nil }
-        return Identity(userId: claims.sub.value, deviceId: claims.did)
+        return Principal(userId: claims.sub.value, deviceId: claims.did)
     }
 
     /// A new opaque refresh token (256 random bits) and the hash the store keeps instead of it.

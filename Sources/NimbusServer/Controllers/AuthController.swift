@@ -5,7 +5,7 @@ import NimbusAPI
 
 /// `/v1/auth/*`: register, login, refresh, logout. The only `/v1` routes that need no access token.
 struct AuthController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
         routes.on(.post, "/v1/auth/register", use: registerUser)
@@ -19,52 +19,52 @@ struct AuthController: Sendable {
 
     /// A new app password for this account (the access token's): its secret is in this answer only.
     @Sendable func createAppPassword(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let body = try await request.decode(as: AppPasswordRequest.self, context: context)
         let label = body.label.trimmingCharacters(in: .whitespacesAndNewlines)
         guard (1...100).contains(label.count), !label.contains(where: { $0.isNewline || $0.asciiValue.map { $0 < 32 } == true }) else {
             throw DriveError.badRequest("'label' names what the password is for (\"Finder on my laptop\"): 1 to 100 characters on one line.")
         }
         let secret = AppPasswords.make()
-        let record = try await drive.store.createAppPassword(
-            userId: me.userId, label: label, passwordHash: AppPasswords.hash(secret), now: drive.now)
+        let record = try await dependencies.store.createAppPassword(
+            userId: me.userId, label: label, passwordHash: AppPasswords.hash(secret), now: dependencies.now)
         return try JSONResponse.make(
             AppPassword(id: record.id, label: record.label, password: secret, createdAt: record.createdAt), status: .created,
             headers: [.cacheControl: "no-store"])
     }
 
     @Sendable func listAppPasswords(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let records = try await drive.store.appPasswords(userId: me.userId)
+        let me = try await dependencies.principal(request)
+        let records = try await dependencies.store.appPasswords(userId: me.userId)
         return try JSONResponse.make(
             AppPasswordList(appPasswords: records.map { AppPassword(id: $0.id, label: $0.label, createdAt: $0.createdAt, lastUsedAt: $0.lastUsedAt) }))
     }
 
     @Sendable func revokeAppPassword(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        try await drive.store.revokeAppPassword(userId: me.userId, id: try context.parameter("id"))
+        let me = try await dependencies.principal(request)
+        try await dependencies.store.revokeAppPassword(userId: me.userId, id: try context.parameter("id"))
         return Response(status: .noContent)
     }
 
     @Sendable func registerUser(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        guard drive.configuration.allowRegistration else {
+        guard dependencies.configuration.allowRegistration else {
             throw DriveError.forbidden("Registration is closed on this server; ask its admin to run 'nimbus user add'.")
         }
         let credentials = try await request.decode(as: Credentials.self, context: context)
         try Accounts.validate(username: credentials.username)
         try Accounts.validate(password: credentials.password)
-        let hash = try await drive.hashPassword(credentials.password)
-        let user = try await drive.store.createUser(
-            username: credentials.username, passwordHash: hash, quota: drive.configuration.defaultQuota, now: drive.now)
+        let hash = try await dependencies.hashPassword(credentials.password)
+        let user = try await dependencies.store.createUser(
+            username: credentials.username, passwordHash: hash, quota: dependencies.configuration.defaultQuota, now: dependencies.now)
         return try JSONResponse.make(RegisteredUser(userId: user.id, username: user.username), status: .created)
     }
 
     @Sendable func login(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let credentials = try await request.decode(as: Credentials.self, context: context)
-        let outcome = try await drive.signIn(username: credentials.username, remoteIP: context.remoteIP) { () -> UserRecord? in
-            let user = try await drive.store.user(username: credentials.username)
+        let outcome = try await dependencies.signIn(username: credentials.username, remoteIP: context.remoteIP) { () -> UserRecord? in
+            let user = try await dependencies.store.user(username: credentials.username)
             // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
-            let ok = try await drive.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
+            let ok = try await dependencies.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
             return ok ? user : nil
         }
         let user: UserRecord
@@ -76,39 +76,39 @@ struct AuthController: Sendable {
         }
         let refresh = TokenService.makeRefreshToken()
         let deviceName = credentials.deviceName?.trimmingCharacters(in: .whitespacesAndNewlines)
-        let device = try await drive.store.createDevice(
+        let device = try await dependencies.store.createDevice(
             userId: user.id, name: String((deviceName?.isEmpty == false ? deviceName! : "device").prefix(100)),
-            refreshHash: refresh.hash, now: drive.now)
+            refreshHash: refresh.hash, now: dependencies.now)
         return try await tokens(userId: user.id, deviceId: device.id, refreshToken: refresh.token)
     }
 
     @Sendable func refresh(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let body = try await request.decode(as: RefreshRequest.self, context: context)
-        let next = drive.tokens.successor(of: body.refreshToken)
-        let device = try await drive.store.rotateRefreshToken(
-            presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: next.hash, now: drive.now,
-            maxIdle: drive.configuration.refreshTokenLifetime.timeInterval, grace: drive.configuration.refreshRetryGrace.timeInterval)
+        let next = dependencies.tokens.successor(of: body.refreshToken)
+        let device = try await dependencies.store.rotateRefreshToken(
+            presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: next.hash, now: dependencies.now,
+            maxIdle: dependencies.configuration.refreshTokenLifetime.timeInterval, grace: dependencies.configuration.refreshRetryGrace.timeInterval)
         return try await tokens(userId: device.userId, deviceId: device.id, refreshToken: next.token)
     }
 
     /// Signs the device out: with its access token (`Authorization`), or with its refresh token in the body.
     @Sendable func logout(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         if request.headers[.authorization] != nil {
-            let identity = try await drive.identity(request)
-            try await drive.signOut(deviceId: identity.deviceId)
+            let identity = try await dependencies.principal(request)
+            try await dependencies.signOut(deviceId: identity.deviceId)
             return Response(status: .noContent)
         }
         let body = try await request.decode(as: RefreshRequest.self, context: context)
         // Rotating proves the token is current; the device is then revoked.
-        let device = try await drive.store.rotateRefreshToken(
+        let device = try await dependencies.store.rotateRefreshToken(
             presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: TokenService.makeRefreshToken().hash,
-            now: drive.now, maxIdle: .infinity, grace: 0)
-        try await drive.signOut(deviceId: device.id)
+            now: dependencies.now, maxIdle: .infinity, grace: 0)
+        try await dependencies.signOut(deviceId: device.id)
         return Response(status: .noContent)
     }
 
     private func tokens(userId: String, deviceId: String, refreshToken: String) async throws -> Response {
-        let access = try await drive.tokens.accessToken(for: Identity(userId: userId, deviceId: deviceId), now: drive.now)
+        let access = try await dependencies.tokens.accessToken(for: Principal(userId: userId, deviceId: deviceId), now: dependencies.now)
         let pair = TokenPair(
             accessToken: access.token, refreshToken: refreshToken, expiresAt: access.expiresAt, userId: userId, deviceId: deviceId)
         return try JSONResponse.make(pair, headers: [.cacheControl: "no-store"])

@@ -64,7 +64,7 @@ struct BlockBatchParser {
 /// `GET /v1/files/{id}/blocks`. Blocks are the user's own (the store's per-user namespace); a block sent and never
 /// committed is swept after the grace period like any other unreferenced block.
 struct BlocksController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
 
     /// A commit's JSON: 160,000 blocks (a 10 GiB file of 64 KiB chunks) as hashes is about 11 MB.
     static let maxCommitBytes = 32 * 1024 * 1024
@@ -85,7 +85,9 @@ struct BlocksController: Sendable {
 
     /// Which of the given hashes the user's store lacks, in the order asked, each once.
     @Sendable func missing(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
+        // The user's own blocks: their namespace, through the access decision on their root.
+        let owner = try await dependencies.root(for: me, .read).userId
         let asked = try await request.decodeJSON(
             MissingBlocksRequest.self, limit: MissingBlocksRequest.maxHashes * 80 + 1024,
             tooLarge: "Ask about at most \(MissingBlocksRequest.maxHashes) blocks at a time.")
@@ -93,7 +95,7 @@ struct BlocksController: Sendable {
             throw DriveError.badRequest("Ask about at most \(MissingBlocksRequest.maxHashes) blocks at a time; this request has \(asked.hashes.count).")
         }
         for hash in asked.hashes { _ = try Self.validHash(hash) }
-        let stored = try await drive.store.storedBlocks(userId: me.userId, hashes: asked.hashes)
+        let stored = try await dependencies.store.storedBlocks(userId: owner, hashes: asked.hashes)
         var seen: Set<String> = []
         let missing = asked.hashes.filter { stored[$0] == nil && seen.insert($0).inserted }
         return try JSONResponse.make(MissingBlocksResponse(missing: missing))
@@ -102,18 +104,20 @@ struct BlocksController: Sendable {
     /// Stores one block: its bytes must hash to the path's SHA-256 (422 otherwise, nothing kept). Idempotent:
     /// 201 when stored now, 200 when the user's store already had it.
     @Sendable func put(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
+        // The user's own blocks: their namespace, through the access decision on their root.
+        let owner = try await dependencies.root(for: me, .write).userId
         let hash = try Self.validHash(try context.parameter("hash"))
-        let limit = drive.blobs.blockSize
+        let limit = dependencies.blobs.blockSize
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit + Self.encodingSlack {
             throw DriveError.tooLarge("A block can be at most \(limit) bytes; this one is \(declared).")
         }
-        try drive.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(limit))
+        try dependencies.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(limit))
         if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
             let decoded = try await Self.decoded(request, encoding: encoding, maxSize: limit)
-            return try await put(hash, body: Self.stream(decoded), userId: me.userId, limit: limit)
+            return try await put(hash, body: Self.stream(decoded), userId: owner, limit: limit)
         }
-        return try await put(hash, body: request.body, userId: me.userId, limit: limit)
+        return try await put(hash, body: request.body, userId: owner, limit: limit)
     }
 
     /// A compressed body (`Content-Encoding: gzip` or `deflate`), decoded: at most `maxSize` bytes once decoded.
@@ -139,7 +143,7 @@ struct BlocksController: Sendable {
     }
 
     func put(_ hash: String, body: some AsyncSequence<ByteBuffer, any Error>, userId: String, limit: Int) async throws -> Response {
-        let known = try await drive.store.storedBlocks(userId: userId, hashes: [hash])[hash]
+        let known = try await dependencies.store.storedBlocks(userId: userId, hashes: [hash])[hash]
         if let known, known.live {
             // Already kept: the body is read (and checked) so the connection stays usable, then dropped.
             var digest = SHA256()
@@ -165,11 +169,11 @@ struct BlocksController: Sendable {
         guard !bytes.isEmpty else { throw DriveError.badRequest("A block holds at least one byte.") }
         let actual = digest.finalize().hexString
         guard actual == hash else { throw DriveError.checksumMismatch(expected: hash, actual: actual) }
-        var writer = drive.blobs.makePackWriter()
+        var writer = dependencies.blobs.makePackWriter()
         do {
             try await writer.add(bytes, hash: hash)
             let blocks = try await writer.finish()
-            try await drive.store.putBlocks(blocks, userId: userId, now: drive.now)
+            try await dependencies.store.putBlocks(blocks, userId: userId, now: dependencies.now)
         } catch {
             await writer.abandon()
             throw error
@@ -183,25 +187,27 @@ struct BlocksController: Sendable {
     /// blocks and ``maxBatchBytes`` bytes a request; answers 200 with the blocks stored, in order. The body may come
     /// compressed (`Content-Encoding: gzip` or `deflate`).
     @Sendable func putMany(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
+        // The user's own blocks: their namespace, through the access decision on their root.
+        let owner = try await dependencies.root(for: me, .write).userId
         let framed = Self.maxBatchBytes + Self.maxBatchBlocks * 80
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > framed + Self.encodingSlack {
             throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
         }
-        try drive.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(Self.maxBatchBytes))
+        try dependencies.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(Self.maxBatchBytes))
         if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
             let decoded = try await Self.decoded(request, encoding: encoding, maxSize: framed)
-            return try await putMany(Self.stream(decoded), userId: me.userId)
+            return try await putMany(Self.stream(decoded), userId: owner)
         }
-        return try await putMany(request.body, userId: me.userId)
+        return try await putMany(request.body, userId: owner)
     }
 
     func putMany(_ body: some AsyncSequence<ByteBuffer, any Error>, userId: String) async throws -> Response {
-        let limit = drive.blobs.blockSize
+        let limit = dependencies.blobs.blockSize
         var parser = BlockBatchParser(maxBlock: limit)
         var staged: [StagedBlock] = []
         // The request's blocks one after another in packs (one fsync each), the block being read in memory (≤ 4 MiB).
-        var writer = drive.blobs.makePackWriter()
+        var writer = dependencies.blobs.makePackWriter()
         var current: (bytes: [UInt8], digest: SHA256)?
         var total = 0
         do {
@@ -234,7 +240,7 @@ struct BlocksController: Sendable {
             try parser.finish()
             staged = try await writer.finish()
             guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
-            try await drive.store.putBlocks(staged, userId: userId, now: drive.now)
+            try await dependencies.store.putBlocks(staged, userId: userId, now: dependencies.now)
         } catch {
             await writer.abandon()
             throw error
@@ -248,9 +254,11 @@ struct BlocksController: Sendable {
 
     /// A block's bytes (the user's own, part of a live file, revision, trashed item or upload).
     @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
+        // The user's own blocks: their namespace, through the access decision on their root.
+        let owner = try await dependencies.root(for: me, .read).userId
         let hash = try Self.validHash(try context.parameter("hash"))
-        guard let found = try await drive.store.storedBlocks(userId: me.userId, hashes: [hash])[hash], found.live else {
+        guard let found = try await dependencies.store.storedBlocks(userId: owner, hashes: [hash])[hash], found.live else {
             throw DriveError.notFound("No such block.")
         }
         var headers: HTTPFields = [
@@ -260,8 +268,8 @@ struct BlocksController: Sendable {
         if let condition = request.headers[.ifNoneMatch], ETag.matches(condition, hash) {
             return Response(status: .notModified, headers: headers)
         }
-        let blobs = drive.blobs
-        let userId = me.userId
+        let blobs = dependencies.blobs
+        let userId = owner
         if let encoding = BodyEncoding.accepted(request.headers[.acceptEncoding]) {
             // Compressed on the wire when that saves a tenth (text, not photos): the block is read whole (≤ 4 MiB).
             var whole = ByteBuffer()
@@ -285,12 +293,12 @@ struct BlocksController: Sendable {
 
     /// The blocks of a file's head revision, or of `?revisionId=`, in order.
     @Sendable func manifest(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        let me = try await dependencies.principal(request)
+        let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
         guard !file.isFolder, let head = file.headRevisionId else {
             throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
         }
-        let (revision, blocks) = try await drive.store.revisionWithBlocks(userId: me.userId, revisionId: request.query("revisionId") ?? head)
+        let (revision, blocks) = try await dependencies.store.revisionWithBlocks(userId: file.userId, revisionId: request.query("revisionId") ?? head)
         guard revision.fileId == file.id else { throw DriveError.notFound("No such revision.") }
         let manifest = BlockManifest(
             fileId: file.id, revisionId: revision.id, size: revision.size, checksum: revision.checksum,
@@ -302,12 +310,12 @@ struct BlocksController: Sendable {
     /// the others), their sizes must add up to `size` and their bytes hash to `checksum` (422), then the commit
     /// follows the rules of every upload (name clash, `If-Match`, quota, 10 GiB, `requestId`).
     @Sendable func commit(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let body = try await request.decodeJSON(
             BlockCommitRequest.self, limit: Self.maxCommitBytes, tooLarge: "A commit's JSON can be at most \(Self.maxCommitBytes) bytes.")
         let checksum = try Self.validHash(body.checksum, what: "'checksum'")
         let modifiedAt = try FilesController.validModifiedAt(body.modifiedAt)
-        let max = drive.configuration.maxUploadSize
+        let max = dependencies.configuration.maxUploadSize
         guard body.size >= 0 else { throw DriveError.badRequest("'size' must be the content's length in bytes.") }
         guard body.size <= max else { throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(body.size).") }
 
@@ -315,20 +323,20 @@ struct BlocksController: Sendable {
         if body.fileId != nil, body.requestId != nil || body.name != nil || body.parentId != nil {
             throw DriveError.badRequest("A new version names only 'fileId' (guarded by If-Match); 'name', 'parentId' and 'requestId' are for a new file.")
         }
-        let (target, mimeType) = try await UploadController.target(
-            drive, for: me, request: request, fileId: body.fileId, name: body.name, parentId: body.parentId,
+        let (target, mimeType, owner) = try await UploadController.target(
+            dependencies, for: me, request: request, fileId: body.fileId, name: body.name, parentId: body.parentId,
             requestId: try FilesController.validRequestId(body.requestId), sentType: body.mimeType)
 
         // The block list, with the base revision's runs expanded.
         var base: [BlockRef] = []
         if let baseRevisionId = body.baseRevisionId {
-            base = try await drive.store.revisionWithBlocks(userId: me.userId, revisionId: baseRevisionId).blocks
+            base = try await dependencies.store.revisionWithBlocks(userId: owner, revisionId: baseRevisionId).blocks
         }
         var hashes: [String] = []
         for entry in body.blocks {
             if case .block(let hash) = entry { hashes.append(try Self.validHash(hash)) }
         }
-        let stored = try await drive.store.storedBlocks(userId: me.userId, hashes: hashes)
+        let stored = try await dependencies.store.storedBlocks(userId: owner, hashes: hashes)
         var missing: [String] = []
         var seenMissing: Set<String> = []
         var blocks: [BlockRef] = []
@@ -355,14 +363,14 @@ struct BlocksController: Sendable {
             throw DriveError.badRequest("The blocks add up to \(total) bytes, not the 'size' of \(body.size); nothing was changed.")
         }
         // The content must be what the client says: its bytes are read back once and hashed.
-        let actual = try await drive.blobs.checksum(of: blocks, user: me.userId)
+        let actual = try await dependencies.blobs.checksum(of: blocks, user: owner)
         guard actual == checksum else { throw DriveError.checksumMismatch(expected: checksum, actual: actual) }
 
         var content = StagedContent(
             blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
             checksum: checksum, size: total, mimeType: mimeType)
         content.modifiedAt = modifiedAt
-        let file = try await drive.store.commitStoredContent(userId: me.userId, target: target, content: content, now: drive.now)
+        let file = try await dependencies.store.commitStoredContent(userId: owner, target: target, content: content, now: dependencies.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
 }

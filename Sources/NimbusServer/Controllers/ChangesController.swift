@@ -5,7 +5,7 @@ import NimbusAPI
 
 /// The change feed (`/v1/changes`, Dropbox-style cursor with long-poll) and live events (`/v1/events`, SSE).
 struct ChangesController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
         routes.on(.get, "/v1/changes/start", use: start)
@@ -14,15 +14,18 @@ struct ChangesController: Sendable {
     }
 
     @Sendable func start(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let seq = try await drive.store.latestSeq(userId: me.userId)
-        return try JSONResponse.make(ChangeCursor(cursor: drive.tokens.cursors.encode(seq, userId: me.userId)))
+        let me = try await dependencies.principal(request)
+        // The principal's own feed, through the access decision on its root.
+        _ = try await dependencies.root(for: me, .list)
+        let seq = try await dependencies.store.latestSeq(userId: me.userId)
+        return try JSONResponse.make(ChangeCursor(cursor: dependencies.tokens.cursors.encode(seq, userId: me.userId)))
     }
 
     /// Changes after the cursor. With `timeout > 0` and nothing new, waits (≤ 60 s) and answers as soon as a
     /// commit lands. An unknown or compacted cursor is a 410: the client lists everything again.
     @Sendable func changes(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
+        _ = try await dependencies.root(for: me, .list)
         guard let raw = request.query("cursor") else {
             throw DriveError.badRequest("Pass the 'cursor' from GET /v1/changes/start or the previous page.")
         }
@@ -37,18 +40,18 @@ struct ChangesController: Sendable {
                 throw DriveError.badRequest("'timeout' must be a number of seconds from 0 to 60.")
             }
             // At most 60 s, or less when the operator says so (a proxy in front that cuts idle answers sooner).
-            timeout = min(value, 60, drive.configuration.longPollLimit.timeInterval)
+            timeout = min(value, 60, dependencies.configuration.longPollLimit.timeInterval)
         }
-        guard let seq = drive.tokens.cursors.decode(raw, userId: me.userId) else { throw Cursor.gone }
-        guard var page = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
+        guard let seq = dependencies.tokens.cursors.decode(raw, userId: me.userId) else { throw Cursor.gone }
+        guard var page = try await dependencies.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
         if page.changes.isEmpty && timeout > 0 {
-            let notifier = drive.notifier
+            let notifier = dependencies.notifier
             let userId = me.userId
             let wait = Duration.milliseconds(Int64(timeout * 1000))
             // A server shutting down answers now rather than holding its shutdown for the long-poll; so does this
             // device signing out (listened for first, then checked: a sign-out in between is not missed).
-            let signedOut = drive.signOuts.stream(for: me.deviceId)
-            _ = try await drive.identity(request)
+            let signedOut = dependencies.signOuts.stream(for: me.deviceId)
+            _ = try await dependencies.principal(request)
             await cancelWhenGracefulShutdown {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await notifier.wait(userId: userId, after: seq, timeout: wait) }
@@ -58,31 +61,31 @@ struct ChangesController: Sendable {
                 }
             }
             // Still signed in? A device signed out meanwhile (here or on another replica) gets 401, not data.
-            _ = try await drive.identity(request)
-            guard let again = try await drive.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
+            _ = try await dependencies.principal(request)
+            guard let again = try await dependencies.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
             page = again
         }
         let next = page.changes.last?.seq ?? seq
         let list = ChangeList(
             changes: page.changes.map { Change(seq: $0.userSeq, type: $0.kind, fileId: $0.fileId, file: $0.file?.api) },
-            cursor: drive.tokens.cursors.encode(next, userId: me.userId), hasMore: page.hasMore)
+            cursor: dependencies.tokens.cursors.encode(next, userId: me.userId), hasMore: page.hasMore)
         return try JSONResponse.make(list)
     }
 
     /// `text/event-stream`: `event: change` with `data: {"cursor": "..."}` after every commit of the user's,
     /// and a comment every 15 s so proxies and clients know the stream is alive.
     @Sendable func events(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let notifier = drive.notifier
-        let heartbeat = drive.configuration.heartbeatInterval
+        let me = try await dependencies.principal(request)
+        _ = try await dependencies.root(for: me, .list)
+        let notifier = dependencies.notifier
+        let heartbeat = dependencies.configuration.heartbeatInterval
         let subscription = notifier.subscribe(userId: me.userId)
-        let signedOut = drive.signOuts.stream(for: me.deviceId)
-        let drive = drive
+        let signedOut = dependencies.signOuts.stream(for: me.deviceId)
         let userId = me.userId
         let body = ResponseBody { writer in
             try await Self.stream(
-                subscription, heartbeat: heartbeat, signedOut: signedOut, cursor: { drive.tokens.cursors.encode($0, userId: userId) },
-                stillSignedIn: { (try? await drive.identity(request)) != nil }, into: &writer)
+                subscription, heartbeat: heartbeat, signedOut: signedOut, cursor: { dependencies.tokens.cursors.encode($0, userId: userId) },
+                stillSignedIn: { (try? await dependencies.principal(request)) != nil }, into: &writer)
             try await writer.finish(nil)
         }
         return Response(

@@ -4,7 +4,7 @@ import NimbusAPI
 
 /// Content downloads and revisions: `/v1/files/{id}/content`, `/v1/files/{id}/revisions/...`.
 struct ContentController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
         routes.on(.get, "/v1/files/{fileId}/content", use: content)
@@ -15,42 +15,43 @@ struct ContentController: Sendable {
     }
 
     @Sendable func content(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        let me = try await dependencies.principal(request)
+        let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
         guard !file.isFolder, let revisionId = file.headRevisionId else {
             throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
         }
-        let revision = try await drive.store.revision(userId: me.userId, fileId: file.id, revisionId: revisionId)
-        return try await stream(revision, name: file.name, request: request, userId: me.userId)
+        let revision = try await dependencies.store.revision(userId: file.userId, fileId: file.id, revisionId: revisionId)
+        return try await stream(revision, name: file.name, request: request, userId: file.userId)
     }
 
     @Sendable func revisions(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let me = try await dependencies.principal(request)
+        let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
-        let (revisions, total) = try await drive.store.revisions(userId: me.userId, fileId: id, paging: paging)
+        let (revisions, total) = try await dependencies.store.revisions(userId: file.userId, fileId: file.id, paging: paging)
         let pagination = Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
         return try JSONResponse.make(RevisionList(revisions: revisions.map(\.api), pagination: pagination))
     }
 
     @Sendable func revision(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
-        let revision = try await drive.store.revision(userId: me.userId, fileId: id, revisionId: try context.parameter("revisionId"))
+        let me = try await dependencies.principal(request)
+        let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
+        let revision = try await dependencies.store.revision(userId: file.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
         return try JSONResponse.make(revision.api, etag: revision.id)
     }
 
     @Sendable func revisionContent(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let file = try await drive.file(try context.parameter("fileId"), for: me)
-        let revision = try await drive.store.revision(userId: me.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
-        return try await stream(revision, name: file.name, request: request, userId: me.userId)
+        let me = try await dependencies.principal(request)
+        let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
+        let revision = try await dependencies.store.revision(userId: file.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
+        return try await stream(revision, name: file.name, request: request, userId: file.userId)
     }
 
     @Sendable func restore(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
-        let file = try await drive.store.restore(userId: me.userId, fileId: id, revisionId: try context.parameter("revisionId"), now: drive.now)
+        let me = try await dependencies.principal(request)
+        let item = try await dependencies.item(try context.parameter("fileId"), for: me, .restore)
+        let file = try await dependencies.store.restore(
+            userId: item.userId, fileId: item.id, revisionId: try context.parameter("revisionId"), now: dependencies.now)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
 
@@ -85,8 +86,8 @@ struct ContentController: Sendable {
         }
         headers[.contentLength] = String(range.count)
         let servedRange = range
-        let blocks = try await drive.store.blocks(ofRevision: revision.id)
-        let blobs = drive.blobs
+        let blocks = try await dependencies.store.blocks(ofRevision: revision.id)
+        let blobs = dependencies.blobs
         let body = ResponseBody(contentLength: Int(range.count)) { writer in
             try await blobs.read(blocks, user: userId, range: servedRange) { buffer in
                 try await writer.write(buffer)

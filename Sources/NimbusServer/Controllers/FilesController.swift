@@ -4,7 +4,7 @@ import NimbusAPI
 
 /// Files and folders: list, get, create, rename/move, trash, untrash, permanent delete.
 struct FilesController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
         routes.on(.get, "/v1/files", use: list)
@@ -20,89 +20,96 @@ struct FilesController: Sendable {
     }
 
     @Sendable func list(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
-        let parentId = try await drive.resolve(request.query("parentId") ?? "root", for: me)
-        let (files, total) = try await drive.store.children(of: parentId, userId: me.userId, paging: paging)
+        let parent = try await dependencies.item(request.query("parentId") ?? "root", for: me, .list)
+        let (files, total) = try await dependencies.store.children(of: parent.id, userId: parent.userId, paging: paging)
         return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
     }
 
     @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let file = try await drive.file(try context.parameter("fileId"), for: me)
+        let me = try await dependencies.principal(request)
+        let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
 
     @Sendable func create(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let policy = try Self.policy(request)
         let body = try await request.decode(as: CreateFileRequest.self, context: context)
         let name = try Self.validName(body.name)
         let mimeType = try Self.validMimeType(body.mimeType)
         try Self.validRequestId(body.requestId)
-        let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
-        let (file, _) = try await drive.store.create(
-            userId: me.userId, parentId: parentId, name: name, mimeType: mimeType, policy: policy, requestId: body.requestId, now: drive.now)
+        let parent = try await dependencies.item(body.parentId ?? "root", for: me, .create)
+        let (file, _) = try await dependencies.store.create(
+            userId: parent.userId, parentId: parent.id, name: name, mimeType: mimeType, policy: policy, requestId: body.requestId, now: dependencies.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
 
     @Sendable func update(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let me = try await dependencies.principal(request)
         let body = try await request.decode(as: UpdateFileRequest.self, context: context)
+        let item = try await dependencies.item(try context.parameter("fileId"), for: me, body.parentId == nil ? .rename : .move)
         let name = try body.name.map(Self.validName)
-        let parentId = try await body.parentId.asyncMap { try await drive.resolve($0, for: me) }
-        let file = try await drive.store.update(
-            userId: me.userId, fileId: id, name: name, parentId: parentId, ifMatch: request.headers[.ifMatch], now: drive.now)
+        let parent = try await body.parentId.asyncMap { try await dependencies.item($0, for: me, .create) }
+        let file = try await dependencies.store.update(
+            userId: item.userId, fileId: item.id, name: name, parentId: parent?.id, ifMatch: request.headers[.ifMatch], now: dependencies.now)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
 
     @Sendable func delete(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
+        let me = try await dependencies.principal(request)
+        let permanent: Bool
         switch request.query("permanent") {
-        case nil, "false", "0":
-            _ = try await drive.store.trash(userId: me.userId, fileId: id, now: drive.now, by: drive.deleter(me))
-        case "true", "1":
-            try await drive.store.deletePermanently(userId: me.userId, fileId: id, now: drive.now, by: drive.deleter(me))
-        default:
-            throw DriveError.badRequest("'permanent' must be true or false.")
+        case nil, "false", "0": permanent = false
+        case "true", "1": permanent = true
+        default: throw DriveError.badRequest("'permanent' must be true or false.")
+        }
+        let item = try await dependencies.item(try context.parameter("fileId"), for: me, permanent ? .purge : .trash)
+        if permanent {
+            try await dependencies.store.deletePermanently(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
+        } else {
+            _ = try await dependencies.store.trash(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
         }
         return Response(status: .noContent)
     }
 
     @Sendable func untrash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let id = try await drive.resolve(try context.parameter("fileId"), for: me)
-        let file = try await drive.store.untrash(userId: me.userId, fileId: id, now: drive.now)
+        let me = try await dependencies.principal(request)
+        let item = try await dependencies.item(try context.parameter("fileId"), for: me, .restore)
+        let file = try await dependencies.store.untrash(userId: item.userId, fileId: item.id, now: dependencies.now)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
 
     @Sendable func trash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
-        let (files, total) = try await drive.store.trashed(userId: me.userId, paging: paging)
+        let root = try await dependencies.root(for: me, .list)
+        let (files, total) = try await dependencies.store.trashed(userId: root.userId, paging: paging)
         return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
     }
 
     /// Everything trashed at or after `since` back where it was (`nimbus untrash --since TIME`).
     @Sendable func restoreTrash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let body = try await request.decode(as: RestoreTrashRequest.self, context: context)
-        let (restored, items) = try await drive.store.untrashAll(userId: me.userId, since: body.since, now: drive.now)
+        let root = try await dependencies.root(for: me, .restore)
+        let (restored, items) = try await dependencies.store.untrashAll(userId: root.userId, since: body.since, now: dependencies.now)
         return try JSONResponse.make(RestoreTrashResponse(restored: restored, items: items))
     }
 
     /// The devices whose deletions the mass-deletion breaker paused.
     @Sendable func paused(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        return try JSONResponse.make(DeletionPauseList(paused: try await drive.store.deletionPauses(userId: me.userId)))
+        let me = try await dependencies.principal(request)
+        let root = try await dependencies.root(for: me, .list)
+        return try JSONResponse.make(DeletionPauseList(paused: try await dependencies.store.deletionPauses(userId: root.userId)))
     }
 
     /// The user meant those deletions: the paused devices go on (`nimbus trash confirm`, the web app's Trash).
     @Sendable func confirm(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let lifted = try await drive.store.confirmDeletions(userId: me.userId, window: drive.configuration.massDeletion.window, now: drive.now)
+        let me = try await dependencies.principal(request)
+        let root = try await dependencies.root(for: me, .purge)
+        let lifted = try await dependencies.store.confirmDeletions(userId: root.userId, window: dependencies.configuration.massDeletion.window, now: dependencies.now)
         return try JSONResponse.make(DeletionPauseList(paused: lifted))
     }
 

@@ -9,7 +9,7 @@ import NimbusAPI
 /// A chunk is acknowledged only after its blocks are fsynced, placed and recorded in one transaction, so after a
 /// crash `GET` reports exactly the chunks that are safe, and the client resumes from there.
 struct ResumableUploadController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
     let hashes: RunningHashes
 
     func register(_ routes: inout RouteTable) {
@@ -19,9 +19,9 @@ struct ResumableUploadController: Sendable {
     }
 
     func initiate(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let body = try await request.decode(as: UploadRequest.self, context: context)
-        let configuration = drive.configuration
+        let configuration = dependencies.configuration
         try FilesController.validRequestId(body.requestId)
         guard body.size >= 0 else { throw DriveError.badRequest("'size' cannot be negative.") }
         guard body.size <= configuration.maxUploadSize else {
@@ -32,47 +32,70 @@ struct ResumableUploadController: Sendable {
         }
         let name = try FilesController.validName(body.name)
         let mimeType = try FilesController.validContentMimeType(body.mimeType)
-        try drive.ensureRoom(for: body.size)
-        let fileId = try await body.fileId.asyncMap { try await drive.resolve($0, for: me) }
-        let parentId = try await drive.resolve(body.parentId ?? "root", for: me)
-        let now = drive.now
+        try dependencies.ensureRoom(for: body.size)
+        let file = try await body.fileId.asyncMap { try await dependencies.item($0, for: me, .write) }
+        let parent = try await dependencies.item(body.parentId ?? "root", for: me, .create)
+        let owner = file?.userId ?? parent.userId
+        let fileId = file?.id
+        let parentId = parent.id
+        let now = dependencies.now
         let chunkSize = configuration.chunkSize
         let session = UploadRecord(
-            id: "up" + randomToken(), userId: me.userId, requestId: body.requestId, name: name, mimeType: mimeType,
+            id: "up" + randomToken(), userId: owner, requestId: body.requestId, name: name, mimeType: mimeType,
             parentId: fileId == nil ? parentId : nil, fileId: fileId, ifMatch: request.headers[.ifMatch],
             policy: try FilesController.policy(request), size: body.size, checksum: body.checksum?.lowercased(), chunkSize: chunkSize,
             totalChunks: Int((body.size + chunkSize - 1) / chunkSize), chunksProcessed: 0, createdAt: now,
             expiresAt: now.addingTimeInterval(configuration.uploadExpiry.timeInterval), completedFileId: nil, state: .active)
-        let (upload, _) = try await drive.store.createUpload(session, now: now)
+        let (upload, _) = try await dependencies.store.createUpload(session, now: now)
         if upload.totalChunks == 0 {
             // Nothing to send: an empty file is complete at once.
-            return try await finish(upload, userId: me.userId)
+            return try await finish(upload, userId: owner)
         }
-        let file = try await upload.completedFileId.asyncMap { try await drive.store.file(id: $0, userId: me.userId) }
-        return try JSONResponse.make(upload.api(file: file), status: file == nil ? .ok : .created)
+        let made = try await upload.completedFileId.asyncMap { try await dependencies.store.file(id: $0, userId: owner) }
+        return try JSONResponse.make(upload.api(file: made), status: made == nil ? .ok : .created)
+    }
+
+    /// The session `id`, through the access decision on where it writes (the file it makes a new version of, or the
+    /// folder it makes a file in; its owner's root when that is gone): 404 for a principal that may not, as for an
+    /// unknown id.
+    func session(_ id: String, for me: Principal) async throws -> UploadRecord {
+        guard let upload = try await dependencies.store.uploadSession(id: id) else { throw dependencies.access.notFound(me, itemId: id, .write) }
+        let target: FileRecord?
+        if let itemId = upload.fileId ?? upload.parentId, let item = try await dependencies.store.item(id: itemId) {
+            target = item
+        } else if let owner = try await dependencies.store.user(id: upload.userId) {
+            target = try await dependencies.store.item(id: owner.rootId)
+        } else {
+            target = nil
+        }
+        guard let target else { throw dependencies.access.notFound(me, itemId: id, .write) }
+        try dependencies.access.authorize(me, target, .write)
+        return upload
     }
 
     @Sendable func status(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let upload = try await drive.store.upload(id: try context.parameter("uploadId"), userId: me.userId)
-        try SQLMetadataStore.checkActive(upload, now: drive.now)
-        let file = try await upload.completedFileId.asyncMap { try await drive.store.file(id: $0, userId: me.userId) }
+        let me = try await dependencies.principal(request)
+        let upload = try await session(try context.parameter("uploadId"), for: me)
+        try SQLMetadataStore.checkActive(upload, now: dependencies.now)
+        let file = try await upload.completedFileId.asyncMap { try await dependencies.store.file(id: $0, userId: upload.userId) }
         return try JSONResponse.make(upload.api(file: file))
     }
 
     @Sendable func cancel(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let id = try context.parameter("uploadId")
-        try await drive.store.deleteUpload(userId: me.userId, uploadId: id, now: drive.now)
+        let upload = try await session(id, for: me)
+        try await dependencies.store.deleteUpload(userId: upload.userId, uploadId: id, now: dependencies.now)
         hashes.forget(id)
         return Response(status: .noContent)
     }
 
     @Sendable func chunk(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         let id = try context.parameter("uploadId")
-        var upload = try await drive.store.upload(id: id, userId: me.userId)
-        try SQLMetadataStore.checkActive(upload, now: drive.now)
+        var upload = try await session(id, for: me)
+        let owner = upload.userId
+        try SQLMetadataStore.checkActive(upload, now: dependencies.now)
         guard let range = ContentRange.parse(request.headers[.contentRange]) else {
             throw DriveError.badRequest("Send 'Content-Range: bytes start-end/total' with each chunk.", code: .invalidChunk)
         }
@@ -84,7 +107,7 @@ struct ResumableUploadController: Sendable {
                 "A chunk must start at a multiple of \(upload.chunkSize) below \(upload.size); next is chunk \(upload.chunksProcessed).",
                 size: upload.size)
         }
-        try drive.ensureRoom(for: range.last + 1 - range.first)
+        try dependencies.ensureRoom(for: range.last + 1 - range.first)
         let k = Int(range.first / upload.chunkSize)
         let expected = upload.range(ofChunk: k)
         guard range.last + 1 == expected.upperBound else {
@@ -103,26 +126,26 @@ struct ResumableUploadController: Sendable {
         if k < upload.chunksProcessed || upload.completedFileId != nil {
             // Already stored: acknowledge again without storing (the client missed our answer).
             for try await _ in request.body {}
-            return try await acknowledge(upload, userId: me.userId)
+            return try await acknowledge(upload, userId: owner)
         }
         let previous = hashes.state(for: id, beforeChunk: k)
         let staged = try await UploadController.stage(
-            request.body, blobs: drive.blobs, max: expected.length, mimeType: upload.mimeType, expectedSize: expected.length,
+            request.body, blobs: dependencies.blobs, max: expected.length, mimeType: upload.mimeType, expectedSize: expected.length,
             runningHash: previous)
         guard staged.content.size == expected.length else {
-            drive.blobs.discard(staged.content.blocks)
+            dependencies.blobs.discard(staged.content.blocks)
             throw DriveError.badRequest(
                 "Chunk \(k) must be \(expected.length) bytes; \(staged.content.size) arrived. Nothing was stored; send it again.",
                 code: .invalidChunk)
         }
-        let (stored, wasStored) = try await drive.store.storeChunk(
-            userId: me.userId, uploadId: id, chunk: k, blocks: staged.content.blocks, now: drive.now,
-            expiresAt: drive.now.addingTimeInterval(drive.configuration.uploadExpiry.timeInterval))
+        let (stored, wasStored) = try await dependencies.store.storeChunk(
+            userId: owner, uploadId: id, chunk: k, blocks: staged.content.blocks, now: dependencies.now,
+            expiresAt: dependencies.now.addingTimeInterval(dependencies.configuration.uploadExpiry.timeInterval))
         if wasStored, previous != nil || k == 0 {
             hashes.record(id, afterChunk: k, state: staged.runningHash)
         }
         upload = stored
-        return try await acknowledge(upload, userId: me.userId)
+        return try await acknowledge(upload, userId: owner)
     }
 
     /// 308 while chunks remain; once all are in, commits the file and answers 201 with it.
@@ -137,17 +160,17 @@ struct ResumableUploadController: Sendable {
 
     func finish(_ upload: UploadRecord, userId: String) async throws -> Response {
         if let fileId = upload.completedFileId {
-            let file = try await drive.store.file(id: fileId, userId: userId)
+            let file = try await dependencies.store.file(id: fileId, userId: userId)
             return try JSONResponse.make(upload.api(file: file), status: .created, etag: file.etag)
         }
         let checksum = try await checksum(of: upload)
         if let expected = upload.checksum, expected != checksum {
             // The content is not what the client meant to send: nothing becomes visible and the bytes are freed.
-            try await drive.store.deleteUpload(userId: userId, uploadId: upload.id, now: drive.now)
+            try await dependencies.store.deleteUpload(userId: userId, uploadId: upload.id, now: dependencies.now)
             hashes.forget(upload.id)
             throw DriveError.checksumMismatch(expected: expected, actual: checksum)
         }
-        let (finished, file) = try await drive.store.finalizeUpload(userId: userId, uploadId: upload.id, checksum: checksum, now: drive.now)
+        let (finished, file) = try await dependencies.store.finalizeUpload(userId: userId, uploadId: upload.id, checksum: checksum, now: dependencies.now)
         hashes.forget(upload.id)
         return try JSONResponse.make(finished.api(file: file), status: .created, etag: file.etag)
     }
@@ -158,8 +181,8 @@ struct ResumableUploadController: Sendable {
             return state.finalize().hexString
         }
         var hasher = SHA256()
-        let blocks = try await drive.store.uploadBlocks(uploadId: upload.id)
-        try await drive.blobs.read(blocks, user: upload.userId, range: 0..<upload.size) { buffer in
+        let blocks = try await dependencies.store.uploadBlocks(uploadId: upload.id)
+        try await dependencies.blobs.read(blocks, user: upload.userId, range: 0..<upload.size) { buffer in
             buffer.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
         }
         return hasher.finalize().hexString

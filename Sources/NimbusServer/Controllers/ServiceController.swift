@@ -5,7 +5,7 @@ import Prometheus
 
 /// `/v1/about`, `/healthz`, `/metrics`, `/openapi.yaml`.
 struct ServiceController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
     let registry: PrometheusCollectorRegistry
 
     func register(_ routes: inout RouteTable) {
@@ -16,19 +16,20 @@ struct ServiceController: Sendable {
     }
 
     @Sendable func about(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        guard let user = try await drive.store.user(id: me.userId) else { throw DriveError.unauthorized() }
+        let me = try await dependencies.principal(request)
+        let root = try await dependencies.root(for: me, .read)
+        guard let user = try await dependencies.store.user(id: root.userId) else { throw DriveError.unauthorized() }
         let about = About(
             userId: user.id, username: user.username, quota: .init(used: user.usedBytes, limit: user.quotaLimit),
-            maxUploadSize: drive.configuration.maxUploadSize, chunkSize: drive.configuration.chunkSize, apiVersion: "v1")
+            maxUploadSize: dependencies.configuration.maxUploadSize, chunkSize: dependencies.configuration.chunkSize, apiVersion: "v1")
         return try JSONResponse.make(about)
     }
 
     /// 200 `{"status":"ok"}` when the database and the blob store answer (within 3 s each); otherwise 503 with
     /// `Retry-After` and, per store, `"ok"` or why it is not (a load balancer takes the replica out meanwhile).
     @Sendable func health(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let store = drive.store, blobs = drive.blobs
-        let budget = drive.configuration.healthCheckBudget
+        let store = dependencies.store, blobs = dependencies.blobs
+        let budget = dependencies.configuration.healthCheckBudget
         async let database = Self.problem(within: budget) { _ = try await store.latestSeq(userId: "") }
         async let blobStore = Self.problem(within: budget) { try await blobs.checkReachable() }
         let (databaseProblem, blobProblem) = await (database, blobStore)

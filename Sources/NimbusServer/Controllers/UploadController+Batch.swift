@@ -10,7 +10,7 @@ extension UploadController {
     /// 200 with one result per entry. A malformed request (bad JSON, no entries, too many, too big) is refused as a
     /// whole and changes nothing; an entry that cannot be done (bad name, clash, checksum, quota) fails alone.
     func batch(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
+        let me = try await dependencies.principal(request)
         // Base64 is 4/3 of the bytes; the JSON around each entry is small.
         let limit = BatchUploadRequest.maxContentBytes / 3 * 4 + BatchUploadRequest.maxFiles * 2048
         let batch = try await request.decodeJSON(
@@ -20,7 +20,7 @@ extension UploadController {
             throw DriveError.badRequest("A batch holds 1 to \(BatchUploadRequest.maxFiles) files; this one has \(batch.files.count).")
         }
         let total = batch.files.reduce(0) { $0 + $1.content.count }
-        try drive.ensureRoom(for: Int64(total))
+        try dependencies.ensureRoom(for: Int64(total))
         guard total <= BatchUploadRequest.maxContentBytes else {
             throw DriveError.tooLarge("A batch can carry at most \(BatchUploadRequest.maxContentBytes) bytes of content; this one has \(total).")
         }
@@ -28,35 +28,39 @@ extension UploadController {
         var results = [BatchUploadResponse.Result?](repeating: nil, count: batch.files.count)
         var entries: [BatchEntry] = []
         var positions: [Int] = []
+        var owners: [String] = []
         do {
-            var root: String?
+            var folders: [String: FileRecord] = [:]
             for (index, entry) in batch.files.enumerated() {
                 do {
-                    let (target, mimeType) = try await prepare(entry, for: me, root: &root)
+                    let (target, mimeType, owner) = try await prepare(entry, for: me, folders: &folders)
                     let expected = try FilesController.validChecksum(entry.checksum)
                     let modifiedAt = try FilesController.validModifiedAt(entry.modifiedAt)
-                    var content = try await Self.stage(entry.content, blobs: drive.blobs, mimeType: mimeType)
+                    var content = try await Self.stage(entry.content, blobs: dependencies.blobs, mimeType: mimeType)
                     content.modifiedAt = modifiedAt
                     if let expected, content.checksum != expected {
-                        drive.blobs.discard(content.blocks)
+                        dependencies.blobs.discard(content.blocks)
                         throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
                     }
                     entries.append(BatchEntry(target: target, content: content))
                     positions.append(index)
+                    owners.append(owner)
                 } catch let error as DriveError {
                     results[index] = Self.result(error)
                 }
             }
         } catch {
-            for entry in entries { drive.blobs.discard(entry.content.blocks) }
+            for entry in entries { dependencies.blobs.discard(entry.content.blocks) }
             throw error
         }
-        if !entries.isEmpty {
-            let outcomes = try await drive.store.commitBatch(userId: me.userId, entries: entries, now: drive.now)
-            for (position, outcome) in zip(positions, outcomes) {
+        // One transaction per tree written into (today the principal's own: one).
+        for owner in Set(owners).sorted() {
+            let mine = owners.indices.filter { owners[$0] == owner }
+            let outcomes = try await dependencies.store.commitBatch(userId: owner, entries: mine.map { entries[$0] }, now: dependencies.now)
+            for (index, outcome) in zip(mine, outcomes) {
                 switch outcome {
-                case .success(let committed): results[position] = .init(status: committed.created ? 201 : 200, file: committed.file.api)
-                case .failure(let error): results[position] = Self.result(error)
+                case .success(let committed): results[positions[index]] = .init(status: committed.created ? 201 : 200, file: committed.file.api)
+                case .failure(let error): results[positions[index]] = Self.result(error)
                 }
             }
         }
@@ -67,31 +71,33 @@ extension UploadController {
         .init(status: Int(error.status.code), error: error.body.error)
     }
 
-    /// Where an entry goes and its media type, checked as the simple upload checks its query.
-    func prepare(_ entry: BatchUploadRequest.Entry, for me: Identity, root: inout String?) async throws -> (ContentTarget, String) {
+    /// Where an entry goes, its media type and whose tree it goes into, checked as the simple upload checks its query
+    /// (through the access decision; each folder asked about once per batch, in `folders`).
+    func prepare(
+        _ entry: BatchUploadRequest.Entry, for me: Principal, folders: inout [String: FileRecord]
+    ) async throws -> (ContentTarget, String, String) {
         try FilesController.validRequestId(entry.requestId)
         if let fileId = entry.fileId {
             guard entry.requestId == nil else {
                 throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by 'ifMatch'.")
             }
-            let file = try await drive.file(fileId, for: me)
+            let file = try await dependencies.item(fileId, for: me, .write)
             let ifMatch = entry.ifMatch.map { $0.hasPrefix("\"") || $0 == "*" ? $0 : "\"\($0)\"" }
-            return (.existing(fileId: file.id, ifMatch: ifMatch), try FilesController.validContentMimeType(entry.mimeType ?? file.mimeType))
+            return (.existing(fileId: file.id, ifMatch: ifMatch), try FilesController.validContentMimeType(entry.mimeType ?? file.mimeType), file.userId)
         }
         guard let rawName = entry.name else { throw DriveError.badRequest("Give each file a 'name' (or a 'fileId' for a new version).") }
         let name = try FilesController.validName(rawName)
         let policy = try FilesController.policy(entry.onConflict)
-        let parentId: String
-        if let given = entry.parentId, given != "root" {
-            parentId = given
-        } else if let root {
-            parentId = root
+        let asked = entry.parentId ?? "root"
+        let parent: FileRecord
+        if let known = folders[asked] {
+            parent = known
         } else {
-            parentId = try await drive.resolve("root", for: me)
-            root = parentId
+            parent = try await dependencies.item(asked, for: me, .create)
+            folders[asked] = parent
         }
         let mimeType = try FilesController.validContentMimeType(entry.mimeType ?? MimeType.guess(forName: name))
-        return (.new(parentId: parentId, name: name, policy: policy, requestId: entry.requestId), mimeType)
+        return (.new(parentId: parent.id, name: name, policy: policy, requestId: entry.requestId), mimeType, parent.userId)
     }
 
     /// Stages bytes already in memory (a batch entry): small ones inline, others as block files.

@@ -5,7 +5,7 @@ import NimbusAPI
 
 /// `POST /v1/upload`: simple uploads (`uploadType=media`); resumable sessions live in ``ResumableUploadController``.
 struct UploadController: Sendable {
-    let drive: Drive
+    let dependencies: Dependencies
     let resumable: ResumableUploadController
 
     func register(_ routes: inout RouteTable) {
@@ -27,35 +27,33 @@ struct UploadController: Sendable {
     /// `If-Match: "<revisionId>"`). An optional `checksum` (hex SHA-256) is checked: a mismatch → 422 and nothing
     /// changes. Streamed to disk in blocks, never held whole.
     func media(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await drive.identity(request)
-        let declared = try Self.admitBody(request, drive: drive)
-        let target: ContentTarget
-        let mimeType: String
-        (target, mimeType) = try await Self.target(
-            drive, for: me, request: request, fileId: request.query("fileId"), name: request.query("name"), parentId: request.query("parentId"),
+        let me = try await dependencies.principal(request)
+        let declared = try Self.admitBody(request, dependencies: dependencies)
+        let (target, mimeType, owner) = try await Self.target(
+            dependencies, for: me, request: request, fileId: request.query("fileId"), name: request.query("name"), parentId: request.query("parentId"),
             requestId: try FilesController.validRequestId(request.query("requestId")),
             sentType: request.query("mimeType") ?? Self.sentType(request))
         let expected = try FilesController.validChecksum(request.query("checksum"))
         let modifiedAt = try FilesController.validModifiedAt(request.query("modifiedAt"))
-        var content = try await Self.receiveBody(request, declared: declared, drive: drive, userId: me.userId, mimeType: mimeType)
+        var content = try await Self.receiveBody(request, declared: declared, dependencies: dependencies, userId: owner, mimeType: mimeType)
         content.modifiedAt = modifiedAt
         if let expected, content.checksum != expected {
-            drive.blobs.discard(content.blocks)
+            dependencies.blobs.discard(content.blocks)
             throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
         }
-        let file = try await drive.store.commitContent(userId: me.userId, target: target, content: content, now: drive.now)
+        let file = try await dependencies.store.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
 
     /// A whole-file body's first checks, before anything is read (simple uploads, WebDAV `PUT`): its declared
     /// length (`Content-Length`, if any) within the largest file, and room for it on the server's disk.
-    static func admitBody(_ request: Request, drive: Drive) throws -> Int64? {
-        let max = drive.configuration.maxUploadSize
+    static func admitBody(_ request: Request, dependencies: Dependencies) throws -> Int64? {
+        let max = dependencies.configuration.maxUploadSize
         let declared = request.headers[.contentLength].flatMap { Int64($0) }
         if let declared, declared > max {
             throw DriveError.tooLarge("Files can be at most \(max) bytes; this one is \(declared).")
         }
-        try drive.ensureRoom(for: declared ?? 0)
+        try dependencies.ensureRoom(for: declared ?? 0)
         return declared
     }
 
@@ -69,38 +67,41 @@ struct UploadController: Sendable {
 
     /// Reads a whole-file body: refused at once when its declared length would take the user over quota; a small
     /// one is kept for the database (no block file), a bigger one streamed into staged blocks.
-    static func receiveBody(_ request: Request, declared: Int64?, drive: Drive, userId: String, mimeType: String) async throws -> StagedContent {
-        if let declared, let user = try await drive.store.user(id: userId), let limit = user.quotaLimit, user.usedBytes + declared > limit {
-            throw DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: declared)
+    static func receiveBody(_ request: Request, declared: Int64?, dependencies: Dependencies, userId: String, mimeType: String) async throws -> StagedContent {
+        if let declared, let user = try await dependencies.store.user(id: userId) {
+            try QuotaRule.check(adding: declared, used: user.usedBytes, limit: user.quotaLimit)
         }
         if let declared, declared <= StagedContent.inlineLimit {
             return .inline(Array(buffer: try await request.body.collect(upTo: StagedContent.inlineLimit)), mimeType: mimeType)
         }
-        return try await stage(request.body, blobs: drive.blobs, max: drive.configuration.maxUploadSize, mimeType: mimeType).content
+        return try await stage(request.body, blobs: dependencies.blobs, max: dependencies.configuration.maxUploadSize, mimeType: mimeType).content
     }
 
-    /// Where an upload's content goes, and its MIME type: a new version of `fileId` (guarded by `If-Match`), or a new
-    /// file `name` in `parentId` (the root by default; `onConflict` from the query, `requestId` to make a retry
-    /// return the first file). A type the client sent wins over the file's own or the one its name suggests.
-    /// Simple uploads and block commits (`POST /v1/blocks/commit`) both come here.
+    /// Where an upload's content goes, its MIME type, and whose tree it goes into (through the access decision): a
+    /// new version of `fileId` (guarded by `If-Match`), or a new file `name` in `parentId` (the root by default;
+    /// `onConflict` from the query, `requestId` to make a retry return the first file). A type the client sent wins
+    /// over the file's own or the one its name suggests. Simple uploads and block commits (`POST /v1/blocks/commit`)
+    /// both come here.
     static func target(
-        _ drive: Drive, for me: Identity, request: Request, fileId: String?, name: String?, parentId: String?, requestId: String?, sentType: String?
-    ) async throws -> (target: ContentTarget, mimeType: String) {
+        _ dependencies: Dependencies, for me: Principal, request: Request, fileId: String?, name: String?, parentId: String?, requestId: String?, sentType: String?
+    ) async throws -> (target: ContentTarget, mimeType: String, owner: String) {
         if let fileId {
             guard requestId == nil else {
                 throw DriveError.badRequest("'requestId' makes the creation of a new file safe to retry; a new version is guarded by If-Match.")
             }
-            let file = try await drive.file(fileId, for: me)
-            return (.existing(fileId: file.id, ifMatch: request.headers[.ifMatch]), try FilesController.validContentMimeType(sentType ?? file.mimeType))
+            let file = try await dependencies.item(fileId, for: me, .write)
+            return (
+                .existing(fileId: file.id, ifMatch: request.headers[.ifMatch]), try FilesController.validContentMimeType(sentType ?? file.mimeType), file.userId
+            )
         }
         guard let rawName = name else {
             throw DriveError.badRequest("Give the file a 'name' (or a 'fileId' for a new version).")
         }
         let name = try FilesController.validName(rawName)
-        let parentId = try await drive.resolve(parentId ?? "root", for: me)
+        let parent = try await dependencies.item(parentId ?? "root", for: me, .create)
         return (
-            .new(parentId: parentId, name: name, policy: try FilesController.policy(request), requestId: requestId),
-            try FilesController.validContentMimeType(sentType ?? MimeType.guess(forName: name))
+            .new(parentId: parent.id, name: name, policy: try FilesController.policy(request), requestId: requestId),
+            try FilesController.validContentMimeType(sentType ?? MimeType.guess(forName: name)), parent.userId
         )
     }
 

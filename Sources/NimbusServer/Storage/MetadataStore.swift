@@ -56,6 +56,9 @@ protocol MetadataStore: Sendable {
     func sharedSetting(_ key: String, orStore value: String) async throws -> String
 
     // MARK: Files and folders
+    /// The item with this id, whoever owns it (nil: none). Routes pass what it finds through the access decision
+    /// (``Dependencies/item(_:for:_:)``); the verbs below act in the owner's tree, scoped to it.
+    func item(id: String) async throws -> FileRecord?
     func file(id: String, userId: String) async throws -> FileRecord
     func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
     /// The live item named `name` in the folder `parentId`, if any (WebDAV walks paths with this).
@@ -67,6 +70,17 @@ protocol MetadataStore: Sendable {
         now: Date
     ) async throws -> (file: FileRecord, created: Bool)
     func update(userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date) async throws -> FileRecord
+    /// `sourceId` (and, `deep`, what it holds) copied as `name` into `parentId` in one transaction, sharing its blocks and
+    /// taking its dead properties; onto a file (`replacing`, the source a file too) as a new revision of it, onto
+    /// anything else after that item went to the trash (`deleter` held to the breaker). All of it, or nothing.
+    func copy(
+        userId: String, sourceId: String, parentId: String, name: String, replacing existingId: String?, deep: Bool, now: Date, by deleter: Deleter?
+    ) async throws -> FileRecord
+    /// A rename or move onto the name `existingId` holds, which goes to the trash in the same transaction (both or
+    /// neither; `deleter` held to the mass-deletion breaker).
+    func move(
+        userId: String, fileId: String, name: String, parentId: String, replacing existingId: String, now: Date, by deleter: Deleter?
+    ) async throws -> FileRecord
     /// Moves the item and what is in it to the trash; `deleter` (the device asking) is held to the mass-deletion
     /// breaker (409 `mass_deletion_paused`, nothing trashed).
     func trash(userId: String, fileId: String, now: Date, by deleter: Deleter?) async throws -> FileRecord
@@ -105,6 +119,8 @@ protocol MetadataStore: Sendable {
     // MARK: Resumable uploads
     /// Opens a session, or returns the one already opened with the same `requestId` (`created == false`).
     func createUpload(_ upload: UploadRecord, now: Date) async throws -> (upload: UploadRecord, created: Bool)
+    /// The session with this id, whoever opened it (nil: none); routes pass it through the access decision.
+    func uploadSession(id: String) async throws -> UploadRecord?
     /// The user's session; 404 if unknown (or another user's).
     func upload(id: String, userId: String) async throws -> UploadRecord
     /// Stores chunk `chunk` if it is the next one: places its blocks and advances `chunksProcessed` in one

@@ -41,7 +41,7 @@ extension SQLMetadataStore {
                 as: Int64.self) ?? 0
             let deleted = Int(recent) + items
             // Counting the user's items costs a scan of their rows: only done once the count could matter.
-            if deleted > limits.perWindow || deleted >= limits.minimum {
+            if limits.mayTrip(deleted: deleted) {
                 let live = try db.value(
                     "SELECT COUNT(*) FROM files WHERE user_id = ? AND trash_root IS NULL AND parent_id IS NOT NULL", [userId], as: Int64.self) ?? 0
                 if limits.trips(deleted: deleted, before: Int(live + recent)) {
@@ -75,7 +75,7 @@ extension SQLMetadataStore {
         ).map { row in
             let deviceId = try row.get("device_id", as: String.self)
             var name: String?
-            if let passwordId = Identity.appPasswordId(deviceId) {
+            if let passwordId = Principal.appPasswordId(deviceId) {
                 name = try db.value("SELECT label FROM app_passwords WHERE id = ? AND user_id = ?", [passwordId, userId], as: String.self)
             } else {
                 name = try db.value("SELECT name FROM devices WHERE id = ? AND user_id = ?", [deviceId, userId], as: String.self)

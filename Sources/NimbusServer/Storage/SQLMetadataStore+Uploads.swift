@@ -22,15 +22,14 @@ extension SQLMetadataStore {
             case .none:
                 let root = try db.value("SELECT root_id FROM users WHERE id = ?", [upload.userId], as: String.self) ?? ""
                 let parent = try Self.liveFolder(db, id: upload.parentId ?? root, userId: upload.userId)
-                if upload.policy == .fail, let clash = try Self.liveChild(db, parentId: parent.id, name: upload.name, userId: upload.userId) {
-                    throw DriveError.nameConflict(name: upload.name, existingId: clash.id)
+                // Settled again at the commit (the name may be taken or freed meanwhile); `fail` is refused at once.
+                if upload.policy == .fail {
+                    let clash = try Self.liveChild(db, parentId: parent.id, name: upload.name, userId: upload.userId)
+                    _ = try NameClashRule.resolve(upload.name, held: clash, policy: .fail, isFolder: false)
                 }
             }
-            if let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [upload.userId]),
-                let limit = try row.get("quota_limit", as: Int64?.self)
-            {
-                let used: Int64 = try row.get("used_bytes")
-                if used + upload.size > limit { throw DriveError.quotaExceeded(used: used, limit: limit, needed: upload.size) }
+            if let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [upload.userId]) {
+                try QuotaRule.check(adding: upload.size, used: try row.get("used_bytes"), limit: try row.get("quota_limit", as: Int64?.self))
             }
             try db.perform("""
                     INSERT INTO uploads (id, user_id, request_id, name, mime_type, parent_id, file_id, if_match, on_conflict, size,
@@ -43,6 +42,10 @@ extension SQLMetadataStore {
                 ])
             return (upload, true)
         }
+    }
+
+    func uploadSession(id: String) async throws -> UploadRecord? {
+        try await database.read { db in try db.fetchOne("SELECT * FROM uploads WHERE id = ?", [id]).map(Self.upload) }
     }
 
     func upload(id: String, userId: String) async throws -> UploadRecord {

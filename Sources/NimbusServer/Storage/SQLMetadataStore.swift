@@ -447,6 +447,10 @@ final class SQLMetadataStore: MetadataStore {
 
     // MARK: Files and folders
 
+    func item(id: String) async throws -> FileRecord? {
+        try await database.read { db in try db.fetchOne("SELECT * FROM files WHERE id = ?", [id]).map(Self.file) }
+    }
+
     func file(id: String, userId: String) async throws -> FileRecord {
         try await database.read { db in try Self.file(db, id: id, userId: userId) }
     }
@@ -487,107 +491,192 @@ final class SQLMetadataStore: MetadataStore {
         now: Date
     ) async throws -> (file: FileRecord, created: Bool) {
         try await write(user: userId) { db, effects in
-            let isFolder = mimeType == folderMimeType
-            if let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
-                // A retry answers with what the request made; a requestId that made something else (a file, for
-                // a folder; content, for an empty file) was reused: 409, as uploads answer.
-                guard earlier.isFolder == isFolder else {
-                    throw DriveError.requestIdReused(
-                        "This requestId already made a \(earlier.isFolder ? "folder" : "file") (id \(earlier.id)); use a new requestId.",
-                        existingId: earlier.id)
-                }
-                if !isFolder, let made = try Self.retried(db, requestId, userId: userId, checksum: emptyChecksum, known: .present(earlier)) {
-                    return (made, false)
-                }
-                return (earlier, false)
+            try self.create(db, &effects, userId: userId, parentId: parentId, name: name, mimeType: mimeType, policy: policy, requestId: requestId, now: now)
+        }
+    }
+
+    /// A folder or an empty file in a transaction (see ``create(userId:parentId:name:mimeType:policy:requestId:now:)``).
+    func create(
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, parentId: String, name: String, mimeType: String, policy: ConflictPolicy,
+        requestId: String?, now: Date
+    ) throws -> (file: FileRecord, created: Bool) {
+        let isFolder = mimeType == folderMimeType
+        if let earlier = try Self.fileMade(db, by: requestId, userId: userId) {
+            // A retry answers with what the request made; a requestId that made something else (a file, for
+            // a folder; content, for an empty file) was reused: 409, as uploads answer.
+            guard earlier.isFolder == isFolder else {
+                throw DriveError.requestIdReused(
+                    "This requestId already made a \(earlier.isFolder ? "folder" : "file") (id \(earlier.id)); use a new requestId.",
+                    existingId: earlier.id)
             }
-            let parent = try Self.liveFolder(db, id: parentId, userId: userId)
-            var finalName = name
-            if let existing = try Self.liveChild(db, parentId: parent.id, name: name, userId: userId) {
-                switch policy {
-                case .fail:
-                    throw DriveError.nameConflict(name: name, existingId: existing.id)
-                case .rename:
-                    finalName = try Self.freeName(db, parentId: parent.id, name: name, userId: userId)
-                case .replace:
-                    guard !isFolder, !existing.isFolder else {
-                        throw DriveError.nameConflict(name: name, existingId: existing.id)
-                    }
-                    let file = try self.commitRevision(
-                        db, &effects, file: existing, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
-                    return (file, true)
-                }
+            if !isFolder, let made = try Self.retried(db, requestId, userId: userId, checksum: emptyChecksum, known: .present(earlier)) {
+                return (made, false)
             }
-            var file: FileRecord
-            if !isFolder {
-                file = Self.newFile(&effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, requestId: requestId, now: now)
-                file = try self.commitRevision(db, &effects, file: file, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
-            } else {
-                file = try Self.insertFile(
-                    db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: true, requestId: requestId, now: now)
-                try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
-            }
-            Self.touchFolder(&effects, parent.id)
+            return (earlier, false)
+        }
+        let parent = try Self.liveFolder(db, id: parentId, userId: userId)
+        var finalName = name
+        let existing = try Self.liveChild(db, parentId: parent.id, name: name, userId: userId)
+        switch try NameClashRule.resolve(name, held: existing, policy: policy, isFolder: isFolder) {
+        case .free: break
+        case .renamed: finalName = try Self.freeName(db, parentId: parent.id, name: name, userId: userId)
+        case .replace(let existing):
+            let file = try self.commitRevision(
+                db, &effects, file: existing, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
             return (file, true)
         }
+        var file: FileRecord
+        if !isFolder {
+            file = Self.newFile(&effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, requestId: requestId, now: now)
+            file = try self.commitRevision(db, &effects, file: file, blocks: [], checksum: emptyChecksum, size: 0, mimeType: mimeType, now: now)
+        } else {
+            file = try Self.insertFile(
+                db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: true, requestId: requestId, now: now)
+            try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
+        }
+        Self.touchFolder(&effects, parent.id)
+        return (file, true)
+    }
+
+    /// WebDAV's `COPY` in one transaction: `sourceId` (with what it holds, when `deep`) copied as `name` into `parentId`.
+    /// The copy shares the source's blocks (nothing is read or stored again) and takes its dead properties. Onto a file
+    /// (`replacing`, the source a file too) the copy is a new revision of that file, so its history stays; onto anything
+    /// else the item there goes to the trash first (`deleter` held to the breaker). All of it happens, or none.
+    func copy(
+        userId: String, sourceId: String, parentId: String, name: String, replacing existingId: String?, deep: Bool, now: Date, by deleter: Deleter?
+    ) async throws -> FileRecord {
+        try await write(user: userId) { db, effects -> Guarded<FileRecord> in
+            let source = try Self.file(db, id: sourceId, userId: userId)
+            var over: FileRecord?
+            if let existingId {
+                let existing = try Self.file(db, id: existingId, userId: userId)
+                if existing.isFolder || source.isFolder {
+                    if case .paused(let message) = try self.trash(db, &effects, userId: userId, fileId: existing.id, now: now, by: deleter) {
+                        return .paused(message)
+                    }
+                } else {
+                    over = existing
+                }
+            }
+            return .done(try self.copy(db, &effects, userId: userId, source: source, parentId: parentId, name: name, over: over, deep: deep, now: now))
+        }.get()
+    }
+
+    func copy(
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, source: FileRecord, parentId: String, name: String, over existing: FileRecord?,
+        deep: Bool, now: Date
+    ) throws -> FileRecord {
+        let copied: FileRecord
+        if source.isFolder {
+            copied = try create(db, &effects, userId: userId, parentId: parentId, name: name, mimeType: folderMimeType, policy: .fail, requestId: nil, now: now).file
+        } else if let revisionId = source.headRevisionId {
+            guard let row = try db.fetchOne("SELECT * FROM revisions WHERE id = ? AND user_id = ?", [revisionId, userId]) else {
+                throw DriveError.notFound("No such revision.")
+            }
+            let revision = try Self.revision(row)
+            let blocks = try Self.blocks(db, ofRevision: revision.id)
+            let content = StagedContent(
+                blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
+                checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType)
+            let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: nil) } ?? .new(parentId: parentId, name: name, policy: .fail)
+            copied = try commit(db, &effects, userId: userId, target: target, content: content, now: now).file
+        } else {
+            copied = try create(db, &effects, userId: userId, parentId: parentId, name: name, mimeType: source.mimeType, policy: .fail, requestId: nil, now: now).file
+        }
+        try db.perform(
+            """
+            INSERT INTO dav_properties (user_id, file_id, namespace, name, value)
+            SELECT user_id, ?, namespace, name, value FROM dav_properties WHERE file_id = ?
+            ON CONFLICT (file_id, namespace, name) DO UPDATE SET value = excluded.value
+            """, [copied.id, source.id])
+        guard source.isFolder, deep else { return copied }
+        let children = try db.fetchAll("SELECT * FROM files WHERE parent_id = ? AND user_id = ? AND trash_root IS NULL ORDER BY name", [source.id, userId])
+        for child in try children.map(Self.file) {
+            _ = try copy(db, &effects, userId: userId, source: child, parentId: copied.id, name: child.name, over: nil, deep: true, now: now)
+        }
+        return copied
     }
 
     func update(userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date) async throws -> FileRecord {
         try await write(user: userId) { db, effects in
-            let file = try Self.file(db, id: fileId, userId: userId)
-            if let ifMatch, !ETag.matches(ifMatch, file.etag) {
-                throw DriveError.preconditionFailed("The file changed since you read it (its ETag is now \"\(file.etag)\"); fetch it and retry.", current: file.api)
-            }
-            guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be renamed or moved.") }
-            guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: .trashed) }
-            let newName = name ?? file.name
-            var newParent = file.parentId!
-            if let parentId, parentId != file.parentId {
-                let parent = try Self.liveFolder(db, id: parentId, userId: userId)
-                if file.isFolder {
-                    // Walk up from the destination: meeting the moved folder means a cycle.
-                    var cursor: String? = parent.id
-                    while let current = cursor {
-                        if current == file.id {
-                            throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: .invalidMove)
-                        }
-                        cursor = try db.value("SELECT parent_id FROM files WHERE id = ?", [current], as: String.self)
-                    }
-                }
-                newParent = parent.id
-            }
-            if newName == file.name && newParent == file.parentId { return file }
-            if let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId), existing.id != file.id {
-                throw DriveError.nameConflict(name: newName, existingId: existing.id)
-            }
-            // A file keeps the time of its content's last change (a rename or move is not one: WebDAV clients,
-            // rclone and Nextcloud expect a MOVE to keep a file's time); a folder's time is its last change.
-            try db.perform(
-                "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
-                [newName, newParent, file.isFolder ? now.millis : file.modifiedAt.millis, file.id])
-            try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
-            Self.touchFolder(&effects, file.parentId!)
-            if newParent != file.parentId { Self.touchFolder(&effects, newParent) }
-            return try Self.file(db, id: file.id, userId: userId)
+            try self.move(db, &effects, userId: userId, fileId: fileId, name: name, parentId: parentId, ifMatch: ifMatch, now: now)
         }
+    }
+
+    /// A rename or move onto a name another item holds, which goes to the trash in the same transaction (WebDAV's
+    /// `MOVE` with `Overwrite: T`): both happen, or neither — the breaker pausing `deleter`, a clash with a third item.
+    func move(
+        userId: String, fileId: String, name: String, parentId: String, replacing existingId: String, now: Date, by deleter: Deleter?
+    ) async throws -> FileRecord {
+        try await write(user: userId) { db, effects -> Guarded<FileRecord> in
+            if case .paused(let message) = try self.trash(db, &effects, userId: userId, fileId: existingId, now: now, by: deleter) {
+                return .paused(message)
+            }
+            return .done(try self.move(db, &effects, userId: userId, fileId: fileId, name: name, parentId: parentId, ifMatch: nil, now: now))
+        }.get()
+    }
+
+    /// Renames and/or moves an item (a folder with all it holds) in a transaction.
+    func move(
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, name: String?, parentId: String?, ifMatch: String?, now: Date
+    ) throws -> FileRecord {
+        let file = try Self.file(db, id: fileId, userId: userId)
+        if let ifMatch, !ETag.matches(ifMatch, file.etag) {
+            throw DriveError.preconditionFailed("The file changed since you read it (its ETag is now \"\(file.etag)\"); fetch it and retry.", current: file.api)
+        }
+        guard let oldParent = file.parentId else { throw DriveError.badRequest("The root folder cannot be renamed or moved.") }
+        guard !file.isTrashed else { throw DriveError.badRequest("'\(file.name)' is in the trash; restore it first.", code: .trashed) }
+        let newName = name ?? file.name
+        var newParent = oldParent
+        if let parentId, parentId != oldParent {
+            let parent = try Self.liveFolder(db, id: parentId, userId: userId)
+            if file.isFolder {
+                // Walk up from the destination: meeting the moved folder means a cycle.
+                var cursor: String? = parent.id
+                while let current = cursor {
+                    if current == file.id {
+                        throw DriveError.badRequest("A folder cannot be moved into itself or one of its subfolders.", code: .invalidMove)
+                    }
+                    cursor = try db.value("SELECT parent_id FROM files WHERE id = ?", [current], as: String.self)
+                }
+            }
+            newParent = parent.id
+        }
+        if newName == file.name && newParent == oldParent { return file }
+        let existing = try Self.liveChild(db, parentId: newParent, name: newName, userId: userId)
+        _ = try NameClashRule.resolve(newName, held: existing, policy: .fail, isFolder: file.isFolder, itself: file.id)
+        // A file keeps the time of its content's last change (a rename or move is not one: WebDAV clients,
+        // rclone and Nextcloud expect a MOVE to keep a file's time); a folder's time is its last change.
+        try db.perform(
+            "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
+            [newName, newParent, file.isFolder ? now.millis : file.modifiedAt.millis, file.id])
+        try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
+        Self.touchFolder(&effects, oldParent)
+        if newParent != oldParent { Self.touchFolder(&effects, newParent) }
+        return try Self.file(db, id: file.id, userId: userId)
     }
 
     func trash(userId: String, fileId: String, now: Date, by deleter: Deleter?) async throws -> FileRecord {
         try await write(user: userId) { db, effects -> Guarded<FileRecord> in
-            let file = try Self.file(db, id: fileId, userId: userId)
-            guard file.parentId != nil else { throw DriveError.badRequest("The root folder cannot be deleted.") }
-            guard !file.isTrashed else { return .done(file) }
-            let ids = try Self.subtree(db, rootId: file.id).filter { id in
-                try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == nil
-            }
-            if let refusal = try Self.admitDeletion(db, userId: userId, deleter: deleter, items: ids.count, now: now) { return .paused(refusal) }
-            for id in ids {
-                try db.perform("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
-                try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
-            }
-            Self.touchFolder(&effects, file.parentId!)
-            return .done(try Self.file(db, id: file.id, userId: userId))
+            try self.trash(db, &effects, userId: userId, fileId: fileId, now: now, by: deleter)
         }.get()
+    }
+
+    /// Moves an item and what is in it to the trash in a transaction, unless the breaker pauses `deleter`.
+    func trash(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, now: Date, by deleter: Deleter?) throws -> Guarded<FileRecord> {
+        let file = try Self.file(db, id: fileId, userId: userId)
+        guard let parentId = file.parentId else { throw DriveError.badRequest("The root folder cannot be deleted.") }
+        guard !file.isTrashed else { return .done(file) }
+        let ids = try Self.subtree(db, rootId: file.id).filter { id in
+            try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == nil
+        }
+        if let refusal = try Self.admitDeletion(db, userId: userId, deleter: deleter, items: ids.count, now: now) { return .paused(refusal) }
+        for id in ids {
+            try db.perform("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
+            try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
+        }
+        Self.touchFolder(&effects, parentId)
+        return .done(try Self.file(db, id: file.id, userId: userId))
     }
 
     func untrash(userId: String, fileId: String, now: Date) async throws -> FileRecord {
@@ -606,8 +695,10 @@ final class SQLMetadataStore: MetadataStore {
         if parent == nil || parent!.isTrashed {
             parentId = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? oldParent
         }
+        // Restoring never fails on a name: a taken one gives way to `name (1)`.
         var name = file.name
-        if try Self.liveChild(db, parentId: parentId, name: name, userId: userId) != nil {
+        let clash = try Self.liveChild(db, parentId: parentId, name: name, userId: userId)
+        if case .renamed = try NameClashRule.resolve(name, held: clash, policy: .rename, isFolder: file.isFolder) {
             name = try Self.freeName(db, parentId: parentId, name: name, userId: userId)
         }
         let ids = try Self.subtree(db, rootId: file.id).filter { id in
@@ -842,14 +933,17 @@ final class SQLMetadataStore: MetadataStore {
     }
 
     func blocks(ofRevision revisionId: String) async throws -> [BlockRef] {
-        try await database.read { db in
-            try db.fetchAll("""
-                    SELECT r.hash, r.size, b.data, b.pack, b.pack_offset, b.pack_stored FROM revision_blocks r
-                    LEFT JOIN blocks b ON b.user_id = r.user_id AND b.hash = r.hash
-                    WHERE r.revision_id = ? ORDER BY r.idx
-                    """, [revisionId]
-            ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size"), inline: try $0.get("data", as: [UInt8]?.self), pack: try Self.packLocation($0)) }
-        }
+        try await database.read { db in try Self.blocks(db, ofRevision: revisionId) }
+    }
+
+    /// A revision's blocks in order, with where each one's bytes are.
+    static func blocks(_ db: any SQLTransaction, ofRevision revisionId: String) throws -> [BlockRef] {
+        try db.fetchAll("""
+                SELECT r.hash, r.size, b.data, b.pack, b.pack_offset, b.pack_stored FROM revision_blocks r
+                LEFT JOIN blocks b ON b.user_id = r.user_id AND b.hash = r.hash
+                WHERE r.revision_id = ? ORDER BY r.idx
+                """, [revisionId]
+        ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size"), inline: try $0.get("data", as: [UInt8]?.self), pack: try Self.packLocation($0)) }
     }
 
     func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord {
@@ -993,16 +1087,11 @@ extension SQLMetadataStore {
             case .present(let file)?: clash = file
             case nil: clash = try liveChild(db, parentId: parent.id, name: name, userId: userId)
             }
-            if let clash, policy == .replace, !clash.isFolder {
-                guard !clash.isTrashed else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
-                return .existing(clash)
+            switch try NameClashRule.resolve(name, held: clash, policy: policy, isFolder: false) {
+            case .free: return .new(parentId: parent.id, name: name, requestId: requestId)
+            case .renamed: return .new(parentId: parent.id, name: try freeName(db, parentId: parent.id, name: name, userId: userId), requestId: requestId)
+            case .replace(let existing): return .existing(existing)
             }
-            var finalName = name
-            if let clash {
-                guard policy == .rename else { throw DriveError.nameConflict(name: name, existingId: clash.id) }
-                finalName = try freeName(db, parentId: parent.id, name: name, userId: userId)
-            }
-            return .new(parentId: parent.id, name: finalName, requestId: requestId)
         }
     }
 
@@ -1088,12 +1177,7 @@ extension SQLMetadataStore {
 
     /// The first of `name (1).ext`, `name (2).ext`, ... that is free in the folder.
     static func freeName(_ db: any SQLTransaction, parentId: String, name: String, userId: String) throws -> String {
-        var n = 1
-        while true {
-            let candidate = FileName.numbered(name, n)
-            if try liveChild(db, parentId: parentId, name: candidate, userId: userId) == nil { return candidate }
-            n += 1
-        }
+        try NameClashRule.freeName(for: name) { try liveChild(db, parentId: parentId, name: $0, userId: userId) != nil }
     }
 
     /// The ids of a folder and everything under it (trashed or not), root first.
@@ -1141,11 +1225,8 @@ extension SQLMetadataStore {
             guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]) else { return }
             effects.quota[userId] = Quota(limit: try row.get("quota_limit"), used: try row.get("used_bytes"))
         }
-        guard let stored = effects.quota[userId], let limit = stored.limit else { return }
-        let used = stored.used + (effects.usedBytes[userId] ?? 0)
-        if used + needed > limit {
-            throw DriveError.quotaExceeded(used: used, limit: limit, needed: needed)
-        }
+        guard let stored = effects.quota[userId] else { return }
+        try QuotaRule.check(adding: needed, used: stored.used + (effects.usedBytes[userId] ?? 0), limit: stored.limit)
     }
 
     // MARK: Blocks: put before commit, adopt in the commit, orphan when unreferenced, sweep after a grace period

@@ -39,7 +39,7 @@ enum DiskSpace {
     }
 }
 
-extension Drive {
+extension Dependencies {
     /// Refuses (507) an upload of `bytes` that would leave less than the configured reserve free on the disk of the
     /// local block store or of the embedded database. Remote stores (S3, PostgreSQL) are not asked.
     func ensureRoom(for bytes: Int64) throws {

@@ -304,8 +304,7 @@ extension SyncEngine {
     }
 
     func isMassDeletion(_ count: Int, of total: Int) -> Bool {
-        count > configuration.massDeletionAbsolute
-            || (count >= configuration.massDeletionMinimum && Double(count) > Double(max(total, 1)) * configuration.massDeletionFraction)
+        configuration.massDeletionThreshold.trips(deleting: count, of: total)
     }
 
     /// When the earliest step waiting for a retry falls due; nil when nothing waits for one (or nothing is left).

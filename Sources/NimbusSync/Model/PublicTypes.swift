@@ -148,13 +148,9 @@ public struct SyncConfiguration: Sendable {
     public var backoffCap: Duration = .seconds(300)
     /// Metadata cache cap; least recently used entries that are not pinned, pending or local-only go first.
     public var metadataCacheLimit: Int64 = 200 * 1024 * 1024
-    /// A pull deleting more than this share of the tree (and at least `massDeletionMinimum` items), or more
-    /// than `massDeletionAbsolute` items, waits for confirmation.
-    public var massDeletionFraction: Double = 0.5
-    /// ... and at least this many items.
-    public var massDeletionMinimum: Int = 10
-    /// A pull deleting more than this many items waits for confirmation, whatever the share.
-    public var massDeletionAbsolute: Int = 1000
+    /// A round deleting more than this of the tree, on either side, waits for confirmation: by default over half of
+    /// it and at least 10 items, or over 1,000 (the server's breaker uses the same rule with its own figures).
+    public var massDeletionThreshold = MassDeletionThreshold.client
     /// Where tokens are kept; a 0600 file in `directory` by default.
     public var tokenStore: (any TokenStore)?
     /// How requests reach the server; AsyncHTTPClient by default. Tests inject faults here.

@@ -26,7 +26,7 @@ struct AdminCommand: AsyncParsableCommand {
 
         func run() async throws {
             do {
-                let report = try await Migration.migrate(
+                let report = try await StoreCopier.copyAndVerify(
                     dataDirectory: URL(fileURLWithPath: data), toDatabase: toDatabase, toBlobs: toBlobs,
                     progress: { line in FileHandle.standardError.write(Data((line + "\n").utf8)) })
                 print(report)

@@ -104,7 +104,8 @@ struct Serve: AsyncParsableCommand {
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
         configuration.changeRetention = .seconds(changeRetentionDays * 86400)
         configuration.massDeletion = MassDeletionLimits(
-            enabled: !noMassDeletionBreaker, fraction: massDeletionFraction, minimum: massDeletionMinimum, perWindow: massDeletionPerHour)
+            enabled: !noMassDeletionBreaker,
+            threshold: MassDeletionThreshold(fraction: massDeletionFraction, minimum: massDeletionMinimum, absolute: massDeletionPerHour))
         configuration.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         configuration.onServerRunning = { port in
             let line = "nimbus serving \(URL(fileURLWithPath: data).standardizedFileURL.path) on http://\(host):\(port)\n"

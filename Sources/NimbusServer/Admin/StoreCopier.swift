@@ -12,7 +12,7 @@ import NIOPosix
 /// signing key moves into the database (so access tokens go on working): clients keep syncing without a resync.
 /// Resumable: rows already copied are skipped (`ON CONFLICT DO NOTHING`), blocks already in the target are not sent
 /// again, so running it again after an interruption finishes the job.
-public enum Migration {
+public enum StoreCopier {
     public struct Report: Sendable, CustomStringConvertible {
         /// Rows per table, in the source and in the target after the copy.
         public var rows: [(table: String, source: Int, target: Int)] = []
@@ -38,7 +38,7 @@ public enum Migration {
     static let keyless: Set<String> = ["deletion_log"]
 
     /// Copies and verifies; `progress` gets a line per step. Throws (changing nothing more) when verification fails.
-    public static func migrate(
+    public static func copyAndVerify(
         dataDirectory: URL, toDatabase: String, toBlobs: String?,
         environment: [String: String] = ProcessInfo.processInfo.environment, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Report {

@@ -5,14 +5,17 @@ import NIOConcurrencyHelpers
 import NIOPosix
 import NimbusAPI
 
-/// Everything the request handlers share: the stores, tokens, notifier and settings. Holds no mutable state but
-/// a cache of users' root folder ids (a root never changes: `root` costs no database read after the first).
-struct Drive: Sendable {
+/// Everything the request handlers share: the stores, tokens, notifier, the access decision and settings. Holds no
+/// mutable state but a cache of users' root folder ids (a root never changes: `root` costs no database read after
+/// the first).
+struct Dependencies: Sendable {
     let store: any MetadataStore
     let blobs: any BlobStore
     let tokens: TokenService
     let notifier: any ChangeNotifier
     let configuration: ServerConfiguration
+    /// Who may do what: every route asks it about every item it acts on (``item(_:for:_:)``).
+    let access: AccessPolicy
     private let rootIds = NIOLockedValueBox<[String: String]>([:])
     /// Devices signed out here: their open long-polls and event streams end at once.
     let signOuts = SignOuts()
@@ -29,7 +32,7 @@ struct Drive: Sendable {
     ///
     /// The device is looked up on every request, so logging out (or a detected refresh-token replay) takes
     /// effect at once rather than when the access token expires.
-    func identity(_ request: Request) async throws -> Identity {
+    func principal(_ request: Request) async throws -> Principal {
         guard let header = request.headers[.authorization] else { throw DriveError.unauthorized() }
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
@@ -45,16 +48,26 @@ struct Drive: Sendable {
     }
 
     /// The device behind a request, held to the mass-deletion breaker when it deletes.
-    func deleter(_ identity: Identity) -> Deleter {
+    func deleter(_ identity: Principal) -> Deleter {
         Deleter(deviceId: identity.deviceId, limits: configuration.massDeletion)
     }
 
-    /// Resolves the `root` alias and checks the id belongs to the user.
-    func file(_ id: String, for identity: Identity) async throws -> FileRecord {
-        try await store.file(id: try await resolve(id, for: identity), userId: identity.userId)
+    /// The item `id` names (`root`: the principal's root folder), if `principal` may take `action` on it — the
+    /// access decision's answer; 404 for what it may not see, exactly as for an id that does not exist. The item's
+    /// `userId` is whose tree the action then changes.
+    func item(_ id: String, for principal: Principal, _ action: Action) async throws -> FileRecord {
+        let resolved = try await resolve(id, for: principal)
+        guard let found = try await store.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
+        return try access.authorize(principal, found, action)
     }
 
-    func resolve(_ id: String, for identity: Identity) async throws -> String {
+    /// The principal's own root folder, through the access decision: for routes that act on the account as a whole
+    /// (its change feed, events, trash, blocks, upload sessions).
+    func root(for principal: Principal, _ action: Action) async throws -> FileRecord {
+        try await item("root", for: principal, action)
+    }
+
+    private func resolve(_ id: String, for identity: Principal) async throws -> String {
         guard id == "root" else { return id }
         if let known = rootIds.withLockedValue({ $0[identity.userId] }) { return known }
         guard let user = try await store.user(id: identity.userId) else { throw DriveError.unauthorized() }

@@ -18,7 +18,7 @@ import NIOFoundationCompat
 /// - `DELETE …/NAME/` drops an upload (`…/NAME/CHUNK` one chunk). An upload untouched for the upload expiry
 ///   (24 h by default, as Nextcloud's) is deleted by maintenance. Chunks count in the quota while they wait.
 extension DAVRequest {
-    func uploads(_ me: Identity, method: String) async throws -> Response {
+    func uploads(_ me: Principal, method: String) async throws -> Response {
         let names = try Self.segments(of: request.uri.path)
         switch (method, names.count) {
         case ("PROPFIND", 0...2): return try await uploadsPropfind(me, names)
@@ -36,22 +36,22 @@ extension DAVRequest {
 
     static let uploadNameLimit = 200
 
-    func startUpload(_ me: Identity, _ name: String) async throws -> Response {
+    func startUpload(_ me: Principal, _ name: String) async throws -> Response {
         guard name.utf8.count <= Self.uploadNameLimit, !name.hasPrefix("."), !name.contains(where: \.isNewline) else {
             throw DAVError(.badRequest, "An upload's name is 1–\(Self.uploadNameLimit) bytes, not starting with '.'.")
         }
         let body = try await request.body.collect(upTo: 1024)
         guard body.readableBytes == 0 else { throw DAVError(.unsupportedMediaType, "MKCOL takes no body.") }
-        let now = drive.now
-        let created = try await drive.store.createDAVUpload(
-            userId: me.userId, name: name, destination: request.headers[.init("Destination")!], now: now,
-            expiresAt: now.addingTimeInterval(drive.configuration.uploadExpiry.timeInterval))
+        let now = dependencies.now
+        let created = try await dependencies.store.createDAVUpload(
+            userId: owner, name: name, destination: request.headers[.init("Destination")!], now: now,
+            expiresAt: now.addingTimeInterval(dependencies.configuration.uploadExpiry.timeInterval))
         guard created else { throw DAVError(.methodNotAllowed, "The upload '\(name)' exists already; PUT chunks into it, or DELETE it first.") }
         return Response(status: .created, headers: [.contentLength: "0"])
     }
 
-    func openUpload(_ me: Identity, _ name: String) async throws -> DAVUploadRecord {
-        guard let upload = try await drive.store.davUploads(userId: me.userId, name: name, now: drive.now).first else {
+    func openUpload(_ me: Principal, _ name: String) async throws -> DAVUploadRecord {
+        guard let upload = try await dependencies.store.davUploads(userId: owner, name: name, now: dependencies.now).first else {
             throw DAVError(.notFound, "No upload '\(name)' (never started, finished, deleted, or expired after a day untouched); start one with MKCOL.")
         }
         return upload
@@ -65,7 +65,7 @@ extension DAVRequest {
         return Int64(parts[0])
     }
 
-    func putChunk(_ me: Identity, _ uploadName: String, _ chunkName: String) async throws -> Response {
+    func putChunk(_ me: Principal, _ uploadName: String, _ chunkName: String) async throws -> Response {
         guard let order = Self.chunkOrder(chunkName) else {
             throw DAVError(.badRequest, "A chunk is named by its number (1–10000), or by its byte range (000000000000000-000010485759).")
         }
@@ -75,7 +75,7 @@ extension DAVRequest {
         } catch let error as DAVError where error.status == .notFound {
             throw DAVError(.conflict, error.message)  // RFC 4918: a PUT into a missing collection
         }
-        let configuration = drive.configuration
+        let configuration = dependencies.configuration
         let others = upload.chunks.filter { $0.order != order }.reduce(Int64(0)) { $0 + $1.size }
         if let text = request.headers[.init("OC-Total-Length")!] {
             guard let total = Int64(text.trimmingCharacters(in: .whitespaces)), total >= 0 else {
@@ -85,24 +85,26 @@ extension DAVRequest {
                 throw DAVError(.contentTooLarge, "Files can be at most \(configuration.maxUploadSize) bytes; this one is \(total).")
             }
             // The chunks already here count in the quota, so only the rest of the file is asked for.
-            if let user = try await drive.store.user(id: me.userId), let limit = user.quotaLimit,
-                user.usedBytes - upload.chunks.reduce(0, { $0 + $1.size }) + total > limit
-            {
-                throw DAVError(DriveError.quotaExceeded(used: user.usedBytes, limit: limit, needed: total))
+            if let user = try await dependencies.store.user(id: owner) {
+                do {
+                    try QuotaRule.check(adding: total, used: user.usedBytes - upload.chunks.reduce(0, { $0 + $1.size }), limit: user.quotaLimit)
+                } catch let error as DriveError {
+                    throw DAVError(error)
+                }
             }
         }
-        _ = try UploadController.admitBody(request, drive: drive)
+        _ = try UploadController.admitBody(request, dependencies: dependencies)
         let staged = try await UploadController.stage(
-            request.body, blobs: drive.blobs, max: configuration.maxUploadSize - others, mimeType: "application/octet-stream")
-        let now = drive.now
-        try await drive.store.storeDAVChunk(
-            userId: me.userId, upload: uploadName, chunk: .init(order: order, name: chunkName, size: staged.content.size),
+            request.body, blobs: dependencies.blobs, max: configuration.maxUploadSize - others, mimeType: "application/octet-stream")
+        let now = dependencies.now
+        try await dependencies.store.storeDAVChunk(
+            userId: owner, upload: uploadName, chunk: .init(order: order, name: chunkName, size: staged.content.size),
             blocks: staged.content.blocks, now: now, expiresAt: now.addingTimeInterval(configuration.uploadExpiry.timeInterval))
         let replaced = upload.chunks.contains { $0.order == order }
         return Response(status: replaced ? .noContent : .created, headers: [.contentLength: "0"])
     }
 
-    func assemble(_ me: Identity, _ uploadName: String) async throws -> Response {
+    func assemble(_ me: Principal, _ uploadName: String) async throws -> Response {
         guard let header = request.headers[.init("Destination")!] else {
             throw DAVError(.badRequest, "A Destination header (the file's path in your tree) is needed to assemble the upload.")
         }
@@ -116,8 +118,8 @@ extension DAVRequest {
                 throw DAVError(.badRequest, "The chunks add up to \(total) bytes, not OC-Total-Length \(text); nothing was changed.")
             }
         }
-        guard total <= drive.configuration.maxUploadSize else {
-            throw DAVError(.contentTooLarge, "Files can be at most \(drive.configuration.maxUploadSize) bytes; the chunks add up to \(total).")
+        guard total <= dependencies.configuration.maxUploadSize else {
+            throw DAVError(.contentTooLarge, "Files can be at most \(dependencies.configuration.maxUploadSize) bytes; the chunks add up to \(total).")
         }
         let existing = try await resolve(me, target)
         if let existing, existing.isFolder { throw DAVError(.methodNotAllowed, "'\(name)' is a folder; a file cannot replace it.") }
@@ -129,32 +131,32 @@ extension DAVRequest {
         let parent = try await parentFolder(me, of: target)
         try await checkLocks(me, names: target, targets: [(Self.lockPath(target), false)])
         let modifiedAt = try clientModificationTime()
-        let blocks = try await drive.store.davUploadBlocks(userId: me.userId, upload: uploadName)
-        let checksum = try await drive.blobs.checksum(of: blocks, user: me.userId)
+        let blocks = try await dependencies.store.davUploadBlocks(userId: owner, upload: uploadName)
+        let checksum = try await dependencies.blobs.checksum(of: blocks, user: owner)
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let contentTarget: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
-        let file = try await drive.store.finishDAVUpload(
-            userId: me.userId, upload: uploadName, target: contentTarget, blocks: blocks, checksum: checksum, size: total,
-            mimeType: try FilesController.validContentMimeType(existing?.mimeType ?? MimeType.guess(forName: name)), modifiedAt: modifiedAt, now: drive.now)
+        let file = try await dependencies.store.finishDAVUpload(
+            userId: owner, upload: uploadName, target: contentTarget, blocks: blocks, checksum: checksum, size: total,
+            mimeType: try FilesController.validContentMimeType(existing?.mimeType ?? MimeType.guess(forName: name)), modifiedAt: modifiedAt, now: dependencies.now)
         var headers: HTTPFields = [.contentLength: "0", .eTag: "\"\(file.etag)\"", .init("OC-ETag")!: "\"\(file.etag)\"", .init("OC-FileId")!: file.id]
         if modifiedAt != nil { headers[.init("X-OC-MTime")!] = "accepted" }
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
 
-    func dropUpload(_ me: Identity, _ uploadName: String, chunk: String?) async throws -> Response {
+    func dropUpload(_ me: Principal, _ uploadName: String, chunk: String?) async throws -> Response {
         let order = try chunk.map { name in
             guard let order = Self.chunkOrder(name) else { throw DAVError(.notFound, "No chunk '\(name)' in '\(uploadName)'.") }
             return order
         }
-        guard try await drive.store.deleteDAVUpload(userId: me.userId, upload: uploadName, chunk: order, now: drive.now) else {
+        guard try await dependencies.store.deleteDAVUpload(userId: owner, upload: uploadName, chunk: order, now: dependencies.now) else {
             throw DAVError(.notFound, chunk.map { "No chunk '\($0)' in '\(uploadName)'." } ?? "No upload '\(uploadName)'.")
         }
         return Response(status: .noContent)
     }
 
     /// The uploads (Depth 1 of the user's folder), or an upload and its chunks, or one chunk: names, sizes and times.
-    func uploadsPropfind(_ me: Identity, _ names: [String]) async throws -> Response {
+    func uploadsPropfind(_ me: Principal, _ names: [String]) async throws -> Response {
         let depth = try propfindDepth()
         _ = try PropfindBody.parse(Data(buffer: try await request.body.collect(upTo: 1 << 20)))
         func entry(_ path: [String], folder: Bool, size: Int64? = nil, modified: Date? = nil) -> String {
@@ -169,7 +171,7 @@ extension DAVRequest {
         if names.isEmpty {
             xml += entry([], folder: true)
             if depth == "1" {
-                for upload in try await drive.store.davUploads(userId: me.userId, name: nil, now: drive.now) {
+                for upload in try await dependencies.store.davUploads(userId: owner, name: nil, now: dependencies.now) {
                     xml += entry([upload.name], folder: true, modified: upload.createdAt)
                 }
             }

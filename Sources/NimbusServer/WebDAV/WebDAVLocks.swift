@@ -95,7 +95,7 @@ extension DAVRequest {
 
     /// Whether the `If` header holds: one of its lists has every condition true (a lock token: a live lock on
     /// that resource has it; an entity tag: the resource's). False → 412, and nothing is done.
-    func ifHolds(_ me: Identity, _ lists: [IfList], names: [String], locks: [DAVLock]) async throws -> Bool {
+    func ifHolds(_ me: Principal, _ lists: [IfList], names: [String], locks: [DAVLock]) async throws -> Bool {
         for list in lists {
             let resource = list.resource ?? names
             let path = Self.lockPath(resource)
@@ -128,8 +128,8 @@ extension DAVRequest {
     /// Checks the `If` header (412) and that every lock on what the request changes had its token submitted
     /// (423). `targets` are lock paths; `subtree` also counts locks inside them (DELETE, MOVE of a folder).
     @discardableResult
-    func checkLocks(_ me: Identity, names: [String], targets: [(path: String, subtree: Bool)]) async throws -> [DAVLock] {
-        let locks = try await drive.store.davLocks(userId: me.userId, now: drive.now)
+    func checkLocks(_ me: Principal, names: [String], targets: [(path: String, subtree: Bool)]) async throws -> [DAVLock] {
+        let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
         let lists = try ifLists()
         if let lists, !(try await ifHolds(me, lists, names: names, locks: locks)) {
             throw DAVError(.preconditionFailed, "The If header does not hold (a lock token or entity tag in it does not match).")
@@ -149,27 +149,27 @@ extension DAVRequest {
     }
 
     /// Locks on `path` or inside it go with a DELETE or MOVE of it.
-    func releaseLocks(_ me: Identity, inside path: String, from locks: [DAVLock]) async throws {
-        try await drive.store.releaseDAVLocks(userId: me.userId, tokens: locks.filter { $0.isInside(path) }.map(\.token))
+    func releaseLocks(_ me: Principal, inside path: String, from locks: [DAVLock]) async throws {
+        try await dependencies.store.releaseDAVLocks(userId: owner, tokens: locks.filter { $0.isInside(path) }.map(\.token))
     }
 
     // MARK: LOCK and UNLOCK
 
     /// A new lock (body: `DAV:lockinfo`), or a refresh (no body, the token in `If`). A lock on a name that does not
     /// exist makes an empty file there (201), as RFC 4918 says.
-    func lock(_ me: Identity, _ names: [String]) async throws -> Response {
+    func lock(_ me: Principal, _ names: [String]) async throws -> Response {
         let body = try await request.body.collect(upTo: 1 << 20)
         let path = Self.lockPath(names)
         let timeout = Self.lockTimeout(request.headers[.init("Timeout")!])
         if body.readableBytes == 0 || Data(buffer: body).allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
-            let locks = try await drive.store.davLocks(userId: me.userId, now: drive.now)
+            let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
             let lists = try ifLists()
             guard let lists, try await ifHolds(me, lists, names: names, locks: locks) else {
                 throw DAVError(.preconditionFailed, "A lock refresh names the lock's token in an If header.")
             }
             let submitted = Self.submittedTokens(lists)
             guard let held = locks.first(where: { submitted.contains($0.token) && $0.covers(path) }),
-                let refreshed = try await drive.store.refreshDAVLock(userId: me.userId, token: held.token, now: drive.now)
+                let refreshed = try await dependencies.store.refreshDAVLock(userId: owner, token: held.token, now: dependencies.now)
             else { throw DAVError(.preconditionFailed, "No lock of yours with that token covers '/\(path)'.") }
             return Self.lockResponse(refreshed, status: .ok)
         }
@@ -181,7 +181,7 @@ extension DAVRequest {
         }
         let type = info.children.first { $0.namespace == "DAV:" && $0.name == "locktype" }?.children.first
         guard let type, type.namespace == "DAV:", type.name == "write" else { throw DAVError(.badRequest, "Only write locks exist (DAV:locktype write).") }
-        let owner = info.children.first { $0.namespace == "DAV:" && $0.name == "owner" }?.innerXML ?? ""
+        let lockOwner = info.children.first { $0.namespace == "DAV:" && $0.name == "owner" }?.innerXML ?? ""
         let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "infinity"
         guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "LOCK takes Depth 0 or infinity.") }
 
@@ -192,9 +192,9 @@ extension DAVRequest {
         }
         try await checkLocks(me, names: names, targets: existing == nil ? [(path, false)] : [])
         let lock = DAVLock(
-            token: "opaquelocktoken:" + UUID().uuidString.lowercased(), userId: me.userId, path: path, infinite: depth == "infinity",
-            exclusive: scope.name == "exclusive", owner: owner, timeoutSeconds: timeout, expiresAt: drive.now.addingTimeInterval(TimeInterval(timeout)))
-        guard try await drive.store.acquireDAVLock(lock, now: drive.now) else {
+            token: "opaquelocktoken:" + UUID().uuidString.lowercased(), userId: owner, path: path, infinite: depth == "infinity",
+            exclusive: scope.name == "exclusive", owner: lockOwner, timeoutSeconds: timeout, expiresAt: dependencies.now.addingTimeInterval(TimeInterval(timeout)))
+        guard try await dependencies.store.acquireDAVLock(lock, now: dependencies.now) else {
             throw DAVError(.init(code: 423, reasonPhrase: "Locked"), "'/\(path)' is locked by another lock that conflicts with this one.", condition: "<D:no-conflicting-lock/>")
         }
         var status = HTTPResponse.Status.ok
@@ -202,11 +202,11 @@ extension DAVRequest {
             let parent = try await parentFolder(me, of: names)
             do {
                 let name = try FilesController.validName(names[names.count - 1])
-                _ = try await drive.store.commitContent(
-                    userId: me.userId, target: .new(parentId: parent.id, name: name, policy: .fail),
-                    content: .inline([], mimeType: MimeType.guess(forName: name)), now: drive.now)
+                _ = try await dependencies.store.commitContent(
+                    userId: owner, target: .new(parentId: parent.id, name: name, policy: .fail),
+                    content: .inline([], mimeType: MimeType.guess(forName: name)), now: dependencies.now)
             } catch {
-                try await drive.store.releaseDAVLocks(userId: me.userId, tokens: [lock.token])
+                try await dependencies.store.releaseDAVLocks(userId: owner, tokens: [lock.token])
                 throw error
             }
             status = .created
@@ -214,14 +214,14 @@ extension DAVRequest {
         return Self.lockResponse(lock, status: status)
     }
 
-    func unlock(_ me: Identity, _ names: [String]) async throws -> Response {
+    func unlock(_ me: Principal, _ names: [String]) async throws -> Response {
         guard let header = request.headers[.init("Lock-Token")!] else { throw DAVError(.badRequest, "UNLOCK needs a Lock-Token header.") }
         let token = header.trimmingCharacters(in: CharacterSet(charactersIn: " <>"))
-        let locks = try await drive.store.davLocks(userId: me.userId, now: drive.now)
+        let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
         guard locks.contains(where: { $0.token == token && $0.covers(Self.lockPath(names)) }) else {
             throw DAVError(.conflict, "No lock with that token covers this path.", condition: "<D:lock-token-matches-request-uri/>")
         }
-        try await drive.store.releaseDAVLocks(userId: me.userId, tokens: [token])
+        try await dependencies.store.releaseDAVLocks(userId: owner, tokens: [token])
         return Response(status: .noContent)
     }
 

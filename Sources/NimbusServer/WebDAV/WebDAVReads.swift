@@ -1,0 +1,200 @@
+import Crypto
+import Foundation
+import Hummingbird
+import NimbusAPI
+import NIOFoundationCompat
+
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+extension DAVRequest {
+    // MARK: Reading
+
+    func get(_ me: Principal, _ names: [String]) async throws -> Response {
+        let item = try await require(me, names)
+        if item.isFolder {
+            // A browser pointed at /dav/ gets a plain listing; WebDAV clients use PROPFIND.
+            var lines = ["Index of /\(names.joined(separator: "/"))", ""]
+            for child in try await allChildren(me, of: item) { lines.append(child.isFolder ? child.name + "/" : child.name) }
+            let body = lines.joined(separator: "\n") + "\n"
+            var headers: HTTPFields = [.contentType: "text/plain; charset=utf-8", .eTag: "\"\(item.davETag)\"", .contentLength: String(body.utf8.count)]
+            headers[.lastModified] = HTTPDate.string(from: item.modifiedAt)
+            return Response(status: .ok, headers: headers, body: request.method == .head ? .init() : .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        guard let revisionId = item.headRevisionId else { throw DAVError(.notFound, "'\(item.name)' has no content.") }
+        try checkPreconditions(item)
+        let revision = try await dependencies.store.revision(userId: owner, fileId: item.id, revisionId: revisionId)
+        var response = try await ContentController(dependencies: dependencies).stream(revision, name: item.name, request: request, userId: owner)
+        // WebDAV clients open files in place: no attachment disposition here.
+        response.headers[.contentDisposition] = nil
+        if request.method == .head { response.body = .init() }
+        return response
+    }
+
+    func allChildren(_ me: Principal, of folder: FileRecord) async throws -> [FileRecord] {
+        var result: [FileRecord] = []
+        var page = 1
+        while true {
+            let batch = try await dependencies.store.children(of: folder.id, userId: owner, paging: Paging(page: page, limit: Paging.maxLimit))
+            result += batch.files
+            if batch.files.count < Paging.maxLimit || result.count >= batch.total { return result }
+            page += 1
+        }
+    }
+
+    // MARK: PROPFIND
+
+    func propfind(_ me: Principal, _ names: [String]) async throws -> Response {
+        let depth = try propfindDepth()
+        let body = try await request.body.collect(upTo: 1 << 20)
+        let wanted = try PropfindBody.parse(Data(buffer: body))
+        let item = try await require(me, names)
+        let user = try await dependencies.store.user(id: owner)
+        let children = depth == "1" && item.isFolder ? try await allChildren(me, of: item) : []
+        let dead = try await dependencies.store.deadProperties(userId: owner, fileIds: [item.id] + children.map(\.id))
+        let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
+        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
+        xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [], locks: locks)
+        for child in children {
+            xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user, dead: dead[child.id] ?? [], locks: locks)
+        }
+        xml += "</D:multistatus>\n"
+        return Response(
+            status: Self.multiStatus,
+            headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
+            body: .init(byteBuffer: ByteBuffer(string: xml)))
+    }
+
+    /// ownCloud's namespace: its `fileid` property is answered (the item's id) when asked for by name.
+    static let ownCloudNamespace = "http://owncloud.org/ns"
+
+    /// The live properties this server has, in the `DAV:` namespace.
+    static let liveProperties = [
+        "resourcetype", "displayname", "getetag", "getlastmodified", "creationdate", "getcontentlength", "getcontenttype",
+        "supportedlock", "lockdiscovery", "quota-used-bytes", "quota-available-bytes",
+    ]
+
+    static func propResponse(
+        _ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?, dead: [DeadProperty], locks: [DAVLock]
+    ) -> String {
+        var found: [String] = []
+        var missing: [String] = []
+        func value(_ name: String) -> String? {
+            switch name {
+            case "resourcetype": return item.isFolder ? "<D:collection/>" : ""
+            case "displayname": return xmlEscape(names.last ?? "")
+            case "getetag": return xmlEscape("\"\(item.davETag)\"")
+            case "getlastmodified": return HTTPDate.string(from: item.modifiedAt)
+            case "creationdate": return iso8601(item.createdAt)
+            case "getcontentlength": return item.isFolder ? nil : String(item.size)
+            case "getcontenttype": return item.isFolder ? nil : xmlEscape(item.mimeType)
+            case "supportedlock": return supportedLock
+            case "lockdiscovery":
+                let path = lockPath(names)
+                return locks.filter { $0.covers(path) }.map(activeLock).joined()
+            case "quota-used-bytes": return item.isFolder ? user.map { String($0.usedBytes) } : nil
+            case "quota-available-bytes":
+                guard item.isFolder, let user else { return nil }
+                return user.quotaLimit.map { String(max(0, $0 - user.usedBytes)) }
+            default: return nil
+            }
+        }
+        switch wanted {
+        case .allprop:
+            for name in liveProperties where !name.hasPrefix("quota") {
+                if let value = value(name) { found.append(DAVXML.element("DAV:", name, value: value)) }
+            }
+            found += dead.map { DAVXML.element($0.namespace, $0.name, value: $0.value) }
+        case .propname:
+            for name in liveProperties where value(name) != nil { found.append("<D:\(name)/>") }
+            found += dead.map { DAVXML.element($0.namespace, $0.name, value: "") }
+        case .prop(let properties):
+            for property in properties {
+                if property.namespace == "DAV:", let value = value(property.name) {
+                    found.append(DAVXML.element("DAV:", property.name, value: value))
+                } else if property.namespace == ownCloudNamespace, property.name == "fileid" {
+                    found.append(DAVXML.element(ownCloudNamespace, "fileid", value: xmlEscape(item.id)))
+                } else if let stored = dead.first(where: { $0.namespace == property.namespace && $0.name == property.name }) {
+                    found.append(DAVXML.element(stored.namespace, stored.name, value: stored.value))
+                } else {
+                    missing.append(DAVXML.element(property.namespace, property.name, value: ""))
+                }
+            }
+        }
+        var xml = "<D:response><D:href>\(xmlEscape(href(names, folder: item.isFolder)))</D:href>"
+        if !found.isEmpty || missing.isEmpty {
+            xml += "<D:propstat><D:prop>\(found.joined())</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat>"
+        }
+        if !missing.isEmpty {
+            xml += "<D:propstat><D:prop>\(missing.joined())</D:prop><D:status>HTTP/1.1 404 Not Found</D:status></D:propstat>"
+        }
+        return xml + "</D:response>\n"
+    }
+
+    /// Sets and removes dead properties, all or nothing: a live (protected) property in the request is 403 and
+    /// every other one 424, and nothing is changed.
+    func proppatch(_ me: Principal, _ names: [String]) async throws -> Response {
+        let body = try await request.body.collect(upTo: 1 << 20)
+        let updates = try PropertyUpdate.parse(Data(buffer: body))
+        let item = try await require(me, names)
+        try checkPreconditions(item)
+        try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
+        let protected = updates.filter {
+            ($0.property.namespace == "DAV:" && Self.liveProperties.contains($0.property.name))
+                || ($0.property.namespace == Self.ownCloudNamespace && $0.property.name == "fileid")
+        }
+        var statuses: [(DeadProperty, String)] = []
+        if protected.isEmpty {
+            var set: [DeadProperty] = []
+            var remove: [DeadProperty] = []
+            // In document order: a later entry for the same property wins.
+            for update in updates {
+                let key = update.property
+                set.removeAll { $0.namespace == key.namespace && $0.name == key.name }
+                remove.removeAll { $0.namespace == key.namespace && $0.name == key.name }
+                switch update {
+                case .set(let property): set.append(property)
+                case .remove(let property): remove.append(property)
+                }
+            }
+            try await dependencies.store.patchDeadProperties(userId: owner, fileId: item.id, set: set, remove: remove)
+            statuses = updates.map { ($0.property, "HTTP/1.1 200 OK") }
+        } else {
+            statuses = updates.map { update in
+                let isProtected = protected.contains { $0.property == update.property }
+                return (update.property, isProtected ? "HTTP/1.1 403 Forbidden" : "HTTP/1.1 424 Failed Dependency")
+            }
+        }
+        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
+        xml += "<D:response><D:href>\(Self.xmlEscape(Self.href(names, folder: item.isFolder)))</D:href>"
+        for (property, status) in statuses {
+            xml += "<D:propstat><D:prop>\(DAVXML.element(property.namespace, property.name, value: ""))</D:prop><D:status>\(status)</D:status></D:propstat>"
+        }
+        xml += "</D:response>\n</D:multistatus>\n"
+        return Response(
+            status: Self.multiStatus,
+            headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
+            body: .init(byteBuffer: ByteBuffer(string: xml)))
+    }
+
+    static func iso8601(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+
+    static func xmlEscape(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for character in text.unicodeScalars {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            default: out.unicodeScalars.append(character)
+            }
+        }
+        return out
+    }
+}

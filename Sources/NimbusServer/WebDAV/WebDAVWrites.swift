@@ -1,0 +1,133 @@
+import Crypto
+import Foundation
+import Hummingbird
+import NimbusAPI
+import NIOFoundationCompat
+
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+extension DAVRequest {
+    // MARK: Writing
+
+    /// The body becomes a new file, or a new revision of the file there (history keeps the old one).
+    func put(_ me: Principal, _ names: [String]) async throws -> Response {
+        guard let name = names.last else { throw DAVError(.methodNotAllowed, "The root is a folder; PUT a file into it.") }
+        if request.headers[.contentRange] != nil {
+            throw DAVError(.badRequest, "Partial PUT (Content-Range) is not supported; send the whole file.")
+        }
+        let existing = try await resolve(me, names)
+        if let existing, existing.isFolder { throw DAVError(.methodNotAllowed, "'\(name)' is a folder; a file cannot replace it.") }
+        try checkPreconditions(existing)
+        let parent = try await parentFolder(me, of: names)
+        try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
+        let declared = try UploadController.admitBody(request, dependencies: dependencies)
+        let mimeType = try FilesController.validContentMimeType(UploadController.sentType(request) ?? existing?.mimeType ?? MimeType.guess(forName: name))
+        // If-Match goes to the commit too: a version that lands between the check above and the commit is a 412.
+        let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
+        let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
+            ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
+        let mtime = try clientModificationTime()
+        var content = try await UploadController.receiveBody(request, declared: declared, dependencies: dependencies, userId: owner, mimeType: mimeType)
+        var headers: HTTPFields = [.contentLength: "0"]
+        if let mtime {
+            content.modifiedAt = mtime
+            headers[.init("X-OC-MTime")!] = "accepted"
+        }
+        let file = try await dependencies.store.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
+        headers[.eTag] = "\"\(file.etag)\""
+        return Response(status: existing == nil ? .created : .noContent, headers: headers)
+    }
+
+    /// ownCloud's `X-OC-Mtime` (Unix seconds): the file keeps the client's modification time (rclone, Nextcloud
+    /// clients); nil when not sent.
+    func clientModificationTime() throws -> Date? {
+        guard let text = request.headers[.init("X-OC-Mtime")!] else { return nil }
+        guard let seconds = Double(text.trimmingCharacters(in: .whitespaces)), seconds.isFinite, (0...253_402_300_799).contains(seconds) else {
+            throw DAVError(.badRequest, "X-OC-Mtime is Unix time in seconds.")
+        }
+        return Date(timeIntervalSince1970: seconds)
+    }
+
+    static let multiStatus = HTTPResponse.Status(code: 207, reasonPhrase: "Multi-Status")
+
+    /// A `PROPFIND`'s Depth: "0" or "1" (a missing one is 1); `infinity` is refused with `propfind-finite-depth`.
+    func propfindDepth() throws -> String {
+        let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
+        guard depth == "0" || depth == "1" else {
+            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<D:propfind-finite-depth/>")
+        }
+        return depth
+    }
+
+    func mkcol(_ me: Principal, _ names: [String]) async throws -> Response {
+        guard let name = names.last else { throw DAVError(.methodNotAllowed, "The root exists.") }
+        let body = try await request.body.collect(upTo: 1024)
+        guard body.readableBytes == 0 else { throw DAVError(.unsupportedMediaType, "MKCOL takes no body.") }
+        if try await resolve(me, names) != nil { throw DAVError(.methodNotAllowed, "'\(name)' exists already.") }
+        let parent = try await parentFolder(me, of: names)
+        try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
+        _ = try await dependencies.store.create(
+            userId: owner, parentId: parent.id, name: try FilesController.validName(name), mimeType: folderMimeType, policy: .fail,
+            requestId: nil, now: dependencies.now)
+        return Response(status: .created, headers: [.contentLength: "0"])
+    }
+
+    /// To the trash (restorable there and in `/v1/trash`), the whole tree for a folder.
+    func delete(_ me: Principal, _ names: [String]) async throws -> Response {
+        guard !names.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be deleted.") }
+        if request.uri.path.contains("#") { throw DAVError(.badRequest, "A fragment is not part of a path.") }
+        let item = try await require(me, names)
+        try checkPreconditions(item)
+        let locks = try await checkLocks(me, names: names, targets: [(Self.lockPath(names), true)])
+        _ = try await dependencies.store.trash(userId: owner, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
+        try await releaseLocks(me, inside: Self.lockPath(names), from: locks)
+        return Response(status: .noContent)
+    }
+
+    func moveOrCopy(_ me: Principal, _ names: [String], copy: Bool) async throws -> Response {
+        guard !names.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be moved or copied.") }
+        guard let destinationHeader = request.headers[.init("Destination")!] else { throw DAVError(.badRequest, "A Destination header is needed.") }
+        guard let target = try destinationNames(destinationHeader) else {
+            throw DAVError(.badGateway, "The destination is not on this WebDAV share (\(Self.base)/).")
+        }
+        guard !target.isEmpty else { throw DAVError(.forbidden, "The root folder cannot be replaced.") }
+        guard target != names else { throw DAVError(.forbidden, "The source and the destination are the same.") }
+        if target.count > names.count && Array(target.prefix(names.count)) == names {
+            throw DAVError(.forbidden, "A folder cannot be moved or copied into itself.")
+        }
+        let overwrite = (request.headers[.init("Overwrite")!]?.trimmingCharacters(in: .whitespaces).uppercased() ?? "T") != "F"
+        let source = try await require(me, names)
+        try checkPreconditions(source)
+        let parent = try await parentFolder(me, of: target)
+        let newName = try FilesController.validName(target[target.count - 1])
+        let existing = try await resolve(me, target)
+        if existing != nil && !overwrite {
+            throw DAVError(.preconditionFailed, "'/\(target.joined(separator: "/"))' exists and Overwrite is F.")
+        }
+        let locks = try await checkLocks(
+            me, names: names, targets: (copy ? [] : [(Self.lockPath(names), true)]) + [(Self.lockPath(target), true)])
+        if copy {
+            let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "infinity"
+            guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "COPY takes Depth 0 or infinity.") }
+            // One transaction: what is under the destination goes to the trash (or, a file onto a file, gets the copy as a
+            // new revision) with the copy made, or nothing happens.
+            _ = try await dependencies.store.copy(
+                userId: owner, sourceId: source.id, parentId: parent.id, name: newName, replacing: existing?.id, deep: depth == "infinity",
+                now: dependencies.now, by: dependencies.deleter(me))
+        } else {
+            if let existing {
+                // The item under the destination goes to the trash in the move's own transaction: both or neither.
+                _ = try await dependencies.store.move(
+                    userId: owner, fileId: source.id, name: newName, parentId: parent.id, replacing: existing.id, now: dependencies.now,
+                    by: dependencies.deleter(me))
+            } else {
+                _ = try await dependencies.store.update(
+                    userId: owner, fileId: source.id, name: newName, parentId: parent.id, ifMatch: nil, now: dependencies.now)
+            }
+            // Locks stay with paths, not items: the source's go (RFC 4918 §9.9.4).
+            try await releaseLocks(me, inside: Self.lockPath(names), from: locks)
+        }
+        return Response(status: existing == nil ? .created : .noContent, headers: [.contentLength: "0"])
+    }
+}
