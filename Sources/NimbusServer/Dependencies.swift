@@ -9,6 +9,7 @@ import NimbusAPI
 /// mutable state but a cache of users' root folder ids (a root never changes: `root` costs no database read after
 /// the first).
 struct Dependencies: Sendable {
+    /// The metadata, all aggregates in one (closing it, checking it answers); routes use the aggregate they need.
     let store: any MetadataStore
     let blobs: any BlobStore
     let tokens: TokenService
@@ -16,13 +17,22 @@ struct Dependencies: Sendable {
     let configuration: ServerConfiguration
     /// Who may do what: every route asks it about every item it acts on (``item(_:for:_:)``).
     let access: AccessPolicy
+
+    /// Users, devices, app passwords, login failures.
+    var accounts: any AccountStore { store }
+    /// Files and folders, the trash, the change feed.
+    var files: any FileStore { store }
+    /// Content, revisions, blocks, upload sessions.
+    var content: any ContentStore { store }
+    /// WebDAV properties, locks, chunked uploads.
+    var webDAV: any WebDAVStore { store }
     private let rootIds = NIOLockedValueBox<[String: String]>([:])
     /// Devices signed out here: their open long-polls and event streams end at once.
     let signOuts = SignOuts()
 
     /// Signs the device out: its tokens stop working, and what it holds open (long-polls, event streams) ends.
     func signOut(deviceId: String) async throws {
-        try await store.revokeDevice(id: deviceId, now: now)
+        try await accounts.revokeDevice(id: deviceId, now: now)
         signOuts.signedOut(deviceId)
     }
 
@@ -41,7 +51,7 @@ struct Dependencies: Sendable {
         guard let identity = await tokens.verify(String(parts[1]), now: now) else {
             throw DriveError.unauthorized("The access token is invalid or expired; refresh it or log in again.")
         }
-        guard let device = try await store.device(id: identity.deviceId), device.revokedAt == nil, device.userId == identity.userId else {
+        guard let device = try await accounts.device(id: identity.deviceId), device.revokedAt == nil, device.userId == identity.userId else {
             throw DriveError.unauthorized("This device was signed out; log in again.")
         }
         return identity
@@ -57,7 +67,7 @@ struct Dependencies: Sendable {
     /// `userId` is whose tree the action then changes.
     func item(_ id: String, for principal: Principal, _ action: Action) async throws -> FileRecord {
         let resolved = try await resolve(id, for: principal)
-        guard let found = try await store.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
+        guard let found = try await files.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
         return try access.authorize(principal, found, action)
     }
 
@@ -70,7 +80,7 @@ struct Dependencies: Sendable {
     private func resolve(_ id: String, for identity: Principal) async throws -> String {
         guard id == "root" else { return id }
         if let known = rootIds.withLockedValue({ $0[identity.userId] }) { return known }
-        guard let user = try await store.user(id: identity.userId) else { throw DriveError.unauthorized() }
+        guard let user = try await accounts.user(id: identity.userId) else { throw DriveError.unauthorized() }
         rootIds.withLockedValue { ids in
             if ids.count >= 100_000 { ids.removeAll() }
             ids[identity.userId] = user.rootId
@@ -92,13 +102,13 @@ struct Dependencies: Sendable {
     /// `clearsFailures` (not WebDAV, which signs in on every request: a write each time would cost too much).
     func signIn<T: Sendable>(username: String, remoteIP: String, clearsFailures: Bool = true, attempt: () async throws -> T?) async throws -> SignIn<T> {
         let key = "user:" + username.lowercased() + "|ip:" + remoteIP
-        if let wait = try await store.loginLockout(key: key, now: now) { return .lockedOut(wait) }
+        if let wait = try await accounts.loginLockout(key: key, now: now) { return .lockedOut(wait) }
         guard let value = try await attempt() else {
-            try await store.recordLoginFailure(
+            try await accounts.recordLoginFailure(
                 key: key, now: now, allowed: configuration.loginFailuresAllowed, lockout: configuration.loginLockout.timeInterval)
             return .refused
         }
-        if clearsFailures { try await store.clearLoginFailures(key: key) }
+        if clearsFailures { try await accounts.clearLoginFailures(key: key) }
         return .signedIn(value)
     }
 

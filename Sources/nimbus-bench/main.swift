@@ -115,7 +115,7 @@ try await engine.applyFeedPage([Change(seq: 1, type: .upsert, fileId: root.id, f
 let changes = (0..<items).map { index in
     let file = File(
         id: "f\(index)", name: "file-\(String(format: "%06d", index)).txt", mimeType: "text/plain", parentId: "fbig", size: Int64(index),
-        checksum: String(repeating: "a", count: 64), revisionId: "r\(index)", createdAt: now, modifiedAt: now, downloadUrl: "/v1/files/f\(index)/content",
+        checksum: String(repeating: "a", count: 64), revisionId: "r\(index)", createdAt: now, modifiedAt: now, downloadUrl: Routes.content.path("f\(index)"),
         trashed: false)
     return Change(seq: Int64(index + 3), type: .upsert, fileId: file.id, file: file)
 }

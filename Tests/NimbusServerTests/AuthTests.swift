@@ -202,7 +202,7 @@ struct AuthTests {
             #expect(!listed.text.contains(secret) && !listed.text.contains("\"password\""), "\(listed.text)")
             let list: AppPasswordList = try listed.decode()
             #expect(list.appPasswords.map(\.label) == ["phone", "Finder on the laptop"])
-            let stored = try await server.parts.dependencies.store.appPasswords(userId: try #require(alice.tokens).userId)
+            let stored = try await server.parts.dependencies.accounts.appPasswords(userId: try #require(alice.tokens).userId)
             #expect(stored.allSatisfy { $0.passwordHash != secret })
             #expect(stored.contains { $0.passwordHash == sha256(Data(secret.utf8)) })
 
@@ -228,12 +228,12 @@ struct AuthTests {
             #expect(try await alice.send(.DELETE, "/v1/auth/app-passwords/\(first.id)").status == 204)
             #expect(try await alice.send(.DELETE, "/v1/auth/app-passwords/\(first.id)").status == 404)
             #expect(try await alice.get("/v1/auth/app-passwords").decode(AppPasswordList.self).appPasswords.map(\.id) == [second.id])
-            #expect(try await server.parts.dependencies.store.useAppPassword(passwordHash: sha256(Data(secret.utf8)), now: server.clock.now()) == nil)
-            let used = try await server.parts.dependencies.store.useAppPassword(passwordHash: sha256(Data(try #require(second.password).utf8)), now: server.clock.now())
+            #expect(try await server.parts.dependencies.accounts.useAppPassword(passwordHash: sha256(Data(secret.utf8)), now: server.clock.now()) == nil)
+            let used = try await server.parts.dependencies.accounts.useAppPassword(passwordHash: sha256(Data(try #require(second.password).utf8)), now: server.clock.now())
             #expect(used?.id == second.id && used?.lastUsedAt != nil)
             // A new account password deletes the app passwords made under the old one.
-            try await server.parts.dependencies.store.setPassword(userId: try #require(alice.tokens).userId, passwordHash: Accounts.dummyHash)
-            #expect(try await server.parts.dependencies.store.appPasswords(userId: try #require(alice.tokens).userId).isEmpty)
+            try await server.parts.dependencies.accounts.setPassword(userId: try #require(alice.tokens).userId, passwordHash: Accounts.dummyHash)
+            #expect(try await server.parts.dependencies.accounts.appPasswords(userId: try #require(alice.tokens).userId).isEmpty)
         }
     }
 
@@ -258,7 +258,7 @@ struct AuthTests {
             // Tokens signed with the server's own secret but wrong in one claim or in the algorithm.
             let secret =
                 TestServices.scaledOut
-                ? try await server.parts.dependencies.store.sharedSetting("jwt-secret", orStore: "")
+                ? try await server.parts.dependencies.accounts.sharedSetting("jwt-secret", orStore: "")
                 : try String(contentsOf: server.dataDirectory.appending(path: "jwt-secret"), encoding: .utf8)
             let key = SymmetricKey(data: hexBytes(secret.trimmingCharacters(in: .whitespacesAndNewlines)))
             func forge(_ alg: String, _ change: (inout [String: Any]) -> Void) -> String {

@@ -116,7 +116,7 @@ struct MassDeletionTests {
             #expect(try await web.send(.DELETE, "/v1/files/\(folder)").status == 204)
             // The maintenance pass forgets what is older than the window (and lapsed confirmations).
             server.clock.advance(by: 7200)
-            #expect(try await server.parts.dependencies.store.pruneDeletionLog(before: server.clock.now().addingTimeInterval(-3600)) > 0)
+            #expect(try await server.parts.dependencies.files.pruneDeletionLog(before: server.clock.now().addingTimeInterval(-3600)) > 0)
         }
     }
 

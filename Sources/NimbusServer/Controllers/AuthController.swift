@@ -8,13 +8,13 @@ struct AuthController: Sendable {
     let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.post, "/v1/auth/register", use: registerUser)
-        routes.on(.post, "/v1/auth/login", use: login)
-        routes.on(.post, "/v1/auth/refresh", use: refresh)
-        routes.on(.post, "/v1/auth/logout", use: logout)
-        routes.on(.post, "/v1/auth/app-passwords", use: createAppPassword)
-        routes.on(.get, "/v1/auth/app-passwords", use: listAppPasswords)
-        routes.on(.delete, "/v1/auth/app-passwords/{id}", use: revokeAppPassword)
+        routes.on(Routes.register, use: registerUser)
+        routes.on(Routes.login, use: login)
+        routes.on(Routes.refresh, use: refresh)
+        routes.on(Routes.logout, use: logout)
+        routes.on(Routes.createAppPassword, use: createAppPassword)
+        routes.on(Routes.appPasswords, use: listAppPasswords)
+        routes.on(Routes.revokeAppPassword, use: revokeAppPassword)
     }
 
     /// A new app password for this account (the access token's): its secret is in this answer only.
@@ -26,7 +26,7 @@ struct AuthController: Sendable {
             throw DriveError.badRequest("'label' names what the password is for (\"Finder on my laptop\"): 1 to 100 characters on one line.")
         }
         let secret = AppPasswords.make()
-        let record = try await dependencies.store.createAppPassword(
+        let record = try await dependencies.accounts.createAppPassword(
             userId: me.userId, label: label, passwordHash: AppPasswords.hash(secret), now: dependencies.now)
         return try JSONResponse.make(
             AppPassword(id: record.id, label: record.label, password: secret, createdAt: record.createdAt), status: .created,
@@ -35,14 +35,14 @@ struct AuthController: Sendable {
 
     @Sendable func listAppPasswords(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
-        let records = try await dependencies.store.appPasswords(userId: me.userId)
+        let records = try await dependencies.accounts.appPasswords(userId: me.userId)
         return try JSONResponse.make(
             AppPasswordList(appPasswords: records.map { AppPassword(id: $0.id, label: $0.label, createdAt: $0.createdAt, lastUsedAt: $0.lastUsedAt) }))
     }
 
     @Sendable func revokeAppPassword(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
-        try await dependencies.store.revokeAppPassword(userId: me.userId, id: try context.parameter("id"))
+        try await dependencies.accounts.revokeAppPassword(userId: me.userId, id: try context.parameter("id"))
         return Response(status: .noContent)
     }
 
@@ -54,7 +54,7 @@ struct AuthController: Sendable {
         try Accounts.validate(username: credentials.username)
         try Accounts.validate(password: credentials.password)
         let hash = try await dependencies.hashPassword(credentials.password)
-        let user = try await dependencies.store.createUser(
+        let user = try await dependencies.accounts.createUser(
             username: credentials.username, passwordHash: hash, quota: dependencies.configuration.defaultQuota, now: dependencies.now)
         return try JSONResponse.make(RegisteredUser(userId: user.id, username: user.username), status: .created)
     }
@@ -62,7 +62,7 @@ struct AuthController: Sendable {
     @Sendable func login(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let credentials = try await request.decode(as: Credentials.self, context: context)
         let outcome = try await dependencies.signIn(username: credentials.username, remoteIP: context.remoteIP) { () -> UserRecord? in
-            let user = try await dependencies.store.user(username: credentials.username)
+            let user = try await dependencies.accounts.user(username: credentials.username)
             // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
             let ok = try await dependencies.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
             return ok ? user : nil
@@ -76,7 +76,7 @@ struct AuthController: Sendable {
         }
         let refresh = TokenService.makeRefreshToken()
         let deviceName = credentials.deviceName?.trimmingCharacters(in: .whitespacesAndNewlines)
-        let device = try await dependencies.store.createDevice(
+        let device = try await dependencies.accounts.createDevice(
             userId: user.id, name: String((deviceName?.isEmpty == false ? deviceName! : "device").prefix(100)),
             refreshHash: refresh.hash, now: dependencies.now)
         return try await tokens(userId: user.id, deviceId: device.id, refreshToken: refresh.token)
@@ -85,7 +85,7 @@ struct AuthController: Sendable {
     @Sendable func refresh(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let body = try await request.decode(as: RefreshRequest.self, context: context)
         let next = dependencies.tokens.successor(of: body.refreshToken)
-        let device = try await dependencies.store.rotateRefreshToken(
+        let device = try await dependencies.accounts.rotateRefreshToken(
             presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: next.hash, now: dependencies.now,
             maxIdle: dependencies.configuration.refreshTokenLifetime.timeInterval, grace: dependencies.configuration.refreshRetryGrace.timeInterval)
         return try await tokens(userId: device.userId, deviceId: device.id, refreshToken: next.token)
@@ -100,7 +100,7 @@ struct AuthController: Sendable {
         }
         let body = try await request.decode(as: RefreshRequest.self, context: context)
         // Rotating proves the token is current; the device is then revoked.
-        let device = try await dependencies.store.rotateRefreshToken(
+        let device = try await dependencies.accounts.rotateRefreshToken(
             presentedHash: TokenService.hashRefreshToken(body.refreshToken), newHash: TokenService.makeRefreshToken().hash,
             now: dependencies.now, maxIdle: .infinity, grace: 0)
         try await dependencies.signOut(deviceId: device.id)

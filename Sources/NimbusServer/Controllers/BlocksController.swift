@@ -70,12 +70,12 @@ struct BlocksController: Sendable {
     static let maxCommitBytes = 32 * 1024 * 1024
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.post, "/v1/blocks", use: putMany)
-        routes.on(.post, "/v1/blocks/missing", use: missing)
-        routes.on(.post, "/v1/blocks/commit", use: commit)
-        routes.on(.put, "/v1/blocks/{hash}", use: put)
-        routes.on(.get, "/v1/blocks/{hash}", use: get)
-        routes.on(.get, "/v1/files/{fileId}/blocks", use: manifest)
+        routes.on(Routes.putBlocks, use: putMany)
+        routes.on(Routes.missingBlocks, use: missing)
+        routes.on(Routes.commitBlocks, use: commit)
+        routes.on(Routes.putBlock, use: put)
+        routes.on(Routes.block, use: get)
+        routes.on(Routes.manifest, use: manifest)
     }
 
     static func validHash(_ raw: String, what: String = "The block's hash") throws -> String {
@@ -95,7 +95,7 @@ struct BlocksController: Sendable {
             throw DriveError.badRequest("Ask about at most \(MissingBlocksRequest.maxHashes) blocks at a time; this request has \(asked.hashes.count).")
         }
         for hash in asked.hashes { _ = try Self.validHash(hash) }
-        let stored = try await dependencies.store.storedBlocks(userId: owner, hashes: asked.hashes)
+        let stored = try await dependencies.content.storedBlocks(userId: owner, hashes: asked.hashes)
         var seen: Set<String> = []
         let missing = asked.hashes.filter { stored[$0] == nil && seen.insert($0).inserted }
         return try JSONResponse.make(MissingBlocksResponse(missing: missing))
@@ -143,7 +143,7 @@ struct BlocksController: Sendable {
     }
 
     func put(_ hash: String, body: some AsyncSequence<ByteBuffer, any Error>, userId: String, limit: Int) async throws -> Response {
-        let known = try await dependencies.store.storedBlocks(userId: userId, hashes: [hash])[hash]
+        let known = try await dependencies.content.storedBlocks(userId: userId, hashes: [hash])[hash]
         if let known, known.live {
             // Already kept: the body is read (and checked) so the connection stays usable, then dropped.
             var digest = SHA256()
@@ -173,7 +173,7 @@ struct BlocksController: Sendable {
         do {
             try await writer.add(bytes, hash: hash)
             let blocks = try await writer.finish()
-            try await dependencies.store.putBlocks(blocks, userId: userId, now: dependencies.now)
+            try await dependencies.content.putBlocks(blocks, userId: userId, now: dependencies.now)
         } catch {
             await writer.abandon()
             throw error
@@ -240,7 +240,7 @@ struct BlocksController: Sendable {
             try parser.finish()
             staged = try await writer.finish()
             guard !staged.isEmpty else { throw DriveError.badRequest("Send at least one block.") }
-            try await dependencies.store.putBlocks(staged, userId: userId, now: dependencies.now)
+            try await dependencies.content.putBlocks(staged, userId: userId, now: dependencies.now)
         } catch {
             await writer.abandon()
             throw error
@@ -258,7 +258,7 @@ struct BlocksController: Sendable {
         // The user's own blocks: their namespace, through the access decision on their root.
         let owner = try await dependencies.root(for: me, .read).userId
         let hash = try Self.validHash(try context.parameter("hash"))
-        guard let found = try await dependencies.store.storedBlocks(userId: owner, hashes: [hash])[hash], found.live else {
+        guard let found = try await dependencies.content.storedBlocks(userId: owner, hashes: [hash])[hash], found.live else {
             throw DriveError.notFound("No such block.")
         }
         var headers: HTTPFields = [
@@ -298,7 +298,7 @@ struct BlocksController: Sendable {
         guard !file.isFolder, let head = file.headRevisionId else {
             throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
         }
-        let (revision, blocks) = try await dependencies.store.revisionWithBlocks(userId: file.userId, revisionId: request.query("revisionId") ?? head)
+        let (revision, blocks) = try await dependencies.content.revisionWithBlocks(userId: file.userId, revisionId: request.query("revisionId") ?? head)
         guard revision.fileId == file.id else { throw DriveError.notFound("No such revision.") }
         let manifest = BlockManifest(
             fileId: file.id, revisionId: revision.id, size: revision.size, checksum: revision.checksum,
@@ -330,13 +330,13 @@ struct BlocksController: Sendable {
         // The block list, with the base revision's runs expanded.
         var base: [BlockRef] = []
         if let baseRevisionId = body.baseRevisionId {
-            base = try await dependencies.store.revisionWithBlocks(userId: owner, revisionId: baseRevisionId).blocks
+            base = try await dependencies.content.revisionWithBlocks(userId: owner, revisionId: baseRevisionId).blocks
         }
         var hashes: [String] = []
         for entry in body.blocks {
             if case .block(let hash) = entry { hashes.append(try Self.validHash(hash)) }
         }
-        let stored = try await dependencies.store.storedBlocks(userId: owner, hashes: hashes)
+        let stored = try await dependencies.content.storedBlocks(userId: owner, hashes: hashes)
         var missing: [String] = []
         var seenMissing: Set<String> = []
         var blocks: [BlockRef] = []
@@ -370,7 +370,7 @@ struct BlocksController: Sendable {
             blocks: blocks.map { StagedBlock(ref: BlockRef(hash: $0.hash, size: $0.size), path: "", data: $0.inline) },
             checksum: checksum, size: total, mimeType: mimeType)
         content.modifiedAt = modifiedAt
-        let file = try await dependencies.store.commitStoredContent(userId: owner, target: target, content: content, now: dependencies.now)
+        let file = try await dependencies.content.commitStoredContent(userId: owner, target: target, content: content, now: dependencies.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
 }

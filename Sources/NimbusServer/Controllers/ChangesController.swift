@@ -8,16 +8,16 @@ struct ChangesController: Sendable {
     let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.get, "/v1/changes/start", use: start)
-        routes.on(.get, "/v1/changes", use: changes)
-        routes.on(.get, "/v1/events", use: events)
+        routes.on(Routes.changesStart, use: start)
+        routes.on(Routes.changes, use: changes)
+        routes.on(Routes.events, use: events)
     }
 
     @Sendable func start(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         // The principal's own feed, through the access decision on its root.
         _ = try await dependencies.root(for: me, .list)
-        let seq = try await dependencies.store.latestSeq(userId: me.userId)
+        let seq = try await dependencies.files.latestSeq(userId: me.userId)
         return try JSONResponse.make(ChangeCursor(cursor: dependencies.tokens.cursors.encode(seq, userId: me.userId)))
     }
 
@@ -43,7 +43,7 @@ struct ChangesController: Sendable {
             timeout = min(value, 60, dependencies.configuration.longPollLimit.timeInterval)
         }
         guard let seq = dependencies.tokens.cursors.decode(raw, userId: me.userId) else { throw Cursor.gone }
-        guard var page = try await dependencies.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
+        guard var page = try await dependencies.files.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
         if page.changes.isEmpty && timeout > 0 {
             let notifier = dependencies.notifier
             let userId = me.userId
@@ -62,7 +62,7 @@ struct ChangesController: Sendable {
             }
             // Still signed in? A device signed out meanwhile (here or on another replica) gets 401, not data.
             _ = try await dependencies.principal(request)
-            guard let again = try await dependencies.store.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
+            guard let again = try await dependencies.files.changes(userId: me.userId, after: seq, limit: limit) else { throw Cursor.gone }
             page = again
         }
         let next = page.changes.last?.seq ?? seq

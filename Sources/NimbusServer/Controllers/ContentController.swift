@@ -7,11 +7,11 @@ struct ContentController: Sendable {
     let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.get, "/v1/files/{fileId}/content", use: content)
-        routes.on(.get, "/v1/files/{fileId}/revisions", use: revisions)
-        routes.on(.get, "/v1/files/{fileId}/revisions/{revisionId}", use: revision)
-        routes.on(.get, "/v1/files/{fileId}/revisions/{revisionId}/content", use: revisionContent)
-        routes.on(.post, "/v1/files/{fileId}/revisions/{revisionId}/restore", use: restore)
+        routes.on(Routes.content, use: content)
+        routes.on(Routes.revisions, use: revisions)
+        routes.on(Routes.revision, use: revision)
+        routes.on(Routes.revisionContent, use: revisionContent)
+        routes.on(Routes.restoreRevision, use: restore)
     }
 
     @Sendable func content(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -20,7 +20,7 @@ struct ContentController: Sendable {
         guard !file.isFolder, let revisionId = file.headRevisionId else {
             throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
         }
-        let revision = try await dependencies.store.revision(userId: file.userId, fileId: file.id, revisionId: revisionId)
+        let revision = try await dependencies.content.revision(userId: file.userId, fileId: file.id, revisionId: revisionId)
         return try await stream(revision, name: file.name, request: request, userId: file.userId)
     }
 
@@ -28,7 +28,7 @@ struct ContentController: Sendable {
         let me = try await dependencies.principal(request)
         let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
-        let (revisions, total) = try await dependencies.store.revisions(userId: file.userId, fileId: file.id, paging: paging)
+        let (revisions, total) = try await dependencies.content.revisions(userId: file.userId, fileId: file.id, paging: paging)
         let pagination = Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
         return try JSONResponse.make(RevisionList(revisions: revisions.map(\.api), pagination: pagination))
     }
@@ -36,21 +36,21 @@ struct ContentController: Sendable {
     @Sendable func revision(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
-        let revision = try await dependencies.store.revision(userId: file.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
+        let revision = try await dependencies.content.revision(userId: file.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
         return try JSONResponse.make(revision.api, etag: revision.id)
     }
 
     @Sendable func revisionContent(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
-        let revision = try await dependencies.store.revision(userId: file.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
+        let revision = try await dependencies.content.revision(userId: file.userId, fileId: file.id, revisionId: try context.parameter("revisionId"))
         return try await stream(revision, name: file.name, request: request, userId: file.userId)
     }
 
     @Sendable func restore(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, .restore)
-        let file = try await dependencies.store.restore(
+        let file = try await dependencies.content.restore(
             userId: item.userId, fileId: item.id, revisionId: try context.parameter("revisionId"), now: dependencies.now)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
@@ -86,7 +86,7 @@ struct ContentController: Sendable {
         }
         headers[.contentLength] = String(range.count)
         let servedRange = range
-        let blocks = try await dependencies.store.blocks(ofRevision: revision.id)
+        let blocks = try await dependencies.content.blocks(ofRevision: revision.id)
         let blobs = dependencies.blobs
         let body = ResponseBody(contentLength: Int(range.count)) { writer in
             try await blobs.read(blocks, user: userId, range: servedRange) { buffer in

@@ -7,23 +7,23 @@ struct FilesController: Sendable {
     let dependencies: Dependencies
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.get, "/v1/files", use: list)
-        routes.on(.post, "/v1/files", use: create)
-        routes.on(.get, "/v1/files/{fileId}", use: get)
-        routes.on(.patch, "/v1/files/{fileId}", use: update)
-        routes.on(.delete, "/v1/files/{fileId}", use: delete)
-        routes.on(.post, "/v1/files/{fileId}/untrash", use: untrash)
-        routes.on(.get, "/v1/trash", use: trash)
-        routes.on(.post, "/v1/trash/restore", use: restoreTrash)
-        routes.on(.get, "/v1/trash/paused", use: paused)
-        routes.on(.post, "/v1/trash/confirm", use: confirm)
+        routes.on(Routes.listFiles, use: list)
+        routes.on(Routes.createFile, use: create)
+        routes.on(Routes.file, use: get)
+        routes.on(Routes.updateFile, use: update)
+        routes.on(Routes.deleteFile, use: delete)
+        routes.on(Routes.untrash, use: untrash)
+        routes.on(Routes.trash, use: trash)
+        routes.on(Routes.restoreTrash, use: restoreTrash)
+        routes.on(Routes.pausedDeletions, use: paused)
+        routes.on(Routes.confirmDeletions, use: confirm)
     }
 
     @Sendable func list(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let parent = try await dependencies.item(request.query("parentId") ?? "root", for: me, .list)
-        let (files, total) = try await dependencies.store.children(of: parent.id, userId: parent.userId, paging: paging)
+        let (files, total) = try await dependencies.files.children(of: parent.id, userId: parent.userId, paging: paging)
         return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
     }
 
@@ -41,7 +41,7 @@ struct FilesController: Sendable {
         let mimeType = try Self.validMimeType(body.mimeType)
         try Self.validRequestId(body.requestId)
         let parent = try await dependencies.item(body.parentId ?? "root", for: me, .create)
-        let (file, _) = try await dependencies.store.create(
+        let (file, _) = try await dependencies.files.create(
             userId: parent.userId, parentId: parent.id, name: name, mimeType: mimeType, policy: policy, requestId: body.requestId, now: dependencies.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
@@ -52,7 +52,7 @@ struct FilesController: Sendable {
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, body.parentId == nil ? .rename : .move)
         let name = try body.name.map(Self.validName)
         let parent = try await body.parentId.asyncMap { try await dependencies.item($0, for: me, .create) }
-        let file = try await dependencies.store.update(
+        let file = try await dependencies.files.update(
             userId: item.userId, fileId: item.id, name: name, parentId: parent?.id, ifMatch: request.headers[.ifMatch], now: dependencies.now)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
@@ -67,9 +67,9 @@ struct FilesController: Sendable {
         }
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, permanent ? .purge : .trash)
         if permanent {
-            try await dependencies.store.deletePermanently(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
+            try await dependencies.files.deletePermanently(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
         } else {
-            _ = try await dependencies.store.trash(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
+            _ = try await dependencies.files.trash(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
         }
         return Response(status: .noContent)
     }
@@ -77,7 +77,7 @@ struct FilesController: Sendable {
     @Sendable func untrash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, .restore)
-        let file = try await dependencies.store.untrash(userId: item.userId, fileId: item.id, now: dependencies.now)
+        let file = try await dependencies.files.untrash(userId: item.userId, fileId: item.id, now: dependencies.now)
         return try JSONResponse.make(file.api, etag: file.etag)
     }
 
@@ -85,7 +85,7 @@ struct FilesController: Sendable {
         let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let root = try await dependencies.root(for: me, .list)
-        let (files, total) = try await dependencies.store.trashed(userId: root.userId, paging: paging)
+        let (files, total) = try await dependencies.files.trashed(userId: root.userId, paging: paging)
         return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
     }
 
@@ -94,7 +94,7 @@ struct FilesController: Sendable {
         let me = try await dependencies.principal(request)
         let body = try await request.decode(as: RestoreTrashRequest.self, context: context)
         let root = try await dependencies.root(for: me, .restore)
-        let (restored, items) = try await dependencies.store.untrashAll(userId: root.userId, since: body.since, now: dependencies.now)
+        let (restored, items) = try await dependencies.files.untrashAll(userId: root.userId, since: body.since, now: dependencies.now)
         return try JSONResponse.make(RestoreTrashResponse(restored: restored, items: items))
     }
 
@@ -102,14 +102,14 @@ struct FilesController: Sendable {
     @Sendable func paused(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let root = try await dependencies.root(for: me, .list)
-        return try JSONResponse.make(DeletionPauseList(paused: try await dependencies.store.deletionPauses(userId: root.userId)))
+        return try JSONResponse.make(DeletionPauseList(paused: try await dependencies.files.deletionPauses(userId: root.userId)))
     }
 
     /// The user meant those deletions: the paused devices go on (`nimbus trash confirm`, the web app's Trash).
     @Sendable func confirm(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let root = try await dependencies.root(for: me, .purge)
-        let lifted = try await dependencies.store.confirmDeletions(userId: root.userId, window: dependencies.configuration.massDeletion.window, now: dependencies.now)
+        let lifted = try await dependencies.files.confirmDeletions(userId: root.userId, window: dependencies.configuration.massDeletion.window, now: dependencies.now)
         return try JSONResponse.make(DeletionPauseList(paused: lifted))
     }
 

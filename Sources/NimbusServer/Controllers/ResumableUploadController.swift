@@ -13,9 +13,9 @@ struct ResumableUploadController: Sendable {
     let hashes: RunningHashes
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.get, "/v1/upload/{uploadId}", use: status)
-        routes.on(.delete, "/v1/upload/{uploadId}", use: cancel)
-        routes.on(.put, "/v1/upload/{uploadId}/chunk", use: chunk)
+        routes.on(Routes.uploadSession, use: status)
+        routes.on(Routes.cancelUpload, use: cancel)
+        routes.on(Routes.uploadChunk, use: chunk)
     }
 
     func initiate(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -46,12 +46,12 @@ struct ResumableUploadController: Sendable {
             policy: try FilesController.policy(request), size: body.size, checksum: body.checksum?.lowercased(), chunkSize: chunkSize,
             totalChunks: Int((body.size + chunkSize - 1) / chunkSize), chunksProcessed: 0, createdAt: now,
             expiresAt: now.addingTimeInterval(configuration.uploadExpiry.timeInterval), completedFileId: nil, state: .active)
-        let (upload, _) = try await dependencies.store.createUpload(session, now: now)
+        let (upload, _) = try await dependencies.content.createUpload(session, now: now)
         if upload.totalChunks == 0 {
             // Nothing to send: an empty file is complete at once.
             return try await finish(upload, userId: owner)
         }
-        let made = try await upload.completedFileId.asyncMap { try await dependencies.store.file(id: $0, userId: owner) }
+        let made = try await upload.completedFileId.asyncMap { try await dependencies.files.file(id: $0, userId: owner) }
         return try JSONResponse.make(upload.api(file: made), status: made == nil ? .ok : .created)
     }
 
@@ -59,12 +59,12 @@ struct ResumableUploadController: Sendable {
     /// folder it makes a file in; its owner's root when that is gone): 404 for a principal that may not, as for an
     /// unknown id.
     func session(_ id: String, for me: Principal) async throws -> UploadRecord {
-        guard let upload = try await dependencies.store.uploadSession(id: id) else { throw dependencies.access.notFound(me, itemId: id, .write) }
+        guard let upload = try await dependencies.content.uploadSession(id: id) else { throw dependencies.access.notFound(me, itemId: id, .write) }
         let target: FileRecord?
-        if let itemId = upload.fileId ?? upload.parentId, let item = try await dependencies.store.item(id: itemId) {
+        if let itemId = upload.fileId ?? upload.parentId, let item = try await dependencies.files.item(id: itemId) {
             target = item
-        } else if let owner = try await dependencies.store.user(id: upload.userId) {
-            target = try await dependencies.store.item(id: owner.rootId)
+        } else if let owner = try await dependencies.accounts.user(id: upload.userId) {
+            target = try await dependencies.files.item(id: owner.rootId)
         } else {
             target = nil
         }
@@ -77,7 +77,7 @@ struct ResumableUploadController: Sendable {
         let me = try await dependencies.principal(request)
         let upload = try await session(try context.parameter("uploadId"), for: me)
         try SQLMetadataStore.checkActive(upload, now: dependencies.now)
-        let file = try await upload.completedFileId.asyncMap { try await dependencies.store.file(id: $0, userId: upload.userId) }
+        let file = try await upload.completedFileId.asyncMap { try await dependencies.files.file(id: $0, userId: upload.userId) }
         return try JSONResponse.make(upload.api(file: file))
     }
 
@@ -85,7 +85,7 @@ struct ResumableUploadController: Sendable {
         let me = try await dependencies.principal(request)
         let id = try context.parameter("uploadId")
         let upload = try await session(id, for: me)
-        try await dependencies.store.deleteUpload(userId: upload.userId, uploadId: id, now: dependencies.now)
+        try await dependencies.content.deleteUpload(userId: upload.userId, uploadId: id, now: dependencies.now)
         hashes.forget(id)
         return Response(status: .noContent)
     }
@@ -138,7 +138,7 @@ struct ResumableUploadController: Sendable {
                 "Chunk \(k) must be \(expected.length) bytes; \(staged.content.size) arrived. Nothing was stored; send it again.",
                 code: .invalidChunk)
         }
-        let (stored, wasStored) = try await dependencies.store.storeChunk(
+        let (stored, wasStored) = try await dependencies.content.storeChunk(
             userId: owner, uploadId: id, chunk: k, blocks: staged.content.blocks, now: dependencies.now,
             expiresAt: dependencies.now.addingTimeInterval(dependencies.configuration.uploadExpiry.timeInterval))
         if wasStored, previous != nil || k == 0 {
@@ -160,17 +160,17 @@ struct ResumableUploadController: Sendable {
 
     func finish(_ upload: UploadRecord, userId: String) async throws -> Response {
         if let fileId = upload.completedFileId {
-            let file = try await dependencies.store.file(id: fileId, userId: userId)
+            let file = try await dependencies.files.file(id: fileId, userId: userId)
             return try JSONResponse.make(upload.api(file: file), status: .created, etag: file.etag)
         }
         let checksum = try await checksum(of: upload)
         if let expected = upload.checksum, expected != checksum {
             // The content is not what the client meant to send: nothing becomes visible and the bytes are freed.
-            try await dependencies.store.deleteUpload(userId: userId, uploadId: upload.id, now: dependencies.now)
+            try await dependencies.content.deleteUpload(userId: userId, uploadId: upload.id, now: dependencies.now)
             hashes.forget(upload.id)
             throw DriveError.checksumMismatch(expected: expected, actual: checksum)
         }
-        let (finished, file) = try await dependencies.store.finalizeUpload(userId: userId, uploadId: upload.id, checksum: checksum, now: dependencies.now)
+        let (finished, file) = try await dependencies.content.finalizeUpload(userId: userId, uploadId: upload.id, checksum: checksum, now: dependencies.now)
         hashes.forget(upload.id)
         return try JSONResponse.make(finished.api(file: file), status: .created, etag: file.etag)
     }
@@ -181,7 +181,7 @@ struct ResumableUploadController: Sendable {
             return state.finalize().hexString
         }
         var hasher = SHA256()
-        let blocks = try await dependencies.store.uploadBlocks(uploadId: upload.id)
+        let blocks = try await dependencies.content.uploadBlocks(uploadId: upload.id)
         try await dependencies.blobs.read(blocks, user: upload.userId, range: 0..<upload.size) { buffer in
             buffer.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
         }

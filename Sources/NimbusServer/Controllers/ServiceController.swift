@@ -9,7 +9,7 @@ struct ServiceController: Sendable {
     let registry: PrometheusCollectorRegistry
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.get, "/v1/about", use: about)
+        routes.on(Routes.about, use: about)
         routes.on(.get, "/healthz", use: health)
         routes.on(.get, "/metrics", use: metrics)
         routes.on(.get, "/openapi.yaml", use: openAPI)
@@ -18,7 +18,7 @@ struct ServiceController: Sendable {
     @Sendable func about(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let root = try await dependencies.root(for: me, .read)
-        guard let user = try await dependencies.store.user(id: root.userId) else { throw DriveError.unauthorized() }
+        guard let user = try await dependencies.accounts.user(id: root.userId) else { throw DriveError.unauthorized() }
         let about = About(
             userId: user.id, username: user.username, quota: .init(used: user.usedBytes, limit: user.quotaLimit),
             maxUploadSize: dependencies.configuration.maxUploadSize, chunkSize: dependencies.configuration.chunkSize, apiVersion: "v1")
@@ -28,9 +28,9 @@ struct ServiceController: Sendable {
     /// 200 `{"status":"ok"}` when the database and the blob store answer (within 3 s each); otherwise 503 with
     /// `Retry-After` and, per store, `"ok"` or why it is not (a load balancer takes the replica out meanwhile).
     @Sendable func health(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let store = dependencies.store, blobs = dependencies.blobs
+        let files = dependencies.files, blobs = dependencies.blobs
         let budget = dependencies.configuration.healthCheckBudget
-        async let database = Self.problem(within: budget) { _ = try await store.latestSeq(userId: "") }
+        async let database = Self.problem(within: budget) { _ = try await files.latestSeq(userId: "") }
         async let blobStore = Self.problem(within: budget) { try await blobs.checkReachable() }
         let (databaseProblem, blobProblem) = await (database, blobStore)
         guard databaseProblem != nil || blobProblem != nil else { return try JSONResponse.make(["status": "ok"]) }

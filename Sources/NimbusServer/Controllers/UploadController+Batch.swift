@@ -56,7 +56,7 @@ extension UploadController {
         // One transaction per tree written into (today the principal's own: one).
         for owner in Set(owners).sorted() {
             let mine = owners.indices.filter { owners[$0] == owner }
-            let outcomes = try await dependencies.store.commitBatch(userId: owner, entries: mine.map { entries[$0] }, now: dependencies.now)
+            let outcomes = try await dependencies.content.commitBatch(userId: owner, entries: mine.map { entries[$0] }, now: dependencies.now)
             for (index, outcome) in zip(mine, outcomes) {
                 switch outcome {
                 case .success(let committed): results[positions[index]] = .init(status: committed.created ? 201 : 200, file: committed.file.api)

@@ -9,7 +9,7 @@ struct UploadController: Sendable {
     let resumable: ResumableUploadController
 
     func register(_ routes: inout RouteTable) {
-        routes.on(.post, "/v1/upload", use: upload)
+        routes.on(Routes.upload, use: upload)
         resumable.register(&routes)
     }
 
@@ -41,7 +41,7 @@ struct UploadController: Sendable {
             dependencies.blobs.discard(content.blocks)
             throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
         }
-        let file = try await dependencies.store.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
+        let file = try await dependencies.content.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
         return try JSONResponse.make(file.api, status: .created, etag: file.etag)
     }
 
@@ -68,7 +68,7 @@ struct UploadController: Sendable {
     /// Reads a whole-file body: refused at once when its declared length would take the user over quota; a small
     /// one is kept for the database (no block file), a bigger one streamed into staged blocks.
     static func receiveBody(_ request: Request, declared: Int64?, dependencies: Dependencies, userId: String, mimeType: String) async throws -> StagedContent {
-        if let declared, let user = try await dependencies.store.user(id: userId) {
+        if let declared, let user = try await dependencies.accounts.user(id: userId) {
             try QuotaRule.check(adding: declared, used: user.usedBytes, limit: user.quotaLimit)
         }
         if let declared, declared <= StagedContent.inlineLimit {

@@ -1,13 +1,18 @@
 import Foundation
 import NimbusAPI
 
-/// The server's metadata façade: every method is one domain verb that runs as one transaction and keeps the
-/// invariants (unique live names per folder, one change-feed row per committed change, quota, per-user
-/// isolation). Every lookup is scoped by user: another user's id is indistinguishable from a missing one.
+/// The server's metadata, by aggregate: accounts and devices (``AccountStore``); files, the trash and the change
+/// feed (``FileStore``); content, revisions, blocks, packs and upload sessions (``ContentStore``); WebDAV's
+/// properties, locks and chunked uploads (``WebDAVStore``). Each is a façade of domain verbs: every method runs as
+/// one transaction and keeps the invariants (unique live names per folder, one change-feed row per committed change,
+/// quota, per-user scoping). Who may call them for what is decided before, by the access decision (``AccessPolicy``).
 ///
-/// A failure throws ``DriveError`` and leaves the store unchanged.
-protocol MetadataStore: Sendable {
-    // MARK: Users and devices
+/// A failure throws ``DriveError`` and leaves the store unchanged. `SQLMetadataStore` implements all four over the
+/// ``SQLDatabase`` seam (SQLite and PostgreSQL), one file per aggregate.
+typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore
+
+/// Users, devices and their refresh tokens, login failures, app passwords, settings every replica shares.
+protocol AccountStore: Sendable {
     func createUser(username: String, passwordHash: String, quota: Int64?, now: Date) async throws -> UserRecord
     func user(id: String) async throws -> UserRecord?
     func user(username: String) async throws -> UserRecord?
@@ -36,26 +41,12 @@ protocol MetadataStore: Sendable {
     /// The app password with this hash, if any, its last use set to `now` (at most once a minute).
     func useAppPassword(passwordHash: String, now: Date) async throws -> AppPasswordRecord?
 
-    /// WebDAV dead properties (`PROPPATCH`) of the user's items, by item id.
-    func deadProperties(userId: String, fileIds: [String]) async throws -> [String: [DeadProperty]]
-    /// Sets and removes an item's dead properties in one transaction (all or nothing).
-    func patchDeadProperties(userId: String, fileId: String, set: [DeadProperty], remove: [DeadProperty]) async throws
-
-    /// The user's WebDAV locks that have not expired.
-    func davLocks(userId: String, now: Date) async throws -> [DAVLock]
-    /// Takes `lock` unless a lock of the user's conflicts with it (an exclusive one either way, on the same path,
-    /// above it with depth infinity, or below it when `lock` is depth infinity): then returns false.
-    func acquireDAVLock(_ lock: DAVLock, now: Date) async throws -> Bool
-    /// A new expiry for the user's lock `token`; nil when there is no such live lock.
-    func refreshDAVLock(userId: String, token: String, now: Date) async throws -> DAVLock?
-    /// Removes locks by token (UNLOCK, or what a DELETE or MOVE took away); returns how many went.
-    @discardableResult
-    func releaseDAVLocks(userId: String, tokens: [String]) async throws -> Int
-
     /// The shared setting `key`, stored as `value` by the first caller (every replica then reads the same one).
     func sharedSetting(_ key: String, orStore value: String) async throws -> String
+}
 
-    // MARK: Files and folders
+/// Files and folders, the trash (and the mass-deletion breaker that guards it), the change feed.
+protocol FileStore: Sendable {
     /// The item with this id, whoever owns it (nil: none). Routes pass what it finds through the access decision
     /// (``Dependencies/item(_:for:_:)``); the verbs below act in the owner's tree, scoped to it.
     func item(id: String) async throws -> FileRecord?
@@ -94,7 +85,23 @@ protocol MetadataStore: Sendable {
     /// Lets the paused devices go on (for one more `window` each); returns what was paused.
     func confirmDeletions(userId: String, window: Duration, now: Date) async throws -> [DeletionPause]
 
-    // MARK: Content and revisions
+    // MARK: Change feed
+    func latestSeq(userId: String) async throws -> Int64
+    /// Changes after `seq`, oldest first; `nil` when the cursor is unknown or compacted away.
+    func changes(userId: String, after seq: Int64, limit: Int) async throws -> (changes: [ChangeRecord], hasMore: Bool)?
+
+    // MARK: Maintenance
+    /// Deletes items trashed before `before`; returns how many rows went.
+    func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int
+    /// Forgets deletions (and lapsed confirmations) older than `before`, the start of the breaker's window.
+    func pruneDeletionLog(before: Date) async throws -> Int
+    /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
+    func compactChanges(before: Date) async throws -> Int
+}
+
+/// Content and revisions: commits of staged content, blocks (put, adopted, freed, swept), packs, resumable upload
+/// sessions.
+protocol ContentStore: Sendable {
     /// Commits staged content as a new file or a new revision; places the blocks, checks quota and `If-Match`,
     /// prunes revisions past retention. On failure the staged blocks are discarded.
     func commitContent(userId: String, target: ContentTarget, content: StagedContent, now: Date) async throws -> FileRecord
@@ -136,6 +143,33 @@ protocol MetadataStore: Sendable {
     /// chunked uploads past theirs are deleted.
     func expireUploads(now: Date, forgetAfter: TimeInterval) async throws -> Int
 
+    /// Deletes from the blob store the blocks sent but never committed before `before` (the grace period lets an
+    /// upload in flight commit them), and the blocks freed — their last reference gone — before `freedBefore`;
+    /// returns how many went. A pack left more than half dead by this is compacted (its live blocks moved into a new
+    /// pack; the old one deleted once it is older than `freedBefore` at a later sweep).
+    func sweepBlocks(orphanedBefore before: Date, freedBefore: Date, now: Date) async throws -> Int
+    /// The earliest time this process freed blocks that no sweep has taken since (nil: none).
+    var unsweptFreeingSince: Date? { get }
+}
+
+/// WebDAV's state: dead properties, locks, and Nextcloud's chunked uploads.
+protocol WebDAVStore: Sendable {
+    /// WebDAV dead properties (`PROPPATCH`) of the user's items, by item id.
+    func deadProperties(userId: String, fileIds: [String]) async throws -> [String: [DeadProperty]]
+    /// Sets and removes an item's dead properties in one transaction (all or nothing).
+    func patchDeadProperties(userId: String, fileId: String, set: [DeadProperty], remove: [DeadProperty]) async throws
+
+    /// The user's WebDAV locks that have not expired.
+    func davLocks(userId: String, now: Date) async throws -> [DAVLock]
+    /// Takes `lock` unless a lock of the user's conflicts with it (an exclusive one either way, on the same path,
+    /// above it with depth infinity, or below it when `lock` is depth infinity): then returns false.
+    func acquireDAVLock(_ lock: DAVLock, now: Date) async throws -> Bool
+    /// A new expiry for the user's lock `token`; nil when there is no such live lock.
+    func refreshDAVLock(userId: String, token: String, now: Date) async throws -> DAVLock?
+    /// Removes locks by token (UNLOCK, or what a DELETE or MOVE took away); returns how many went.
+    @discardableResult
+    func releaseDAVLocks(userId: String, tokens: [String]) async throws -> Int
+
     // MARK: WebDAV chunked uploads (Nextcloud's), see SQLMetadataStore+DAVUploads
     func createDAVUpload(userId: String, name: String, destination: String?, now: Date, expiresAt: Date) async throws -> Bool
     func davUploads(userId: String, name: String?, now: Date) async throws -> [DAVUploadRecord]
@@ -146,24 +180,4 @@ protocol MetadataStore: Sendable {
         modifiedAt: Date?, now: Date
     ) async throws -> FileRecord
     func deleteDAVUpload(userId: String, upload: String, chunk: Int64?, now: Date) async throws -> Bool
-
-    // MARK: Change feed
-    func latestSeq(userId: String) async throws -> Int64
-    /// Changes after `seq`, oldest first; `nil` when the cursor is unknown or compacted away.
-    func changes(userId: String, after seq: Int64, limit: Int) async throws -> (changes: [ChangeRecord], hasMore: Bool)?
-
-    // MARK: Maintenance
-    /// Deletes items trashed before `before`; returns how many rows went.
-    func purgeTrash(trashedBefore before: Date, now: Date) async throws -> Int
-    /// Forgets deletions (and lapsed confirmations) older than `before`, the start of the breaker's window.
-    func pruneDeletionLog(before: Date) async throws -> Int
-    /// Drops `delete` change rows older than `before` and raises each user's cursor floor.
-    func compactChanges(before: Date) async throws -> Int
-    /// Deletes from the blob store the blocks sent but never committed before `before` (the grace period lets an
-    /// upload in flight commit them), and the blocks freed — their last reference gone — before `freedBefore`;
-    /// returns how many went. A pack left more than half dead by this is compacted (its live blocks moved into a new
-    /// pack; the old one deleted once it is older than `freedBefore` at a later sweep).
-    func sweepBlocks(orphanedBefore before: Date, freedBefore: Date, now: Date) async throws -> Int
-    /// The earliest time this process freed blocks that no sweep has taken since (nil: none).
-    var unsweptFreeingSince: Date? { get }
 }

@@ -100,7 +100,7 @@ struct FileRecord: Sendable, Equatable {
         File(
             id: id, name: name, mimeType: mimeType, parentId: parentId, size: size, checksum: checksum,
             revisionId: headRevisionId, createdAt: createdAt, modifiedAt: modifiedAt,
-            downloadUrl: isFolder ? nil : "/v1/files/\(id)/content", trashed: isTrashed)
+            downloadUrl: isFolder ? nil : Routes.content.path(id), trashed: isTrashed)
     }
 }
 
@@ -117,7 +117,7 @@ struct RevisionRecord: Sendable, Equatable {
     var api: FileRevision {
         FileRevision(
             revisionId: id, fileId: fileId, mimeType: mimeType, size: size, modifiedAt: createdAt,
-            downloadUrl: "/v1/files/\(fileId)/revisions/\(id)/content", checksum: checksum)
+            downloadUrl: Routes.revisionContent.path(fileId, id), checksum: checksum)
     }
 }
 
@@ -204,6 +204,6 @@ struct UploadRecord: Sendable, Equatable {
     func api(file: FileRecord? = nil) -> UploadResponse {
         UploadResponse(
             uploadId: id, totalChunks: totalChunks, chunksProcessed: chunksProcessed, chunkSize: chunkSize,
-            uploadUrl: "/v1/upload/\(id)/chunk", uploadExpiresAt: expiresAt, file: file?.api)
+            uploadUrl: Routes.uploadChunk.path(id), uploadExpiresAt: expiresAt, file: file?.api)
     }
 }

@@ -43,6 +43,14 @@ public struct RouteTable {
         self.index = index
     }
 
+    /// Adds the route of `endpoint` (``Routes``, where every `/v1` route is written once for the server and its
+    /// clients).
+    mutating func on<Body, Answer>(
+        _ endpoint: Endpoint<Body, Answer>, use handler: @escaping @Sendable (Request, NimbusRequestContext) async throws -> Response
+    ) {
+        on(HTTPRequest.Method(endpoint.method) ?? .get, endpoint.template, use: handler)
+    }
+
     /// Adds a route; `path` uses OpenAPI's `{name}` captures, which Hummingbird understands too. A `GET` route
     /// answers `HEAD` too: the same status and headers (`Content-Length` included), no body — curl -I, rclone and
     /// browsers ask that way.

@@ -17,8 +17,8 @@ struct LingeringCloseMiddleware: RouterMiddleware {
     typealias Context = NimbusRequestContext
 
     static var lingerLimit: Int64 { 1 << 30 }
-    static var lingerTime: Duration { .seconds(30) }
-    static var lingerGap: Duration { .seconds(5) }
+    static var lingerTime: Duration { .seconds(60) }
+    static var lingerGap: Duration { .seconds(15) }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard Self.hasBody(request) else { return try await next(request, context) }

@@ -43,7 +43,7 @@ extension DAVRequest {
         let body = try await request.body.collect(upTo: 1024)
         guard body.readableBytes == 0 else { throw DAVError(.unsupportedMediaType, "MKCOL takes no body.") }
         let now = dependencies.now
-        let created = try await dependencies.store.createDAVUpload(
+        let created = try await dependencies.webDAV.createDAVUpload(
             userId: owner, name: name, destination: request.headers[.init("Destination")!], now: now,
             expiresAt: now.addingTimeInterval(dependencies.configuration.uploadExpiry.timeInterval))
         guard created else { throw DAVError(.methodNotAllowed, "The upload '\(name)' exists already; PUT chunks into it, or DELETE it first.") }
@@ -51,7 +51,7 @@ extension DAVRequest {
     }
 
     func openUpload(_ me: Principal, _ name: String) async throws -> DAVUploadRecord {
-        guard let upload = try await dependencies.store.davUploads(userId: owner, name: name, now: dependencies.now).first else {
+        guard let upload = try await dependencies.webDAV.davUploads(userId: owner, name: name, now: dependencies.now).first else {
             throw DAVError(.notFound, "No upload '\(name)' (never started, finished, deleted, or expired after a day untouched); start one with MKCOL.")
         }
         return upload
@@ -85,7 +85,7 @@ extension DAVRequest {
                 throw DAVError(.contentTooLarge, "Files can be at most \(configuration.maxUploadSize) bytes; this one is \(total).")
             }
             // The chunks already here count in the quota, so only the rest of the file is asked for.
-            if let user = try await dependencies.store.user(id: owner) {
+            if let user = try await dependencies.accounts.user(id: owner) {
                 do {
                     try QuotaRule.check(adding: total, used: user.usedBytes - upload.chunks.reduce(0, { $0 + $1.size }), limit: user.quotaLimit)
                 } catch let error as DriveError {
@@ -97,7 +97,7 @@ extension DAVRequest {
         let staged = try await UploadController.stage(
             request.body, blobs: dependencies.blobs, max: configuration.maxUploadSize - others, mimeType: "application/octet-stream")
         let now = dependencies.now
-        try await dependencies.store.storeDAVChunk(
+        try await dependencies.webDAV.storeDAVChunk(
             userId: owner, upload: uploadName, chunk: .init(order: order, name: chunkName, size: staged.content.size),
             blocks: staged.content.blocks, now: now, expiresAt: now.addingTimeInterval(configuration.uploadExpiry.timeInterval))
         let replaced = upload.chunks.contains { $0.order == order }
@@ -131,12 +131,12 @@ extension DAVRequest {
         let parent = try await parentFolder(me, of: target)
         try await checkLocks(me, names: target, targets: [(Self.lockPath(target), false)])
         let modifiedAt = try clientModificationTime()
-        let blocks = try await dependencies.store.davUploadBlocks(userId: owner, upload: uploadName)
+        let blocks = try await dependencies.webDAV.davUploadBlocks(userId: owner, upload: uploadName)
         let checksum = try await dependencies.blobs.checksum(of: blocks, user: owner)
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let contentTarget: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
-        let file = try await dependencies.store.finishDAVUpload(
+        let file = try await dependencies.webDAV.finishDAVUpload(
             userId: owner, upload: uploadName, target: contentTarget, blocks: blocks, checksum: checksum, size: total,
             mimeType: try FilesController.validContentMimeType(existing?.mimeType ?? MimeType.guess(forName: name)), modifiedAt: modifiedAt, now: dependencies.now)
         var headers: HTTPFields = [.contentLength: "0", .eTag: "\"\(file.etag)\"", .init("OC-ETag")!: "\"\(file.etag)\"", .init("OC-FileId")!: file.id]
@@ -149,7 +149,7 @@ extension DAVRequest {
             guard let order = Self.chunkOrder(name) else { throw DAVError(.notFound, "No chunk '\(name)' in '\(uploadName)'.") }
             return order
         }
-        guard try await dependencies.store.deleteDAVUpload(userId: owner, upload: uploadName, chunk: order, now: dependencies.now) else {
+        guard try await dependencies.webDAV.deleteDAVUpload(userId: owner, upload: uploadName, chunk: order, now: dependencies.now) else {
             throw DAVError(.notFound, chunk.map { "No chunk '\($0)' in '\(uploadName)'." } ?? "No upload '\(uploadName)'.")
         }
         return Response(status: .noContent)
@@ -171,7 +171,7 @@ extension DAVRequest {
         if names.isEmpty {
             xml += entry([], folder: true)
             if depth == "1" {
-                for upload in try await dependencies.store.davUploads(userId: owner, name: nil, now: dependencies.now) {
+                for upload in try await dependencies.webDAV.davUploads(userId: owner, name: nil, now: dependencies.now) {
                     xml += entry([upload.name], folder: true, modified: upload.createdAt)
                 }
             }

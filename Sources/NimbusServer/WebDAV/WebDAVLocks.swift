@@ -129,7 +129,7 @@ extension DAVRequest {
     /// (423). `targets` are lock paths; `subtree` also counts locks inside them (DELETE, MOVE of a folder).
     @discardableResult
     func checkLocks(_ me: Principal, names: [String], targets: [(path: String, subtree: Bool)]) async throws -> [DAVLock] {
-        let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
+        let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
         let lists = try ifLists()
         if let lists, !(try await ifHolds(me, lists, names: names, locks: locks)) {
             throw DAVError(.preconditionFailed, "The If header does not hold (a lock token or entity tag in it does not match).")
@@ -150,7 +150,7 @@ extension DAVRequest {
 
     /// Locks on `path` or inside it go with a DELETE or MOVE of it.
     func releaseLocks(_ me: Principal, inside path: String, from locks: [DAVLock]) async throws {
-        try await dependencies.store.releaseDAVLocks(userId: owner, tokens: locks.filter { $0.isInside(path) }.map(\.token))
+        try await dependencies.webDAV.releaseDAVLocks(userId: owner, tokens: locks.filter { $0.isInside(path) }.map(\.token))
     }
 
     // MARK: LOCK and UNLOCK
@@ -162,14 +162,14 @@ extension DAVRequest {
         let path = Self.lockPath(names)
         let timeout = Self.lockTimeout(request.headers[.init("Timeout")!])
         if body.readableBytes == 0 || Data(buffer: body).allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
-            let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
+            let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
             let lists = try ifLists()
             guard let lists, try await ifHolds(me, lists, names: names, locks: locks) else {
                 throw DAVError(.preconditionFailed, "A lock refresh names the lock's token in an If header.")
             }
             let submitted = Self.submittedTokens(lists)
             guard let held = locks.first(where: { submitted.contains($0.token) && $0.covers(path) }),
-                let refreshed = try await dependencies.store.refreshDAVLock(userId: owner, token: held.token, now: dependencies.now)
+                let refreshed = try await dependencies.webDAV.refreshDAVLock(userId: owner, token: held.token, now: dependencies.now)
             else { throw DAVError(.preconditionFailed, "No lock of yours with that token covers '/\(path)'.") }
             return Self.lockResponse(refreshed, status: .ok)
         }
@@ -194,7 +194,7 @@ extension DAVRequest {
         let lock = DAVLock(
             token: "opaquelocktoken:" + UUID().uuidString.lowercased(), userId: owner, path: path, infinite: depth == "infinity",
             exclusive: scope.name == "exclusive", owner: lockOwner, timeoutSeconds: timeout, expiresAt: dependencies.now.addingTimeInterval(TimeInterval(timeout)))
-        guard try await dependencies.store.acquireDAVLock(lock, now: dependencies.now) else {
+        guard try await dependencies.webDAV.acquireDAVLock(lock, now: dependencies.now) else {
             throw DAVError(.init(code: 423, reasonPhrase: "Locked"), "'/\(path)' is locked by another lock that conflicts with this one.", condition: "<D:no-conflicting-lock/>")
         }
         var status = HTTPResponse.Status.ok
@@ -202,11 +202,11 @@ extension DAVRequest {
             let parent = try await parentFolder(me, of: names)
             do {
                 let name = try FilesController.validName(names[names.count - 1])
-                _ = try await dependencies.store.commitContent(
+                _ = try await dependencies.content.commitContent(
                     userId: owner, target: .new(parentId: parent.id, name: name, policy: .fail),
                     content: .inline([], mimeType: MimeType.guess(forName: name)), now: dependencies.now)
             } catch {
-                try await dependencies.store.releaseDAVLocks(userId: owner, tokens: [lock.token])
+                try await dependencies.webDAV.releaseDAVLocks(userId: owner, tokens: [lock.token])
                 throw error
             }
             status = .created
@@ -217,11 +217,11 @@ extension DAVRequest {
     func unlock(_ me: Principal, _ names: [String]) async throws -> Response {
         guard let header = request.headers[.init("Lock-Token")!] else { throw DAVError(.badRequest, "UNLOCK needs a Lock-Token header.") }
         let token = header.trimmingCharacters(in: CharacterSet(charactersIn: " <>"))
-        let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
+        let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
         guard locks.contains(where: { $0.token == token && $0.covers(Self.lockPath(names)) }) else {
             throw DAVError(.conflict, "No lock with that token covers this path.", condition: "<D:lock-token-matches-request-uri/>")
         }
-        try await dependencies.store.releaseDAVLocks(userId: owner, tokens: [token])
+        try await dependencies.webDAV.releaseDAVLocks(userId: owner, tokens: [token])
         return Response(status: .noContent)
     }
 

@@ -23,7 +23,7 @@ extension DAVRequest {
         }
         guard let revisionId = item.headRevisionId else { throw DAVError(.notFound, "'\(item.name)' has no content.") }
         try checkPreconditions(item)
-        let revision = try await dependencies.store.revision(userId: owner, fileId: item.id, revisionId: revisionId)
+        let revision = try await dependencies.content.revision(userId: owner, fileId: item.id, revisionId: revisionId)
         var response = try await ContentController(dependencies: dependencies).stream(revision, name: item.name, request: request, userId: owner)
         // WebDAV clients open files in place: no attachment disposition here.
         response.headers[.contentDisposition] = nil
@@ -35,7 +35,7 @@ extension DAVRequest {
         var result: [FileRecord] = []
         var page = 1
         while true {
-            let batch = try await dependencies.store.children(of: folder.id, userId: owner, paging: Paging(page: page, limit: Paging.maxLimit))
+            let batch = try await dependencies.files.children(of: folder.id, userId: owner, paging: Paging(page: page, limit: Paging.maxLimit))
             result += batch.files
             if batch.files.count < Paging.maxLimit || result.count >= batch.total { return result }
             page += 1
@@ -49,10 +49,10 @@ extension DAVRequest {
         let body = try await request.body.collect(upTo: 1 << 20)
         let wanted = try PropfindBody.parse(Data(buffer: body))
         let item = try await require(me, names)
-        let user = try await dependencies.store.user(id: owner)
+        let user = try await dependencies.accounts.user(id: owner)
         let children = depth == "1" && item.isFolder ? try await allChildren(me, of: item) : []
-        let dead = try await dependencies.store.deadProperties(userId: owner, fileIds: [item.id] + children.map(\.id))
-        let locks = try await dependencies.store.davLocks(userId: owner, now: dependencies.now)
+        let dead = try await dependencies.webDAV.deadProperties(userId: owner, fileIds: [item.id] + children.map(\.id))
+        let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
         var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
         xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [], locks: locks)
         for child in children {
@@ -157,7 +157,7 @@ extension DAVRequest {
                 case .remove(let property): remove.append(property)
                 }
             }
-            try await dependencies.store.patchDeadProperties(userId: owner, fileId: item.id, set: set, remove: remove)
+            try await dependencies.webDAV.patchDeadProperties(userId: owner, fileId: item.id, set: set, remove: remove)
             statuses = updates.map { ($0.property, "HTTP/1.1 200 OK") }
         } else {
             statuses = updates.map { update in

@@ -59,7 +59,7 @@ struct DAVRequest {
     func treeRoot(_ me: Principal, username: String, action: Action) async throws -> FileRecord {
         guard let named = mount.owner, named != username else { return try await dependencies.root(for: me, action) }
         let elsewhere = DAVError(.notFound, "'\(named)' is not the user signed in; use /remote.php/dav/files/\(username)/.")
-        guard let user = try await dependencies.store.user(username: named) else {
+        guard let user = try await dependencies.accounts.user(username: named) else {
             throw DAVError(dependencies.access.notFound(me, itemId: "user:" + named, action)).with(message: elsewhere.message)
         }
         do {
@@ -99,8 +99,8 @@ struct DAVRequest {
             throw DAVError(.unauthorized, "The Authorization header must be 'Basic base64(user:app-password)'.", headers: Self.challenge)
         }
         let outcome = try await dependencies.signIn(username: username, remoteIP: context.remoteIP, clearsFailures: false) { () -> Principal? in
-            let record = try await dependencies.store.useAppPassword(passwordHash: AppPasswords.hash(password), now: dependencies.now)
-            let user = try await dependencies.store.user(username: username)
+            let record = try await dependencies.accounts.useAppPassword(passwordHash: AppPasswords.hash(password), now: dependencies.now)
+            let user = try await dependencies.accounts.user(username: username)
             guard let record, let user, record.userId == user.id else { return nil }
             return Principal(userId: user.id, deviceId: Principal.appPasswordPrefix + record.id)
         }
@@ -165,7 +165,7 @@ struct DAVRequest {
     func resolve(_ me: Principal, _ names: [String]) async throws -> FileRecord? {
         guard var current = root else { return nil }
         for name in names {
-            guard current.isFolder, let child = try await dependencies.store.child(named: name, in: current.id, userId: current.userId) else { return nil }
+            guard current.isFolder, let child = try await dependencies.files.child(named: name, in: current.id, userId: current.userId) else { return nil }
             current = child
         }
         return current

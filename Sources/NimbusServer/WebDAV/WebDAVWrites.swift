@@ -34,7 +34,7 @@ extension DAVRequest {
             content.modifiedAt = mtime
             headers[.init("X-OC-MTime")!] = "accepted"
         }
-        let file = try await dependencies.store.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
+        let file = try await dependencies.content.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
         headers[.eTag] = "\"\(file.etag)\""
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
@@ -67,7 +67,7 @@ extension DAVRequest {
         if try await resolve(me, names) != nil { throw DAVError(.methodNotAllowed, "'\(name)' exists already.") }
         let parent = try await parentFolder(me, of: names)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
-        _ = try await dependencies.store.create(
+        _ = try await dependencies.files.create(
             userId: owner, parentId: parent.id, name: try FilesController.validName(name), mimeType: folderMimeType, policy: .fail,
             requestId: nil, now: dependencies.now)
         return Response(status: .created, headers: [.contentLength: "0"])
@@ -80,7 +80,7 @@ extension DAVRequest {
         let item = try await require(me, names)
         try checkPreconditions(item)
         let locks = try await checkLocks(me, names: names, targets: [(Self.lockPath(names), true)])
-        _ = try await dependencies.store.trash(userId: owner, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
+        _ = try await dependencies.files.trash(userId: owner, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
         try await releaseLocks(me, inside: Self.lockPath(names), from: locks)
         return Response(status: .noContent)
     }
@@ -112,17 +112,17 @@ extension DAVRequest {
             guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "COPY takes Depth 0 or infinity.") }
             // One transaction: what is under the destination goes to the trash (or, a file onto a file, gets the copy as a
             // new revision) with the copy made, or nothing happens.
-            _ = try await dependencies.store.copy(
+            _ = try await dependencies.files.copy(
                 userId: owner, sourceId: source.id, parentId: parent.id, name: newName, replacing: existing?.id, deep: depth == "infinity",
                 now: dependencies.now, by: dependencies.deleter(me))
         } else {
             if let existing {
                 // The item under the destination goes to the trash in the move's own transaction: both or neither.
-                _ = try await dependencies.store.move(
+                _ = try await dependencies.files.move(
                     userId: owner, fileId: source.id, name: newName, parentId: parent.id, replacing: existing.id, now: dependencies.now,
                     by: dependencies.deleter(me))
             } else {
-                _ = try await dependencies.store.update(
+                _ = try await dependencies.files.update(
                     userId: owner, fileId: source.id, name: newName, parentId: parent.id, ifMatch: nil, now: dependencies.now)
             }
             // Locks stay with paths, not items: the source's go (RFC 4918 §9.9.4).

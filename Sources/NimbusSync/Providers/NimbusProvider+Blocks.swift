@@ -275,8 +275,7 @@ extension NimbusProvider: DeltaDownloadProvider {
 
     /// A revision's blocks; nil when the server has no block API.
     func manifest(_ fileId: String, revision: String?) async throws -> BlockManifest? {
-        let path = "/v1/files/\(fileId)/blocks" + (revision.map { "?revisionId=\($0.queryEscaped)" } ?? "")
-        let (head, data) = try await send(TransportRequest(method: "GET", path: path))
+        let (head, data) = try await send(TransportRequest(Routes.manifest, fileId, query: ["revisionId": revision]))
         if head.status == 404 { return nil }
         try Self.check(head, data)
         return try Self.decode(BlockManifest.self, data)
@@ -322,7 +321,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         for start in stride(from: 0, to: hashes.count, by: MissingBlocksRequest.maxHashes) {
             let part = Array(hashes[start..<min(start + MissingBlocksRequest.maxHashes, hashes.count)])
             let (head, data) = try await send(
-                TransportRequest(method: "POST", path: "/v1/blocks/missing", body: try JSONEncoder.nimbus.encode(MissingBlocksRequest(hashes: part))),
+                TransportRequest(Routes.missingBlocks, body: try JSONEncoder.nimbus.encode(MissingBlocksRequest(hashes: part))),
                 json: true)
             if head.status == 404 || head.status == 405 {
                 blocksSupported.withLock { $0 = false }
@@ -402,7 +401,7 @@ extension NimbusProvider: DeltaDownloadProvider {
             body.append(contentsOf: Array("\(chunk.hash) \(chunk.length)\n".utf8))
             body.append(bytes)
         }
-        var request = TransportRequest(method: "POST", path: "/v1/blocks", headers: ["Content-Type": StoredBlocks.contentType], body: body)
+        var request = TransportRequest(Routes.putBlocks, headers: ["Content-Type": StoredBlocks.contentType], body: body)
         if self.compressesBlocks.withLock({ $0 }) != false, let encoded = BlockCompression.deflate(body, sample: batch.first?.length ?? 0) {
             request.body = encoded
             request.headers["Content-Encoding"] = "deflate"
@@ -538,7 +537,7 @@ extension NimbusProvider: DeltaDownloadProvider {
         }
         for attempt in 0..<2 {
             let (head, data) = try await send(
-                TransportRequest(method: "POST", path: "/v1/blocks/commit", headers: headers, body: try JSONEncoder.nimbus.encode(request)), json: true)
+                TransportRequest(Routes.commitBlocks, headers: headers, body: try JSONEncoder.nimbus.encode(request)), json: true)
             if head.status == 409, attempt == 0, let body = try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data),
                 body.error.knownCode == .blocksMissing, let lacking = body.error.missing
             {
@@ -597,7 +596,7 @@ extension NimbusProvider: DeltaDownloadProvider {
 
         let handle = try destination.open()
         defer { try? handle.close() }
-        let contentPath = "/v1/files/\(id)/revisions/\(manifest.revisionId)/content"
+        let contentPath = Routes.revisionContent.path(id, manifest.revisionId)
         var written: Int64 = 0
         var index = 0
         do {

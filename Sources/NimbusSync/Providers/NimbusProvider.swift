@@ -59,7 +59,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     // MARK: Reading
 
     public func root() async throws -> RemoteItem {
-        var current: File = try await call("GET", "/v1/files/root")
+        var current: File = try await call(Routes.file, "root")
         for part in rootPath.split(separator: "/").map(String.init) where part != "." {
             guard let next = try await files(in: current.id).first(where: { $0.name == part }) else { throw ProviderError.notFound }
             guard next.isFolder else { throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(rootPath) is a file, not a folder.") }
@@ -72,7 +72,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     /// Makes the folders of `path` (from the account's root) that are missing, like `mkdir -p`.
     public static func makeFolder(_ path: String, with client: ServerClient) async throws {
         let provider = NimbusProvider(client: client, state: NoState())
-        var current: File = try await provider.call("GET", "/v1/files/root")
+        var current: File = try await provider.call(Routes.file, "root")
         for part in path.split(separator: "/").map(String.init) where part != "." {
             // Twice at most: another device may make the same folder between the look and the creation (two
             // `nimbus sync` started together): then it is that one.
@@ -86,7 +86,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
                 }
                 let body = CreateFileRequest(name: part, mimeType: folderMimeType, parentId: current.id, requestId: UUID.random().uuidString.lowercased())
                 let (head, data) = try await provider.send(
-                    TransportRequest(method: "POST", path: "/v1/files", body: try JSONEncoder.nimbus.encode(body)), json: true)
+                    TransportRequest(Routes.createFile, body: try JSONEncoder.nimbus.encode(body)), json: true)
                 do {
                     try Self.check(head, data)
                 } catch ProviderError.nameTaken where attempt == 0 {
@@ -109,7 +109,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     }
 
     public func item(_ id: String) async throws -> RemoteItem {
-        let file: File = try await call("GET", "/v1/files/\(id)")
+        let file: File = try await call(Routes.file, id)
         if file.trashed { throw ProviderError.notFound }
         return Self.item(file)
     }
@@ -122,7 +122,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         var files: [File] = []
         var page = 1
         while true {
-            let list: FileList = try await call("GET", "/v1/files?parentId=\(folderId.queryEscaped)&page=\(page)&limit=1000")
+            let list: FileList = try await call(Routes.listFiles, query: ["parentId": folderId, "page": String(page), "limit": "1000"])
             files += list.files
             guard let next = list.pagination.nextPage else { return files }
             page = next
@@ -130,12 +130,12 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     }
 
     public func startCursor() async throws -> String {
-        let start: ChangeCursor = try await call("GET", "/v1/changes/start")
+        let start: ChangeCursor = try await call(Routes.changesStart)
         return start.cursor
     }
 
     public func changes(since cursor: String) async throws -> ChangePage {
-        let (head, data) = try await send(TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&limit=1000"))
+        let (head, data) = try await send(TransportRequest(Routes.changes, query: ["cursor": cursor, "limit": "1000"]))
         if head.status == 410 { throw ProviderError.gone }
         try Self.check(head, data)
         let page = try Self.decode(ChangeList.self, data)
@@ -149,7 +149,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     /// The server's event stream (`/v1/events`): `onChange` on every commit of this account.
     public func watch(onChange: @escaping @Sendable () -> Void) async throws {
         do {
-            _ = try await client.authorizedStream(TransportRequest(method: "GET", path: "/v1/events")) { data in
+            _ = try await client.authorizedStream(TransportRequest(Routes.events)) { data in
                 if String(decoding: data, as: UTF8.self).contains("event: change") { onChange() }
             }
         } catch let error as SyncError {
@@ -159,7 +159,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     /// Waits until something changes after `cursor` (a long-poll of up to `seconds`), for a caller without events.
     public func waitForChanges(after cursor: String, seconds: Int) async throws -> Bool {
-        let (head, data) = try await send(TransportRequest(method: "GET", path: "/v1/changes?cursor=\(cursor.queryEscaped)&timeout=\(seconds)&limit=1"))
+        let (head, data) = try await send(TransportRequest(Routes.changes, query: ["cursor": cursor, "timeout": String(seconds), "limit": "1"]))
         guard head.status == 200, let page = try? JSONDecoder.nimbus.decode(ChangeList.self, from: data) else { return false }
         return !page.changes.isEmpty
     }
@@ -168,7 +168,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     public func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
         let body = CreateFileRequest(name: name, mimeType: folderMimeType, parentId: parentId, requestId: requestId)
-        let (head, data) = try await send(TransportRequest(method: "POST", path: "/v1/files", body: try JSONEncoder.nimbus.encode(body)), json: true)
+        let (head, data) = try await send(TransportRequest(Routes.createFile, body: try JSONEncoder.nimbus.encode(body)), json: true)
         try Self.check(head, data)
         return Self.item(try Self.decode(File.self, data))
     }
@@ -192,15 +192,17 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         _ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> RemoteItem {
         let bytes = try Self.read(source)
-        var path = "/v1/upload?uploadType=media&checksum=\(source.checksum)"
-        if let modified = source.modified { path += "&modifiedAt=\(ISO8601.string(from: modified).queryEscaped)" }
+        let modifiedAt = source.modified.map { ISO8601.string(from: $0) }
         var headers = ["Content-Type": "application/octet-stream"]
+        let path: String
         switch target {
         case .new(let parentId, let name, let mimeType):
-            path += "&name=\(name.queryEscaped)&parentId=\(parentId.queryEscaped)&requestId=\(requestId.queryEscaped)"
-            path += "&mimeType=\((mimeType ?? MimeType.guess(forName: name)).queryEscaped)"
+            path = Routes.upload.path(query: [
+                "uploadType": "media", "checksum": source.checksum, "modifiedAt": modifiedAt, "name": name, "parentId": parentId,
+                "requestId": requestId, "mimeType": mimeType ?? MimeType.guess(forName: name),
+            ])
         case .version(let fileId, let base):
-            path += "&fileId=\(fileId.queryEscaped)"
+            path = Routes.upload.path(query: ["uploadType": "media", "checksum": source.checksum, "modifiedAt": modifiedAt, "fileId": fileId])
             if let base { headers["If-Match"] = "\"\(base)\"" }
         }
         let (head, data) = try await send(TransportRequest(method: "POST", path: path, headers: headers, body: bytes))
@@ -232,7 +234,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
                     checksum: source.checksum)
             }
             let (head, data) = try await send(
-                TransportRequest(method: "POST", path: "/v1/upload?uploadType=resumable", headers: headers, body: try JSONEncoder.nimbus.encode(request)),
+                TransportRequest(Routes.upload, query: ["uploadType": "resumable"], headers: headers, body: try JSONEncoder.nimbus.encode(request)),
                 json: true)
             try Self.check(head, data)
             let started = try Self.decode(UploadResponse.self, data)
@@ -289,7 +291,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         guard let text = try state.value(for: sessionKey(requestId)),
             let saved = try? JSONDecoder.nimbus.decode(UploadResponse.self, from: Data(text.utf8))
         else { return nil }
-        let (head, data) = try await send(TransportRequest(method: "GET", path: "/v1/upload/\(saved.uploadId)"))
+        let (head, data) = try await send(TransportRequest(Routes.uploadSession, saved.uploadId))
         guard head.status == 200, let fresh = try? JSONDecoder.nimbus.decode(UploadResponse.self, from: data),
             fresh.chunksProcessed <= fresh.totalChunks, fresh.chunkSize == saved.chunkSize
         else {
@@ -308,7 +310,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         guard let text = try? state.value(for: sessionKey(requestId)),
             let saved = try? JSONDecoder.nimbus.decode(UploadResponse.self, from: Data(text.utf8))
         else { return }
-        _ = try? await send(TransportRequest(method: "DELETE", path: "/v1/upload/\(saved.uploadId)"))
+        _ = try? await send(TransportRequest(Routes.cancelUpload, saved.uploadId))
         try? state.setValue(nil, for: sessionKey(requestId))
     }
 
@@ -321,7 +323,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
                     checksum: file.source.checksum, content: try Self.read(file.source), modifiedAt: file.source.modified))
         }
         let (head, data) = try await send(
-            TransportRequest(method: "POST", path: "/v1/upload?uploadType=batch", body: try JSONEncoder.nimbus.encode(BatchUploadRequest(files: entries))),
+            TransportRequest(Routes.upload, query: ["uploadType": "batch"], body: try JSONEncoder.nimbus.encode(BatchUploadRequest(files: entries))),
             json: true)
         try Self.check(head, data)
         let results = try Self.decode(BatchUploadResponse.self, data).results
@@ -344,7 +346,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         var headers: [String: String] = [:]
         if let revision { headers["If-Range"] = "\"\(revision)\"" }
         if offset > 0 { headers["Range"] = "bytes=\(offset)-" }
-        let path = revision.map { "/v1/files/\(id)/revisions/\($0)/content" } ?? "/v1/files/\(id)/content"
+        let path = revision.map { Routes.revisionContent.path(id, $0) } ?? Routes.content.path(id)
         let written = LockedBox(offset)
         let head: TransportResponseHead
         do {
@@ -370,27 +372,27 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
 
     public func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
         let body = UpdateFileRequest(name: name, parentId: parentId)
-        let (head, data) = try await send(TransportRequest(method: "PATCH", path: "/v1/files/\(id)", body: try JSONEncoder.nimbus.encode(body)), json: true)
+        let (head, data) = try await send(TransportRequest(Routes.updateFile, id, body: try JSONEncoder.nimbus.encode(body)), json: true)
         try Self.check(head, data)
         return Self.item(try Self.decode(File.self, data))
     }
 
     public func delete(_ id: String) async throws {
-        let (head, data) = try await send(TransportRequest(method: "DELETE", path: "/v1/files/\(id)"))
+        let (head, data) = try await send(TransportRequest(Routes.deleteFile, id))
         try Self.check(head, data)
     }
 
     public func revisions(of id: String) async throws -> [FileRevision] {
-        let list: RevisionList = try await call("GET", "/v1/files/\(id)/revisions?limit=1000")
+        let list: RevisionList = try await call(Routes.revisions, id, query: ["limit": "1000"])
         return list.revisions
     }
 
     public func restore(_ id: String, revision: String) async throws -> RemoteItem {
-        Self.item(try await call("POST", "/v1/files/\(id)/revisions/\(revision)/restore"))
+        Self.item(try await call(Routes.restoreRevision, id, revision))
     }
 
     public func quota() async throws -> (used: Int64, limit: Int64?) {
-        let about: About = try await call("GET", "/v1/about")
+        let about: About = try await call(Routes.about)
         return (about.quota.used, about.quota.limit)
     }
 
@@ -421,10 +423,13 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         }
     }
 
-    func call<T: Decodable>(_ method: String, _ path: String) async throws -> T {
-        let (head, data) = try await send(TransportRequest(method: method, path: path))
+    /// `GET` (or the endpoint's method) of `endpoint`, its answer decoded.
+    func call<Body, Answer: Decodable>(
+        _ endpoint: Endpoint<Body, Answer>, _ parameters: String..., query: KeyValuePairs<String, String?> = [:]
+    ) async throws -> Answer {
+        let (head, data) = try await send(TransportRequest(method: endpoint.method, path: endpoint.path(parameters, query: query)))
         try Self.check(head, data)
-        return try Self.decode(T.self, data)
+        return try Self.decode(Answer.self, data)
     }
 
     static func providerError(_ error: SyncError) -> ProviderError {

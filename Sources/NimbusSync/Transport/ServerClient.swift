@@ -84,7 +84,7 @@ public actor ServerClient {
     /// Signs in as a device named `deviceName` and keeps the tokens.
     public func logIn(server: URL, username: String, password: String, deviceName: String) async throws -> Account {
         let body = NimbusAPI.Credentials(username: username, password: password, deviceName: deviceName)
-        let (head, data) = try await raw(TransportRequest(method: "POST", path: "/v1/auth/login", body: try JSONEncoder.nimbus.encode(body)), json: true)
+        let (head, data) = try await raw(TransportRequest(method: Routes.login.method, path: Routes.login.path(), body: try JSONEncoder.nimbus.encode(body)), json: true)
         try Self.check(head, data)
         let pair = try Self.decode(TokenPair.self, data)
         let credentials = Account(
@@ -99,7 +99,7 @@ public actor ServerClient {
         if let credentials {
             let body = try? JSONEncoder.nimbus.encode(RefreshRequest(refreshToken: credentials.refreshToken))
             _ = try? await transport.send(
-                TransportRequest(method: "POST", path: "/v1/auth/logout", headers: ["Content-Type": "application/json"], body: body))
+                TransportRequest(method: Routes.logout.method, path: Routes.logout.path(), headers: ["Content-Type": "application/json"], body: body))
         }
         try? store(nil)
     }
@@ -113,7 +113,7 @@ public actor ServerClient {
     func refresh() async throws -> Bool {
         guard let current = credentials else { return false }
         let body = try JSONEncoder.nimbus.encode(RefreshRequest(refreshToken: current.refreshToken))
-        let (head, data) = try await raw(TransportRequest(method: "POST", path: "/v1/auth/refresh", body: body), json: true)
+        let (head, data) = try await raw(TransportRequest(method: Routes.refresh.method, path: Routes.refresh.path(), body: body), json: true)
         guard head.status == 200, let pair = try? JSONDecoder.nimbus.decode(TokenPair.self, from: data) else {
             if head.status == 401 || head.status == 400 { return false }
             try Self.check(head, data)
@@ -222,6 +222,20 @@ public actor ServerClient {
         return try Self.decode(T.self, reply)
     }
 
+    /// An authorized call of `endpoint` (its path's placeholders filled, in order, with `parameters`), its body JSON,
+    /// its answer decoded (``NoBody``: a `204`, nothing to decode).
+    public func call<Body: Encodable, Answer: Decodable>(
+        _ endpoint: Endpoint<Body, Answer>, _ parameters: String..., query: KeyValuePairs<String, String?> = [:], body: Body? = nil,
+        headers: [String: String] = [:]
+    ) async throws -> Answer {
+        let data = try body.map { try JSONEncoder.nimbus.encode($0) }
+        let request = TransportRequest(method: endpoint.method, path: endpoint.path(parameters, query: query), headers: headers, body: data)
+        let (head, reply) = try await authorized(request, json: data != nil)
+        try Self.check(head, reply)
+        if Answer.self == NoBody.self, let none = NoBody() as? Answer { return none }
+        return try Self.decode(Answer.self, reply)
+    }
+
     /// An authorized call whose answer has no body worth decoding.
     public func callWithoutResult(_ method: String, _ path: String, headers: [String: String] = [:]) async throws {
         let (head, reply) = try await authorized(TransportRequest(method: method, path: path, headers: headers))
@@ -229,11 +243,3 @@ public actor ServerClient {
     }
 }
 
-extension String {
-    /// Percent-encoded for a query value or one path segment (all but RFC 3986's unreserved characters).
-    public var queryEscaped: String {
-        // Only ASCII letters and digits stay as they are (CharacterSet.alphanumerics would let "é" through raw).
-        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
-        return addingPercentEncoding(withAllowedCharacters: allowed) ?? self
-    }
-}

@@ -1,4 +1,5 @@
 import Foundation
+import NimbusAPI
 
 /// One HTTP request as the engine makes it: a path relative to the server, small bodies in memory
 /// (JSON, or one upload chunk of at most the server's chunk size).
@@ -46,4 +47,14 @@ public protocol Transport: Sendable {
     /// Sends a request and hands the response body to `sink` piece by piece (downloads, event streams).
     /// `sink` is called only for 2xx responses; otherwise the body is collected and returned.
     func stream(_ request: TransportRequest, into sink: @escaping @Sendable (Data) async throws -> Void) async throws -> (TransportResponseHead, Data)
+}
+
+extension TransportRequest {
+    /// A request for `endpoint` (``Routes``), its path's placeholders filled, in order, with `parameters`.
+    public init<Body, Answer>(
+        _ endpoint: Endpoint<Body, Answer>, _ parameters: String..., query: KeyValuePairs<String, String?> = [:], headers: [String: String] = [:],
+        body: Data? = nil
+    ) {
+        self.init(method: endpoint.method, path: endpoint.path(parameters, query: query), headers: headers, body: body)
+    }
 }

@@ -225,7 +225,7 @@ struct AboutCommand: AsyncParsableCommand {
 
     func run() async throws {
         let engine = try await Home.current.signedInEngine()
-        let about: About = try await engine.server().call("GET", "/v1/about")
+        let about = try await engine.server().call(Routes.about)
         if output.json { return try Output.json(about) }
         let limit = about.quota.limit.map(Output.size) ?? "unlimited"
         print("\(about.username): \(Output.size(about.quota.used)) used of \(limit)")

@@ -23,7 +23,7 @@ struct AppPasswordCommand: AsyncParsableCommand {
             let label = label.trimmingCharacters(in: .whitespacesAndNewlines)
             guard (1...100).contains(label.count) else { throw CLIError("A label is 1 to 100 characters.") }
             let engine = try await Home.current.signedInEngine()
-            let made: AppPassword = try await engine.server().call("POST", "/v1/auth/app-passwords", body: AppPasswordRequest(label: label))
+            let made = try await engine.server().call(Routes.createAppPassword, body: AppPasswordRequest(label: label))
             if output.json { return try Output.json(made) }
             guard let password = made.password else { throw CLIError("The server made the app password but sent no secret; revoke \(made.id).") }
             if output.quiet {
@@ -45,7 +45,7 @@ struct AppPasswordCommand: AsyncParsableCommand {
 
         func run() async throws {
             let engine = try await Home.current.signedInEngine()
-            let list: AppPasswordList = try await engine.server().call("GET", "/v1/auth/app-passwords")
+            let list = try await engine.server().call(Routes.appPasswords)
             if output.json { return try Output.json(list) }
             if list.appPasswords.isEmpty {
                 if !output.quiet { print("No app passwords. Make one with: nimbus app-password add LABEL") }
@@ -69,7 +69,7 @@ struct AppPasswordCommand: AsyncParsableCommand {
         func run() async throws {
             let engine = try await Home.current.signedInEngine()
             do {
-                try await engine.server().callWithoutResult("DELETE", "/v1/auth/app-passwords/\(id.queryEscaped)")
+                _ = try await engine.server().call(Routes.revokeAppPassword, id)
             } catch let error as SyncError {
                 if case .server(let status, _, _, _) = error, status == 404 {
                     throw CLIError("No app password \(id) on this account ('nimbus app-password list' shows them).")

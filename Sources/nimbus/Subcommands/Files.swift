@@ -466,8 +466,8 @@ struct TrashList: AsyncParsableCommand {
     func run() async throws {
         let engine = try await Home.current.signedInEngine()
         let client = try await engine.server()
-        let list: FileList = try await client.call("GET", "/v1/trash?limit=1000")
-        let paused: DeletionPauseList = try await client.call("GET", "/v1/trash/paused")
+        let list = try await client.call(Routes.trash, query: ["limit": "1000"])
+        let paused = try await client.call(Routes.pausedDeletions)
         if output.json { return try Output.json(list.files) }
         for pause in paused.paused {
             Output.error("Note: " + TrashConfirm.describe(pause) + "; 'nimbus trash confirm' lets it go on.")
@@ -490,7 +490,7 @@ struct TrashConfirm: AsyncParsableCommand {
 
     func run() async throws {
         let engine = try await Home.current.signedInEngine()
-        let lifted: DeletionPauseList = try await engine.server().call("POST", "/v1/trash/confirm")
+        let lifted = try await engine.server().call(Routes.confirmDeletions)
         if output.json { return try Output.json(lifted.paused) }
         if lifted.paused.isEmpty { Output.line("No device's deletions are paused.", options: output) }
         for pause in lifted.paused {
@@ -526,7 +526,7 @@ struct Untrash: AsyncParsableCommand {
         let engine = try await Home.current.signedInEngine()
         let client = try await engine.server()
         if let since, let time = Self.time(since, now: Date()) {
-            let result: RestoreTrashResponse = try await client.call("POST", "/v1/trash/restore", body: RestoreTrashRequest(since: time))
+            let result = try await client.call(Routes.restoreTrash, body: RestoreTrashRequest(since: time))
             try await engine.pull()
             if output.json { return try Output.json(result) }
             Output.line(
@@ -537,14 +537,14 @@ struct Untrash: AsyncParsableCommand {
             return
         }
         guard let path else { return }
-        let list: FileList = try await client.call("GET", "/v1/trash?limit=1000")
+        let list = try await client.call(Routes.trash, query: ["limit": "1000"])
         let name = RemotePath.name(path) ?? path
         let matches = list.files.filter { $0.id == path || $0.name == name }
         guard !matches.isEmpty else { throw CLIError("Nothing called \(path) is in the trash; see 'nimbus trash'.") }
         guard matches.count == 1 else {
             throw CLIError("Several trashed items are called \(name): \(matches.map(\.id).joined(separator: ", ")); pass the id.")
         }
-        let restored: File = try await client.call("POST", "/v1/files/\(matches[0].id)/untrash")
+        let restored = try await client.call(Routes.untrash, matches[0].id)
         try await engine.pull()
         Output.line("Restored \(restored.name)", options: output)
     }

@@ -1,10 +1,7 @@
-/// The PostgreSQL schema: the same tables, columns and indexes as ``Schema`` (SQLite), in PostgreSQL's types —
-/// `BIGINT` for integers, `BYTEA` for inline bytes, `BIGSERIAL` for the change feed, `COLLATE "C"` on names so
-/// listings sort and compare byte-wise as on SQLite. Every table is keyed or indexed by user first, which is what a
-/// Citus deployment distributes on (`users.id` / `user_id`).
-///
-/// Migrations are history, never edited once shipped; each runs once, recorded in `nimbus_migrations`.
-enum PostgresSchema {
+/// The PostgreSQL schema's history from before the one list of migrations (``SchemaMigrations``), frozen: a database
+/// made then runs it to its end, which is exactly ``SchemaMigrations/base``, and goes on with the one list. Never
+/// edited, never extended.
+enum LegacyPostgresSchema {
     static let migrations: [(id: String, sql: [String])] = [
         (
             "1-initial",
@@ -298,16 +295,31 @@ enum PostgresSchema {
             ["ALTER TABLE blocks ADD COLUMN freed BIGINT NOT NULL DEFAULT 0"]
         ),
     ]
+}
 
-    /// Creates the schema if needed and runs the migrations not yet recorded, under a session-wide lock.
+enum PostgresSchema {
+    /// Creates the schema if needed and runs the migrations not yet recorded, under a transaction-wide lock so
+    /// replicas starting together migrate once: a database made before the one list first finishes its legacy history.
     static func migrate(_ db: any SQLTransaction, schema: String) throws {
         try db.execute("SELECT pg_advisory_xact_lock(7207650)", [])
         try db.execute("CREATE SCHEMA IF NOT EXISTS \"\(schema)\"", [])
         try db.execute("SET LOCAL search_path TO \"\(schema)\"", [])
         try db.execute("CREATE TABLE IF NOT EXISTS nimbus_migrations (id TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())", [])
-        let applied = Set(try db.values("SELECT id FROM nimbus_migrations", [], as: String.self))
-        for migration in migrations where !applied.contains(migration.id) {
-            for statement in migration.sql { try db.execute(statement, []) }
+        var applied = Set(try db.values("SELECT id FROM nimbus_migrations", [], as: String.self))
+        let legacy = LegacyPostgresSchema.migrations
+        let legacyStarted = legacy.first.map { applied.contains($0.id) } ?? false
+        if legacyStarted {
+            for migration in legacy where !applied.contains(migration.id) {
+                for statement in migration.sql { try db.execute(statement, []) }
+                try db.execute("INSERT INTO nimbus_migrations (id) VALUES (?)", [migration.id])
+                applied.insert(migration.id)
+            }
+            if !applied.contains(SchemaMigrations.base) {
+                try db.execute("INSERT INTO nimbus_migrations (id) VALUES (?)", [SchemaMigrations.base])
+            }
+        }
+        for migration in SchemaMigrations.pending(applied: applied, legacyComplete: legacyStarted) {
+            for statement in migration.statements { try db.execute(SchemaMigrations.render(statement, for: .postgres), []) }
             try db.execute("INSERT INTO nimbus_migrations (id) VALUES (?)", [migration.id])
         }
     }

@@ -3,7 +3,7 @@ import GRDB
 import Metrics
 
 /// The embedded ``SQLDatabase``: one SQLite file through GRDB — WAL, `synchronous=FULL`, one serialized writer,
-/// concurrent readers. The schema is ``Schema/migrator``.
+/// concurrent readers. The schema is ``SchemaMigrations`` (``migrate(_:)``).
 struct SQLiteDatabase: SQLDatabase {
     let pool: DatabasePool
 
@@ -18,7 +18,29 @@ struct SQLiteDatabase: SQLDatabase {
             try db.execute(sql: "PRAGMA temp_store = MEMORY")
         }
         pool = try DatabasePool(path: path, configuration: configuration)
-        try Schema.migrator.migrate(pool)
+        try Self.migrate(pool)
+    }
+
+    /// Brings the database to the last of ``SchemaMigrations``, each migration in a transaction of its own and
+    /// recorded in `nimbus_migrations`. A database made before the one list (GRDB's `grdb_migrations` is there) first
+    /// runs its frozen history (``LegacySQLiteSchema``) to the end, which is ``SchemaMigrations/base``.
+    static func migrate(_ pool: DatabasePool) throws {
+        let legacy = try pool.read { db in try db.tableExists("grdb_migrations") }
+        if legacy { try LegacySQLiteSchema.migrator.migrate(pool) }
+        let applied = try pool.write { db -> Set<String> in
+            try db.execute(sql: "CREATE TABLE IF NOT EXISTS nimbus_migrations (id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
+            if legacy {
+                try db.execute(
+                    sql: "INSERT INTO nimbus_migrations (id, applied_at) VALUES (?, ?) ON CONFLICT DO NOTHING", arguments: [SchemaMigrations.base, Date().millis])
+            }
+            return Set(try String.fetchAll(db, sql: "SELECT id FROM nimbus_migrations"))
+        }
+        for migration in SchemaMigrations.pending(applied: applied, legacyComplete: legacy) {
+            try pool.write { db in
+                for statement in migration.statements { try db.execute(sql: SchemaMigrations.render(statement, for: .sqlite)) }
+                try db.execute(sql: "INSERT INTO nimbus_migrations (id, applied_at) VALUES (?, ?)", arguments: [migration.id, Date().millis])
+            }
+        }
     }
 
     private static let writes = StoreMetrics.transaction("sqlite", kind: "write")

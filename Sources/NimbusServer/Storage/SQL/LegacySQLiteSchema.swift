@@ -1,10 +1,12 @@
 import GRDB
 
-/// The metadata schema's history. Migrations are never edited once shipped: add a new one.
-///
-/// The SQL is kept to what SQLite and PostgreSQL both accept (partial unique indexes, `WITH RECURSIVE`,
-/// `ON CONFLICT DO NOTHING`), so a PostgreSQL store can share it. Timestamps are integer milliseconds (UTC).
-enum Schema {
+/// The SQLite schema's history from before the one list of migrations (``SchemaMigrations``), frozen: a database made
+/// then runs it to its end (``last``), which is exactly ``SchemaMigrations/base``, and goes on with the one list. Never
+/// edited, never extended.
+enum LegacySQLiteSchema {
+    /// The last migration of this history.
+    static let last = "14-freed-blocks"
+
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("1-initial") { db in

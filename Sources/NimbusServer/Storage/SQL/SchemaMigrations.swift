@@ -1,0 +1,293 @@
+import Foundation
+
+/// The metadata schema, written once for both databases: one list of migrations whose statements name their types
+/// by role — `{int}` (INTEGER / BIGINT), `{bytes}` (BLOB / BYTEA), `{name}` (TEXT, byte-wise `COLLATE "C"` on
+/// PostgreSQL so listings sort and compare as on SQLite), `{serial}` (an auto-numbered primary key) — and each
+/// dialect's type map renders them. Timestamps are integer milliseconds (UTC). Every table is keyed or indexed by
+/// user first, which is what a Citus deployment distributes on.
+///
+/// Migrations are history: once shipped, never edited — add the next. Each runs once, in a transaction, recorded in
+/// `nimbus_migrations`. Databases made before this list carry the history each dialect had then
+/// (``LegacySQLiteSchema``, ``LegacyPostgresSchema``, frozen): run to its end, it is exactly `schema-1`, which is then
+/// recorded as applied; `SchemaParityTests` opens both kinds of database on both dialects and compares their tables,
+/// columns and indexes.
+enum SchemaMigrations {
+    enum Dialect: Sendable {
+        case sqlite, postgres
+    }
+
+    struct Migration: Sendable {
+        var id: String
+        var statements: [String]
+    }
+
+    /// The id a database made before this list reaches once its legacy history has run to the end.
+    static let base = "schema-1"
+
+    /// The statements of `sql` in `dialect`: its type placeholders replaced.
+    static func render(_ sql: String, for dialect: Dialect) -> String {
+        let types: [(String, String)] =
+            switch dialect {
+            case .sqlite: [("{int}", "INTEGER"), ("{bytes}", "BLOB"), ("{name}", "TEXT"), ("{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT")]
+            case .postgres: [("{int}", "BIGINT"), ("{bytes}", "BYTEA"), ("{name}", "TEXT COLLATE \"C\""), ("{serial}", "BIGSERIAL PRIMARY KEY")]
+            }
+        return types.reduce(sql) { $0.replacingOccurrences(of: $1.0, with: $1.1) }
+    }
+
+    /// The migrations a database that has `applied` still needs, in order. `legacyComplete`: the database carries the
+    /// history from before this list, run to its end (so it is at ``base``).
+    static func pending(applied: Set<String>, legacyComplete: Bool) -> [Migration] {
+        let done = legacyComplete ? applied.union([base]) : applied
+        return all.filter { !done.contains($0.id) }
+    }
+
+    static let all: [Migration] = [
+        Migration(
+            id: base,
+            statements: [
+                """
+                CREATE TABLE users (
+                    id TEXT PRIMARY KEY,
+                    username {name} NOT NULL UNIQUE,
+                    password_hash TEXT NOT NULL,
+                    quota_limit {int},
+                    used_bytes {int} NOT NULL DEFAULT 0,
+                    root_id TEXT NOT NULL,
+                    last_seq {int} NOT NULL DEFAULT 0,
+                    changes_floor {int} NOT NULL DEFAULT 0,
+                    created_at {int} NOT NULL,
+                    change_count {int} NOT NULL DEFAULT 0
+                )
+                """,
+                """
+                CREATE TABLE devices (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    name TEXT NOT NULL,
+                    refresh_hash TEXT NOT NULL UNIQUE,
+                    previous_refresh_hash TEXT,
+                    created_at {int} NOT NULL,
+                    last_used_at {int} NOT NULL,
+                    revoked_at {int}
+                )
+                """,
+                "CREATE INDEX devices_previous ON devices(previous_refresh_hash)",
+                """
+                CREATE TABLE login_failures (
+                    key TEXT PRIMARY KEY,
+                    failures {int} NOT NULL,
+                    window_start {int} NOT NULL,
+                    locked_until {int}
+                )
+                """,
+                """
+                CREATE TABLE files (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    parent_id TEXT,
+                    name {name} NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    is_folder {int} NOT NULL,
+                    size {int} NOT NULL DEFAULT 0,
+                    checksum TEXT,
+                    head_revision_id TEXT,
+                    version {int} NOT NULL DEFAULT 1,
+                    trash_root TEXT,
+                    trashed_at {int},
+                    created_at {int} NOT NULL,
+                    modified_at {int} NOT NULL,
+                    request_id TEXT,
+                    tree_version {int} NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE UNIQUE INDEX files_live_name ON files(user_id, parent_id, name) WHERE trash_root IS NULL",
+                "CREATE INDEX files_children ON files(parent_id, is_folder DESC, name, user_id) WHERE trash_root IS NULL",
+                "CREATE INDEX files_parent ON files(parent_id)",
+                "CREATE UNIQUE INDEX files_request ON files(user_id, request_id) WHERE request_id IS NOT NULL",
+                "CREATE INDEX files_trash ON files(user_id, trash_root, trashed_at)",
+                """
+                CREATE TABLE revisions (
+                    id TEXT PRIMARY KEY,
+                    file_id TEXT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    checksum TEXT NOT NULL,
+                    created_at {int} NOT NULL,
+                    ordinal {int} NOT NULL
+                )
+                """,
+                "CREATE INDEX revisions_file ON revisions(file_id, ordinal)",
+                """
+                CREATE TABLE revision_blocks (
+                    revision_id TEXT NOT NULL,
+                    idx {int} NOT NULL,
+                    user_id TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    PRIMARY KEY (revision_id, idx)
+                )
+                """,
+                "CREATE INDEX revision_blocks_hash ON revision_blocks(user_id, hash)",
+                // A block's bytes: kept in the row (`data`, small content), or at `pack_offset` in pack `pack`
+                // (`pack_stored` bytes there: fewer than `size` = compressed), or in a file of its own (pack NULL).
+                // `orphaned_at`: nothing references it since then; `freed` 1: its last reference went (swept after
+                // the short freed-space grace), 0: sent and never committed (swept after the block grace period).
+                """
+                CREATE TABLE blocks (
+                    user_id TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    created_at {int} NOT NULL,
+                    data {bytes},
+                    orphaned_at {int},
+                    pack TEXT,
+                    pack_offset {int},
+                    pack_stored {int},
+                    freed {int} NOT NULL DEFAULT 0,
+                    PRIMARY KEY (user_id, hash)
+                )
+                """,
+                "CREATE INDEX blocks_orphaned ON blocks(orphaned_at) WHERE orphaned_at IS NOT NULL",
+                "CREATE INDEX blocks_pack ON blocks(user_id, pack) WHERE pack IS NOT NULL",
+                """
+                CREATE TABLE packs (
+                    user_id TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    created_at {int} NOT NULL,
+                    size {int},
+                    PRIMARY KEY (user_id, id)
+                )
+                """,
+                // The change feed: one row per item (its latest state); `user_seq` is the user's own change number.
+                """
+                CREATE TABLE changes (
+                    seq {serial},
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    at {int} NOT NULL,
+                    user_seq {int} NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE INDEX changes_user ON changes(user_id, seq)",
+                "CREATE INDEX changes_file ON changes(user_id, file_id)",
+                "CREATE INDEX changes_kind ON changes(kind, at)",
+                """
+                CREATE TABLE uploads (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    request_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    parent_id TEXT,
+                    file_id TEXT,
+                    if_match TEXT,
+                    on_conflict TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    checksum TEXT,
+                    chunk_size {int} NOT NULL,
+                    total_chunks {int} NOT NULL,
+                    chunks_processed {int} NOT NULL DEFAULT 0,
+                    created_at {int} NOT NULL,
+                    expires_at {int} NOT NULL,
+                    completed_file_id TEXT,
+                    state TEXT NOT NULL DEFAULT 'active'
+                )
+                """,
+                "CREATE UNIQUE INDEX uploads_request ON uploads(user_id, request_id)",
+                "CREATE INDEX uploads_expiry ON uploads(expires_at)",
+                """
+                CREATE TABLE upload_blocks (
+                    upload_id TEXT NOT NULL,
+                    chunk {int} NOT NULL,
+                    idx {int} NOT NULL,
+                    user_id TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    PRIMARY KEY (upload_id, chunk, idx)
+                )
+                """,
+                "CREATE INDEX upload_blocks_hash ON upload_blocks(user_id, hash)",
+                // Settings every replica shares (the token signing key).
+                "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+                """
+                CREATE TABLE app_passwords (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    label TEXT NOT NULL,
+                    password_hash TEXT NOT NULL UNIQUE,
+                    created_at {int} NOT NULL,
+                    last_used_at {int}
+                )
+                """,
+                "CREATE INDEX app_passwords_user ON app_passwords(user_id, created_at)",
+                """
+                CREATE TABLE dav_properties (
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    namespace TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    value TEXT NOT NULL,
+                    PRIMARY KEY (file_id, namespace, name)
+                )
+                """,
+                "CREATE INDEX dav_properties_user ON dav_properties(user_id, file_id)",
+                """
+                CREATE TABLE dav_locks (
+                    token TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL,
+                    path TEXT NOT NULL,
+                    infinite {int} NOT NULL,
+                    exclusive {int} NOT NULL,
+                    owner TEXT NOT NULL,
+                    timeout_seconds {int} NOT NULL,
+                    expires_at {int} NOT NULL
+                )
+                """,
+                "CREATE INDEX dav_locks_user ON dav_locks(user_id, expires_at)",
+                """
+                CREATE TABLE dav_uploads (
+                    user_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    destination TEXT,
+                    created_at {int} NOT NULL,
+                    expires_at {int} NOT NULL,
+                    PRIMARY KEY (user_id, name)
+                )
+                """,
+                "CREATE INDEX dav_uploads_expiry ON dav_uploads(expires_at)",
+                """
+                CREATE TABLE dav_upload_chunks (
+                    user_id TEXT NOT NULL,
+                    upload TEXT NOT NULL,
+                    ord {int} NOT NULL,
+                    name TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    PRIMARY KEY (user_id, upload, ord)
+                )
+                """,
+                """
+                CREATE TABLE deletion_log (
+                    user_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    at {int} NOT NULL,
+                    items {int} NOT NULL
+                )
+                """,
+                "CREATE INDEX deletion_log_device ON deletion_log(user_id, device_id, at)",
+                "CREATE INDEX deletion_log_at ON deletion_log(at)",
+                """
+                CREATE TABLE deletion_guard (
+                    user_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    paused_at {int},
+                    paused_items {int} NOT NULL DEFAULT 0,
+                    confirmed_until {int},
+                    PRIMARY KEY (user_id, device_id)
+                )
+                """,
+            ]
+        )
+    ]
+}
