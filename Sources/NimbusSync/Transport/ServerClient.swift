@@ -223,7 +223,7 @@ public actor ServerClient {
     }
 
     /// An authorized call of `endpoint` (its path's placeholders filled, in order, with `parameters`), its body JSON,
-    /// its answer decoded (``NoBody``: a `204`, nothing to decode).
+    /// its answer decoded (`NoBody`: a `204`, nothing to decode).
     public func call<Body: Encodable, Answer: Decodable>(
         _ endpoint: Endpoint<Body, Answer>, _ parameters: String..., query: KeyValuePairs<String, String?> = [:], body: Body? = nil,
         headers: [String: String] = [:]

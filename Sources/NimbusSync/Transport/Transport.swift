@@ -50,7 +50,7 @@ public protocol Transport: Sendable {
 }
 
 extension TransportRequest {
-    /// A request for `endpoint` (``Routes``), its path's placeholders filled, in order, with `parameters`.
+    /// A request for `endpoint` (`Routes`), its path's placeholders filled, in order, with `parameters`.
     public init<Body, Answer>(
         _ endpoint: Endpoint<Body, Answer>, _ parameters: String..., query: KeyValuePairs<String, String?> = [:], headers: [String: String] = [:],
         body: Data? = nil
