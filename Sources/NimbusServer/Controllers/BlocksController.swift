@@ -112,7 +112,7 @@ struct BlocksController: Sendable {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit + Self.encodingSlack {
             throw DriveError.tooLarge("A block can be at most \(limit) bytes; this one is \(declared).")
         }
-        try dependencies.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(limit))
+        try dependencies.intake.admit(bytes: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(limit))
         if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
             let decoded = try await Self.decoded(request, encoding: encoding, maxSize: limit)
             return try await put(hash, body: Self.stream(decoded), userId: owner, limit: limit)
@@ -194,7 +194,7 @@ struct BlocksController: Sendable {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > framed + Self.encodingSlack {
             throw DriveError.tooLarge("A request can carry at most \(Self.maxBatchBytes) bytes of blocks; send the rest in another.")
         }
-        try dependencies.ensureRoom(for: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(Self.maxBatchBytes))
+        try dependencies.intake.admit(bytes: request.headers[.contentLength].flatMap { Int64($0) } ?? Int64(Self.maxBatchBytes))
         if let encoding = request.headers[.contentEncoding], encoding.lowercased() != "identity" {
             let decoded = try await Self.decoded(request, encoding: encoding, maxSize: framed)
             return try await putMany(Self.stream(decoded), userId: owner)

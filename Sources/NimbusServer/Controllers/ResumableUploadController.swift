@@ -32,7 +32,7 @@ struct ResumableUploadController: Sendable {
         }
         let name = try FilesController.validName(body.name)
         let mimeType = try FilesController.validContentMimeType(body.mimeType)
-        try dependencies.ensureRoom(for: body.size)
+        try dependencies.intake.admit(bytes: body.size)
         let file = try await body.fileId.asyncMap { try await dependencies.item($0, for: me, .write) }
         let parent = try await dependencies.item(body.parentId ?? "root", for: me, .create)
         let owner = file?.userId ?? parent.userId
@@ -107,7 +107,7 @@ struct ResumableUploadController: Sendable {
                 "A chunk must start at a multiple of \(upload.chunkSize) below \(upload.size); next is chunk \(upload.chunksProcessed).",
                 size: upload.size)
         }
-        try dependencies.ensureRoom(for: range.last + 1 - range.first)
+        try dependencies.intake.admit(bytes: range.last + 1 - range.first)
         let k = Int(range.first / upload.chunkSize)
         let expected = upload.range(ofChunk: k)
         guard range.last + 1 == expected.upperBound else {
@@ -129,9 +129,8 @@ struct ResumableUploadController: Sendable {
             return try await acknowledge(upload, userId: owner)
         }
         let previous = hashes.state(for: id, beforeChunk: k)
-        let staged = try await UploadController.stage(
-            request.body, blobs: dependencies.blobs, max: expected.length, mimeType: upload.mimeType, expectedSize: expected.length,
-            runningHash: previous)
+        let staged = try await dependencies.intake.stage(
+            request.body, max: expected.length, mimeType: upload.mimeType, expectedSize: expected.length, runningHash: previous)
         guard staged.content.size == expected.length else {
             dependencies.blobs.discard(staged.content.blocks)
             throw DriveError.badRequest(

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Hummingbird
 import NIOFoundationCompat
@@ -20,7 +19,8 @@ extension UploadController {
             throw DriveError.badRequest("A batch holds 1 to \(BatchUploadRequest.maxFiles) files; this one has \(batch.files.count).")
         }
         let total = batch.files.reduce(0) { $0 + $1.content.count }
-        try dependencies.ensureRoom(for: Int64(total))
+        let intake = dependencies.intake
+        try intake.admit(bytes: Int64(total))
         guard total <= BatchUploadRequest.maxContentBytes else {
             throw DriveError.tooLarge("A batch can carry at most \(BatchUploadRequest.maxContentBytes) bytes of content; this one has \(total).")
         }
@@ -36,12 +36,9 @@ extension UploadController {
                     let (target, mimeType, owner) = try await prepare(entry, for: me, folders: &folders)
                     let expected = try FilesController.validChecksum(entry.checksum)
                     let modifiedAt = try FilesController.validModifiedAt(entry.modifiedAt)
-                    var content = try await Self.stage(entry.content, blobs: dependencies.blobs, mimeType: mimeType)
+                    var content = try await intake.receive(entry.content, mimeType: mimeType)
                     content.modifiedAt = modifiedAt
-                    if let expected, content.checksum != expected {
-                        dependencies.blobs.discard(content.blocks)
-                        throw DriveError.checksumMismatch(expected: expected, actual: content.checksum)
-                    }
+                    try intake.verify(content, expected: expected)
                     entries.append(BatchEntry(target: target, content: content))
                     positions.append(index)
                     owners.append(owner)
@@ -98,19 +95,5 @@ extension UploadController {
         }
         let mimeType = try FilesController.validContentMimeType(entry.mimeType ?? MimeType.guess(forName: name))
         return (.new(parentId: parent.id, name: name, policy: policy, requestId: entry.requestId), mimeType, parent.userId)
-    }
-
-    /// Stages bytes already in memory (a batch entry): small ones inline, others as block files.
-    static func stage(_ bytes: Data, blobs: any BlobStore, mimeType: String) async throws -> StagedContent {
-        if bytes.count <= StagedContent.inlineLimit { return .inline([UInt8](bytes), mimeType: mimeType) }
-        var stager = blobs.makeStager(runningHash: SHA256())
-        do {
-            try await stager.append(ByteBuffer(bytes: bytes))
-            let (blocks, checksum, _, size) = try await stager.finish()
-            return StagedContent(blocks: blocks, checksum: checksum, size: size, mimeType: mimeType)
-        } catch {
-            await stager.abandon()
-            throw error
-        }
     }
 }

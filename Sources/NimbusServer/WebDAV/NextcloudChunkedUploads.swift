@@ -93,9 +93,8 @@ extension DAVRequest {
                 }
             }
         }
-        _ = try UploadController.admitBody(request, dependencies: dependencies)
-        let staged = try await UploadController.stage(
-            request.body, blobs: dependencies.blobs, max: configuration.maxUploadSize - others, mimeType: "application/octet-stream")
+        try dependencies.intake.admit(request)
+        let staged = try await dependencies.intake.stage(request.body, max: configuration.maxUploadSize - others, mimeType: "application/octet-stream")
         let now = dependencies.now
         try await dependencies.webDAV.storeDAVChunk(
             userId: owner, upload: uploadName, chunk: .init(order: order, name: chunkName, size: staged.content.size),

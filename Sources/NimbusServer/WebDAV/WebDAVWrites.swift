@@ -21,20 +21,21 @@ extension DAVRequest {
         try checkPreconditions(existing)
         let parent = try await parentFolder(me, of: names)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
-        let declared = try UploadController.admitBody(request, dependencies: dependencies)
+        let intake = dependencies.intake
+        let declared = try intake.admit(request)
         let mimeType = try FilesController.validContentMimeType(UploadController.sentType(request) ?? existing?.mimeType ?? MimeType.guess(forName: name))
         // If-Match goes to the commit too: a version that lands between the check above and the commit is a 412.
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
         let mtime = try clientModificationTime()
-        var content = try await UploadController.receiveBody(request, declared: declared, dependencies: dependencies, userId: owner, mimeType: mimeType)
+        var content = try await intake.receive(request, declared: declared, owner: owner, mimeType: mimeType)
         var headers: HTTPFields = [.contentLength: "0"]
         if let mtime {
             content.modifiedAt = mtime
             headers[.init("X-OC-MTime")!] = "accepted"
         }
-        let file = try await dependencies.content.commitContent(userId: owner, target: target, content: content, now: dependencies.now)
+        let file = try await intake.commit(content, to: target, owner: owner)
         headers[.eTag] = "\"\(file.etag)\""
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
