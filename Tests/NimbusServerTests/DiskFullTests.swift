@@ -17,6 +17,18 @@ struct DiskFullTests {
         try await body(mount)
     }
 
+    /// Uploads 2 MiB files until one is refused (at most 40): those stored, with their content, and the refusal.
+    static func fill(_ client: APIClient) async throws -> (stored: [(file: File, content: Data)], refused: APIClient.Reply?) {
+        var stored: [(file: File, content: Data)] = []
+        for index in 0..<40 {
+            let content = randomData(2 << 20)
+            let reply = try await client.uploadReply("f\(index).bin", content)
+            guard reply.status == 201 else { return (stored, reply) }
+            stored.append((try reply.decode(File.self), content))
+        }
+        return (stored, nil)
+    }
+
     @Test("uploads that do not fit are 507 with the JSON error (simple, resumable, batch, blocks, WebDAV); nothing partial stays; reads and sign-ins work; freeing space makes uploads work again")
     func fullDisk() async throws {
         try await Self.withSmallDisk(megabytes: 24) { mount in
@@ -28,18 +40,7 @@ struct DiskFullTests {
                 let name = "full" + UUID().uuidString.prefix(4).lowercased()
                 let alice = try await server.signUp(name)
                 let app: AppPassword = try await alice.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "dav")).decode()
-                var stored: [(file: File, content: Data)] = []
-                var refused: APIClient.Reply?
-                for index in 0..<40 {
-                    let content = randomData(2 << 20)
-                    let reply = try await alice.uploadReply("f\(index).bin", content)
-                    if reply.status == 201 {
-                        stored.append((try reply.decode(File.self), content))
-                    } else {
-                        refused = reply
-                        break
-                    }
-                }
+                let (stored, refused) = try await Self.fill(alice)
                 let full = try #require(refused, "40 × 2 MiB never filled a 24 MiB disk")
                 #expect(full.status == 507, "\(full.status) \(full.text)")
                 #expect(full.errorCode == "insufficient_storage")
@@ -95,18 +96,11 @@ struct DiskFullTests {
             }) { server in
                 let name = "soon" + UUID().uuidString.prefix(4).lowercased()
                 let alice = try await server.signUp(name)
-                var stored: [File] = []
-                for index in 0..<40 {
-                    let reply = try await alice.uploadReply("f\(index).bin", randomData(2 << 20))
-                    guard reply.status == 201 else {
-                        #expect(reply.status == 507, "\(reply.status) \(reply.text)")
-                        break
-                    }
-                    stored.append(try reply.decode(File.self))
-                }
+                let (stored, refused) = try await Self.fill(alice)
+                #expect(refused?.status == 507, "\(refused?.status ?? 0) \(refused?.text ?? "")")
                 #expect(stored.count >= 3, "\(stored.count) files fit")
                 // Into the trash, then emptied: the user freed the space.
-                for file in stored {
+                for (file, _) in stored {
                     #expect(try await alice.send(.DELETE, "/v1/files/\(file.id)").status == 204)
                     #expect(try await alice.send(.DELETE, "/v1/files/\(file.id)?permanent=true").status == 204)
                 }
