@@ -93,6 +93,8 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     router.add(middleware: RequestLimitsMiddleware())
     // WebDAV (/dav/) answers its own methods and paths before the /v1 router and its 405 logic.
     router.add(middleware: DAVMiddleware(dependencies: dependencies))
+    // Nextcloud's own routes (status.php, OCS, the login flows, previews) for its apps.
+    router.add(middleware: NextcloudMiddleware(dependencies: dependencies))
     let index = RouteIndex()
     router.add(middleware: ErrorMiddleware(routes: index))
     router.add(middleware: MetricsMiddleware())

@@ -16,6 +16,10 @@ public struct ServerConfiguration: Sendable {
     public var environment: [String: String] = ProcessInfo.processInfo.environment
     public var host: String = "127.0.0.1"
     public var port: Int = 8080
+    /// The address people and apps reach this server at (`https://drive.example.com`, behind a proxy), for the
+    /// addresses the server hands out (Nextcloud's Login Flow: its poll endpoint, its login page, the server the app
+    /// keeps). nil: the request's own `Host`, with `https` when a proxy says `X-Forwarded-Proto: https`.
+    public var publicURL: String?
     /// When false, `POST /v1/auth/register` answers 403 and users are added with `nimbus user add`.
     public var allowRegistration: Bool = false
     /// Resumable upload chunk size: a multiple of 256 KiB (default 8 MiB).

@@ -387,7 +387,7 @@ struct EndToEndTests {
             return result
         }
         func waitingUploads() -> Int {
-            String(decoding: dav("PROPFIND", "/remote.php/dav/uploads/ana/").body, as: UTF8.self).components(separatedBy: "<D:response>").count - 2
+            String(decoding: dav("PROPFIND", "/remote.php/dav/uploads/ana/").body, as: UTF8.self).components(separatedBy: "<d:response>").count - 2
         }
         let added = try device.run(
             ["remote", "add", "nc", "webdav", "--url", bench.server.baseURL + "/remote.php/dav/files/ana/", "--user", "ana", "--password-stdin"],

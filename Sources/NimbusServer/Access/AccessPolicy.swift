@@ -46,10 +46,16 @@ struct AccessPolicy: Sendable {
     /// see). The item's owner (`item.userId`) is whose tree the action then changes.
     @discardableResult
     func authorize(_ principal: Principal, _ item: FileRecord, _ action: Action) throws -> FileRecord {
-        let visible = item.userId == principal.userId
+        let visible = allows(principal, item, action)
         log?.record(AccessLog.Decision(userId: principal.userId, itemId: item.id, action: action, allowed: visible))
         guard visible else { throw DriveError.notFound("No such file or folder.") }
         return item
+    }
+
+    /// Whether `principal` may take `action` on `item`, asked without acting (no decision recorded): what a listing
+    /// tells a client it could do (Nextcloud's `oc:permissions`). The same rule as ``authorize(_:_:_:)``.
+    func allows(_ principal: Principal, _ item: FileRecord, _ action: Action) -> Bool {
+        item.userId == principal.userId
     }
 
     /// For an item that was not found at all: recorded as a refusal like any other, so a test can tell that a route

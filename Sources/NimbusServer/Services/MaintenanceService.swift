@@ -66,6 +66,7 @@ struct MaintenanceService: Service {
             let purged = try await store.purgeTrash(trashedBefore: now.addingTimeInterval(-configuration.trashRetention.timeInterval), now: now)
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
             _ = try await store.pruneDeletionLog(before: now.addingTimeInterval(-configuration.massDeletion.window.timeInterval))
+            _ = try await store.pruneLoginFlows(now: now)
             let swept = try await sweep(now: now)
             if expired + purged + compacted + swept > 0 {
                 logger.info(

@@ -43,6 +43,23 @@ protocol AccountStore: Sendable {
 
     /// The shared setting `key`, stored as `value` by the first caller (every replica then reads the same one).
     func sharedSetting(_ key: String, orStore value: String) async throws -> String
+
+    // Sign-ins of Nextcloud's apps (``LoginFlow``).
+    func createLoginFlow(_ flow: LoginFlowRecord) async throws
+    /// The flow, if it exists and has not expired.
+    func loginFlow(loginToken: String, now: Date) async throws -> LoginFlowRecord?
+    /// The login page signed in as `userId`: the grant form's secret is `grantHash`. False when the flow is gone.
+    func signInLoginFlow(loginToken: String, userId: String, grantHash: String, now: Date) async throws -> Bool
+    /// Grants the flow signed in with `grantHash`, in one transaction: a new app password (`label`, `passwordHash`),
+    /// and the flow kept `sealed` for its poll (v2) or deleted (v1, `sealed` nil). Nil when the flow is gone, expired,
+    /// granted already or not signed in with that secret.
+    func grantLoginFlow(
+        loginToken: String, grantHash: String, label: String, passwordHash: String, sealed: [UInt8]?, loginName: String, now: Date
+    ) async throws -> AppPasswordRecord?
+    /// A granted flow's result, once: the flow is deleted as it is read. Nil until granted (or when gone).
+    func takeLoginFlow(pollHash: String, now: Date) async throws -> LoginFlowRecord?
+    /// Deletes expired flows; returns how many.
+    func pruneLoginFlows(now: Date) async throws -> Int
 }
 
 /// Files and folders, the trash (and the mass-deletion breaker that guards it), the change feed.
@@ -50,6 +67,11 @@ protocol FileStore: Sendable {
     /// The item with this id, whoever owns it (nil: none). Routes pass what it finds through the access decision
     /// (``Dependencies/item(_:for:_:)``); the verbs below act in the owner's tree, scoped to it.
     func item(id: String) async throws -> FileRecord?
+    /// The one item whose id starts with `idPrefix`, whoever owns it; nil when none does, or more than one
+    /// (Nextcloud's numeric file ids name items this way: ``NextcloudIDs``).
+    func item(idPrefix: String) async throws -> FileRecord?
+    /// The size of the live files beneath each of these folders, at any depth (a folder's `oc:size`).
+    func contentSizes(ofFolders folderIds: [String]) async throws -> [String: Int64]
     func file(id: String, userId: String) async throws -> FileRecord
     func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
     /// The live item named `name` in the folder `parentId`, if any (WebDAV walks paths with this).

@@ -34,6 +34,23 @@ struct AppPasswordRecord: Sendable, Equatable {
     var lastUsedAt: Date?
 }
 
+/// A sign-in of one of Nextcloud's apps in progress (``LoginFlow``): made when the app asks, signed in to on the
+/// login page (`userId`, and the hash of the grant form's secret), granted (the new app password `sealed` to a key
+/// only the app's poll token opens), and deleted when the app collects it or it expires.
+struct LoginFlowRecord: Sendable, Equatable {
+    var loginToken: String
+    /// The public key the poll token derives, hex (Login Flow v2: the poll finds the flow by it and the grant seals
+    /// to it); nil for v1, which hands the password over in a redirect.
+    var pollHash: String?
+    var clientName: String
+    var userId: String?
+    var grantHash: String?
+    var sealed: [UInt8]?
+    var loginName: String?
+    var createdAt: Date
+    var expiresAt: Date
+}
+
 /// A WebDAV dead property: what a client stored on an item with `PROPPATCH` (`value` is the property element's
 /// content as XML; empty for a removal).
 struct DeadProperty: Sendable, Equatable {

@@ -11,6 +11,35 @@ extension SQLMetadataStore {
         try await database.read { db in try db.fetchOne("SELECT * FROM files WHERE id = ?", [id]).map(Self.file) }
     }
 
+    func item(idPrefix: String) async throws -> FileRecord? {
+        // A range on the primary key: ids are base-32 in [0-9a-v], all below "w" in any collation.
+        let rows = try await database.read { db in
+            try db.fetchAll("SELECT * FROM files WHERE id >= ? AND id < ? LIMIT 2", [idPrefix, idPrefix + "w"]).map(Self.file)
+        }
+        return rows.count == 1 ? rows[0] : nil
+    }
+
+    func contentSizes(ofFolders folderIds: [String]) async throws -> [String: Int64] {
+        guard !folderIds.isEmpty else { return [:] }
+        return try await database.read { db in
+            var sizes: [String: Int64] = [:]
+            for first in stride(from: 0, to: folderIds.count, by: 500) {
+                let part = Array(folderIds[first..<min(first + 500, folderIds.count)])
+                let rows = try db.fetchAll(
+                    """
+                    WITH RECURSIVE tree(top, id, is_folder, size) AS (
+                        SELECT id, id, is_folder, size FROM files WHERE id IN (\(sqlPlaceholders(part.count)))
+                        UNION ALL SELECT t.top, f.id, f.is_folder, f.size FROM files f JOIN tree t ON f.parent_id = t.id
+                        WHERE t.is_folder = 1 AND f.trash_root IS NULL
+                    ) SELECT top, CAST(SUM(size) AS BIGINT) AS total FROM tree WHERE is_folder = 0 GROUP BY top
+                    """, part)
+                for row in rows { sizes[try row.get("top")] = try row.get("total", as: Int64?.self) ?? 0 }
+            }
+            for id in folderIds where sizes[id] == nil { sizes[id] = 0 }
+            return sizes
+        }
+    }
+
     func file(id: String, userId: String) async throws -> FileRecord {
         try await database.read { db in try Self.file(db, id: id, userId: userId) }
     }

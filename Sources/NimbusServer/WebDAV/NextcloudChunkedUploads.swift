@@ -132,13 +132,18 @@ extension DAVRequest {
         let modifiedAt = try clientModificationTime()
         let blocks = try await dependencies.webDAV.davUploadBlocks(userId: owner, upload: uploadName)
         let checksum = try await dependencies.blobs.checksum(of: blocks, user: owner)
+        if let expected = try declaredSHA256(), expected != checksum {
+            // The upload stays as it is (a client may send a chunk again and retry); no file is touched.
+            throw Self.checksumMismatch(expected: expected, actual: checksum)
+        }
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let contentTarget: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
         let file = try await dependencies.webDAV.finishDAVUpload(
             userId: owner, upload: uploadName, target: contentTarget, blocks: blocks, checksum: checksum, size: total,
             mimeType: try FilesController.validContentMimeType(existing?.mimeType ?? MimeType.guess(forName: name)), modifiedAt: modifiedAt, now: dependencies.now)
-        var headers: HTTPFields = [.contentLength: "0", .eTag: "\"\(file.etag)\"", .init("OC-ETag")!: "\"\(file.etag)\"", .init("OC-FileId")!: file.id]
+        var headers: HTTPFields = [.contentLength: "0", .eTag: "\"\(file.etag)\""]
+        nextcloudHeaders(file, into: &headers)
         if modifiedAt != nil { headers[.init("X-OC-MTime")!] = "accepted" }
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
@@ -159,14 +164,14 @@ extension DAVRequest {
         let depth = try propfindDepth()
         _ = try PropfindBody.parse(Data(buffer: try await request.body.collect(upTo: 1 << 20)))
         func entry(_ path: [String], folder: Bool, size: Int64? = nil, modified: Date? = nil) -> String {
-            var props = folder ? "<D:resourcetype><D:collection/></D:resourcetype>" : "<D:resourcetype/>"
-            if let name = path.last { props += "<D:displayname>\(Self.xmlEscape(name))</D:displayname>" }
-            if let size { props += "<D:getcontentlength>\(size)</D:getcontentlength>" }
-            if let modified { props += "<D:getlastmodified>\(HTTPDate.string(from: modified))</D:getlastmodified>" }
-            return "<D:response><D:href>\(Self.xmlEscape(Self.href(path, folder: folder)))</D:href>"
-                + "<D:propstat><D:prop>\(props)</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>"
+            var props = folder ? "<d:resourcetype><d:collection/></d:resourcetype>" : "<d:resourcetype/>"
+            if let name = path.last { props += "<d:displayname>\(Self.xmlEscape(name))</d:displayname>" }
+            if let size { props += "<d:getcontentlength>\(size)</d:getcontentlength>" }
+            if let modified { props += "<d:getlastmodified>\(HTTPDate.string(from: modified))</d:getlastmodified>" }
+            return "<d:response><d:href>\(Self.xmlEscape(Self.href(path, folder: folder)))</d:href>"
+                + "<d:propstat><d:prop>\(props)</d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>"
         }
-        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">"
+        var xml = DAVXML.multistatusOpen
         if names.isEmpty {
             xml += entry([], folder: true)
             if depth == "1" {
@@ -188,7 +193,7 @@ extension DAVRequest {
                 }
             }
         }
-        xml += "</D:multistatus>\n"
+        xml += "</d:multistatus>\n"
         return Response(
             status: Self.multiStatus, headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
             body: .init(byteBuffer: ByteBuffer(string: xml)))

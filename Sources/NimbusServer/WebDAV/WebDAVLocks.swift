@@ -46,9 +46,9 @@ extension DAVRequest {
             guard index < header.endIndex else { break }
             switch header[index] {
             case "<":
-                let reference = try read(until: ">")
-                let path = URL(string: reference).flatMap { $0.scheme != nil ? $0.path(percentEncoded: true) : nil } ?? reference
-                tag = DAVMount.path(path, isWithin: Self.base) ? try Self.segments(of: path) : ["\u{0}not-here"]
+                // A resource under this request's mount or another of the same tree (a chunked upload's final
+                // MOVE tags its destination in the files tree).
+                tag = try destinationNames(try read(until: ">")) ?? ["\u{0}not-here"]
             case "(":
                 index = header.index(after: index)
                 var conditions: [IfCondition] = []
@@ -141,7 +141,7 @@ extension DAVRequest {
                     throw DAVError(
                         .init(code: 423, reasonPhrase: "Locked"),
                         "'/\(target.path)' is locked (\(lock.exclusive ? "exclusive" : "shared") lock on '/\(lock.path)'); send its token in an If header.",
-                        condition: "<D:lock-token-submitted><D:href>\(Self.xmlEscape(Self.lockHref(lock)))</D:href></D:lock-token-submitted>")
+                        condition: "<d:lock-token-submitted><d:href>\(Self.xmlEscape(Self.lockHref(lock)))</d:href></d:lock-token-submitted>")
                 }
             }
         }
@@ -195,7 +195,7 @@ extension DAVRequest {
             token: "opaquelocktoken:" + UUID().uuidString.lowercased(), userId: owner, path: path, infinite: depth == "infinity",
             exclusive: scope.name == "exclusive", owner: lockOwner, timeoutSeconds: timeout, expiresAt: dependencies.now.addingTimeInterval(TimeInterval(timeout)))
         guard try await dependencies.webDAV.acquireDAVLock(lock, now: dependencies.now) else {
-            throw DAVError(.init(code: 423, reasonPhrase: "Locked"), "'/\(path)' is locked by another lock that conflicts with this one.", condition: "<D:no-conflicting-lock/>")
+            throw DAVError(.init(code: 423, reasonPhrase: "Locked"), "'/\(path)' is locked by another lock that conflicts with this one.", condition: "<d:no-conflicting-lock/>")
         }
         var status = HTTPResponse.Status.ok
         if existing == nil {
@@ -219,7 +219,7 @@ extension DAVRequest {
         let token = header.trimmingCharacters(in: CharacterSet(charactersIn: " <>"))
         let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
         guard locks.contains(where: { $0.token == token && $0.covers(Self.lockPath(names)) }) else {
-            throw DAVError(.conflict, "No lock with that token covers this path.", condition: "<D:lock-token-matches-request-uri/>")
+            throw DAVError(.conflict, "No lock with that token covers this path.", condition: "<d:lock-token-matches-request-uri/>")
         }
         try await dependencies.webDAV.releaseDAVLocks(userId: owner, tokens: [token])
         return Response(status: .noContent)
@@ -242,16 +242,16 @@ extension DAVRequest {
 
     static func activeLock(_ lock: DAVLock) -> String {
         let root = lockHref(lock)
-        return "<D:activelock><D:locktype><D:write/></D:locktype><D:lockscope><D:\(lock.exclusive ? "exclusive" : "shared")/></D:lockscope>"
-            + "<D:depth>\(lock.infinite ? "infinity" : "0")</D:depth>"
-            + (lock.owner.isEmpty ? "" : "<D:owner>\(lock.owner)</D:owner>")
-            + "<D:timeout>Second-\(lock.timeoutSeconds)</D:timeout>"
-            + "<D:locktoken><D:href>\(xmlEscape(lock.token))</D:href></D:locktoken>"
-            + "<D:lockroot><D:href>\(xmlEscape(root))</D:href></D:lockroot></D:activelock>"
+        return "<d:activelock><d:locktype><d:write/></d:locktype><d:lockscope><d:\(lock.exclusive ? "exclusive" : "shared")/></d:lockscope>"
+            + "<d:depth>\(lock.infinite ? "infinity" : "0")</d:depth>"
+            + (lock.owner.isEmpty ? "" : "<d:owner>\(lock.owner)</d:owner>")
+            + "<d:timeout>Second-\(lock.timeoutSeconds)</d:timeout>"
+            + "<d:locktoken><d:href>\(xmlEscape(lock.token))</d:href></d:locktoken>"
+            + "<d:lockroot><d:href>\(xmlEscape(root))</d:href></d:lockroot></d:activelock>"
     }
 
     static func lockResponse(_ lock: DAVLock, status: HTTPResponse.Status) -> Response {
-        let xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:prop xmlns:D=\"DAV:\"><D:lockdiscovery>\(activeLock(lock))</D:lockdiscovery></D:prop>\n"
+        let xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<d:prop xmlns:d=\"DAV:\"><d:lockdiscovery>\(activeLock(lock))</d:lockdiscovery></d:prop>\n"
         return Response(
             status: status,
             headers: [
@@ -261,6 +261,6 @@ extension DAVRequest {
     }
 
     static let supportedLock =
-        "<D:lockentry><D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockentry>"
-        + "<D:lockentry><D:lockscope><D:shared/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockentry>"
+        "<d:lockentry><d:lockscope><d:exclusive/></d:lockscope><d:locktype><d:write/></d:locktype></d:lockentry>"
+        + "<d:lockentry><d:lockscope><d:shared/></d:lockscope><d:locktype><d:write/></d:locktype></d:lockentry>"
 }

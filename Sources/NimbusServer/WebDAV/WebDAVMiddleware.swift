@@ -36,9 +36,9 @@ struct DAVMiddleware: RouterMiddleware {
                 try await DAVRequest(dependencies: dependencies, request: request, context: context, mount: mount).respond()
             }
         } catch let error as DAVError {
-            return error.response
+            return error.response(nextcloud: mount.isNextcloud)
         } catch {
-            return DAVError(DriveError.from(error)).response
+            return DAVError(DriveError.from(error)).response(nextcloud: mount.isNextcloud)
         }
     }
 }
@@ -46,9 +46,11 @@ struct DAVMiddleware: RouterMiddleware {
 /// Where a WebDAV path is served from. The user's tree is at `/dav/` and, in Nextcloud's layout, at
 /// `/remote.php/dav/files/USER/` (and its older `/remote.php/webdav/`), so clients made for Nextcloud (rclone's
 /// `--webdav-vendor nextcloud`, Nextcloud's own) work unchanged; Nextcloud's chunked uploads are at
-/// `/remote.php/dav/uploads/USER/` (see `DAVController+Uploads`). A path naming a user is served only to that user.
+/// `/remote.php/dav/uploads/USER/` (see `NextcloudChunkedUploads`), its trash bin and file versions at
+/// `/remote.php/dav/trashbin/USER/` and `/remote.php/dav/versions/USER/` (see `NextcloudTrashAndVersions`). A path
+/// naming a user is served only to that user.
 struct DAVMount: Sendable {
-    enum Tree: Sendable { case files, uploads }
+    enum Tree: Sendable { case files, uploads, trashbin, versions }
     var tree: Tree
     /// The path before the first name (`/dav`, `/remote.php/dav/files/ana`), as sent (percent-encoded).
     var base: String
@@ -58,6 +60,8 @@ struct DAVMount: Sendable {
     static let nextcloudFiles = "/remote.php/dav/files/"
     static let nextcloudUploads = "/remote.php/dav/uploads/"
     static let nextcloudLegacy = "/remote.php/webdav"
+    static let nextcloudTrashbin = "/remote.php/dav/trashbin/"
+    static let nextcloudVersions = "/remote.php/dav/versions/"
 
     init(tree: Tree, base: String, owner: String?) {
         self.tree = tree
@@ -71,7 +75,8 @@ struct DAVMount: Sendable {
         } else if Self.path(path, isWithin: Self.nextcloudLegacy) {
             self.init(tree: .files, base: Self.nextcloudLegacy, owner: nil)
         } else {
-            for (prefix, tree) in [(Self.nextcloudFiles, Tree.files), (Self.nextcloudUploads, .uploads)] where path.hasPrefix(prefix) {
+            let trees = [(Self.nextcloudFiles, Tree.files), (Self.nextcloudUploads, .uploads), (Self.nextcloudTrashbin, .trashbin), (Self.nextcloudVersions, .versions)]
+            for (prefix, tree) in trees where path.hasPrefix(prefix) {
                 let user = path.dropFirst(prefix.count).prefix { $0 != "/" }
                 guard !user.isEmpty, let owner = String(user).removingPercentEncoding else { return nil }
                 self.init(tree: tree, base: prefix + user, owner: owner)
@@ -96,7 +101,7 @@ struct DAVError: Error {
     var status: HTTPResponse.Status
     var message: String
     var headers: HTTPFields = [:]
-    /// The content of a `DAV:error` body (a precondition element, e.g. `<D:propfind-finite-depth/>`).
+    /// The content of a `DAV:error` body (a precondition element, e.g. `<d:propfind-finite-depth/>`).
     var condition: String?
 
     init(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:], condition: String? = nil) {
@@ -124,16 +129,44 @@ struct DAVError: Error {
         return copy
     }
 
-    var response: Response {
+    var response: Response { response(nextcloud: false) }
+
+    /// The answer. Under the Nextcloud mounts the body is always SabreDAV's XML error (`s:exception`, `s:message`),
+    /// which Nextcloud's apps read to show the message to the user.
+    func response(nextcloud: Bool) -> Response {
         var headers = headers
         let body: String
-        if let condition {
+        if nextcloud {
             headers[.contentType] = "application/xml; charset=utf-8"
-            body = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:error xmlns:D=\"DAV:\">\(condition)</D:error>\n"
+            body = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<d:error xmlns:d=\"DAV:\" xmlns:s=\"http://sabredav.org/ns\">"
+                + "<s:exception>\(DAVRequest.xmlEscape(sabreException))</s:exception><s:message>\(DAVRequest.xmlEscape(message))</s:message>"
+                + (condition ?? "") + "</d:error>\n"
+        } else if let condition {
+            headers[.contentType] = "application/xml; charset=utf-8"
+            body = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<d:error xmlns:d=\"DAV:\">\(condition)</d:error>\n"
         } else {
             headers[.contentType] = "text/plain; charset=utf-8"
             body = message + "\n"
         }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    /// The SabreDAV exception class Nextcloud names for this status.
+    var sabreException: String {
+        switch status.code {
+        case 400: "Sabre\\DAV\\Exception\\BadRequest"
+        case 401: "Sabre\\DAV\\Exception\\NotAuthenticated"
+        case 403: "Sabre\\DAV\\Exception\\Forbidden"
+        case 404: "Sabre\\DAV\\Exception\\NotFound"
+        case 405: "Sabre\\DAV\\Exception\\MethodNotAllowed"
+        case 409: "Sabre\\DAV\\Exception\\Conflict"
+        case 412: "Sabre\\DAV\\Exception\\PreconditionFailed"
+        case 415: "Sabre\\DAV\\Exception\\UnsupportedMediaType"
+        case 423: "Sabre\\DAV\\Exception\\Locked"
+        case 501: "Sabre\\DAV\\Exception\\NotImplemented"
+        case 503: "Sabre\\DAV\\Exception\\ServiceUnavailable"
+        case 507: "Sabre\\DAV\\Exception\\InsufficientStorage"
+        default: "Sabre\\DAV\\Exception"
+        }
     }
 }

@@ -11,8 +11,12 @@ extension DAVRequest {
     // MARK: Reading
 
     func get(_ me: Principal, _ names: [String]) async throws -> Response {
-        let item = try await require(me, names)
+        try await get(me, try await require(me, names), names: names)
+    }
+
+    func get(_ me: Principal, _ item: FileRecord, names: [String]? = nil) async throws -> Response {
         if item.isFolder {
+            let names = names ?? [item.name]
             // A browser pointed at /dav/ gets a plain listing; WebDAV clients use PROPFIND.
             var lines = ["Index of /\(names.joined(separator: "/"))", ""]
             for child in try await allChildren(me, of: item) { lines.append(child.isFolder ? child.name + "/" : child.name) }
@@ -32,6 +36,11 @@ extension DAVRequest {
     }
 
     func allChildren(_ me: Principal, of folder: FileRecord) async throws -> [FileRecord] {
+        try await allChildren(of: folder)
+    }
+
+    /// Every child of `folder` (what went to the trash with it, for a trashed one), page by page.
+    func allChildren(of folder: FileRecord) async throws -> [FileRecord] {
         var result: [FileRecord] = []
         var page = 1
         while true {
@@ -53,20 +62,31 @@ extension DAVRequest {
         let children = depth == "1" && item.isFolder ? try await allChildren(me, of: item) : []
         let dead = try await dependencies.webDAV.deadProperties(userId: owner, fileIds: [item.id] + children.map(\.id))
         let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
-        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
-        xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [], locks: locks)
-        for child in children {
-            xml += Self.propResponse(child, names: names + [child.name], wanted: wanted, user: user, dead: dead[child.id] ?? [], locks: locks)
+        var nextcloud: NextcloudProperties?
+        if mount.isNextcloud {
+            let listed = [item] + children
+            let folders = NextcloudProperties.asksForSize(wanted) ? listed.filter(\.isFolder).map(\.id) : []
+            nextcloud = NextcloudProperties(
+                permissions: Dictionary(
+                    listed.map { ($0.id, NextcloudProperties.permissions(of: $0, for: me, access: dependencies.access)) }, uniquingKeysWith: { a, _ in a }),
+                folderSizes: try await dependencies.files.contentSizes(ofFolders: folders), ownerName: user?.username ?? "")
         }
-        xml += "</D:multistatus>\n"
+        var xml = DAVXML.multistatusOpen
+        xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [], locks: locks, nextcloud: nextcloud)
+        for child in children {
+            xml += Self.propResponse(
+                child, names: names + [child.name], wanted: wanted, user: user, dead: dead[child.id] ?? [], locks: locks, nextcloud: nextcloud)
+        }
+        xml += "</d:multistatus>\n"
         return Response(
             status: Self.multiStatus,
             headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],
             body: .init(byteBuffer: ByteBuffer(string: xml)))
     }
 
-    /// ownCloud's namespace: its `fileid` property is answered (the item's id) when asked for by name.
-    static let ownCloudNamespace = "http://owncloud.org/ns"
+    /// ownCloud's namespace: at `/dav/` its `fileid` property is answered (the item's id, as NimbusSync's WebDAV
+    /// provider has always read it) when asked for by name; the Nextcloud mounts answer ``NextcloudProperties``.
+    static let ownCloudNamespace = DAVXML.ownCloud
 
     /// The live properties this server has, in the `DAV:` namespace.
     static let liveProperties = [
@@ -75,13 +95,14 @@ extension DAVRequest {
     ]
 
     static func propResponse(
-        _ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?, dead: [DeadProperty], locks: [DAVLock]
+        _ item: FileRecord, names: [String], wanted: PropfindBody, user: UserRecord?, dead: [DeadProperty], locks: [DAVLock],
+        nextcloud: NextcloudProperties? = nil
     ) -> String {
         var found: [String] = []
         var missing: [String] = []
         func value(_ name: String) -> String? {
             switch name {
-            case "resourcetype": return item.isFolder ? "<D:collection/>" : ""
+            case "resourcetype": return item.isFolder ? "<d:collection/>" : ""
             case "displayname": return xmlEscape(names.last ?? "")
             case "getetag": return xmlEscape("\"\(item.davETag)\"")
             case "getlastmodified": return HTTPDate.string(from: item.modifiedAt)
@@ -106,13 +127,15 @@ extension DAVRequest {
             }
             found += dead.map { DAVXML.element($0.namespace, $0.name, value: $0.value) }
         case .propname:
-            for name in liveProperties where value(name) != nil { found.append("<D:\(name)/>") }
+            for name in liveProperties where value(name) != nil { found.append("<d:\(name)/>") }
             found += dead.map { DAVXML.element($0.namespace, $0.name, value: "") }
         case .prop(let properties):
             for property in properties {
                 if property.namespace == "DAV:", let value = value(property.name) {
                     found.append(DAVXML.element("DAV:", property.name, value: value))
-                } else if property.namespace == ownCloudNamespace, property.name == "fileid" {
+                } else if let nextcloud, let value = nextcloud.value(item, property) {
+                    found.append(DAVXML.element(property.namespace, property.name, value: value))
+                } else if nextcloud == nil, property.namespace == ownCloudNamespace, property.name == "fileid" {
                     found.append(DAVXML.element(ownCloudNamespace, "fileid", value: xmlEscape(item.id)))
                 } else if let stored = dead.first(where: { $0.namespace == property.namespace && $0.name == property.name }) {
                     found.append(DAVXML.element(stored.namespace, stored.name, value: stored.value))
@@ -121,14 +144,14 @@ extension DAVRequest {
                 }
             }
         }
-        var xml = "<D:response><D:href>\(xmlEscape(href(names, folder: item.isFolder)))</D:href>"
+        var xml = "<d:response><d:href>\(xmlEscape(href(names, folder: item.isFolder)))</d:href>"
         if !found.isEmpty || missing.isEmpty {
-            xml += "<D:propstat><D:prop>\(found.joined())</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat>"
+            xml += "<d:propstat><d:prop>\(found.joined())</d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>"
         }
         if !missing.isEmpty {
-            xml += "<D:propstat><D:prop>\(missing.joined())</D:prop><D:status>HTTP/1.1 404 Not Found</D:status></D:propstat>"
+            xml += "<d:propstat><d:prop>\(missing.joined())</d:prop><d:status>HTTP/1.1 404 Not Found</d:status></d:propstat>"
         }
-        return xml + "</D:response>\n"
+        return xml + "</d:response>\n"
     }
 
     /// Sets and removes dead properties, all or nothing: a live (protected) property in the request is 403 and
@@ -165,12 +188,12 @@ extension DAVRequest {
                 return (update.property, isProtected ? "HTTP/1.1 403 Forbidden" : "HTTP/1.1 424 Failed Dependency")
             }
         }
-        var xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
-        xml += "<D:response><D:href>\(Self.xmlEscape(Self.href(names, folder: item.isFolder)))</D:href>"
+        var xml = DAVXML.multistatusOpen
+        xml += "<d:response><d:href>\(Self.xmlEscape(Self.href(names, folder: item.isFolder)))</d:href>"
         for (property, status) in statuses {
-            xml += "<D:propstat><D:prop>\(DAVXML.element(property.namespace, property.name, value: ""))</D:prop><D:status>\(status)</D:status></D:propstat>"
+            xml += "<d:propstat><d:prop>\(DAVXML.element(property.namespace, property.name, value: ""))</d:prop><d:status>\(status)</d:status></d:propstat>"
         }
-        xml += "</D:response>\n</D:multistatus>\n"
+        xml += "</d:response>\n</d:multistatus>\n"
         return Response(
             status: Self.multiStatus,
             headers: [.contentType: "application/xml; charset=utf-8", .contentLength: String(xml.utf8.count)],

@@ -42,7 +42,15 @@ struct DAVRequest {
 
     /// What a method does, as the access decision knows it (for the tree's root; each item it touches is that tree's).
     static func action(_ method: String, tree: DAVMount.Tree) -> Action {
-        if tree == .uploads { return .create }
+        switch (tree, method) {
+        case (.uploads, _): return .create
+        case (.trashbin, "MOVE"): return .restore
+        case (.trashbin, "DELETE"): return .purge
+        case (.trashbin, _): return .list
+        case (.versions, "MOVE"): return .write
+        case (.versions, _): return .read
+        default: break
+        }
         switch method {
         case "PROPFIND": return .list
         case "GET", "HEAD": return .read
@@ -70,7 +78,12 @@ struct DAVRequest {
     }
 
     func dispatch(_ me: Principal, method: String) async throws -> Response {
-        if mount.tree == .uploads { return try await uploads(me, method: method) }
+        switch mount.tree {
+        case .uploads: return try await uploads(me, method: method)
+        case .trashbin: return try await trashbin(me, method: method)
+        case .versions: return try await versions(me, method: method)
+        case .files: break
+        }
         let segments = try Self.segments(of: request.uri.path)
         switch method {
         case "PROPFIND": return try await propfind(me, segments)
@@ -89,23 +102,14 @@ struct DAVRequest {
 
     // MARK: Signing in
 
-    /// Basic auth with the user name and one of the user's app passwords. Failures count towards the login
-    /// lockout of that account from that address, exactly like `POST /v1/auth/login`.
+    /// Basic auth with the user name and one of the user's app passwords (``BasicSignIn``).
     func signIn() async throws -> (Principal, String) {
-        guard let header = request.headers[.authorization] else {
+        switch try await dependencies.signIn(basicAuthorization: request.headers[.authorization], remoteIP: context.remoteIP) {
+        case .signedIn(let principal, let username): return (principal, username)
+        case .missing:
             throw DAVError(.unauthorized, "Sign in with your user name and an app password (make one in Settings or with 'nimbus app-password add').", headers: Self.challenge)
-        }
-        guard let (username, password) = Self.basicCredentials(header) else {
+        case .malformed:
             throw DAVError(.unauthorized, "The Authorization header must be 'Basic base64(user:app-password)'.", headers: Self.challenge)
-        }
-        let outcome = try await dependencies.signIn(username: username, remoteIP: context.remoteIP, clearsFailures: false) { () -> Principal? in
-            let record = try await dependencies.accounts.useAppPassword(passwordHash: AppPasswords.hash(password), now: dependencies.now)
-            let user = try await dependencies.accounts.user(username: username)
-            guard let record, let user, record.userId == user.id else { return nil }
-            return Principal(userId: user.id, deviceId: Principal.appPasswordPrefix + record.id)
-        }
-        switch outcome {
-        case .signedIn(let identity): return (identity, username)
         case .lockedOut(let wait):
             throw DAVError(.tooManyRequests, "Too many failed sign-ins for this account from this address; try again in \(wait) s.", headers: [.retryAfter: String(wait)])
         case .refused:
@@ -153,13 +157,7 @@ struct DAVRequest {
     }
 
     /// The user name and password of a Basic `Authorization` header.
-    static func basicCredentials(_ header: String) -> (user: String, password: String)? {
-        let parts = header.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].lowercased() == "basic", let decoded = Data(base64Encoded: String(parts[1])),
-            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else { return nil }
-        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
-    }
+    static func basicCredentials(_ header: String) -> (user: String, password: String)? { BasicCredentials.parse(header) }
 
     /// The live item at `names`, or nil; a missing folder on the way is nil too.
     func resolve(_ me: Principal, _ names: [String]) async throws -> FileRecord? {

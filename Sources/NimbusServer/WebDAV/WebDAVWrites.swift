@@ -29,7 +29,12 @@ extension DAVRequest {
         let target: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
         let mtime = try clientModificationTime()
+        let expected = try declaredSHA256()
         var content = try await intake.receive(request, declared: declared, owner: owner, mimeType: mimeType)
+        if let expected, content.checksum != expected {
+            dependencies.blobs.discard(content.blocks)
+            throw Self.checksumMismatch(expected: expected, actual: content.checksum)
+        }
         var headers: HTTPFields = [.contentLength: "0"]
         if let mtime {
             content.modifiedAt = mtime
@@ -37,6 +42,7 @@ extension DAVRequest {
         }
         let file = try await intake.commit(content, to: target, owner: owner)
         headers[.eTag] = "\"\(file.etag)\""
+        nextcloudHeaders(file, into: &headers)
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
     }
 
@@ -56,7 +62,7 @@ extension DAVRequest {
     func propfindDepth() throws -> String {
         let depth = request.headers[.init("Depth")!]?.trimmingCharacters(in: .whitespaces).lowercased() ?? "1"
         guard depth == "0" || depth == "1" else {
-            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<D:propfind-finite-depth/>")
+            throw DAVError(.forbidden, "Depth: infinity is not served; walk the tree with Depth: 1.", condition: "<d:propfind-finite-depth/>")
         }
         return depth
     }
@@ -68,10 +74,12 @@ extension DAVRequest {
         if try await resolve(me, names) != nil { throw DAVError(.methodNotAllowed, "'\(name)' exists already.") }
         let parent = try await parentFolder(me, of: names)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
-        _ = try await dependencies.files.create(
+        let made = try await dependencies.files.create(
             userId: owner, parentId: parent.id, name: try FilesController.validName(name), mimeType: folderMimeType, policy: .fail,
             requestId: nil, now: dependencies.now)
-        return Response(status: .created, headers: [.contentLength: "0"])
+        var headers: HTTPFields = [.contentLength: "0"]
+        nextcloudHeaders(made.file, into: &headers)
+        return Response(status: .created, headers: headers)
     }
 
     /// To the trash (restorable there and in `/v1/trash`), the whole tree for a folder.

@@ -88,10 +88,27 @@ enum DAVXML {
         return root
     }
 
-    /// `<name xmlns="namespace">value</name>` (or `<D:name>` for `DAV:`).
+    static let ownCloud = "http://owncloud.org/ns"
+    static let nextcloud = "http://nextcloud.org/ns"
+    static let sabre = "http://sabredav.org/ns"
+
+    /// The prefixes answers use, declared on their root element: `d:` for `DAV:` and, as Nextcloud (SabreDAV) writes
+    /// them, `oc:` and `nc:`, because some clients (Nextcloud's iOS library) read elements by those exact prefixes.
+    static let prefixes = [("DAV:", "d"), (ownCloud, "oc"), (nextcloud, "nc"), (sabre, "s")]
+    static let declarations = prefixes.map { "xmlns:\($0.1)=\"\($0.0)\"" }.joined(separator: " ")
+    static let multistatusOpen = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<d:multistatus \(declarations)>\n"
+
+    /// `<d:name>value</d:name>` for a namespace with a prefix, `<name xmlns="namespace">value</name>` for any other.
     static func element(_ namespace: String, _ name: String, value: String) -> String {
-        let open = namespace == "DAV:" ? "D:\(name)" : "\(name) xmlns=\"\(DAVRequest.xmlEscape(namespace))\""
-        let close = namespace == "DAV:" ? "D:\(name)" : name
+        let open: String
+        let close: String
+        if let prefix = prefixes.first(where: { $0.0 == namespace })?.1 {
+            open = "\(prefix):\(name)"
+            close = open
+        } else {
+            open = "\(name) xmlns=\"\(DAVRequest.xmlEscape(namespace))\""
+            close = name
+        }
         return value.isEmpty ? "<\(open)/>" : "<\(open)>\(value)</\(close)>"
     }
 

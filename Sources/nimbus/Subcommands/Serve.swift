@@ -24,6 +24,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on (0 picks a free one).")
     var port: Int = 8080
 
+    @Option(help: "The address people and apps reach this server at, e.g. https://drive.example.com behind a proxy (the Nextcloud apps keep it after signing in); by default the address each request was sent to.")
+    var publicUrl: String?
+
     @Flag(help: "Let anyone create an account with POST /v1/auth/register.")
     var allowRegistration = false
 
@@ -78,6 +81,11 @@ struct Serve: AsyncParsableCommand {
         guard chunkSize > 0, chunkSize % (256 * 1024) == 0 else {
             throw ValidationError("--chunk-size must be a positive multiple of 256 KiB (262144 bytes).")
         }
+        if let publicUrl {
+            guard let url = URL(string: publicUrl), ["http", "https"].contains(url.scheme ?? ""), url.host != nil, url.query == nil else {
+                throw ValidationError("--public-url is an http or https address, e.g. https://drive.example.com.")
+            }
+        }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0 to 65535.") }
         guard (1...60).contains(longPollSeconds) else { throw ValidationError("--long-poll-seconds must be 1 to 60.") }
         guard massDeletionFraction > 0, massDeletionFraction <= 1 else { throw ValidationError("--mass-deletion-fraction must be over 0 and at most 1 (e.g. 0.5).") }
@@ -95,6 +103,7 @@ struct Serve: AsyncParsableCommand {
         configuration.blobs = blobs
         configuration.port = port
         configuration.allowRegistration = allowRegistration
+        configuration.publicURL = publicUrl.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
         configuration.chunkSize = chunkSize
         configuration.defaultQuota = defaultQuota
         configuration.minimumFreeSpace = minFreeSpace

@@ -288,6 +288,27 @@ enum SchemaMigrations {
                 )
                 """,
             ]
-        )
+        ),
+        Migration(
+            id: "schema-2-login-flows",
+            statements: [
+                // Sign-ins of Nextcloud's apps in progress (Login Flow v2, and v1's page): short-lived, not yet any
+                // user's until the page signs in, so keyed by the login token rather than by user.
+                """
+                CREATE TABLE login_flows (
+                    login_token TEXT PRIMARY KEY,
+                    poll_hash TEXT UNIQUE,
+                    client_name TEXT NOT NULL,
+                    user_id TEXT REFERENCES users(id) ON DELETE CASCADE,
+                    grant_hash TEXT,
+                    sealed {bytes},
+                    login_name TEXT,
+                    created_at {int} NOT NULL,
+                    expires_at {int} NOT NULL
+                )
+                """,
+                "CREATE INDEX login_flows_expiry ON login_flows(expires_at)",
+            ]
+        ),
     ]
 }
