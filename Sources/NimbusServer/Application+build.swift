@@ -1,6 +1,7 @@
 import Foundation
 import NimbusAPI
 import Hummingbird
+import HummingbirdWebSocket
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
@@ -109,10 +110,14 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     ServiceController(dependencies: dependencies, registry: registry).register(&routes)
     WebController().register(&routes)
 
+    let push = NotifyPush(dependencies: dependencies)
     let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger, blobsAreRemote: opened is S3BlobStore)
     let app = Application(
         router: router,
-        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval)))),
+        // HTTP/1.1, and WebSocket upgrades for Nextcloud's notify_push (``NotifyPush``) only.
+        server: .http1WebSocketUpgrade(
+            configuration: .init(http1: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval))), ws: .init(autoPing: .enabled(timePeriod: .seconds(30)))),
+            shouldUpgrade: { [push] request, channel, _ in push.shouldUpgrade(request, channel: channel) }),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "nimbus"),
         services: services + [maintenance],
         onServerRunning: { channel in

@@ -167,8 +167,21 @@ struct OCSRoutes {
                     ("bigfilechunking", .bool(true)), ("blacklisted_files", .list([])), ("undelete", .bool(true)), ("versioning", .bool(true)),
                 ])),
                 ("checksums", .object([("supportedTypes", .list([.string("SHA256")])), ("preferredUploadType", .string("SHA256"))])),
+                // The desktop app uploads the conflict copies it makes, so both contents of a file edited on two
+                // sides reach the server (and every other device), not only the laptop that saw the conflict.
+                ("uploadConflictFiles", .bool(true)),
+                ("notify_push", .object([
+                    ("type", .list([.string("files")])),
+                    ("endpoints", .object([("websocket", .string(webSocketURL + NotifyPush.path))])),
+                ])),
             ])),
         ])
+    }
+
+    /// `ws://` or `wss://` and this server's address.
+    var webSocketURL: String {
+        let server = NextcloudMiddleware.serverURL(request, configuration: dependencies.configuration)
+        return server.hasPrefix("https://") ? "wss://" + server.dropFirst(8) : "ws://" + server.dropFirst(server.hasPrefix("http://") ? 7 : 0)
     }
 
     /// The account as `cloud/user` gives it: the id the apps use in DAV paths, the name shown, the quota.
