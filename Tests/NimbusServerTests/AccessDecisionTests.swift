@@ -162,6 +162,34 @@ struct AccessDecisionTests {
                 #expect(reply.status == 404, "\(verb) \(path) → \(reply.status) \(reply.text)")
                 #expect(decisions.contains { $0.itemId == aliceRoot.id && !$0.allowed }, "\(verb): no refusal by the access decision (\(decisions))")
             }
+            // Nextcloud's trees: Bob aiming at Alice's trash bin is refused on her root; at her file's versions, or its
+            // preview, by its number (which he could guess), on the file itself.
+            let alicesApp: AppPassword = try await alice.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "dav")).decode()
+            let aliceBasic = "Basic " + Data("alice:\(try #require(alicesApp.password))".utf8).base64EncodedString()
+            let askId = Data(#"<d:propfind xmlns:d="DAV:" xmlns:oc="http://owncloud.org/ns"><d:prop><oc:fileid/></d:prop></d:propfind>"#.utf8)
+            let listed = try await APIClient(baseURL: server.baseURL).send(
+                HTTPMethod(rawValue: "PROPFIND"), "/remote.php/dav/files/alice/Private/secret.txt", body: askId, headers: ["Authorization": aliceBasic, "Depth": "0"])
+            let number = try #require(listed.text.range(of: "<oc:fileid>").map { String(listed.text[$0.upperBound...].prefix { $0.isNumber }) })
+            #expect(try await alice.send(.DELETE, "/v1/files/\(folder.id)").status == 204)
+            #expect(try await alice.send(.POST, "/v1/files/\(folder.id)/untrash").status == 200)
+            let nextcloud: [(String, String, [String: String], String)] = [
+                ("PROPFIND", "/remote.php/dav/trashbin/alice/trash", ["Depth": "1"], aliceRoot.id),
+                ("DELETE", "/remote.php/dav/trashbin/alice/trash", [:], aliceRoot.id),
+                ("MOVE", "/remote.php/dav/trashbin/alice/trash/x.d1", ["Destination": "/remote.php/dav/trashbin/alice/restore/x.d1"], aliceRoot.id),
+                ("PROPFIND", "/remote.php/dav/versions/bob/versions/\(number)", ["Depth": "1"], file.id),
+                ("MOVE", "/remote.php/dav/versions/bob/versions/\(number)/\(revision)", ["Destination": "/remote.php/dav/versions/bob/restore/target"], file.id),
+                ("GET", "/index.php/core/preview?fileId=\(number)&x=64&y=64", [:], file.id),
+            ]
+            for (verb, path, extra, itemId) in nextcloud {
+                _ = server.parts.accessDecisions()
+                let reply = try await APIClient(baseURL: server.baseURL).send(
+                    HTTPMethod(rawValue: verb), path, headers: extra.merging(["Authorization": basic]) { a, _ in a }, timeout: .seconds(20))
+                let decisions = server.parts.accessDecisions()
+                #expect(reply.status == 404, "\(verb) \(path) → \(reply.status) \(reply.text)")
+                #expect(decisions.contains { $0.itemId == itemId && !$0.allowed }, "\(verb) \(path): no refusal by the access decision (\(decisions))")
+            }
+            #expect(try await alice.send(.GET, "/v1/trash").decode(FileList.self).files.isEmpty, "Alice's trash as it was")
+
             // The event stream asks before it streams (a device of Bob's that then signs out, which ends its stream).
             let streaming = try await server.logIn("bob", device: "streaming")
             _ = server.parts.accessDecisions()
