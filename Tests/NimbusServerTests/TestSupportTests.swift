@@ -34,4 +34,18 @@ struct TestSupportTests {
             }
         }
     }
+
+    @Test("a child started by the tests inherits no descriptor past its standard streams, not even one that is not close-on-exec (as SwiftNIO's accepted sockets are not)")
+    func nothingInherited() throws {
+        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(socket > 2)
+        defer { close(socket) }
+        #expect(fcntl(socket, F_GETFD) & FD_CLOEXEC == 0, "the probe is inheritable by default")
+        let listed = try Spawned.run("/bin/ls", ["/proc/self/fd"])
+        #expect(listed.status == 0)
+        let descriptors = Set(String(decoding: listed.output, as: UTF8.self).split(whereSeparator: \.isWhitespace).compactMap { Int32($0) })
+        // ls sees 0, 1, 2 and the folder it reads (one more descriptor, the lowest free one).
+        #expect(!descriptors.contains(socket), "the child holds this process's socket \(socket): \(descriptors.sorted())")
+        #expect(descriptors.count <= 4, "\(descriptors.sorted())")
+    }
 }

@@ -71,6 +71,7 @@ public final class Spawned: @unchecked Sendable {
         let outputRead = try route(output == .output ? .pipe : output, to: 1)
         let errorsRead = try route(errors, to: 2)
         if let directory { _ = Self.addChdir(&actions, directory) }
+        Self.closeInheritedDescriptors(&actions)
         let argv = [executable] + arguments
         var cArguments = argv.map { strdup($0) } + [nil]
         defer { for pointer in cArguments { free(pointer) } }
@@ -128,6 +129,21 @@ public final class Spawned: @unchecked Sendable {
             fatalError("glibc has no posix_spawn_file_actions_addchdir_np")
         }
         return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32).self)
+    }()
+
+    /// The child closes every descriptor past its standard streams before it starts. Not every descriptor here is
+    /// close-on-exec — SwiftNIO's accepted sockets are not —, and a long-lived child (a WebDAV server, PostgreSQL)
+    /// that inherits an in-process server's connection keeps it open after both ends here closed it: the peer then
+    /// waits for an end that never comes, and a full run hung so, every test slot taken by a wait.
+    public static func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
+        _ = addCloseFrom(&actions, 3)
+    }
+
+    private static let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+            fatalError("glibc has no posix_spawn_file_actions_addclosefrom_np (glibc 2.34 and later do)")
+        }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
     }()
 
     /// Writes `data` to the child's standard input (nothing if it was closed).
