@@ -15,11 +15,10 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
+
+from chromium import make_driver, wait
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BINARY = os.environ.get("NIMBUS_BINARY", str(ROOT / ".build/debug/nimbus"))
@@ -55,18 +54,9 @@ def server():
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"]:
-        options.add_argument(argument)
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    driver = make_driver()
     yield driver
     driver.quit()
-
-
-def wait(driver, condition, timeout=20):
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
 
 
 def screenshot(driver, name):

@@ -153,16 +153,21 @@ extension SQLMetadataStore {
 
     func createAppPassword(userId: String, label: String, passwordHash: String, now: Date) async throws -> AppPasswordRecord {
         try await write(user: userId) { db, _ in
-            let count = try db.value("SELECT COUNT(*) FROM app_passwords WHERE user_id = ?", [userId], as: Int64.self) ?? 0
-            guard count < Self.appPasswordLimit else {
-                throw DriveError.conflict("This account has \(Self.appPasswordLimit) app passwords; revoke one you no longer use first.")
-            }
-            let record = AppPasswordRecord(id: "ap" + randomToken(), userId: userId, label: label, passwordHash: passwordHash, createdAt: now)
-            try db.perform(
-                "INSERT INTO app_passwords (id, user_id, label, password_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-                [record.id, userId, label, passwordHash, now.millis])
-            return record
+            try Self.insertAppPassword(db, userId: userId, label: label, passwordHash: passwordHash, now: now)
         }
+    }
+
+    /// A new app password row, within the per-user limit (409 beyond it).
+    static func insertAppPassword(_ db: any SQLTransaction, userId: String, label: String, passwordHash: String, now: Date) throws -> AppPasswordRecord {
+        let count = try db.value("SELECT COUNT(*) FROM app_passwords WHERE user_id = ?", [userId], as: Int64.self) ?? 0
+        guard count < appPasswordLimit else {
+            throw DriveError.conflict("This account has \(appPasswordLimit) app passwords; revoke one you no longer use first (Settings in the web app).")
+        }
+        let record = AppPasswordRecord(id: "ap" + randomToken(), userId: userId, label: label, passwordHash: passwordHash, createdAt: now)
+        try db.perform(
+            "INSERT INTO app_passwords (id, user_id, label, password_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+            [record.id, userId, label, passwordHash, now.millis])
+        return record
     }
 
     func appPasswords(userId: String) async throws -> [AppPasswordRecord] {

@@ -35,14 +35,7 @@ extension SQLMetadataStore {
             guard let row = try db.fetchOne("SELECT * FROM login_flows WHERE login_token = ? AND expires_at > ?", [loginToken, now.millis]) else { return nil }
             let current = try Self.loginFlow(row)
             guard current.userId == userId, current.grantHash == grantHash, current.sealed == nil else { return nil }
-            let count = try db.value("SELECT COUNT(*) FROM app_passwords WHERE user_id = ?", [userId], as: Int64.self) ?? 0
-            guard count < Self.appPasswordLimit else {
-                throw DriveError.conflict("This account has \(Self.appPasswordLimit) app passwords; revoke one you no longer use first (Settings in the web app).")
-            }
-            let record = AppPasswordRecord(id: "ap" + randomToken(), userId: userId, label: label, passwordHash: passwordHash, createdAt: now)
-            try db.perform(
-                "INSERT INTO app_passwords (id, user_id, label, password_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-                [record.id, userId, label, passwordHash, now.millis])
+            let record = try Self.insertAppPassword(db, userId: userId, label: label, passwordHash: passwordHash, now: now)
             if let sealed {
                 try db.perform(
                     "UPDATE login_flows SET sealed = ?, login_name = ?, grant_hash = NULL WHERE login_token = ?", [sealed, loginName, loginToken])

@@ -284,14 +284,7 @@ extension DAVRequest {
                 }
             }
         }
-        var xml = "<d:response><d:href>\(xmlEscape(href))</d:href>"
-        if !found.isEmpty || missing.isEmpty {
-            xml += "<d:propstat><d:prop>\(found.joined())</d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>"
-        }
-        if !missing.isEmpty {
-            xml += "<d:propstat><d:prop>\(missing.joined())</d:prop><d:status>HTTP/1.1 404 Not Found</d:status></d:propstat>"
-        }
-        return xml + "</d:response>\n"
+        return response(href: href, found: found, missing: missing)
     }
 
     static func multistatus(_ xml: String) -> Response {

@@ -144,7 +144,12 @@ extension DAVRequest {
                 }
             }
         }
-        var xml = "<d:response><d:href>\(xmlEscape(href(names, folder: item.isFolder)))</d:href>"
+        return response(href: href(names, folder: item.isFolder), found: found, missing: missing)
+    }
+
+    /// One `d:response`: the properties found (200) and those asked for and missing (404).
+    static func response(href: String, found: [String], missing: [String]) -> String {
+        var xml = "<d:response><d:href>\(xmlEscape(href))</d:href>"
         if !found.isEmpty || missing.isEmpty {
             xml += "<d:propstat><d:prop>\(found.joined())</d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>"
         }
