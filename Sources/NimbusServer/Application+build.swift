@@ -1,9 +1,11 @@
 import Foundation
 import NimbusAPI
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import Metrics
+import NIOCore
 import NIOConcurrencyHelpers
 import Prometheus
 import ServiceLifecycle
@@ -114,10 +116,17 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     let maintenance = MaintenanceService(store: store, configuration: configuration, logger: logger, blobsAreRemote: opened is S3BlobStore)
     let app = Application(
         router: router,
-        // HTTP/1.1, and WebSocket upgrades for Nextcloud's notify_push (``NotifyPush``) only.
-        server: .http1WebSocketUpgrade(
-            configuration: .init(http1: .init(idleTimeout: .seconds(Int64(configuration.idleTimeout.timeInterval))), ws: .init(autoPing: .enabled(timePeriod: .seconds(30)))),
-            shouldUpgrade: { [push] request, channel, _ in push.shouldUpgrade(request, channel: channel) }),
+        // HTTP/1.1, and WebSocket upgrades for Nextcloud's notify_push (``NotifyPush``) only; a connection that never
+        // sends anything is closed at the idle timeout and when the server stops (``ClosingUnusedConnections``).
+        server: HTTPServerBuilder { responder in
+            let idleTimeout = TimeAmount.seconds(Int64(configuration.idleTimeout.timeInterval))
+            return ClosingUnusedConnections(
+                inner: HTTP1WebSocketUpgradeChannel(
+                    responder: responder,
+                    configuration: .init(http1: .init(idleTimeout: idleTimeout), ws: .init(autoPing: .enabled(timePeriod: .seconds(30)))),
+                    shouldUpgrade: { [push] request, channel, _ in push.shouldUpgrade(request, channel: channel) }),
+                idleTimeout: idleTimeout)
+        },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "nimbus"),
         services: services + [maintenance],
         onServerRunning: { channel in

@@ -4,7 +4,9 @@ import Glibc
 import Darwin
 #endif
 import Foundation
+import NIOConcurrencyHelpers
 import NimbusAPI
+import NimbusServer
 import Testing
 
 /// A request the server refuses before reading its body is still answered to a client that writes its whole body
@@ -56,6 +58,40 @@ struct EarlyRefusalTests {
             }
         }
     }
+
+    @Test("a connection opened and never used (an HTTP client's spare) neither keeps a stopping server waiting nor outlives the idle timeout")
+    func unusedConnections() async throws {
+        let spare = NIOLockedValueBox<Int32>(-1)
+        let stopped = NIOLockedValueBox(false)
+        // Stopping: the server ends the connection and stops (it used to wait for the client for ever). Run apart,
+        // so a server still waiting after a minute is a failure, not a hang: the client then lets go itself.
+        let run = Task {
+            defer { stopped.withLockedValue { $0 = true } }
+            try await TestServer.run { server in
+                let fd = try RawHTTP.connected(port: server.port, timeout: 30)
+                spare.withLockedValue { $0 = fd }
+                #expect(try await APIClient(baseURL: server.baseURL).get("/healthz").status == 200, "others are served meanwhile")
+            }
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while !stopped.withLockedValue({ $0 }), Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let fd = spare.withLockedValue { $0 }
+        #expect(stopped.withLockedValue { $0 }, "the server stopped while an unused connection was open")
+        if stopped.withLockedValue({ $0 }) {
+            #expect(RawHTTP.closedByServer(fd), "the stopping server closed the unused connection")
+        }
+        close(fd)
+        try await run.value
+        // Running: an unused connection goes after the idle timeout, like a used one.
+        try await TestServer.run(configure: { $0.idleTimeout = .seconds(1) }) { server in
+            let idle = try RawHTTP.connected(port: server.port, timeout: 30)
+            defer { close(idle) }
+            let started = Date()
+            #expect(RawHTTP.closedByServer(idle), "closed for idleness")
+            #expect(Date().timeIntervalSince(started) < 25, "at the idle timeout (1 s), not at the read timeout")
+        }
+    }
+
 }
 
 /// HTTP/1.1 over a blocking socket, written the way a simple client writes: the head, the whole body, then the answer.
@@ -79,15 +115,15 @@ enum RawHTTP {
         var description: String
     }
 
-    static func sendBlocking(port: Int, method: String, path: String, headers: [String: String], bodySize: Int) throws -> Answer {
+    /// A TCP connection to the server, reads and writes timing out after `timeout` seconds.
+    static func connected(port: Int, timeout seconds: Int = 20) throws -> Int32 {
         #if canImport(Glibc)
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
             let fd = socket(AF_INET, SOCK_STREAM, 0)
         #endif
         guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 20, tv_usec: 0)
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
@@ -97,7 +133,23 @@ enum RawHTTP {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { throw Failure(description: "connect: errno \(errno)") }
+        guard connected == 0 else {
+            close(fd)
+            throw Failure(description: "connect: errno \(errno)")
+        }
+        return fd
+    }
+
+    /// Whether the server ended the connection (end of stream, or a reset) before `fd`'s read timeout.
+    static func closedByServer(_ fd: Int32) -> Bool {
+        var byte: UInt8 = 0
+        let count = recv(fd, &byte, 1, 0)
+        return count == 0 || (count < 0 && errno == ECONNRESET)
+    }
+
+    static func sendBlocking(port: Int, method: String, path: String, headers: [String: String], bodySize: Int) throws -> Answer {
+        let fd = try connected(port: port)
+        defer { close(fd) }
 
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Length: \(bodySize)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
