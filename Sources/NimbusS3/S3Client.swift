@@ -42,6 +42,12 @@ public struct S3Error: Error, Sendable, CustomStringConvertible {
     /// Worth trying again later: unreachable, throttled (`SlowDown`, 503) or a server-side failure.
     public var isRetryable: Bool { status == 0 || status >= 500 || code == "SlowDown" || status == 429 }
 
+    /// A conditional write refused: the object is not (or no longer) as `If-Match`/`If-None-Match` asked.
+    public var isPreconditionFailed: Bool { status == 412 || code == "PreconditionFailed" }
+
+    /// The store does not do what was asked (conditional writes on an older store): 501, or a 500 some say it with.
+    public var isNotImplemented: Bool { status == 501 || status == 500 || code == "NotImplemented" }
+
     public var description: String {
         status == 0 ? "The S3 store could not be reached: \(message)" : "S3 answered \(status) \(code ?? ""): \(message)"
     }

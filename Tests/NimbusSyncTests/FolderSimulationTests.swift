@@ -766,7 +766,7 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
 
     func root() async throws -> RemoteItem {
         if rootGate?.gone.withLockedValue({ $0 }) == true {
-            throw ProviderError.invalid(code: "remote_root_missing", message: "The folder is not there (deleted, or never made).")
+            throw ProviderError.rootMissing("The folder is not there (deleted, or never made).")
         }
         return try await shown(try await inner.root(), path: pathIds ? ProviderPath.root : nil)
     }
@@ -778,8 +778,8 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
         }
         return listed
     }
-    func startCursor() async throws -> String { throw ProviderError.invalid(code: "unsupported", message: "listed") }
-    func changes(since cursor: String) async throws -> ChangePage { throw ProviderError.invalid(code: "unsupported", message: "listed") }
+    func startCursor() async throws -> String { throw ProviderError.unsupported("listed") }
+    func changes(since cursor: String) async throws -> ChangePage { throw ProviderError.unsupported("listed") }
     func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
         let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
         return try await translated(path) {
@@ -803,7 +803,7 @@ final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed,
                 return shown
             }
         case .version(let id, let base):
-            guard source.isHashed else { throw ProviderError.invalid(code: "unhashed_version", message: "unhashed version") }
+            guard source.isHashed else { throw ProviderError.invalid("unhashed version") }
             let path = pathIds ? id : nil
             return try await translated(path) {
                 try await shown(try await inner.upload(source, to: .version(of: try await innerId(id), base: base), requestId: requestId, progress: progress), path: path)

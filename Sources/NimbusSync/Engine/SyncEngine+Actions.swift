@@ -650,15 +650,19 @@ extension SyncError {
         switch error {
         case .network(let message): self = .network(message)
         case .unauthorized(let message): self = .unauthorized(message)
-        case .retryAfter(let seconds): self = .server(status: 429, code: "rate_limited", message: error.description, retryAfter: seconds)
+        case .retryAfter(let seconds): self = .server(status: 429, code: .api(.rateLimited), message: error.description, retryAfter: seconds)
         case .server(let status, let code, let message): self = .server(status: status, code: code, message: message, retryAfter: nil)
-        case .invalid(let code, let message): self = .server(status: 400, code: code, message: message, retryAfter: nil)
-        case .quotaExceeded(let message): self = .server(status: 507, code: "quota_exceeded", message: message, retryAfter: nil)
-        case .tooLarge(let message): self = .server(status: 413, code: "too_large", message: message, retryAfter: nil)
-        case .notFound: self = .server(status: 404, code: "not_found", message: error.description, retryAfter: nil)
-        case .gone: self = .server(status: 410, code: "gone", message: error.description, retryAfter: nil)
-        case .versionConflict, .nameTaken, .requestIdReused: self = .server(status: 409, code: "conflict", message: error.description, retryAfter: nil)
-        case .checksumMismatch: self = .server(status: 422, code: "checksum_mismatch", message: error.description, retryAfter: nil)
+        case .invalid(let message): self = .server(status: 400, code: .api(.invalidRequest), message: message, retryAfter: nil)
+        case .notAFolder(let message): self = .server(status: 400, code: .api(.notAFolder), message: message, retryAfter: nil)
+        case .rootMissing(let message): self = .remoteRootMissing(message)
+        case .unsupported(let message): self = .server(status: 400, code: .other("unsupported"), message: message, retryAfter: nil)
+        case .deletionsPaused(let message): self = .server(status: 409, code: .api(.massDeletionPaused), message: message, retryAfter: nil)
+        case .quotaExceeded(let message): self = .server(status: 507, code: .api(.quotaExceeded), message: message, retryAfter: nil)
+        case .tooLarge(let message): self = .server(status: 413, code: .api(.tooLarge), message: message, retryAfter: nil)
+        case .notFound: self = .server(status: 404, code: .api(.notFound), message: error.description, retryAfter: nil)
+        case .gone: self = .server(status: 410, code: .api(.gone), message: error.description, retryAfter: nil)
+        case .versionConflict, .nameTaken, .requestIdReused: self = .server(status: 409, code: .api(.conflict), message: error.description, retryAfter: nil)
+        case .checksumMismatch: self = .server(status: 422, code: .api(.checksumMismatch), message: error.description, retryAfter: nil)
         }
     }
 }

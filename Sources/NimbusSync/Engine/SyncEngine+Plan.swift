@@ -550,20 +550,43 @@ extension SyncEngine {
 }
 
 extension PlannedOperation {
-    /// What the step is called in status displays.
-    var kindName: String {
+    /// What the step is called in status displays (and in the failures table).
+    var kindName: String { kind.rawValue }
+
+    var kind: OperationKind {
         switch self {
-        case .createRemoteFolder, .createLocalFolder: "createFolder"
-        case .upload: "upload"
-        case .download: "download"
-        case .learnChecksum: "compare"
-        case .moveRemote, .moveLocal: "move"
-        case .deleteRemote, .deleteLocal: "delete"
-        case .record, .link, .forget, .release: "record"
-        case .fork: "conflict"
-        case .hold: "hold"
+        case .createRemoteFolder, .createLocalFolder: .createFolder
+        case .upload: .upload
+        case .download: .download
+        case .learnChecksum: .compare
+        case .moveRemote, .moveLocal: .move
+        case .deleteRemote, .deleteLocal: .delete
+        case .record, .link, .forget, .release: .record
+        case .fork: .conflict
+        case .hold: .hold
         }
     }
+}
+
+/// What a queued step does.
+public enum OperationKind: String, Sendable, CustomStringConvertible {
+    case createFolder, upload, download, compare, move, delete, record, conflict, hold
+    /// Deleted there but changed here: waits for the user.
+    case unsynced
+
+    public var description: String { rawValue }
+}
+
+/// Where a queued step stands.
+public enum OperationState: String, Sendable, CustomStringConvertible {
+    /// Runs when it can (after a backoff, if it failed before).
+    case pending
+    /// Failed for good (or too often): waits for ``SyncEngine/retry(_:)``.
+    case failed
+    /// Waits for the user (a conflict, an item deleted there but changed here).
+    case parked
+
+    public var description: String { rawValue }
 }
 
 /// A queued step, for status displays and diagnostics.
@@ -572,10 +595,10 @@ public struct OperationSummary: Sendable, Equatable, CustomStringConvertible {
     public var id: String
     /// The item it is for.
     public var item: ItemID
-    /// What it does (`upload`, `download`, `createFolder`, `move`, `delete`, …).
-    public var kind: String
-    /// `pending` or `failed`.
-    public var state: String
+    /// What it does.
+    public var kind: OperationKind
+    /// Where it stands.
+    public var state: OperationState
     /// How many times it was tried.
     public var attempts: Int
     /// When it is tried next.
@@ -604,13 +627,13 @@ extension SyncEngine {
             listed.insert(step.item.rawValue)
             result.append(
                 OperationSummary(
-                    id: step.item.rawValue, item: step.item, kind: step.kindName, state: failure?.failed == true ? "failed" : "pending",
+                    id: step.item.rawValue, item: step.item, kind: step.kind, state: failure?.failed == true ? .failed : .pending,
                     attempts: failure?.attempts ?? 0, nextAttemptAt: Date(millis: failure?.nextAttemptAt ?? 0), lastError: failure?.lastError, dependsOn: []))
         }
         for (luid, failure) in failures where !listed.contains(luid) && failure.failed {
             result.append(
                 OperationSummary(
-                    id: luid, item: ItemID(luid), kind: failure.kind, state: "failed", attempts: failure.attempts,
+                    id: luid, item: ItemID(luid), kind: OperationKind(rawValue: failure.kind) ?? .record, state: .failed, attempts: failure.attempts,
                     nextAttemptAt: Date(millis: failure.nextAttemptAt), lastError: failure.lastError, dependsOn: []))
         }
         let held = try await database.pool.read { db in
@@ -619,7 +642,7 @@ extension SyncEngine {
         for (luid, hold) in held where !listed.contains(luid) {
             result.append(
                 OperationSummary(
-                    id: luid, item: ItemID(luid), kind: hold == "conflict" ? "conflict" : "unsynced", state: "parked", attempts: 0,
+                    id: luid, item: ItemID(luid), kind: hold == "conflict" ? .conflict : .unsynced, state: .parked, attempts: 0,
                     nextAttemptAt: Date(millis: 0), lastError: nil, dependsOn: []))
         }
         return result

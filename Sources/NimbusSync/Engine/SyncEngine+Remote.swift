@@ -48,15 +48,15 @@ extension SyncEngine {
     }
 
     /// The feed says the remote's root folder went (trashed from a web UI): unless it is back already, nothing of
-    /// that page is taken in (its removals would empty this side) and the round stops with `remote_root_missing`.
+    /// that page is taken in (its removals would empty this side) and the round stops with ``ProviderError/rootMissing(_:)``.
     func checkRootStillThere(_ provider: any RemoteProvider, _ rootId: String) async throws {
         let found: RemoteItem?
         do { found = try await provider.item(rootId) } catch ProviderError.notFound { found = nil }
         if let found, found.isFolder, !found.isDeleted { return }
-        throw ProviderError.invalid(code: "remote_root_missing", message: "The remote folder this syncs with was deleted there (or moved to its trash).")
+        throw ProviderError.rootMissing("The remote folder this syncs with was deleted there (or moved to its trash).")
     }
 
-    /// The remote's root folder, or `remote_root_missing` when it is not there. A root seen missing and then there
+    /// The remote's root folder, or ``ProviderError/rootMissing(_:)`` when it is not there. A root seen missing and then there
     /// again, or another folder at its place (``IdentifiesRoot``), is linked anew (``relinkAfterRootReturned(_:)``)
     /// before anything of it is taken in.
     func currentRoot(_ provider: any RemoteProvider) async throws -> RemoteItem {
@@ -67,8 +67,8 @@ extension SyncEngine {
             let missing: ProviderError
             switch error {
             case .notFound:
-                missing = .invalid(code: "remote_root_missing", message: "The remote folder this syncs with is not there (deleted, or moved).")
-            case .invalid(let code, _) where code == "remote_root_missing": missing = error
+                missing = .rootMissing("The remote folder this syncs with is not there (deleted, or moved).")
+            case .rootMissing: missing = error
             default: throw error
             }
             try await database.pool.write { db in try db.setMeta(Self.rootMissingKey, "1") }

@@ -312,7 +312,7 @@ extension SyncEngine {
             // with backoff (the folder may have been replaced under its name meanwhile) — rather than the round
             // ending quietly with the file unsent (seen: a store that answers 404 to a key with a line break in it).
             if parentThere == true, itemThere != false {
-                try await failed(step, .server(status: 404, code: SyncError.refusedAsNotThere, message: "The remote refused it as not there, although the folder it goes in is there.", retryAfter: nil))
+                try await failed(step, .refusedAsNotThere("The remote refused it as not there, although the folder it goes in is there."))
                 return false
             }
             return true
@@ -615,10 +615,12 @@ extension SyncEngine {
         do {
             results = try await batching.uploadBatch(files)
         } catch let error as ProviderError {
-            if case .invalid = error {
+            switch error {
+            case .invalid, .notAFolder:
                 // A batch the provider will not take: each goes alone.
                 for entry in sent where try await perform(entry.step, provider) { progressed = true }
                 return progressed
+            default: break
             }
             if error.isRetryable {
                 // One request: its files are retried together, on one schedule.

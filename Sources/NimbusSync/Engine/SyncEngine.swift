@@ -473,7 +473,7 @@ public actor SyncEngine {
             }
         }
         for (luid, message) in failed {
-            result[luid] = .failed(.server(status: 0, code: "failed", message: message ?? "failed", retryAfter: nil))
+            result[luid] = .failed(.server(status: 0, code: .other("failed"), message: message ?? "failed", retryAfter: nil))
         }
         for (luid, state) in progress where result[luid] == nil { result[luid] = state }
         return result

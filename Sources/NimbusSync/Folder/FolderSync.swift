@@ -22,6 +22,8 @@ public struct FolderSyncReport: Sendable, Equatable {
     public var kept: [String] = []
     /// Not synced this time (links, files still being written), with the reason.
     public var skipped: [String] = []
+    /// Files left for a later round because they were still being written (also in ``skipped``, with the reason).
+    public var changing: [String] = []
     /// What failed this round, in words for the user; failed steps are tried again later.
     public var errors: [String] = []
     /// Whether what ``deletedHere`` lists went to a trash there it can be restored from (the Nimbus server, a folder's
@@ -29,6 +31,9 @@ public struct FolderSyncReport: Sendable, Equatable {
     public var remoteKeepsTrash = true
     /// The remote could not be reached this round (what waits here is sent once it is back).
     public var offline = false
+    /// The round could not take the remote's changes in (unreachable, or it refused: see ``errors``); only what was
+    /// planned from earlier rounds ran.
+    public var remoteFailed = false
 
     /// An empty report.
     public init() {}
@@ -44,8 +49,10 @@ public struct FolderSyncReport: Sendable, Equatable {
         conflicts += later.conflicts
         kept += later.kept
         skipped = later.skipped
+        changing = later.changing
         errors = later.errors
         offline = later.offline
+        remoteFailed = later.remoteFailed
         remoteKeepsTrash = later.remoteKeepsTrash
     }
 
@@ -109,13 +116,14 @@ public actor FolderSync {
         } catch let error as SyncError {
             switch error {
             case .unauthorized, .notSignedIn, .localFile, .invalid: throw error
-            case .server(_, let code, let message, _) where code == "remote_root_missing" || code == APIErrorCode.notAFolder.rawValue:
+            case .remoteRootMissing(let message), .server(_, .api(.notAFolder), let message, _):
                 // The remote's folder vanished (deleted from a web UI, a disk unmounted): nothing is planned from an
                 // empty listing; the pair waits.
                 throw SyncError.invalid(
                     "\(message) Syncing with it is paused and nothing was deleted here; make the folder again there, or remove the pair.")
             default:
                 report.errors.append("Offline: \(error.description)")
+                report.remoteFailed = true
                 if case .network = error { report.offline = true }
             }
         }
@@ -146,6 +154,7 @@ public actor FolderSync {
         }
         report.skipped += scan.skipped
         report.skipped += scan.changing.map { "\($0) (still being written)" }
+        report.changing = scan.changing
         nextSettle = scan.nextSettle
         for (luid, error) in errors.sorted(by: { $0.key < $1.key }) { report.errors.append("\(paths[luid] ?? luid): \(error)") }
         if heldThere > 0 {

@@ -84,7 +84,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     /// checks that `passphrase` opens it. Returns whether it made one.
     @discardableResult
     public static func create(over inner: any RemoteProvider, passphrase: String, scratch: URL) async throws -> Bool {
-        guard !passphrase.isEmpty else { throw ProviderError.invalid(code: "passphrase_missing", message: "An encrypted remote needs a passphrase.") }
+        guard !passphrase.isEmpty else { throw ProviderError.invalid("An encrypted remote needs a passphrase.") }
         if let wrapped = try await readKeyFile(inner, scratch: scratch) {
             _ = try unwrap(wrapped, passphrase)
             return false
@@ -110,12 +110,11 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     }
 
     /// The data key the key file in `inner`'s root holds, unwrapped with `passphrase` (``ProviderError/unauthorized(_:)``
-    /// when it does not open it; ``ProviderError/invalid(code:message:)`` when there is no key file). A device can
+    /// when it does not open it; ``ProviderError/rootMissing(_:)`` when there is no key file). A device can
     /// keep it (0600) instead of the passphrase: no passphrase on its disk, no key derivation at each start.
     public static func unlock(over inner: any RemoteProvider, passphrase: String, scratch: URL) async throws -> SymmetricKey {
         guard let wrapped = try await readKeyFile(inner, scratch: scratch) else {
-            throw ProviderError.invalid(
-                code: "remote_root_missing", message: "No encrypted remote here: its key file (\(keyFileName)) is missing (deleted there, or never made).")
+            throw ProviderError.rootMissing("No encrypted remote here: its key file (\(keyFileName)) is missing (deleted there, or never made).")
         }
         return try unwrap(wrapped, passphrase)
     }
@@ -131,7 +130,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         do {
             return try JSONDecoder().decode(WrappedKey.self, from: Data(contentsOf: file))
         } catch {
-            throw ProviderError.invalid(code: "crypt_key_damaged", message: "The encrypted remote's key file (\(keyFileName)) is damaged: \(error)")
+            throw ProviderError.invalid("The encrypted remote's key file (\(keyFileName)) is damaged: \(error)")
         }
     }
 
@@ -173,7 +172,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
 
     func sealed(_ name: String, _ keys: CryptKeys) throws -> String {
         do { return try keys.names.seal(name) } catch let error as EncryptionError {
-            throw ProviderError.invalid(code: APIErrorCode.invalidName.rawValue, message: error.description)
+            throw ProviderError.invalid(error.description)
         }
     }
 
@@ -251,7 +250,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
 
     public func quota() async throws -> (used: Int64, limit: Int64?) {
         guard let quota = inner as? any QuotaProvider, inner.capabilities.contains(.quota) else {
-            throw ProviderError.invalid(code: "unsupported", message: "This remote does not report its space.")
+            throw ProviderError.unsupported("This remote does not report its space.")
         }
         return try await quota.quota()
     }
@@ -261,7 +260,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     public func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
         let keys = try await keys()
         let made = try await inner.createFolder(named: try sealed(try ProviderPath.validated(name), keys), in: parentId, requestId: requestId)
-        guard let item = shown(made, keys) else { throw ProviderError.server(status: 500, code: "crypt_name", message: "A sealed name did not open.") }
+        guard let item = shown(made, keys) else { throw ProviderError.server(status: 500, code: .other("crypt_name"), message: "A sealed name did not open.") }
         return item
     }
 
@@ -304,7 +303,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         }
         memory.remember("\(digest.plainSize) \(digest.checksum)", of: stored.id, revision: stored.revision)
         memory.flush()
-        guard let item = shown(stored, keys) else { throw ProviderError.server(status: 500, code: "crypt_name", message: "A sealed name did not open.") }
+        guard let item = shown(stored, keys) else { throw ProviderError.server(status: 500, code: .other("crypt_name"), message: "A sealed name did not open.") }
         return item
     }
 
@@ -332,7 +331,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
                     sealedFile, to: destination.url, key: keys.dataKey, context: Self.context, sealing: destination.sealing)
             }
         } catch let error as EncryptionError {
-            throw ProviderError.server(status: 502, code: "crypt_tampered", message: error.description)
+            throw ProviderError.server(status: 502, code: .other("crypt_tampered"), message: error.description)
         }
         if let revision {
             memory.remember("\(digest.plainSize) \(digest.checksum)", of: id, revision: revision)
@@ -343,7 +342,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     public func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
         let keys = try await keys()
         let moved = try await inner.move(id, to: parentId, name: try sealed(try ProviderPath.validated(name), keys))
-        guard let item = shown(moved, keys) else { throw ProviderError.server(status: 500, code: "crypt_name", message: "A sealed name did not open.") }
+        guard let item = shown(moved, keys) else { throw ProviderError.server(status: 500, code: .other("crypt_name"), message: "A sealed name did not open.") }
         return item
     }
 

@@ -43,7 +43,7 @@ public final class LocalFolderProvider: RemoteProvider {
 
     public func root() async throws -> RemoteItem {
         guard let info = Self.lstat(root.path), info.st_mode & S_IFMT == S_IFDIR else {
-            throw ProviderError.invalid(code: "remote_root_missing", message: "\(root.path) is not a folder (is the disk mounted?).")
+            throw ProviderError.rootMissing("\(root.path) is not a folder (is the disk mounted?).")
         }
         rootInode.withLock { $0 = UInt64(info.st_ino) }
         return RemoteItem(id: Self.rootId, parentId: nil, name: "", isFolder: true, modifiedAt: Self.modified(info))
@@ -104,11 +104,11 @@ public final class LocalFolderProvider: RemoteProvider {
     }
 
     public func startCursor() async throws -> String {
-        throw ProviderError.invalid(code: "unsupported", message: "A local folder has no change feed; it is listed.")
+        throw ProviderError.unsupported("A local folder has no change feed; it is listed.")
     }
 
     public func changes(since cursor: String) async throws -> ChangePage {
-        throw ProviderError.invalid(code: "unsupported", message: "A local folder has no change feed; it is listed.")
+        throw ProviderError.unsupported("A local folder has no change feed; it is listed.")
     }
 
     // MARK: Writing
@@ -187,7 +187,7 @@ public final class LocalFolderProvider: RemoteProvider {
                 if LocalWriteError(path: root.path, size: nil, underlying: error).outOfSpace {
                     throw ProviderError.quotaExceeded("not enough space on the disk of \(root.path)")
                 }
-                throw ProviderError.server(status: 0, code: "write_failed", message: "could not write in \(root.path): \(LocalWriteError.reason(error))")
+                throw ProviderError.server(status: 0, code: .other("write_failed"), message: "could not write in \(root.path): \(LocalWriteError.reason(error))")
             }
         }
         while size < source.size, let data = try input.read(upToCount: Int(min(1024 * 1024, source.size - size))), !data.isEmpty {
@@ -236,14 +236,14 @@ public final class LocalFolderProvider: RemoteProvider {
         guard let parent = Self.lstat(url(parentId).path), parent.st_mode & S_IFMT == S_IFDIR else { throw ProviderError.notFound }
         if destination == id { return try await item(id) }
         if parentId == id || parentId.hasPrefix(id + "/") {
-            throw ProviderError.invalid(code: APIErrorCode.invalidMove.rawValue, message: "A folder cannot be moved into itself or one of its subfolders.")
+            throw ProviderError.invalid("A folder cannot be moved into itself or one of its subfolders.")
         }
         guard try DiskOperations.renameNoReplace(url(id).path, to: url(destination).path) else { throw ProviderError.nameTaken(existing: destination) }
         return try await item(destination)
     }
 
     public func delete(_ id: String) async throws {
-        guard id != Self.rootId else { throw ProviderError.invalid(code: "invalid_request", message: "The root cannot be deleted.") }
+        guard id != Self.rootId else { throw ProviderError.invalid("The root cannot be deleted.") }
         guard Self.lstat(url(id).path) != nil else { throw ProviderError.notFound }
         try keepInTrash(id)
     }
@@ -284,7 +284,7 @@ public final class LocalFolderProvider: RemoteProvider {
         let code = errno
         if code == ENOSPC || code == EDQUOT { return .quotaExceeded("No space left on the disk to \(what).") }
         if code == ENOENT { return .notFound }
-        return .server(status: 0, code: "errno_\(code)", message: "Could not \(what): \(String(cString: strerror(code))).")
+        return .server(status: 0, code: .other("errno_\(code)"), message: "Could not \(what): \(String(cString: strerror(code))).")
     }
 }
 

@@ -538,8 +538,8 @@ extension NimbusProvider: DeltaDownloadProvider {
         for attempt in 0..<2 {
             let (head, data) = try await send(
                 TransportRequest(Routes.commitBlocks, headers: headers, body: try JSONEncoder.nimbus.encode(request)), json: true)
-            if head.status == 409, attempt == 0, let body = try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data),
-                body.error.knownCode == .blocksMissing, let lacking = body.error.missing
+            if attempt == 0, let failure = ServerFailure(head, data), failure.status == 409, failure.code == .api(.blocksMissing),
+                let lacking = failure.missing
             {
                 // Swept between the question and the commit (a day-old upload taken up again): send them, once.
                 try await sendBlocks(chunks(among: Set(lacking)), from: source, sent: LockedBox(0)) { _ in }
@@ -553,7 +553,7 @@ extension NimbusProvider: DeltaDownloadProvider {
             }
             return Self.item(file)
         }
-        throw ProviderError.server(status: 409, code: APIErrorCode.blocksMissing.rawValue, message: "The server kept losing the blocks just sent.")
+        throw ProviderError.server(status: 409, code: .api(.blocksMissing), message: "The server kept losing the blocks just sent.")
     }
 
     public func download(

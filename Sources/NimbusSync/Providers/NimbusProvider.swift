@@ -62,7 +62,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         var current: File = try await call(Routes.file, "root")
         for part in rootPath.split(separator: "/").map(String.init) where part != "." {
             guard let next = try await files(in: current.id).first(where: { $0.name == part }) else { throw ProviderError.notFound }
-            guard next.isFolder else { throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(rootPath) is a file, not a folder.") }
+            guard next.isFolder else { throw ProviderError.invalid("\(rootPath) is a file, not a folder.") }
             current = next
         }
         rootId.withLock { $0 = current.id }
@@ -79,7 +79,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
             for attempt in 0..<2 {
                 if let next = try await provider.files(in: current.id).first(where: { $0.name == part }) {
                     guard next.isFolder else {
-                        throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+                        throw ProviderError.invalid("\(part) is a file, not a folder.")
                     }
                     current = next
                     break
@@ -281,7 +281,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
             default:
                 if head.status == 409 || head.status == 422 { try state.setValue(nil, for: sessionKey(requestId)) }
                 try Self.check(head, data)
-                throw ProviderError.server(status: head.status, code: "unexpected", message: "Unexpected answer \(head.status) to a chunk.")
+                throw ProviderError.server(status: head.status, code: .other("unexpected"), message: "Unexpected answer \(head.status) to a chunk.")
             }
         }
     }
@@ -328,18 +328,18 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         try Self.check(head, data)
         let results = try Self.decode(BatchUploadResponse.self, data).results
         guard results.count == files.count else {
-            throw ProviderError.server(status: head.status, code: "invalid_response", message: "The batch answer has \(results.count) results for \(files.count) files.")
+            throw ProviderError.server(status: head.status, code: .other("invalid_response"), message: "The batch answer has \(results.count) results for \(files.count) files.")
         }
         return results.map { result in
             if let file = result.file, (200..<300).contains(result.status) { return .success(Self.item(file)) }
-            return .failure(Self.error(status: result.status, body: result.error.map { APIErrorBody(code: $0.code, message: $0.message, existingId: $0.existingId, file: $0.file) }, retryAfter: nil))
+            return .failure(Self.error(ServerFailure(status: result.status, detail: result.error, retryAfter: nil)))
         }
     }
 
     public func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
         let handle: ContentWriter
         do { handle = try destination.open() } catch {
-            throw ProviderError.invalid(code: "local_file", message: "Cannot write \(destination.url.path): \(error.localizedDescription)")
+            throw ProviderError.invalid("Cannot write \(destination.url.path): \(error.localizedDescription)")
         }
         defer { try? handle.close() }
         let offset = Int64(try handle.seekToEnd())
@@ -438,36 +438,36 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         case .unauthorized(let message): .unauthorized(message)
         case .notSignedIn: .unauthorized("not signed in")
         case .server(let status, let code, let message, let retryAfter):
-            Self.error(status: status, body: APIErrorBody(code: code, message: message), retryAfter: retryAfter)
-        default: .server(status: 0, code: "client", message: error.description)
+            Self.error(ServerFailure(status: status, code: code, message: message, retryAfter: retryAfter))
+        default: .server(status: 0, code: .other("client"), message: error.description)
         }
     }
 
     /// Throws the typed outcome of a non-2xx answer.
     static func check(_ head: TransportResponseHead, _ data: Data) throws {
-        guard !(200..<300).contains(head.status) && head.status != 304 && head.status != 308 else { return }
-        let body = try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data)
-        throw error(status: head.status, body: body, retryAfter: head.headers["retry-after"].flatMap(Int.init))
+        if let failure = ServerFailure(head, data) { throw error(failure) }
     }
 
-    static func error(status: Int, body: APIErrorBody?, retryAfter: Int?) -> ProviderError {
-        let detail = body?.error
-        let message = detail?.message ?? "HTTP \(status)"
-        switch (status, detail?.knownCode) {
+    /// A server's failure as what it means for the engine.
+    static func error(_ failure: ServerFailure) -> ProviderError {
+        let message = failure.message
+        switch (failure.status, failure.code) {
         case (401, _): return .unauthorized(message)
         case (404, _): return .notFound
-        case (409, .nameConflict?): return .nameTaken(existing: detail?.existingId)
-        case (409, .versionConflict?): return .versionConflict(current: detail?.file.map(item))
-        case (409, .requestIdReused?): return .requestIdReused(existing: detail?.existingId)
-        case (400, .trashed?): return .notFound
+        case (409, .api(.nameConflict)): return .nameTaken(existing: failure.existingId)
+        case (409, .api(.versionConflict)): return .versionConflict(current: failure.file.map(item))
+        case (409, .api(.requestIdReused)): return .requestIdReused(existing: failure.existingId)
+        case (409, .api(.massDeletionPaused)): return .deletionsPaused(message)
+        case (400, .api(.trashed)): return .notFound
+        case (400, .api(.notAFolder)): return .notAFolder(message)
         case (410, _): return .gone
-        case (412, _): return .versionConflict(current: detail?.file.map(item))
+        case (412, _): return .versionConflict(current: failure.file.map(item))
         case (413, _): return .tooLarge(message)
         case (422, _): return .checksumMismatch
-        case (429, _), (503, _): return .retryAfter(seconds: retryAfter)
+        case (429, _), (503, _): return .retryAfter(seconds: failure.retryAfter)
         case (507, _): return .quotaExceeded(message)
-        case (400, _): return .invalid(code: detail?.code ?? "invalid_request", message: message)
-        default: return .server(status: status, code: detail?.code ?? "http_\(status)", message: message)
+        case (400, _): return .invalid(message)
+        default: return .server(status: failure.status, code: failure.code, message: message)
         }
     }
 
@@ -475,7 +475,7 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
         do {
             return try JSONDecoder.nimbus.decode(T.self, from: data)
         } catch {
-            throw ProviderError.server(status: 200, code: "bad_response", message: "Unexpected answer from the server: \(error)")
+            throw ProviderError.server(status: 200, code: .other("bad_response"), message: "Unexpected answer from the server: \(error)")
         }
     }
 }

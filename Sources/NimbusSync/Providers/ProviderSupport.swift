@@ -29,7 +29,7 @@ enum ProviderPath {
 
     static func validated(_ name: String) throws -> String {
         do { return try FileName.validated(name) } catch {
-            throw ProviderError.invalid(code: APIErrorCode.invalidName.rawValue, message: error.description)
+            throw ProviderError.invalid(error.description)
         }
     }
 }

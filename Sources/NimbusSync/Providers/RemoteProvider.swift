@@ -106,16 +106,23 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The request id already made something else (`existing`, if known).
     case requestIdReused(existing: String?)
     /// The request cannot succeed as it is (a bad name, a folder where a file is needed, a move into itself).
-    case invalid(code: String, message: String)
+    case invalid(String)
+    /// A file where a folder is needed (the folder to sync with, one on its path, the folder something goes in).
+    case notAFolder(String)
+    /// The folder this syncs with is not there (deleted, never made, a disk not mounted, a file in its place).
+    case rootMissing(String)
+    /// The remote cannot do this at all (no change feed: it is listed; no space report).
+    case unsupported(String)
+    /// The server paused this device's deletions until its user confirms them (its mass-deletion breaker).
+    case deletionsPaused(String)
     /// Any other refusal or failure there.
-    case server(status: Int, code: String, message: String)
+    case server(status: Int, code: ErrorCode, message: String)
 
     /// Whether the same request can succeed later without anyone changing anything.
     public var isRetryable: Bool {
         switch self {
-        case .network, .retryAfter, .gone: true
-        // The server paused this device's deletions until its user confirms them: tried again, later.
-        case .server(_, APIErrorCode.massDeletionPaused.rawValue, _): true
+        // A paused deletion is tried again, later: it goes once the user confirms.
+        case .network, .retryAfter, .gone, .deletionsPaused: true
         case .server(let status, _, _): status >= 500 || status == 408
         default: false
         }
@@ -135,7 +142,7 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .network(let message): "Could not be reached (\(message)); will retry."
         case .checksumMismatch: "The file changed while it was being sent; it will be read again."
         case .requestIdReused: "That request already made a different item."
-        case .invalid(let code, let message): "\(message) (\(code))"
+        case .invalid(let message), .notAFolder(let message), .rootMissing(let message), .unsupported(let message), .deletionsPaused(let message): message
         case .server(let status, let code, let message): "\(message) (\(status) \(code))"
         }
     }
@@ -342,7 +349,7 @@ public protocol RemoteProvider: Sendable {
     func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws
 
     /// Moves and/or renames an item; ``ProviderError/nameTaken(existing:)`` if the name is taken there,
-    /// ``ProviderError/invalid(code:message:)`` for a folder moved into itself. A provider whose ids are paths
+    /// ``ProviderError/invalid(_:)`` for a folder moved into itself. A provider whose ids are paths
     /// answers with the new path as the id; what was beneath a moved folder then has its old path's place under the
     /// new one (`old/x` → `new/x`), which the engine takes without listing.
     func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem
@@ -353,14 +360,14 @@ public protocol RemoteProvider: Sendable {
 
 extension RemoteProvider {
     /// The folder at `path` (names below the root) made where missing, like `mkdir -p`; another client making the
-    /// same folder meanwhile is taken as it is. A file in the way is ``ProviderError/invalid(code:message:)``.
+    /// same folder meanwhile is taken as it is. A file in the way is ``ProviderError/notAFolder(_:)``.
     public func makeFolders(_ path: [String]) async throws -> RemoteItem {
         var current = try await root()
         for part in path {
             for attempt in 0..<2 {
                 if let existing = try await children(of: current.id).first(where: { $0.name == part }) {
                     guard existing.isFolder else {
-                        throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+                        throw ProviderError.notAFolder("\(part) is a file, not a folder.")
                     }
                     current = existing
                     break

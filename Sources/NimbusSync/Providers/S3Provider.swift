@@ -91,9 +91,9 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         if conditionsWork.withLock({ $0 }) {
             do {
                 return try await body(true)
-            } catch let error as S3Error where error.status == 501 || error.status == 500 || error.code == "NotImplemented" {
+            } catch let error as S3Error where error.isNotImplemented {
                 conditionsWork.withLock { $0 = false }
-            } catch let error as S3Error where error.status == 412 || error.code == "PreconditionFailed" {
+            } catch let error as S3Error where error.isPreconditionFailed {
                 throw ProviderError.versionConflict(current: nil)
             } catch let error as S3Error where !error.isRetryable {
                 throw Self.failure(error, what: what)
@@ -114,8 +114,8 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         case (412, _): .versionConflict(current: nil)
         case (_, "EntityTooLarge"): .tooLarge("The S3 store refused \(what) as too large.")
         case (_, "QuotaExceeded"): .quotaExceeded("The S3 store is out of space for \(what).")
-        case (let status, let code) where status >= 500: .server(status: status, code: code ?? "s3_\(status)", message: error.message)
-        default: .server(status: error.status, code: error.code ?? "s3_\(error.status)", message: "\(what): \(error.message)")
+        case (let status, let code) where status >= 500: .server(status: status, code: .other(code ?? "s3_\(status)"), message: error.message)
+        default: .server(status: error.status, code: .other(error.code ?? "s3_\(error.status)"), message: "\(what): \(error.message)")
         }
     }
 
@@ -126,11 +126,10 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         do {
             page = try await call("listing the root") { try await client.list(prefix: prefix, delimiter: "/", maxKeys: 1) }
         } catch ProviderError.notFound {
-            throw ProviderError.invalid(code: "remote_root_missing", message: "The bucket \(client.bucket) is not there (deleted, or never made).")
+            throw ProviderError.rootMissing("The bucket \(client.bucket) is not there (deleted, or never made).")
         }
         if !prefix.isEmpty, page.objects.isEmpty, page.prefixes.isEmpty {
-            throw ProviderError.invalid(
-                code: "remote_root_missing", message: "The folder \(client.bucket)/\(prefix) is not there (deleted, or never made).")
+            throw ProviderError.rootMissing("The folder \(client.bucket)/\(prefix) is not there (deleted, or never made).")
         }
         return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true)
     }
@@ -250,11 +249,11 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     }
 
     public func startCursor() async throws -> String {
-        throw ProviderError.invalid(code: "unsupported", message: "S3 has no change feed; it is listed.")
+        throw ProviderError.unsupported("S3 has no change feed; it is listed.")
     }
 
     public func changes(since cursor: String) async throws -> ChangePage {
-        throw ProviderError.invalid(code: "unsupported", message: "S3 has no change feed; it is listed.")
+        throw ProviderError.unsupported("S3 has no change feed; it is listed.")
     }
 
     // MARK: Writing
@@ -457,7 +456,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
             try await call("probing the store") { _ = try await client.put(probe, body: ByteBuffer()) }
             do {
                 _ = try await client.put(probe, body: ByteBuffer(), ifNoneMatch: true)
-            } catch let error as S3Error where error.status == 412 || error.code == "PreconditionFailed" {
+            } catch let error as S3Error where error.isPreconditionFailed {
                 proven = true
             } catch let error as S3Error where error.isRetryable && error.status == 0 {
                 throw Self.failure(error, what: "probing the store")
@@ -627,7 +626,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         let destination = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
         if destination == id { return try await item(id) }
         if parentId == id || parentId.hasPrefix(id + "/") {
-            throw ProviderError.invalid(code: APIErrorCode.invalidMove.rawValue, message: "A folder cannot be moved into itself or one of its subfolders.")
+            throw ProviderError.invalid("A folder cannot be moved into itself or one of its subfolders.")
         }
         guard try await folderExists(parentId) else { throw ProviderError.notFound }
         if let object = try await head(id) {
@@ -659,7 +658,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     }
 
     public func delete(_ id: String) async throws {
-        guard id != ProviderPath.root else { throw ProviderError.invalid(code: "invalid_request", message: "The root cannot be deleted.") }
+        guard id != ProviderPath.root else { throw ProviderError.invalid("The root cannot be deleted.") }
         if try await head(id) != nil {
             try await call("deleting \(id)") { try await client.delete(key(id)) }
             checksums.forget(id)
@@ -683,7 +682,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         for part in path.split(separator: "/").map(String.init) where part != "." {
             let next = ProviderPath.child(part, in: current)
             if try await head(next) != nil {
-                throw ProviderError.invalid(code: APIErrorCode.notAFolder.rawValue, message: "\(part) is a file, not a folder.")
+                throw ProviderError.invalid("\(part) is a file, not a folder.")
             }
             if !(try await folderExists(next)) { try await call("making \(part)") { _ = try await client.put(marker(next), body: ByteBuffer()) } }
             current = next

@@ -123,11 +123,10 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// (it would cross the network readable).
     public static func check(url: URL, username: String?) throws {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
-            throw ProviderError.invalid(code: "invalid_url", message: "\(url.absoluteString) is not an http(s):// URL.")
+            throw ProviderError.invalid("\(url.absoluteString) is not an http(s):// URL.")
         }
         if username != nil, scheme == "http", !url.isLoopback {
-            throw ProviderError.invalid(
-                code: "insecure_url", message: "Refusing to send a password over plain http:// to \(url.host ?? ""); use https://.")
+            throw ProviderError.invalid("Refusing to send a password over plain http:// to \(url.host ?? ""); use https://.")
         }
     }
 
@@ -216,7 +215,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         case 423: .retryAfter(seconds: 5)
         case 429, 503: .retryAfter(seconds: headers.first(name: "retry-after").flatMap(Int.init))
         case 507: .quotaExceeded("Not enough space on the WebDAV server for \(what).")
-        default: .server(status: status, code: "webdav_\(status)", message: "The WebDAV server answered \(status) to \(what).")
+        default: .server(status: status, code: .other("webdav_\(status)"), message: "The WebDAV server answered \(status) to \(what).")
         }
     }
 
@@ -255,12 +254,12 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         let status = Int(response.status.code)
         guard status == 207 else {
             if (200..<300).contains(status) {
-                throw ProviderError.server(status: status, code: "not_webdav", message: "\(url.absoluteString) did not answer as a WebDAV server.")
+                throw ProviderError.server(status: status, code: .other("not_webdav"), message: "\(url.absoluteString) did not answer as a WebDAV server.")
             }
             throw Self.failure(status, response.headers, what: "listing \(id)")
         }
         guard let tree = XMLTree.parse(data), tree.name == "multistatus" else {
-            throw ProviderError.server(status: status, code: "bad_multistatus", message: "The WebDAV server's listing could not be read.")
+            throw ProviderError.server(status: status, code: .other("bad_multistatus"), message: "The WebDAV server's listing could not be read.")
         }
         return tree
     }
@@ -337,15 +336,14 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         do {
             tree = try await multistatus(ProviderPath.root, depth: 0, folder: true, body: Self.rootPropfindBody)
         } catch ProviderError.notFound {
-            throw ProviderError.invalid(
-                code: "remote_root_missing", message: "The folder \(url.absoluteString) is not on the WebDAV server (deleted, or never made).")
+            throw ProviderError.rootMissing("The folder \(url.absoluteString) is not on the WebDAV server (deleted, or never made).")
         }
         let response = tree.all("response").first { $0.value("href").flatMap(id(ofHref:)) == ProviderPath.root }
         let fileId = response.flatMap { Self.properties($0)["fileid"].map { Self.trimmed($0.text) } }
         let propagates = fileId != nil
         rootFileId.withLock { $0 = fileId }
         guard let response, let root = item(response, folderETags: propagates), root.isFolder else {
-            throw ProviderError.invalid(code: "not_a_folder", message: "\(url.absoluteString) is not a folder on the WebDAV server.")
+            throw ProviderError.notAFolder("\(url.absoluteString) is not a folder on the WebDAV server.")
         }
         if uploadsAddress != nil, chunkedUploads.withLock({ $0 }) == nil {
             _ = try? await chunkedUploadsFolder(for: .max)  // learnt once, so `capabilities` says it
@@ -370,11 +368,11 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     }
 
     public func startCursor() async throws -> String {
-        throw ProviderError.invalid(code: "unsupported", message: "WebDAV has no change feed; it is listed.")
+        throw ProviderError.unsupported("WebDAV has no change feed; it is listed.")
     }
 
     public func changes(since cursor: String) async throws -> ChangePage {
-        throw ProviderError.invalid(code: "unsupported", message: "WebDAV has no change feed; it is listed.")
+        throw ProviderError.unsupported("WebDAV has no change feed; it is listed.")
     }
 
     /// Used and available space (RFC 4331), where the server reports them.
@@ -426,7 +424,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             id = ProviderPath.child(try ProviderPath.validated(name), in: parent)
             parentId = parent
         case .version(let fileId, let base):
-            guard source.isHashed else { throw ProviderError.invalid(code: "unhashed_version", message: "A new version must be hashed before it is sent.") }
+            guard source.isHashed else { throw ProviderError.invalid("A new version must be hashed before it is sent.") }
             id = fileId
             parentId = ProviderPath.parent(of: fileId) ?? ProviderPath.root
             let current = try await item(id)
@@ -663,7 +661,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
         let destination = ProviderPath.child(try ProviderPath.validated(name), in: parentId)
         if destination == id { return try await item(id) }
         if parentId == id || parentId.hasPrefix(id + "/") {
-            throw ProviderError.invalid(code: APIErrorCode.invalidMove.rawValue, message: "A folder cannot be moved into itself or one of its subfolders.")
+            throw ProviderError.invalid("A folder cannot be moved into itself or one of its subfolders.")
         }
         let current = try await item(id)
         let (response, _) = try await send(
@@ -680,7 +678,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     }
 
     public func delete(_ id: String) async throws {
-        guard id != ProviderPath.root else { throw ProviderError.invalid(code: "invalid_request", message: "The root cannot be deleted.") }
+        guard id != ProviderPath.root else { throw ProviderError.invalid("The root cannot be deleted.") }
         let (response, _) = try await send("DELETE", address(id))
         let status = Int(response.status.code)
         guard (200..<300).contains(status) else { throw Self.failure(status, response.headers, what: "deleting \(ProviderPath.name(of: id))") }

@@ -5,8 +5,14 @@ import NimbusAPI
 public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The request got no usable answer (connection refused, reset, timed out). Retried with backoff.
     case network(String)
-    /// The server answered with an error body.
-    case server(status: Int, code: String, message: String, retryAfter: Int?)
+    /// The server answered with an error body (decoded once, ``ErrorCode``), or a remote refused otherwise.
+    case server(status: Int, code: ErrorCode, message: String, retryAfter: Int?)
+    /// The remote folder this syncs with is not there (deleted from a web UI, a disk not mounted, a file in its
+    /// place): nothing is planned from an empty listing; syncing with it waits until it is there again.
+    case remoteRootMissing(String)
+    /// A creation the remote refused as "not there" although the folder it goes in is there (a listing that had
+    /// not caught up): tried again.
+    case refusedAsNotThere(String)
     /// The credentials are no longer accepted; everything waits until the user signs in again.
     case unauthorized(String)
     /// No account is signed in.
@@ -24,18 +30,16 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isRetryable: Bool {
         switch self {
         case .network: true
-        case .server(_, APIErrorCode.massDeletionPaused.rawValue, _, _), .server(_, Self.refusedAsNotThere, _, _): true
+        // The server paused this device's deletions until its user confirms them: tried again, later.
+        case .server(_, .api(.massDeletionPaused), _, _): true
         case .server(let status, _, _, _): status >= 500 || status == 429 || status == 408
-        case .checksumMismatch: true
-        case .unauthorized, .notSignedIn, .insufficientSpace, .localFile, .invalid: false
+        case .checksumMismatch, .refusedAsNotThere: true
+        case .unauthorized, .notSignedIn, .insufficientSpace, .localFile, .invalid, .remoteRootMissing: false
         }
     }
 
-    /// The code of a creation a remote refused as "not there" while the folder it goes in is there (retried).
-    public static let refusedAsNotThere = "refused_as_not_there"
-
-    /// The `error.code` the server sent, if this is a server error.
-    public var code: String? {
+    /// The error's code, if this is a server error.
+    public var code: ErrorCode? {
         if case .server(_, let code, _, _) = self { return code }
         return nil
     }
@@ -58,6 +62,28 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .checksumMismatch(let expected, let actual): "Downloaded content does not match (expected \(expected), got \(actual)); will retry."
         case .localFile(let detail): detail
         case .invalid(let detail): detail
+        case .remoteRootMissing(let detail): detail
+        case .refusedAsNotThere(let detail): detail
+        }
+    }
+}
+
+/// An error's machine code, typed: one of the Nimbus API's codes (``APIErrorCode``), or another store's (an S3
+/// code, a WebDAV status) kept to be shown. What happens next follows from the error's case or its API code, never
+/// from a string.
+public enum ErrorCode: Sendable, Hashable, CustomStringConvertible {
+    case api(APIErrorCode)
+    case other(String)
+
+    /// A Nimbus error body's `error.code`: the API's code when this client knows it, else kept as it came.
+    public init(apiCode raw: String) {
+        self = APIErrorCode(rawValue: raw).map(Self.api) ?? .other(raw)
+    }
+
+    public var description: String {
+        switch self {
+        case .api(let code): code.rawValue
+        case .other(let code): code
         }
     }
 }

@@ -137,11 +137,11 @@ public actor ServerClient {
         let (head, data) = try await raw(signed, json: json)
         guard head.status == 401 else { return (head, data) }
         guard try await refresh(), let fresh = credentials?.accessToken else {
-            throw SyncError.unauthorized(Self.errorBody(data)?.error.message ?? "401")
+            throw ServerFailure(head, data)?.syncError ?? SyncError.unauthorized("401")
         }
         signed.headers["Authorization"] = "Bearer \(fresh)"
         let (retryHead, retryData) = try await raw(signed, json: json)
-        if retryHead.status == 401 { throw SyncError.unauthorized(Self.errorBody(retryData)?.error.message ?? "401") }
+        if retryHead.status == 401 { throw ServerFailure(retryHead, retryData)?.syncError ?? SyncError.unauthorized("401") }
         return (retryHead, retryData)
     }
 
@@ -193,24 +193,16 @@ public actor ServerClient {
 
     // MARK: Decoding
 
-    static func errorBody(_ data: Data) -> APIErrorBody? { try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data) }
-
     /// Throws the server's error for a non-2xx answer.
     static func check(_ head: TransportResponseHead, _ data: Data) throws {
-        guard !(200..<300).contains(head.status) && head.status != 304 && head.status != 308 else { return }
-        let body = errorBody(data)
-        if head.status == 401 { throw SyncError.unauthorized(body?.error.message ?? "401") }
-        throw SyncError.server(
-            status: head.status, code: body?.error.code ?? "http_\(head.status)",
-            message: body?.error.message ?? String(decoding: data.prefix(200), as: UTF8.self),
-            retryAfter: head.headers["retry-after"].flatMap(Int.init))
+        if let failure = ServerFailure(head, data) { throw failure.syncError }
     }
 
     static func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
         do {
             return try JSONDecoder.nimbus.decode(T.self, from: data)
         } catch {
-            throw SyncError.server(status: 200, code: "bad_response", message: "Unexpected answer from the server: \(error)", retryAfter: nil)
+            throw SyncError.server(status: 200, code: .other("bad_response"), message: "Unexpected answer from the server: \(error)", retryAfter: nil)
         }
     }
 

@@ -143,9 +143,9 @@ func drain(_ engine: SyncEngine, progress: ProgressDisplay? = nil) async throws 
         try await group.next()
         group.cancelAll()
     }
-    let stuck = try await engine.operations().filter { $0.state == "failed" || $0.state == "parked" }
+    let stuck = try await engine.operations().filter { $0.state == .failed || $0.state == .parked }
     if let first = stuck.first {
         let path = (try? await engine.path(of: first.item)) ?? first.item.rawValue
-        throw CLIError("\(path): \(first.lastError ?? first.state) (see 'nimbus status')")
+        throw CLIError("\(path): \(first.lastError ?? first.state.rawValue) (see 'nimbus status')")
     }
 }

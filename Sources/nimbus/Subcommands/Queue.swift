@@ -14,13 +14,13 @@ struct Uploads: AsyncParsableCommand {
 
         func run() async throws {
             let engine = try Home.current.engine()
-            let uploads = try await engine.operations().filter { $0.kind == "upload" && $0.state != "applied" }
+            let uploads = try await engine.operations().filter { $0.kind == .upload }
             var rows: [[String: String]] = []
             for upload in uploads {
                 let item = try await engine.item(upload.item)
                 let path = try await engine.path(of: upload.item) ?? "?"
                 rows.append([
-                    "id": upload.item.rawValue, "path": path, "size": item.map { Output.size($0.size) } ?? "?", "state": upload.state,
+                    "id": upload.item.rawValue, "path": path, "size": item.map { Output.size($0.size) } ?? "?", "state": upload.state.rawValue,
                     "attempts": String(upload.attempts), "error": upload.lastError ?? "",
                 ])
             }
@@ -39,8 +39,8 @@ struct Uploads: AsyncParsableCommand {
         func run() async throws {
             let engine = try await Home.current.signedInEngine()
             let progress = ProgressDisplay(options: output)
-            for upload in try await engine.operations() where upload.kind == "upload" && upload.state != "applied" {
-                if upload.state == "failed" { try await engine.retry(upload.item) }
+            for upload in try await engine.operations() where upload.kind == .upload {
+                if upload.state == .failed { try await engine.retry(upload.item) }
                 if let item = try await engine.item(upload.item) { await progress.watch(item.id, name: item.name, size: item.size) }
             }
             try await drain(engine, progress: progress)
@@ -58,7 +58,7 @@ struct Uploads: AsyncParsableCommand {
             let engine = try Home.current.engine()
             var target = ItemID(id)
             if id.hasPrefix("/"), let item = try await engine.item(atPath: id) { target = item.id }
-            guard try await engine.operations().contains(where: { $0.item == target && $0.kind == "upload" }) else {
+            guard try await engine.operations().contains(where: { $0.item == target && $0.kind == .upload }) else {
                 throw CLIError("No unfinished upload \(id); see 'nimbus uploads list'.")
             }
             try await engine.cancel(target)
@@ -77,7 +77,7 @@ struct Status: AsyncParsableCommand {
         let config = try home.loadConfig()
         let status = try await engine.status()
         let attention = try await engine.itemsNeedingAttention()
-        let operations = try await engine.operations().filter { $0.state != "applied" }
+        let operations = try await engine.operations()
         if output.json {
             struct Report: Encodable {
                 var account: String?

@@ -196,7 +196,7 @@ struct SyncCommand: AsyncParsableCommand {
     func settledRound(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
         var report = try await cycle(folder, spec)
         let deadline = Date().addingTimeInterval(30)
-        while report.skipped.contains(where: { $0.hasSuffix("(still being written)") }), Date() < deadline {
+        while !report.changing.isEmpty, Date() < deadline {
             let settles = await folder.nextSettle ?? Date().addingTimeInterval(0.5)
             try await Task.sleep(for: .milliseconds(Int64(max(0.05, settles.timeIntervalSinceNow + 0.05) * 1000)))
             report.absorb(try await cycle(folder, spec))
@@ -204,7 +204,7 @@ struct SyncCommand: AsyncParsableCommand {
         // Steps that failed and are due again within seconds (the server answered: a deletion paused a moment ago,
         // a conflict being settled) are waited for, a few times; what still waits is said, and the exit is non-zero.
         var retries = 0
-        while retries < 3, !report.errors.contains(where: { $0.hasPrefix("Offline") }),
+        while retries < 3, !report.remoteFailed,
             let next = try await folder.waitingRetries().next, next.timeIntervalSinceNow < 10
         {
             retries += 1
