@@ -68,7 +68,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// An error's machine code, typed: one of the Nimbus API's codes (``APIErrorCode``), or another store's (an S3
+/// An error's machine code, typed: one of the Nimbus API's codes (`APIErrorCode`), or another store's (an S3
 /// code, a WebDAV status) kept to be shown. What happens next follows from the error's case or its API code, never
 /// from a string.
 public enum ErrorCode: Sendable, Hashable, CustomStringConvertible {
