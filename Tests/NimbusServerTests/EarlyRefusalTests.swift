@@ -4,9 +4,11 @@ import Glibc
 import Darwin
 #endif
 import Foundation
+import Logging
 import NIOConcurrencyHelpers
+import NIOPosix
 import NimbusAPI
-import NimbusServer
+@testable import NimbusServer
 import Testing
 
 /// A request the server refuses before reading its body is still answered to a client that writes its whole body
@@ -90,6 +92,33 @@ struct EarlyRefusalTests {
             #expect(RawHTTP.closedByServer(idle), "closed for idleness")
             #expect(Date().timeIntervalSince(started) < 25, "at the idle timeout (1 s), not at the read timeout")
         }
+    }
+
+    @Test("what the upgrade channel logs after a connection was closed unused is debug, not an error; before that, errors stay errors")
+    func closedUnusedIsQuiet() {
+        let seen = NIOLockedValueBox<[Logger.Level]>([])
+        struct Capture: LogHandler {
+            let seen: NIOLockedValueBox<[Logger.Level]>
+            var metadata: Logger.Metadata = [:]
+            var metadataProvider: Logger.MetadataProvider?
+            var logLevel: Logger.Level
+            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+                get { metadata[key] }
+                set { metadata[key] = newValue }
+            }
+            func log(event: LogEvent) { seen.withLockedValue { $0.append(event.level) } }
+        }
+        let watcher = FirstBytesWatcher(idleTimeout: nil, eventLoop: MultiThreadedEventLoopGroup.singleton.any())
+        for level in [Logger.Level.debug, .info] {
+            var logger = Logger(label: "test") { _ in Capture(seen: seen, logLevel: level) }
+            logger.handler = QuietWhenClosedUnused(inner: logger.handler, watcher: watcher)
+            watcher.closedUnused.store(false, ordering: .relaxed)
+            logger.error("Error handling upgrade result")
+            watcher.closedUnused.store(true, ordering: .relaxed)
+            logger.error("Error handling upgrade result")
+            logger.trace("below the level")
+        }
+        #expect(seen.withLockedValue { $0 } == [.error, .debug, .error], "at info level the quieted error is not written at all")
     }
 
 }

@@ -4,6 +4,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
+import Synchronization
 
 /// HTTP/1.1 with WebSocket upgrades (``HTTP1WebSocketUpgradeChannel``), and connections that never send a byte closed.
 ///
@@ -33,8 +34,12 @@ struct ClosingUnusedConnections: ServerChildChannel, HTTPChannelHandler {
     }
 
     func handle(value: Value, logger: Logger) async {
+        // A connection closed here unused ends the upgrade channel's wait for a request with an error it logs as one:
+        // that is expected, so it is logged at debug level instead.
+        var quieted = logger
+        quieted.handler = QuietWhenClosedUnused(inner: logger.handler, watcher: value.watcher)
         await withGracefulShutdownHandler {
-            await inner.handle(value: value.inner, logger: logger)
+            await inner.handle(value: value.inner, logger: quieted)
         } onGracefulShutdown: {
             value.watcher.closeIfUnused()
         }
@@ -53,6 +58,8 @@ final class FirstBytesWatcher: ChannelInboundHandler, RemovableChannelHandler, @
     private var context: ChannelHandlerContext?
     private var used = false
     private var timer: Scheduled<Void>?
+    /// Whether this watcher closed the connection (nothing was received on it).
+    let closedUnused = Atomic(false)
 
     init(idleTimeout: TimeAmount?, eventLoop: any EventLoop) {
         self.idleTimeout = idleTimeout
@@ -82,6 +89,17 @@ final class FirstBytesWatcher: ChannelInboundHandler, RemovableChannelHandler, @
         context.fireChannelRead(data)
     }
 
+    /// The server stopping asks every connection it accepted to finish (quiesce), and waits for all of them to close —
+    /// also one it accepted whose handling had not begun yet (so no graceful-shutdown handler of ours was set up for
+    /// it; a stop under load once waited on such a connection): an unused one is closed now.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent, !used {
+            closeNowIfUnused()
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     /// Closes the connection if nothing was received on it yet (from any thread).
     func closeIfUnused() {
         eventLoop.execute { self.closeNowIfUnused() }
@@ -89,6 +107,40 @@ final class FirstBytesWatcher: ChannelInboundHandler, RemovableChannelHandler, @
 
     private func closeNowIfUnused() {
         guard !used, let context else { return }
+        closedUnused.store(true, ordering: .relaxed)
         context.close(promise: nil)
+    }
+}
+
+/// A connection's log handler that logs what follows its close by ``FirstBytesWatcher`` at debug level (the upgrade
+/// channel reports the ended wait as an error).
+struct QuietWhenClosedUnused: LogHandler {
+    var inner: any LogHandler
+    let watcher: FirstBytesWatcher
+
+    var metadataProvider: Logger.MetadataProvider? {
+        get { inner.metadataProvider }
+        set { inner.metadataProvider = newValue }
+    }
+    var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+    var logLevel: Logger.Level {
+        get { inner.logLevel }
+        set { inner.logLevel = newValue }
+    }
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        if event.level > .debug, watcher.closedUnused.load(ordering: .relaxed) {
+            event.level = .debug
+            guard inner.logLevel <= .debug else { return }
+        }
+        inner.log(event: event)
     }
 }
