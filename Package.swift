@@ -138,6 +138,7 @@ let package = Package(
                 "NimbusSync",
                 "NimbusServer",
                 "NimbusTestSupport",
+                "NimbusSyncTestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -154,6 +155,15 @@ let package = Package(
             path: "Tests/NimbusTestSupport",
             swiftSettings: testSwiftSettings
         ),
+        .target(
+            name: "NimbusSyncTestSupport",
+            dependencies: [
+                "NimbusAPI", "NimbusSync", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Tests/NimbusSyncTestSupport",
+            swiftSettings: testSwiftSettings
+        ),
         .testTarget(
             name: "ProviderConformance",
             dependencies: [
@@ -161,6 +171,7 @@ let package = Package(
                 "NimbusSync",
                 "NimbusS3",
                 "NimbusTestSupport",
+                "NimbusSyncTestSupport",
                 "NimbusServer",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

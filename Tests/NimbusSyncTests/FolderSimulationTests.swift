@@ -3,6 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NimbusAPI
 @testable import NimbusSync
+import NimbusSyncTestSupport
 import Testing
 
 /// The deterministic simulation with the disk inside it: three devices sync folders on simulated disks with the
@@ -88,11 +89,16 @@ struct FolderSimulationTests {
 
     @Test("users editing folders on three devices, mid-round edits, faults and crashes: converge, nothing written is lost, no duplicates")
     func simulate() async throws {
+        let answered = LockedCounter(start: 0)
         try await SyncWorld.run { world in
             try await SimulationTests.runSeeds { seed in
-                var simulation = FolderSimulation(seed: seed, world: world)
+                var simulation = FolderSimulation(seed: seed, world: world, answered: answered)
                 try await simulation.run()
             }
+        }
+        if SimulationTests.seeds.filter({ $0 % 5 == 1 }).count >= 20 {
+            let count = answered.next() - 1
+            #expect(count > 0, "the seeds that ask answered no conflict: the answers went untried")
         }
     }
 }
@@ -121,10 +127,13 @@ struct FolderSimulation {
     var firstCursor = ""
     /// While `gone`, the listed remotes' root is not there (`remote_root_missing`: deleted from a web UI).
     let rootGate = RootGate()
+    /// Conflicts the simulated users answered (every seed of a run counts into one).
+    let answered: LockedCounter
 
-    init(seed: UInt64, world: SyncWorld) {
+    init(seed: UInt64, world: SyncWorld, answered: LockedCounter = LockedCounter(start: 0)) {
         self.seed = seed
         self.world = world
+        self.answered = answered
         random = SplitMix(seed: seed &* 0x5851_F42D_4C95_7F2D &+ 11)
     }
 
@@ -132,7 +141,9 @@ struct FolderSimulation {
     /// The data key of seeds synced through an encrypted remote (≡ 5 mod 8); nil for the others.
     var encrypted: Bool { seed % 8 == 5 }
     var cryptKey: SymmetricKey { SymmetricKey(data: SHA256.hash(data: Data("simulation \(seed)".utf8))) }
-    var strategy: ConflictStrategy { seed % 5 == 0 ? .lastWriterWins : .keepBoth }
+    /// Seeds ≡ 0 (mod 5) let the last writer win; ≡ 1 ask the user, who answers each way in turn (by seed and
+    /// device); the others keep both.
+    var strategy: ConflictStrategy { seed % 5 == 0 ? .lastWriterWins : seed % 5 == 1 ? .ask : .keepBoth }
     /// Seeds whose listed remote makes a new folder with its small new files (``ListedProvider``'s `fills`).
     var fills: Bool { (seed % 4 == 3 || seed % 8 == 6) && seed % 32 >= 16 }
     /// The fewest files such a fill takes (WebDAV's is 5): 3 in half of those seeds, so folders with fewer new files go
@@ -210,7 +221,7 @@ struct FolderSimulation {
             configuration.provider = { state in
                 ListedProvider(
                     inner: NimbusProvider(client: client, state: state), treeVersions: treeVersions, unhashed: true, fills: fills,
-                    fillMinimum: fillMinimum)
+                    fillMinimum: fillMinimum, violation: { Issue.record(Comment(rawValue: $0)) })
             }
         } else if seed % 8 == 6 {
             // Ids are paths (WebDAV, S3, local folders): a move there renames everything beneath; checksums shown on
@@ -220,7 +231,7 @@ struct FolderSimulation {
             configuration.provider = { state in
                 ListedProvider(
                     inner: NimbusProvider(client: client, state: state), pathIds: true, checksums: checksums, unhashed: !checksums, fills: fills,
-                    fillMinimum: fillMinimum, rootGate: gate)
+                    fillMinimum: fillMinimum, rootGate: gate, violation: { Issue.record(Comment(rawValue: $0)) })
             }
         } else if seed % 8 == 5 {
             // Through an encrypted remote: names and contents sealed before they reach the server, which
@@ -279,7 +290,30 @@ struct FolderSimulation {
         switch roll {
         case 0..<30:
             try await round(index)
-        case 30..<52:
+        case 30..<38:
+            // The same file saved on two devices before either syncs it: a conflict for the later one (settled by the
+            // seed's strategy: a conflict copy, the last writer, or the user's answer).
+            let other = (index + 1 + random.below(devices.count - 1)) % devices.count
+            var shared = Set(entries(device).files).intersection(entries(devices[other]).files).sorted()
+            if shared.isEmpty {
+                // Nothing on both yet: a while later (what was written has settled), both sync first (the other twice:
+                // its first round may have sent what it had).
+                devices[index].clock.advance(by: 2)
+                devices[other].clock.advance(by: 2)
+                try await round(other)
+                try await round(index)
+                try await round(other)
+                shared = Set(entries(devices[index]).files).intersection(entries(devices[other]).files).sorted()
+                guard !shared.isEmpty else { break }
+            }
+            let path = shared[random.below(shared.count)]
+            for who in [index, other] {
+                var current: Data?
+                if case .file(_, let old, _) = devices[who].disk.node(devices[who].root + "/" + path) { current = old }
+                ledger.write(devices[who], path, content(for: path, current: current), by: "D\(who)")
+            }
+            log.append("D\(index) and D\(other) write \(path)")
+        case 38..<52:
             // Save a file: a new one, or (mostly) a new content of one that is there.
             let (files, folders) = entries(device)
             let path: String
@@ -414,8 +448,10 @@ struct FolderSimulation {
         } catch {
             log.append("D\(index) round error \(error)")
         }
-        // What an unreadable folder holds is not seen, so never deleted there.
-        if let path = report?.deletedHere.first(where: { path in unreadable.contains { path.hasPrefix($0 + "/") } }) {
+        // What an unreadable folder holds is not seen, so never deleted there. (A file its user deleted before the folder
+        // became unreadable is deleted there, rightly: the deletion was seen while it could be read.)
+        let present = disk.files(under: root)
+        if let path = report?.deletedHere.first(where: { path in unreadable.contains { path.hasPrefix($0 + "/") } && present[path] != nil }) {
             throw SimulationFailure(message: "D\(index) deleted there \(path), inside a folder it could not read\n\(log.joined(separator: "\n"))")
         }
         disk.crashNext.withLockedValue { $0 = false }
@@ -455,7 +491,11 @@ struct FolderSimulation {
                     busy = true
                     switch item.state {
                     case .failed: try await device.folder.engine.retry(item.id)
-                    case .conflict: try? await device.folder.engine.resolveConflict(item.id, keeping: .keepBoth)
+                    case .conflict:
+                        // Each answer in turn, by seed and device: keeping the remote version keeps this one as a
+                        // conflict copy on a remote without revisions (the listed ones).
+                        let answer = ConflictResolution.allCases[Int((seed &+ UInt64(index)) % 3)]
+                        if (try? await device.folder.engine.resolveConflict(item.id, keeping: answer)) != nil { _ = answered.next() }
                     default: break
                     }
                 }
@@ -616,213 +656,4 @@ final class LockedCounter: @unchecked Sendable {
         value += 1
         return value
     }
-}
-
-/// The Nimbus provider as a remote with neither a change feed nor checksums (what WebDAV and foreign S3 objects look
-/// like to the engine): every round lists the tree, and files are compared by reading them (`learnChecksum`). Seeds
-/// ≡ 3 (mod 4) of the folder simulation run with it, so those paths run inside the simulation too. With
-/// `treeVersions` (seeds ≡ 7 mod 8), a folder's revision is a digest of everything beneath it, read when it is
-/// listed (a collection ETag that propagates), so the engine skips listing unchanged subtrees.
-///
-/// With `pathIds` (seeds ≡ 6 mod 8) items are named by their path below the root, as WebDAV, S3 and local-folder
-/// remotes name them: a move there changes the id of the item and of everything beneath it, and an item moved by
-/// another device is gone from its old path and new at the other (recognised as a move only by its checksum, which
-/// seeds ≡ 14 mod 16 show, as S3 and local folders do; ≡ 6 mod 16 hide it, as WebDAV does). Each call finds the
-/// item at the path as it is then, like a request by path.
-///
-/// With `unhashed` (the WebDAV-like seeds: tree versions, or path ids without checksums) it ``HashesWhileSending``, as
-/// WebDAV does: new files go unhashed and are hashed here as they are taken (a third of the sizes it will not take so,
-/// and the engine reads them first) — so the scan leaves every new file unread.
-///
-/// With `fills` (seeds ≡ 16–31 mod 32 of each kind) it ``FillsNewFolders``, as WebDAV does on a server without
-/// conditional `PUT`s: a new folder is made with up to 8 of its small new files (up to 40 KB: the size from which the
-/// unhashed seeds leave new files unread, so these are hashed), the folder and then each file; in half of them only
-/// a folder with at least 3 (``FillsNewFolders/fillMinimum``).
-final class ListedProvider: RemoteProvider, HashesWhileSending, AnswersAsListed, FillsNewFolders, @unchecked Sendable {
-    let inner: NimbusProvider
-    let treeVersions: Bool
-    let pathIds: Bool
-    let checksums: Bool
-    let unhashed: Bool
-    let fills: Bool
-    let fillMinimum: Int
-
-    let rootGate: RootGate?
-
-    init(
-        inner: NimbusProvider, treeVersions: Bool = false, pathIds: Bool = false, checksums: Bool = false, unhashed: Bool = false,
-        fills: Bool = false, fillMinimum: Int = 1, rootGate: RootGate? = nil
-    ) {
-        self.inner = inner
-        self.treeVersions = treeVersions
-        self.pathIds = pathIds
-        self.checksums = checksums
-        self.unhashed = unhashed
-        self.fills = fills
-        self.fillMinimum = fillMinimum
-        self.rootGate = rootGate
-    }
-
-    var unhashedMinimum: Int64? { unhashed ? (fills ? Self.fillSize : 1) : nil }
-    static let fillSize: Int64 = 40_000
-
-    func fillsNewFolders() async -> Bool { fills }
-    var fillLimits: (fileSize: Int64, files: Int, bytes: Int64) { (Self.fillSize, 8, 200_000) }
-    func createFolder(named name: String, in parentId: String, requestId: String, filledWith files: [BatchFile]) async throws
-        -> (folder: RemoteItem, files: [Result<RemoteItem, ProviderError>])
-    {
-        #expect(fills)
-        #expect(files.count >= fillMinimum, "a fill below the provider's minimum")
-        return try await createFolderThenFiles(named: name, in: parentId, requestId: requestId, files: files)
-    }
-    /// As WebDAV's with proven ETags: a round that sent files does not list again (the WebDAV-like seeds).
-    var answersAsListed: Bool { unhashed }
-    func takesUnhashed(size: Int64) async -> Bool { unhashed && size % 3 != 0 }
-
-    /// An unhashed source, hashed as WebDAV's upload does while it sends (the export is a snapshot: the bytes the
-    /// inner provider gets are the ones hashed), then checked unchanged before it takes its name.
-    func hashed(_ source: UploadSource) throws -> UploadSource {
-        guard !source.isHashed else { return source }
-        let (checksum, size) = try FileHasher.sha256(of: source.url)
-        guard size == source.size, source.unchanged?() != false else { throw ProviderError.checksumMismatch }
-        var hashed = UploadSource(url: source.url, size: size, checksum: checksum)
-        hashed.modified = source.modified
-        return hashed
-    }
-
-    var capabilities: ProviderCapabilities {
-        var capabilities = inner.capabilities.subtracting([.changeFeed, .checksums, .batchUpload])
-        if treeVersions { capabilities.insert(.treeVersions) }
-        if checksums { capabilities.insert(.checksums) }
-        return capabilities
-    }
-
-    /// A digest of the folder's id and of everything beneath it (ids, names, revisions).
-    func treeVersion(of folderId: String) async throws -> String {
-        var lines = [folderId]
-        for child in try await inner.children(of: folderId) {
-            let below = child.isFolder ? try await treeVersion(of: child.id) : (child.revision ?? "")
-            lines.append("\(child.id)\t\(child.name)\t\(below)")
-        }
-        return SHA256.hash(data: Data(lines.sorted().joined(separator: "\n").utf8)).map { String(format: "%02x", $0) }.joined()
-    }
-
-    /// `item` as this remote shows it: with the folder's tree version (when on), without its checksum (unless
-    /// shown), named by `path` (with path ids).
-    func shown(_ item: RemoteItem, path: String? = nil) async throws -> RemoteItem {
-        var item = item
-        if treeVersions, item.isFolder { item.revision = try await treeVersion(of: item.id) }
-        if !checksums { item.checksum = nil }
-        if pathIds {
-            let path = try await self.path(item, known: path)
-            item.id = path
-            item.parentId = ProviderPath.parent(of: path)
-        }
-        return item
-    }
-
-    /// The path of an item of the inner provider (its parents walked up to the root), unless known.
-    func path(_ item: RemoteItem, known: String?) async throws -> String {
-        if let known { return known }
-        let rootId = try await inner.root().id
-        var names: [String] = []
-        var current = item
-        while current.id != rootId {
-            names.append(current.name)
-            guard let parent = current.parentId, names.count < 100 else { throw ProviderError.notFound }
-            current = try await inner.item(parent)
-        }
-        return names.isEmpty ? ProviderPath.root : names.reversed().joined(separator: "/")
-    }
-
-    /// The inner provider's id of what is at `id` now (with path ids: found name by name from the root).
-    func innerId(_ id: String) async throws -> String {
-        guard pathIds else { return id }
-        var current = try await inner.root().id
-        guard id != ProviderPath.root else { return current }
-        for name in id.split(separator: "/") {
-            guard let child = try await inner.children(of: current).first(where: { $0.name == name }) else { throw ProviderError.notFound }
-            current = child.id
-        }
-        return current
-    }
-
-    /// A refusal, with the items it names as this remote names them.
-    func translated<T>(_ path: String?, _ body: () async throws -> T) async throws -> T {
-        do { return try await body() } catch let error as ProviderError where pathIds {
-            switch error {
-            case .nameTaken(let existing): throw ProviderError.nameTaken(existing: existing == nil ? nil : path)
-            case .versionConflict(let current):
-                throw ProviderError.versionConflict(current: current == nil ? nil : try? await shown(current!, path: path))
-            case .requestIdReused(let existing):
-                // The item that request made, named by its path now (one in the trash by a path that is not there).
-                guard let existing else { throw error }
-                guard let made = try? await inner.item(existing), !made.isDeleted else { throw ProviderError.requestIdReused(existing: ".gone/\(existing)") }
-                throw ProviderError.requestIdReused(existing: try await self.path(made, known: nil))
-            default: throw error
-            }
-        }
-    }
-
-    func root() async throws -> RemoteItem {
-        if rootGate?.gone.withLockedValue({ $0 }) == true {
-            throw ProviderError.rootMissing("The folder is not there (deleted, or never made).")
-        }
-        return try await shown(try await inner.root(), path: pathIds ? ProviderPath.root : nil)
-    }
-    func item(_ id: String) async throws -> RemoteItem { try await shown(try await inner.item(try await innerId(id)), path: pathIds ? id : nil) }
-    func children(of folderId: String) async throws -> [RemoteItem] {
-        var listed: [RemoteItem] = []
-        for child in try await inner.children(of: try await innerId(folderId)) {
-            listed.append(try await shown(child, path: pathIds ? ProviderPath.child(child.name, in: folderId) : nil))
-        }
-        return listed
-    }
-    func startCursor() async throws -> String { throw ProviderError.unsupported("listed") }
-    func changes(since cursor: String) async throws -> ChangePage { throw ProviderError.unsupported("listed") }
-    func createFolder(named name: String, in parentId: String, requestId: String) async throws -> RemoteItem {
-        let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
-        return try await translated(path) {
-            try await shown(try await inner.createFolder(named: name, in: try await innerId(parentId), requestId: requestId), path: path)
-        }
-    }
-    func upload(_ source: UploadSource, to target: UploadTarget, requestId: String, progress: @escaping @Sendable (Int64) -> Void) async throws
-        -> RemoteItem
-    {
-        switch target {
-        case .new(let parentId, let name, let mimeType):
-            let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
-            let wasHashed = source.isHashed
-            let source = try hashed(source)
-            return try await translated(path) {
-                let made = try await inner.upload(
-                    source, to: .new(parentId: try await innerId(parentId), name: name, mimeType: mimeType), requestId: requestId, progress: progress)
-                // (A retried creation whose file was deleted meanwhile is found in the trash: not at this path.)
-                var shown = try await shown(made, path: made.isDeleted ? nil : path)
-                if !wasHashed { shown.checksum = source.checksum }  // an unhashed upload's answer tells what was sent
-                return shown
-            }
-        case .version(let id, let base):
-            guard source.isHashed else { throw ProviderError.invalid("unhashed version") }
-            let path = pathIds ? id : nil
-            return try await translated(path) {
-                try await shown(try await inner.upload(source, to: .version(of: try await innerId(id), base: base), requestId: requestId, progress: progress), path: path)
-            }
-        }
-    }
-    func download(_ id: String, revision: String?, to destination: DownloadTarget, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        try await inner.download(try await innerId(id), revision: revision, to: destination, progress: progress)
-    }
-    func move(_ id: String, to parentId: String, name: String) async throws -> RemoteItem {
-        let path = pathIds ? ProviderPath.child(name, in: parentId) : nil
-        return try await translated(path) {
-            try await shown(try await inner.move(try await innerId(id), to: try await innerId(parentId), name: name), path: path)
-        }
-    }
-    func delete(_ id: String) async throws { try await inner.delete(try await innerId(id)) }
-}
-
-/// Whether a listed remote's root folder is there (a test deletes it "from a web UI" and makes it again).
-final class RootGate: Sendable {
-    let gone = NIOLockedValueBox(false)
 }

@@ -24,11 +24,16 @@ struct SimulationTests {
 
     @Test("random operations, network faults and crashes on three devices converge without losing or duplicating anything")
     func simulate() async throws {
+        let answered = LockedCounter(start: 0)
         try await SyncWorld.run { world in
             try await Self.runSeeds { seed in
-                var simulation = Simulation(seed: seed, world: world)
+                var simulation = Simulation(seed: seed, world: world, answered: answered)
                 try await simulation.run()
             }
+        }
+        if Self.seeds.filter({ $0 % 5 == 1 }).count >= 20 {
+            let count = answered.next() - 1
+            #expect(count > 0, "the seeds that ask answered no conflict: the answers went untried")
         }
     }
 
@@ -125,7 +130,11 @@ struct Simulation {
     /// The user's change-feed position before anything happened: the final check reads the whole feed from it.
     var firstCursor = ""
 
-    init(seed: UInt64, world: SyncWorld) {
+    /// Conflicts the simulated users answered (every seed of a run counts into one).
+    let answered: LockedCounter
+
+    init(seed: UInt64, world: SyncWorld, answered: LockedCounter = LockedCounter(start: 0)) {
+        self.answered = answered
         self.seed = seed
         self.world = world
         random = SplitMix(seed: seed)
@@ -136,6 +145,9 @@ struct Simulation {
     /// Even seeds run operations one at a time (their runs replay exactly); odd seeds let transfers overlap,
     /// four at once, as apps and the CLI do.
     static func width(_ seed: UInt64) -> Int { seed % 2 == 0 ? 1 : 4 }
+
+    /// Seeds ≡ 1 (mod 5) ask the user about conflicts, who answers each way in turn (by seed); the others keep both.
+    var strategy: ConflictStrategy { seed % 5 == 1 ? .ask : .keepBoth }
 
     func directory(_ index: Int) -> URL { world.root.appending(path: "sim-\(seed)/device-\(index)") }
 
@@ -152,7 +164,7 @@ struct Simulation {
         let start: ChangeCursor = try await world.api(user).call("GET", "/v1/changes/start")
         firstCursor = start.cursor
         for index in 0..<3 {
-            let device = try world.device("D\(index)", directory: directory(index)) {
+            let device = try world.device("D\(index)", directory: directory(index), strategy: strategy) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index)
                 $0.maxConcurrentOperations = Self.width(seed)
                 $0.encryption = encryption(index)
@@ -230,7 +242,7 @@ struct Simulation {
         case 87..<93:
             // Crash: the engine goes away mid-whatever and a new one opens the same database.
             log.append("D\(index) crash")
-            let rebuilt = try world.device("D\(index)", directory: directory(index), clock: device.clock, faults: device.faults) {
+            let rebuilt = try world.device("D\(index)", directory: directory(index), strategy: strategy, clock: device.clock, faults: device.faults) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index) &+ UInt64(counter)
                 $0.maxConcurrentOperations = Self.width(seed)
                 $0.encryption = encryption(index)
@@ -329,7 +341,9 @@ struct Simulation {
                     switch item.state {
                     case .unsynced: try? await device.engine.keepLocalCopy(item.id)
                     case .failed: try await device.engine.retry(item.id)
-                    case .conflict: try? await device.engine.resolveConflict(item.id, keeping: .keepBoth)
+                    case .conflict:
+                        let answer = ConflictResolution.allCases[Int(seed % 3)]
+                        if (try? await device.engine.resolveConflict(item.id, keeping: answer)) != nil { _ = answered.next() }
                     default: break
                     }
                 }

@@ -107,9 +107,9 @@ struct SupportTests {
 
     @Test("a watch looks at a remote without a change feed every 15 s where one request tells, every 30 s where the tree is walked")
     func pollIntervals() {
-        #expect(FolderSync.pollInterval(for: [.changeFeed, .trash]) == .seconds(60), "the feed announces changes")
-        #expect(FolderSync.pollInterval(for: [.treeVersions, .quota]) == .seconds(15))
-        #expect(FolderSync.pollInterval(for: [.quota, .idempotentCreate]) == .seconds(30))
+        #expect(FolderSync.pollInterval(for: ProviderFeatures(changeFeed: true, trash: true)) == .seconds(60), "the feed announces changes")
+        #expect(FolderSync.pollInterval(for: ProviderFeatures(treeVersions: true)) == .seconds(15))
+        #expect(FolderSync.pollInterval(for: ProviderFeatures(idempotentCreate: true, checksums: true)) == .seconds(30))
     }
 
     @Test("random UUIDs are version 4, RFC 4122 variant, and differ")

@@ -8,6 +8,7 @@ import NimbusAPI
 import NimbusS3
 import NimbusServer
 @_spi(Testing) import NimbusSync
+import NimbusSyncTestSupport
 import NimbusTestSupport
 import Testing
 
@@ -69,7 +70,7 @@ struct ProviderConformanceTests {
                 }
                 #expect(item.name == name && !item.isFolder && item.size == Int64(size) && item.parentId == root.id)
                 #expect(item.revision != nil)
-                if provider.capabilities.contains(.checksums) { #expect(item.checksum == sent.checksum) }
+                if provider.features.checksums { #expect(item.checksum == sent.checksum) }
                 #expect(progress.withLockedValue { $0 } == Int64(size))
                 let back = kind.scratch.appending(path: "down-\(name)")
                 try await provider.download(item.id, revision: item.revision, to: back) { _ in }
@@ -128,10 +129,62 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("its features say what it does, and each one offered works; a crypt remote withholds what is of ciphertext", arguments: ProviderKind.selected)
+    func features(kind: ProviderKind) async throws {
+        try await kind.with { provider in
+            let root = try await provider.root()
+            let features = provider.features
+            let crypt = kind.rawValue.hasPrefix("crypt")
+            let nimbus = kind == .nimbus
+            let s3 = kind == .s3Moto || kind == .s3Rclone || kind == .cryptS3
+            let webdav = kind.rawValue.hasPrefix("webdav")
+            let simulated = kind == .simulatedListed || kind == .simulatedPaths
+            #expect(features.changeFeed == kind.hasChangeFeed)
+            #expect(features.idempotentCreate)
+            #expect((features.revisions != nil) == nimbus, "revisions of ciphertext are not offered")
+            #expect((features.batchUpload != nil) == (nimbus || webdav || kind == .s3Moto || kind == .s3Rclone))
+            #expect((features.deltaDownloads != nil) == nimbus && features.blockUploads == nimbus)
+            #expect((features.changeSignals != nil) == nimbus)
+            #expect((features.treeListing != nil) == s3, "S3 lists the whole tree in one go; so does a crypt remote over it")
+            #expect((features.newFolderFilling != nil) == (webdav || simulated) && (features.unhashedUploads != nil) == (webdav || simulated))
+            #expect((features.rootIdentity != nil) == (kind == .localFolder || kind == .webdavNimbus || kind == .webdavNextcloud))
+            #expect(features.checksums == (nimbus || kind == .localFolder), "a crypt remote's checksums would be of ciphertext")
+            #expect(features.trash == (nimbus || simulated || kind == .localFolder || kind == .cryptNimbus || kind == .cryptLocal))
+            #expect(features.treeVersions == (kind == .simulatedListed || kind == .webdavNimbus || kind == .webdavNextcloud))
+            if crypt { #expect(features.probe == nil || kind == .cryptS3) }
+            #expect(!features.names.isEmpty || kind == .webdavRclone || kind == .webdavWsgidav || kind == .s3Rclone)
+
+            let cursor = features.changeFeed ? try await provider.startCursor() : nil
+            let bytes = Data("first".utf8)
+            let file = try await provider.upload(try source(bytes, kind), to: .new(parentId: root.id, name: "f.txt", mimeType: nil), requestId: "feat-1") { _ in }
+            let second = try await provider.upload(try source("second", kind), to: .version(of: file.id, base: file.revision), requestId: "feat-2") { _ in }
+            if features.checksums { #expect(second.checksum == SHA256.hash(data: Data("second".utf8)).map { String(format: "%02x", $0) }.joined()) }
+            if let revisions = features.revisions {
+                #expect(try await revisions.revisions(of: second.id).count == 2, "both versions kept")
+            }
+            if let quota = features.quota, nimbus || kind == .cryptNimbus {
+                #expect(try await quota.quota().used > 0)
+            }
+            if let tree = features.treeListing {
+                #expect(try await tree.listTree().map(\.name).contains("f.txt"))
+            }
+            if let cursor {
+                let page = try await provider.changes(since: cursor)
+                #expect(page.changes.contains { if case .upsert(let item) = $0 { item.name == "f.txt" } else { false } })
+            }
+            if let batching = features.batchUpload {
+                let answers = try await batching.uploadBatch([
+                    BatchFile(source: try source("b", kind), parentId: root.id, name: "b.txt", mimeType: nil, requestId: "feat-3")
+                ])
+                #expect(try answers.map { try $0.get().name } == ["b.txt"])
+            }
+        }
+    }
+
     @Test("a batch of new files: each succeeds or fails alone, answers in order; the same batch again returns the same files", arguments: ProviderKind.selected)
     func batches(kind: ProviderKind) async throws {
         try await kind.with { provider in
-            guard let batching = provider as? any BatchUploadProvider else { return }
+            guard let batching = provider.features.batchUpload else { return }
             let root = try await provider.root()
             let taken = try await provider.upload(try source("theirs", kind), to: .new(parentId: root.id, name: "taken.txt", mimeType: nil), requestId: "b-0") { _ in }
             let names = (0..<7).map { "f\($0).txt" } + ["taken.txt"]
@@ -278,7 +331,7 @@ struct ProviderConformanceTests {
                 try await provider.download(item.id, revision: item.revision, to: back) { _ in }
                 #expect(try Data(contentsOf: back) == Data(item.name.utf8))
             }
-            if let tree = provider as? any TreeListingProvider {
+            if let tree = provider.features.treeListing {
                 let all = try await tree.listTree().filter { $0.parentId == folder.id }
                 #expect(Set(all.map { Array($0.name.utf8) }) == Set(names.map { Array($0.utf8) }))
             }
@@ -352,6 +405,69 @@ struct ProviderConformanceTests {
         }
     }
 
+    @Test("ask: each answer to a conflict is carried out, and the losing version stays (a revision there, or a conflict copy where the remote keeps none)",
+          arguments: ProviderKind.selected)
+    func conflictAnswers(kind: ProviderKind) async throws {
+        for answer in ConflictResolution.allCases {
+            try await kind.with { provider in
+                let (folder, local) = try kind.folderSync(over: provider, device: "ask", strategy: .ask)
+                let file = local.appending(path: "plan.txt")
+                func write(_ text: String) throws {
+                    try Data(text.utf8).write(to: file)
+                    try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-10)], ofItemAtPath: file.path)
+                }
+                try write("first")
+                #expect(try await folder.syncOnce().uploaded == ["plan.txt"])
+                // Another device's version there; this one edited here meanwhile.
+                let root = try await provider.root()
+                let sent = try #require(try await provider.children(of: root.id).first { $0.name == "plan.txt" })
+                _ = try await provider.upload(try source("their version", kind), to: .version(of: sent.id, base: sent.revision), requestId: "theirs") { _ in }
+                try write("my version, edited")
+                _ = try await folder.syncOnce()
+                let held = try await folder.engine.itemsNeedingAttention()
+                #expect(held.map(\.state) == [.conflict], "\(answer): \(held)")
+                guard let conflict = held.first else { return }
+                try await folder.engine.resolveConflict(conflict.id, keeping: answer)
+                #expect(try await folder.engine.item(conflict.id)?.state == .pending, "answered: carried out by the next rounds")
+                for _ in 0..<3 { _ = try await folder.syncOnce() }
+                #expect(try await folder.engine.itemsNeedingAttention().isEmpty, "\(answer): nothing waits any more")
+                #expect(try await folder.syncOnce().changed == 0, "\(answer): settled")
+
+                let here = try FileManager.default.contentsOfDirectory(atPath: local.path).filter { !$0.hasPrefix(".") }.sorted()
+                let copies = here.filter { $0.contains("(conflict from ask") }
+                let head = try #require(try await provider.children(of: root.id).first { $0.name == "plan.txt" })
+                let back = kind.scratch.appending(path: "head-\(answer)")
+                try await provider.download(head.id, revision: head.revision, to: back) { _ in }
+                let mine = "my version, edited"
+                let keptAsRevision = kind.hasRevisions
+                switch answer {
+                case .keepLocal:
+                    #expect(ProviderKind.text(local, "plan.txt") == mine && here == ["plan.txt"])
+                    #expect(try Data(contentsOf: back) == Data(mine.utf8), "ours is the head there")
+                case .keepRemote, .keepBoth:
+                    #expect(ProviderKind.text(local, "plan.txt") == "their version", "\(answer): theirs here")
+                    #expect(try Data(contentsOf: back) == Data("their version".utf8), "\(answer): theirs the head there")
+                    if answer == .keepRemote && keptAsRevision {
+                        #expect(copies.isEmpty, "kept as a revision, not a copy: \(here)")
+                        let revisions = try #require(provider.features.revisions)
+                        var contents: [Data] = []
+                        for revision in try await revisions.revisions(of: head.id) {
+                            let old = kind.scratch.appending(path: "rev-\(revision.revisionId)")
+                            try await provider.download(head.id, revision: revision.revisionId, to: old) { _ in }
+                            contents.append(try Data(contentsOf: old))
+                        }
+                        #expect(contents.contains(Data(mine.utf8)), "ours stays in the history")
+                    } else {
+                        #expect(copies.count == 1, "\(answer): ours kept as a conflict copy: \(here)")
+                        #expect(copies.first.flatMap { ProviderKind.text(local, $0) } == mine)
+                        let there = try await provider.children(of: root.id).map(\.name)
+                        #expect(there.contains { $0.contains("(conflict from ask") }, "the copy is sent too: \(there)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a file whose time is in whole seconds (FAT, some network shares) settles only once a save later in that second or two would show")
     func coarseTimesSettle() async throws {
         try await ProviderKind.localFolder.with { provider in
@@ -401,7 +517,7 @@ struct ProviderConformanceTests {
     @Test("a whole-tree listing holds what a walk folder by folder finds, parents first", arguments: ProviderKind.selected)
     func treeListing(kind: ProviderKind) async throws {
         try await kind.with { provider in
-            guard let tree = provider as? any TreeListingProvider else { return }
+            guard let tree = provider.features.treeListing else { return }
             let root = try await provider.root()
             let a = try await provider.createFolder(named: "a", in: root.id, requestId: "a")
             let b = try await provider.createFolder(named: "b", in: a.id, requestId: "b")
@@ -455,7 +571,7 @@ struct ProviderConformanceTests {
         arguments: [ProviderKind.webdavRclone, .webdavWsgidav, .webdavNimbus, .webdavNextcloud])
     func unhashedUploads(kind: ProviderKind) async throws {
         try await kind.with { provider in
-            let hashing = try #require(provider as? any HashesWhileSending)
+            let hashing = try #require(provider.features.unhashedUploads)
             let root = try await provider.root()
             let bytes = randomBytes(3 << 20 + 17)
             let url = kind.scratch.appending(path: "unhashed-\(UUID().uuidString)")
@@ -672,7 +788,7 @@ struct ProviderConformanceTests {
         guard ProviderKind.selected.contains(kind) else { return }
         try await kind.with { provider in
             let root = try await provider.root()
-            #expect(provider.capabilities.contains(.treeVersions) == (kind == .webdavNimbus), "only Nimbus's /dav/ answers oc:fileid here")
+            #expect(provider.features.treeVersions == (kind == .webdavNimbus), "only Nimbus's /dav/ answers oc:fileid here")
             // a/b/c/deep.txt, a/top.txt, x/y/other.txt, loose.txt
             var folders: [String: String] = ["": root.id]
             for path in ["a", "a/b", "a/b/c", "x", "x/y"] {
@@ -943,7 +1059,7 @@ struct ProviderConformanceTests {
             #expect(proven == (kind == .s3Moto), "moto refuses a second If-None-Match write; rclone serve s3 answers 500")
             let stateKey = "s3.conditional-writes.\(s3.client.endpoint.absoluteString)/\(s3.client.bucket)"
             #expect(try state.value(for: stateKey) == (proven ? "yes" : "no"), "remembered for the next run")
-            #expect(s3.capabilities.contains(.conditionalWrite) == proven, "said by its capabilities (nimbus remote about)")
+            #expect(s3.features.conditionalWrite == proven, "said by its features (nimbus remote about)")
             let keys = try await s3.client.listAll(prefix: s3.prefix).map(\.key)
             #expect(!keys.contains { $0.contains(".nimbus-partial-probe-") }, "\(keys)")
             // Someone else's file under the name, written after the listing: refused either way, and kept.
@@ -1053,7 +1169,7 @@ struct ProviderConformanceTests {
         try await ProviderKind.webdavNextcloud.with { provider in
             guard let first = provider as? WebDAVProvider else { return }
             let root = try await first.root()
-            #expect(first.capabilities.contains(.resumableUploads), "learnt with the root: the uploads folder answers")
+            #expect(first.features.resumableUploads, "learnt with the root: the uploads folder answers")
             let bytes = randomBytes(5 * 1024 * 1024 + 300_000)  // six chunks of 1 MiB (the test's chunk size), the last short
             let sent = try source(bytes, .webdavNextcloud)
             // Cut off after the second chunk: the upload's own task is cancelled from its progress report.
@@ -1169,7 +1285,7 @@ struct ProviderConformanceTests {
             try await dav.download(item.id, revision: item.revision, to: back) { _ in }
             #expect(try Data(contentsOf: back) == bytes)
             #expect(try await top.children(of: try #require(made["dav/uploads/u"])).isEmpty, "the upload tried there was removed")
-            #expect(!dav.capabilities.contains(.resumableUploads))
+            #expect(!dav.features.resumableUploads)
             let before = dav.chunksSent.withLock { $0 }
             _ = try await dav.upload(try source(Data(bytes.reversed()), .webdavRclone), to: .new(parentId: root.id, name: "b2.bin", mimeType: nil), requestId: "r2") { _ in }
             #expect(dav.chunksSent.withLock { $0 } == before, "known now: the next big file goes whole at once")
@@ -1355,6 +1471,11 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case cryptWebdav
     case cryptS3
     case cryptNimbus
+    /// The folder simulation's listed remote (``ListedProvider`` over Nimbus): no feed, no checksums, folder revisions
+    /// that change with anything beneath, unhashed uploads, new folders filled — held to the same contract.
+    case simulatedListed
+    /// The folder simulation's remote whose ids are paths (as WebDAV's, S3's, a local folder's), without checksums.
+    case simulatedPaths
 
     var testDescription: String { rawValue }
 
@@ -1365,7 +1486,9 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     }
 
     var hasChangeFeed: Bool { self == .nimbus || self == .cryptNimbus }
-    var missingId: String { self == .nimbus || self == .cryptNimbus ? "fnosuchfile000000" : "no/such/item" }
+    /// Keeps older versions that can be restored (its feature offers them).
+    var hasRevisions: Bool { self == .nimbus }
+    var missingId: String { self == .nimbus || self == .cryptNimbus || self == .simulatedListed ? "fnosuchfile000000" : "no/such/item" }
 
     /// A provider of this kind on a fresh, empty folder of its server.
     static func fresh(_ kind: ProviderKind, state: any ProviderStateStore = MemoryStateStore()) async throws -> any RemoteProvider {
@@ -1409,10 +1532,11 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     }
 
     /// A synced folder (`synced/` in the scratch folder, its state beside it) with `provider` as its remote.
-    func folderSync(over provider: any RemoteProvider, device: String) throws -> (FolderSync, URL) {
+    func folderSync(over provider: any RemoteProvider, device: String, strategy: ConflictStrategy = .keepBoth) throws -> (FolderSync, URL) {
         let local = scratch.appending(path: "synced")
         try FileManager.default.createDirectory(at: local, withIntermediateDirectories: true)
         var configuration = SyncConfiguration(directory: scratch.appending(path: "state"), deviceName: device)
+        configuration.conflictStrategy = strategy
         configuration.tokenStore = MemoryTokens()
         configuration.provider = { _ in provider }
         return (try FolderSync(root: local, configuration: configuration, settleTime: 0), local)
@@ -1427,7 +1551,7 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     /// encrypted remote over them); the others (WebDAV: no `X-OC-Mtime`, see `putWhole`; S3) show the upload's time.
     var keepsModificationTime: Bool {
         switch self {
-        case .nimbus, .localFolder, .cryptLocal, .cryptNimbus: true
+        case .nimbus, .localFolder, .cryptLocal, .cryptNimbus, .simulatedListed, .simulatedPaths: true
         default: false
         }
     }
@@ -1463,7 +1587,7 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case .localFolder:
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             try await body(LocalFolderProvider(root: root, state: MemoryStateStore()))
-        case .nimbus, .webdavNimbus, .webdavNextcloud, .cryptNimbus:
+        case .nimbus, .webdavNimbus, .webdavNextcloud, .cryptNimbus, .simulatedListed, .simulatedPaths:
             var configuration = ServerConfiguration(dataDirectory: root)
             configuration.port = 0
             configuration.allowRegistration = true
@@ -1495,7 +1619,15 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
                     try await body(CryptProvider.make(over: nimbus, passphrase: "conformance passphrase", state: MemoryStateStore(), scratch: scratch))
                     return
                 }
-                try await body(nimbus)
+                let violation: @Sendable (String) -> Void = { Issue.record(Comment(rawValue: $0)) }
+                switch self {
+                case .simulatedListed:
+                    try await body(ListedProvider(inner: nimbus, treeVersions: true, unhashed: true, fills: true, violation: violation))
+                case .simulatedPaths:
+                    try await body(ListedProvider(inner: nimbus, pathIds: true, unhashed: true, fills: true, violation: violation))
+                default:
+                    try await body(nimbus)
+                }
             }
         }
     }
@@ -1515,7 +1647,13 @@ final class CountingProvider: RemoteProvider, @unchecked Sendable {
     /// Listings since the last call.
     func listings() -> Int { count.withLockedValue { value in defer { value = 0 }; return value } }
 
-    var capabilities: ProviderCapabilities { inner.capabilities }
+    /// The inner provider's behaviours; none of its extra operations (they would go round the count).
+    var features: ProviderFeatures {
+        let under = inner.features
+        return ProviderFeatures(
+            changeFeed: under.changeFeed, conditionalWrite: under.conditionalWrite, idempotentCreate: under.idempotentCreate,
+            resumableUploads: under.resumableUploads, trash: under.trash, checksums: under.checksums, treeVersions: under.treeVersions)
+    }
     func root() async throws -> RemoteItem { try await inner.root() }
     func item(_ id: String) async throws -> RemoteItem { try await inner.item(id) }
     func children(of folderId: String) async throws -> [RemoteItem] {

@@ -293,7 +293,7 @@ extension SyncEngine {
         }
         let result: [FileRevision]
         do {
-            guard let provider = try requireProvider() as? any RevisionsProvider else {
+            guard let provider = try requireProvider().features.revisions else {
                 throw SyncError.invalid("This remote keeps no revisions.")
             }
             result = try await provider.revisions(of: fileId)
@@ -365,7 +365,7 @@ extension SyncEngine {
             return (discard, requests)
         }
         for path in discard { try? FileManager.default.removeItem(atPath: path) }
-        if let provider = provider as? NimbusProvider {
+        if let provider {
             for request in requests { await provider.cancelUpload(requestId: request) }
         }
         notifyChanged()
@@ -392,49 +392,16 @@ extension SyncEngine {
     }
 
     /// Settles a conflict the `ask` strategy left for the user. Nothing is lost whatever the answer: the losing
-    /// version stays a revision (or, with `keepBoth`, a copy).
+    /// version stays a revision there (or, with `keepBoth` — and with `keepRemote` on a remote that keeps no
+    /// revisions — a conflict copy). The answer is recorded at once; the planner carries it out in the next rounds.
     public func resolveConflict(_ id: ItemID, keeping resolution: ConflictResolution) async throws {
-        guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: id.rawValue) }), row.hold == .conflict else {
-            throw SyncError.invalid("This item is not in conflict.")
-        }
-        switch resolution {
-        case .keepBoth:
-            try await settleFork(row)
-        case .keepLocal:
-            // This version is based on the other: sent as the head, the other stays a revision.
-            try await database.pool.write { db in
-                guard let stored = try ItemRow.fetch(db, luid: id.rawValue) else { return }
-                var updated = stored
-                updated.hold = nil
-                updated.syncRemoteContent()
-                try updated.update(db, from: stored)
+        try await database.pool.write { db in
+            guard let stored = try ItemRow.fetch(db, luid: id.rawValue), stored.hold == .conflict else {
+                throw SyncError.invalid("This item is not in conflict.")
             }
-        case .keepRemote:
-            // This version goes up first (kept as a revision), then the other is restored on top of it.
-            let provider = try requireProvider()
-            guard let fileId = row.fileId, let theirs = row.rRevision else { throw SyncError.invalid("This item is not on the server.") }
-            let source = try contentSource(row)
-            do {
-                let mine = try await provider.upload(source, to: .version(of: fileId, base: theirs), requestId: Self.newRequestId()) { _ in }
-                let head: RemoteItem
-                if let revisions = provider as? any RevisionsProvider {
-                    head = try await revisions.restore(fileId, revision: theirs)
-                } else {
-                    head = mine
-                }
-                try await database.pool.write { db in
-                    guard let stored = try ItemRow.fetch(db, luid: id.rawValue) else { return }
-                    var updated = stored
-                    updated.hold = nil
-                    updated.setRemote(head, parentLuid: stored.rParent)
-                    // The merge base is this version (sent); the head there is theirs again: it comes here next.
-                    updated.sRevision = mine.revision
-                    updated.sChecksum = source.checksum
-                    try updated.update(db, from: stored)
-                }
-            } catch let error as ProviderError {
-                throw SyncError(error)
-            }
+            var updated = stored
+            updated.hold = Hold(resolution)
+            try updated.update(db, from: stored)
         }
         notifyChanged()
     }

@@ -30,7 +30,7 @@ extension SyncEngine {
             try await settleDoubts(provider)
             let before = sent
             try await runPlans(provider)
-            if sent > before, (provider as? any AnswersAsListed)?.answersAsListed != true {
+            if sent > before, provider.features.answersAsListed != true {
                 // What this round sent comes back in the change feed: taken in now, while it is fresh, so the next
                 // round (often a no-op) has nothing to read. A remote without a feed is listed again now too: its
                 // listing may differ from what the uploads answered (S3's LastModified), and taking that in here keeps
@@ -61,8 +61,9 @@ extension SyncEngine {
     /// Scans the synced folder into the local tree.
     func observeLocal() async throws {
         guard let disk else { return }
-        let cutting = (provider as? NimbusProvider)?.blockUploads == true
-        let unhashedFrom = (provider as? any HashesWhileSending)?.unhashedMinimum
+        let features = provider?.features
+        let cutting = features?.blockUploads == true
+        let unhashedFrom = features?.unhashedUploads?.unhashedMinimum
         needsScan = false
         lastScan = try disk.scan(database, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions, unhashedFrom: unhashedFrom) {
             ItemID.make().rawValue
@@ -379,7 +380,7 @@ extension SyncEngine {
             if case .createRemoteFolder(let id) = step { return id }
             return nil
         })
-        guard !folders.isEmpty, let filling = provider as? any FillsNewFolders, await filling.fillsNewFolders() else { return [:] }
+        guard !folders.isEmpty, let filling = provider.features.newFolderFilling, await filling.fillsNewFolders() else { return [:] }
         var assumed = trees
         for id in folders {
             guard let here = trees.local[id] else { continue }
@@ -411,7 +412,7 @@ extension SyncEngine {
     /// one folder where it can (the plan's order mixes folders): a provider that looks before it writes (S3 on a
     /// store not proven to refuse overwrites) then looks once per batch.
     func units(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> [[PlannedOperation]] {
-        guard let batching = provider as? any BatchUploadProvider, batching.batchLimits.files > 1 else { return steps.map { [$0] } }
+        guard let batching = provider.features.batchUpload, batching.batchLimits.files > 1 else { return steps.map { [$0] } }
         let limits = batching.batchLimits
         let small = try await database.pool.read { db -> [String: (size: Int64, parent: String)] in
             var small: [String: (size: Int64, parent: String)] = [:]
@@ -556,7 +557,7 @@ extension PlannedOperation {
     var kind: OperationKind {
         switch self {
         case .createRemoteFolder, .createLocalFolder: .createFolder
-        case .upload: .upload
+        case .upload, .uploadThenRestore: .upload
         case .download: .download
         case .learnChecksum: .compare
         case .moveRemote, .moveLocal: .move
@@ -639,10 +640,12 @@ extension SyncEngine {
         let held = try await database.pool.read { db in
             try Row.fetchAll(db, sql: "SELECT luid, flag FROM items WHERE flag IS NOT NULL").map { ($0[0] as String, $0[1] as String) }
         }
-        for (luid, hold) in held where !listed.contains(luid) {
+        for (luid, flag) in held where !listed.contains(luid) {
+            // (An answered conflict waits for nobody: its steps are listed when they can run.)
+            guard let hold = Hold(rawValue: flag), hold.resolution == nil else { continue }
             result.append(
                 OperationSummary(
-                    id: luid, item: ItemID(luid), kind: hold == "conflict" ? .conflict : .unsynced, state: .parked, attempts: 0,
+                    id: luid, item: ItemID(luid), kind: hold == .conflict ? .conflict : .unsynced, state: .parked, attempts: 0,
                     nextAttemptAt: Date(millis: 0), lastError: nil, dependsOn: []))
         }
         return result

@@ -58,7 +58,7 @@ extension SyncEngine {
     func listenForRemoteChanges(onChange: (@Sendable () -> Void)? = nil) async {
         var failures = 0
         while !Task.isCancelled {
-            guard let provider = provider as? any ChangeSignaling, phase != .needsSignIn else {
+            guard let provider = provider?.features.changeSignals, phase != .needsSignIn else {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }

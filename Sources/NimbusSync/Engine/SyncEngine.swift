@@ -158,9 +158,12 @@ public actor SyncEngine {
     static let tracing = ProcessInfo.processInfo.environment["NIMBUS_TRACE"] != nil
 
     /// The planner's policy for this engine: a synced folder keeps and sends again what was deleted there but
-    /// changed here; the app library holds it for the user (`unsynced`).
+    /// changed here; the app library holds it for the user (`unsynced`). Whether the remote keeps revisions is its
+    /// feature (the account's server, before a provider is made, does).
     var policy: PlannerPolicy {
-        PlannerPolicy(conflictStrategy: configuration.conflictStrategy, keepsDeletedThere: disk != nil, deviceName: configuration.deviceName, date: now)
+        PlannerPolicy(
+            conflictStrategy: configuration.conflictStrategy, keepsDeletedThere: disk != nil, deviceName: configuration.deviceName, date: now,
+            remoteKeepsRevisions: provider.map { $0.features.revisions != nil } ?? true)
     }
 
     // MARK: Account
@@ -525,7 +528,7 @@ public actor SyncEngine {
 
     /// What the remote can do (where no provider is set yet, the Nimbus account's: a change feed, a trash) — how
     /// often a watch polls it, whether a deletion there can be undone (``FolderSyncReport/remoteKeepsTrash``).
-    var remoteCapabilities: ProviderCapabilities { provider?.capabilities ?? [.changeFeed, .trash] }
+    var remoteFeatures: ProviderFeatures { provider?.features ?? ProviderFeatures(changeFeed: true, trash: true) }
 
     /// Removes what a process killed in the middle of a download left in `staging`: the plain copy of a file about to
     /// go into a synced folder (`plain-…`; an encrypted store must not keep one). Only files untouched for a minute:

@@ -110,7 +110,7 @@ public actor FolderSync {
     /// that can run now.
     public func syncOnce() async throws -> FolderSyncReport {
         var report = FolderSyncReport()
-        report.remoteKeepsTrash = await engine.remoteCapabilities.contains(.trash)
+        report.remoteKeepsTrash = await engine.remoteFeatures.trash
         do {
             try await engine.syncOnce()
         } catch let error as SyncError {
@@ -132,7 +132,7 @@ public actor FolderSync {
         func path(_ id: ItemID) -> String { paths[id.rawValue] ?? id.rawValue }
         for (step, before) in done {
             switch step {
-            case .upload: report.uploaded.append(path(step.item))
+            case .upload, .uploadThenRestore: report.uploaded.append(path(step.item))
             case .createRemoteFolder: report.createdFolders.append(path(step.item))
             case .download: report.downloaded.append(path(step.item))
             case .createLocalFolder: report.downloaded.append(path(step.item) + "/")
@@ -148,7 +148,7 @@ public actor FolderSync {
                 report.conflicts.append("\(path(step.item)): changed here and there; resolve with 'nimbus conflicts resolve'")
             case .hold(_, .unsynced):
                 report.conflicts.append("\(path(step.item)): deleted there but changed here; resolve with 'nimbus conflicts resolve'")
-            case .record, .link, .release, .learnChecksum:
+            case .record, .link, .release, .learnChecksum, .hold:
                 break
             }
         }

@@ -227,7 +227,7 @@ struct LocalDatabase: Sendable {
         }
         migrator.registerMigration("8-listed-folders") { db in
             // Each folder's revision as the last listing saw it, before listing what is in it, for providers whose
-            // folder revisions change with anything beneath (``ProviderCapabilities/treeVersions``): a subtree whose
+            // folder revisions change with anything beneath (``ProviderFeatures/treeVersions``): a subtree whose
             // folder still has that revision is not listed again.
             try db.execute(sql: "CREATE TABLE listed_folders (file_id TEXT PRIMARY KEY, revision TEXT NOT NULL) WITHOUT ROWID")
         }

@@ -12,6 +12,10 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     case upload(ItemID, base: String?)
     /// Moves or renames the item there.
     case moveRemote(ItemID, parent: ItemID, name: String)
+    /// Sends the local content as a new version based on revision `base` (so it is kept in the history there), then
+    /// makes `base` the head again: the user kept the remote version of a conflict (where the remote keeps
+    /// revisions). The local file must still be as the plan saw it; the remote version comes here next.
+    case uploadThenRestore(ItemID, base: String)
     /// Deletes the item there (to the provider's trash where it has one); a folder with its whole remote subtree,
     /// every item of which is deleted here too and unchanged there.
     case deleteRemote(ItemID)
@@ -52,7 +56,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
 
     var item: ItemID {
         switch self {
-        case .createRemoteFolder(let id), .upload(let id, _), .moveRemote(let id, _, _), .deleteRemote(let id), .createLocalFolder(let id),
+        case .createRemoteFolder(let id), .upload(let id, _), .uploadThenRestore(let id, _), .moveRemote(let id, _, _), .deleteRemote(let id), .createLocalFolder(let id),
             .download(let id), .moveLocal(let id, _, _), .deleteLocal(let id), .record(let id), .link(let id, _), .forget(let id),
             .learnChecksum(let id),
             .fork(let id, _), .hold(let id, _), .release(let id):
@@ -63,7 +67,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// Talks to the provider (as opposed to changing only this side or the merge base).
     var isRemote: Bool {
         switch self {
-        case .createRemoteFolder, .upload, .moveRemote, .deleteRemote: true
+        case .createRemoteFolder, .upload, .uploadThenRestore, .moveRemote, .deleteRemote: true
         default: false
         }
     }
@@ -71,7 +75,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// Moves content bytes (may take long; runs beside other transfers).
     var isTransfer: Bool {
         switch self {
-        case .upload, .download, .learnChecksum: true
+        case .upload, .uploadThenRestore, .download, .learnChecksum: true
         default: false
         }
     }
@@ -80,6 +84,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .createRemoteFolder(let id): "createRemoteFolder(\(id))"
         case .upload(let id, let base): "upload(\(id), base: \(base ?? "nil"))"
+        case .uploadThenRestore(let id, let base): "uploadThenRestore(\(id), base: \(base))"
         case .moveRemote(let id, let parent, let name): "moveRemote(\(id) → \(parent)/\(name))"
         case .deleteRemote(let id): "deleteRemote(\(id))"
         case .learnChecksum(let id): "learnChecksum(\(id))"

@@ -11,6 +11,9 @@ struct PlannerPolicy: Sendable, Equatable {
     var deviceName: String
     /// The date conflict copies made by this plan carry (the planner reads no clock).
     var date: Date
+    /// The remote keeps older versions that can be restored: where it does not, a conflict the user settles by keeping
+    /// the remote version keeps this side's as a conflict copy instead (nothing is lost).
+    var remoteKeepsRevisions = true
 }
 
 /// The one place that decides what happens to an item: a pure, synchronous function from the three trees to
@@ -103,6 +106,7 @@ struct Planner {
         let s = trees.synced[id]
         let l = trees.local[id]
         if let l, let hold = l.hold {
+            if let resolution = hold.resolution { return resolve(id, resolution, r, s, l) }
             // Held for the user; an item held because it was deleted there is released when it comes back.
             if hold == .unsynced, r != nil { return .release(id) }
             return nil
@@ -462,6 +466,25 @@ struct Planner {
         case .keepBoth: return fork(id, l)
         case .lastWriterWins: return .upload(id, base: r.revision)
         case .ask: return .hold(id, .conflict)
+        }
+    }
+
+    /// Carries out the user's answer to a held conflict. Settled once both sides hold this side's version as synced
+    /// (after keeping it); a file still being written waits; one no longer there (deleted meanwhile) is released and
+    /// planned as any other.
+    mutating func resolve(_ id: ItemID, _ resolution: ConflictResolution, _ r: RemoteNode?, _ s: RemoteNode?, _ l: LocalNode) -> PlannedOperation? {
+        guard let r, !r.isFolder, !l.isFolder else { return .release(id) }
+        if l.content.isUnknown { return nil }
+        if let s, r.revision == s.revision, l.content.checksum == s.checksum { return .release(id) }
+        switch resolution {
+        case .keepBoth:
+            return fork(id, l)
+        case .keepLocal:
+            guard let base = r.revision else { return .release(id) }
+            return .upload(id, base: base)
+        case .keepRemote:
+            guard policy.remoteKeepsRevisions, let base = r.revision else { return fork(id, l) }
+            return .uploadThenRestore(id, base: base)
         }
     }
 

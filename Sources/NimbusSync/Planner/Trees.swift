@@ -69,13 +69,40 @@ enum LocalContent: Sendable, Equatable {
     }
 }
 
-/// Why an item waits for the user instead of being synced.
+/// Why an item waits for the user instead of being synced — or, once the user has answered a conflict, what they
+/// chose: a fact of the local tree that the planner turns into operations (``Planner``'s `resolve`).
 enum Hold: String, Sendable, Equatable {
     /// Changed here and there (the `ask` policy): waits for a resolution.
     case conflict
     /// Deleted there while changed (or only present) here, under a policy that asks: waits for the user to
     /// keep it (sent again as a new item) or let it go.
     case unsynced
+    /// The user kept this side's version of a conflict: it is sent as the head, based on the remote one.
+    case keepLocal = "resolved-keep-local"
+    /// The user kept the remote version: this side's goes there as a revision (where the remote keeps them, else as a
+    /// conflict copy), and the remote version comes here.
+    case keepRemote = "resolved-keep-remote"
+    /// The user kept both: this side's version becomes a conflict copy.
+    case keepBoth = "resolved-keep-both"
+
+    /// The hold that carries out `resolution`.
+    init(_ resolution: ConflictResolution) {
+        switch resolution {
+        case .keepLocal: self = .keepLocal
+        case .keepRemote: self = .keepRemote
+        case .keepBoth: self = .keepBoth
+        }
+    }
+
+    /// The user's answer this hold carries out; nil while the item waits for the user.
+    var resolution: ConflictResolution? {
+        switch self {
+        case .conflict, .unsynced: nil
+        case .keepLocal: .keepLocal
+        case .keepRemote: .keepRemote
+        case .keepBoth: .keepBoth
+        }
+    }
 }
 
 /// One item as observed here.

@@ -21,7 +21,7 @@ import NimbusAPI
 /// - `subpath`: the folder inside the encrypted tree this provider is rooted at (plain names).
 ///
 /// Format and a recovery recipe: `docs/encryption.md`.
-public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
+public final class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     /// The wrapped data key, at the top of the wrapped folder (its name does not open, so it is never listed).
     public static let keyFileName = "nimbus-crypt.json"
     /// The context every file's index and padding are bound to.
@@ -38,8 +38,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     private let unlocked = AsyncKeyCell()
     private let rootId = LockedBox<String?>(nil)
 
-    /// Use ``make(over:passphrase:subpath:state:scratch:)``, which gives a provider that lists whole trees in one go
-    /// when the one under it can.
+    /// Use ``make(over:passphrase:subpath:state:scratch:)``.
     init(over inner: any RemoteProvider, passphrase: String?, dataKey: SymmetricKey?, subpath: [String], state: any ProviderStateStore, scratch: URL) {
         self.inner = inner
         self.passphrase = passphrase
@@ -74,10 +73,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     static func make(
         over inner: any RemoteProvider, passphrase: String?, dataKey: SymmetricKey?, subpath: [String], state: any ProviderStateStore, scratch: URL
     ) -> CryptProvider {
-        if inner is any TreeListingProvider {
-            return CryptTreeProvider(over: inner, passphrase: passphrase, dataKey: dataKey, subpath: subpath, state: state, scratch: scratch)
-        }
-        return CryptProvider(over: inner, passphrase: passphrase, dataKey: dataKey, subpath: subpath, state: state, scratch: scratch)
+        CryptProvider(over: inner, passphrase: passphrase, dataKey: dataKey, subpath: subpath, state: state, scratch: scratch)
     }
 
     /// Makes the key file in `inner`'s root (a new random data key wrapped by `passphrase`), unless one is there: then
@@ -184,11 +180,18 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
         return error
     }
 
-    /// What the provider under it can do, less what is of ciphertext (checksums, batches, revisions).
-    public var capabilities: ProviderCapabilities {
-        // What the provider under it says of checksums and batches is of ciphertext; its feed, conditional writes,
-        // idempotent creation, resumable uploads, trash, quota and tree versions carry over.
-        inner.capabilities.subtracting([.checksums, .batchUpload, .revisions])
+    /// What the provider under it can do, less what is of ciphertext: its feed, conditional writes, idempotent
+    /// creation, resumable uploads, trash, tree versions, quota, whole-tree listing and probe carry over; what it says of
+    /// checksums, batches, revisions, blocks and its root is of ciphertext or of another folder, and is not offered.
+    public var features: ProviderFeatures {
+        let under = inner.features
+        var features = ProviderFeatures(
+            changeFeed: under.changeFeed, conditionalWrite: under.conditionalWrite, idempotentCreate: under.idempotentCreate,
+            resumableUploads: under.resumableUploads, trash: under.trash, treeVersions: under.treeVersions)
+        features.quota = under.quota == nil ? nil : self
+        features.treeListing = under.treeListing == nil ? nil : self
+        features.probe = under.probe
+        return features
     }
 
     public func root() async throws -> RemoteItem {
@@ -249,7 +252,7 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
     }
 
     public func quota() async throws -> (used: Int64, limit: Int64?) {
-        guard let quota = inner as? any QuotaProvider, inner.capabilities.contains(.quota) else {
+        guard let quota = inner.features.quota else {
             throw ProviderError.unsupported("This remote does not report its space.")
         }
         return try await quota.quota()
@@ -353,11 +356,11 @@ public class CryptProvider: RemoteProvider, QuotaProvider, @unchecked Sendable {
 
 }
 
-/// A ``CryptProvider`` over a provider that lists whole trees in one go (S3): so does this one. Items under a folder
-/// whose name does not open are not shown either.
-final class CryptTreeProvider: CryptProvider, TreeListingProvider, @unchecked Sendable {
-    func listTree() async throws -> [RemoteItem] {
-        guard let tree = inner as? any TreeListingProvider else { return [] }
+extension CryptProvider: TreeListingProvider {
+    /// Over a provider that lists whole trees in one go (S3), so does this one
+    /// (``ProviderFeatures/treeListing``). Items under a folder whose name does not open are not shown either.
+    public func listTree() async throws -> [RemoteItem] {
+        guard let tree = inner.features.treeListing else { throw ProviderError.unsupported("The remote under this one lists folder by folder.") }
         let keys = try await keys()
         let root = try await root()
         var shownIds: Set<String> = [root.id]

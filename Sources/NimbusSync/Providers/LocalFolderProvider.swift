@@ -24,8 +24,9 @@ public final class LocalFolderProvider: RemoteProvider {
     static let trashName = ".nimbus-trash"
     static let partialPrefix = PartialUploads.prefix
 
-    /// Idempotent creations, a trash (`.nimbus-trash/`) and SHA-256 checksums; no feed, no conditional writes.
-    public var capabilities: ProviderCapabilities { [.idempotentCreate, .trash, .checksums] }
+    /// Idempotent creations, a trash (`.nimbus-trash/`), SHA-256 checksums and the root's inode; no feed, no
+    /// conditional writes.
+    public var features: ProviderFeatures { ProviderFeatures(idempotentCreate: true, trash: true, checksums: true, rootIdentity: rootIdentity) }
 
     /// The folder at `root` as a remote, keeping its small state (checksums by inode and time) in `state`.
     public init(root: URL, state: any ProviderStateStore) {
@@ -288,7 +289,8 @@ public final class LocalFolderProvider: RemoteProvider {
     }
 }
 
-extension LocalFolderProvider: IdentifiesRoot {
-    /// Its inode (not the device: a network share mounted again may get another device number).
-    public var rootIdentity: String? { rootInode.withLock { $0 }.map { "inode \($0)" } }
+extension LocalFolderProvider {
+    /// The root's inode (not the device: a network share mounted again may get another device number), for
+    /// ``ProviderFeatures/rootIdentity``.
+    var rootIdentity: String? { rootInode.withLock { $0 }.map { "inode \($0)" } }
 }

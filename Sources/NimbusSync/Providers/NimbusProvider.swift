@@ -35,9 +35,17 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     let compressesBlocks = LockedBox<Bool?>(nil)
 
     /// Everything: a change feed with live events, conditional writes, idempotent creations, resumable uploads,
-    /// revisions, a trash, quota, checksums and batches.
-    public var capabilities: ProviderCapabilities {
-        [.changeFeed, .conditionalWrite, .idempotentCreate, .resumableUploads, .revisions, .trash, .quota, .checksums, .batchUpload]
+    /// revisions, a trash, quota, checksums, batches, and blocks both ways.
+    public var features: ProviderFeatures {
+        var features = ProviderFeatures(
+            changeFeed: true, conditionalWrite: true, idempotentCreate: true, resumableUploads: true, trash: true, checksums: true,
+            blockUploads: blockUploads)
+        features.changeSignals = self
+        features.revisions = self
+        features.quota = self
+        features.batchUpload = self
+        features.deltaDownloads = self
+        return features
     }
 
     /// The folder `rootPath` of the account `client` signs into, as a remote. New files up to `simpleUploadLimit`

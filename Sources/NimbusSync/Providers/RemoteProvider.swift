@@ -14,9 +14,9 @@ public struct RemoteItem: Sendable, Equatable, Codable {
     /// Its content's size in bytes (0 for folders).
     public var size: Int64
     /// The version of the content (a revision id, an ETag); changes whenever the content does. `nil` for folders,
-    /// except with ``ProviderCapabilities/treeVersions`` (then it changes with anything beneath the folder).
+    /// except with ``ProviderFeatures/treeVersions`` (then it changes with anything beneath the folder).
     public var revision: String?
-    /// SHA-256 of the content, lowercase hex, when the provider knows it (``ProviderCapabilities/checksums``).
+    /// SHA-256 of the content, lowercase hex, when the provider knows it (``ProviderFeatures/checksums``).
     public var checksum: String?
     /// Its MIME type, when the provider keeps one.
     public var mimeType: String?
@@ -42,42 +42,6 @@ public struct RemoteItem: Sendable, Equatable, Codable {
         self.mimeType = mimeType
         self.modifiedAt = modifiedAt
     }
-}
-
-/// What a provider can do beyond the basics (list, create, upload, download, move, delete). The engine stays
-/// correct without any of them; each makes it faster or safer.
-public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
-    /// The capabilities as bits.
-    public let rawValue: Int
-    /// Capabilities from their bits.
-    public init(rawValue: Int) { self.rawValue = rawValue }
-
-    /// ``RemoteProvider/changes(since:)`` tells what changed since a cursor. Without it the engine lists the tree
-    /// and compares it with what it knew.
-    public static let changeFeed = ProviderCapabilities(rawValue: 1 << 0)
-    /// A new version based on a revision fails with ``ProviderError/versionConflict(current:)`` if the head moved,
-    /// atomically. Without it the provider compares just before writing (a short window remains).
-    public static let conditionalWrite = ProviderCapabilities(rawValue: 1 << 1)
-    /// Creations carry a request id: a retry after a lost answer returns what the first attempt made. Without it
-    /// the engine looks for the content it sent before sending it again.
-    public static let idempotentCreate = ProviderCapabilities(rawValue: 1 << 2)
-    /// Big uploads resume after an interruption (even across restarts) instead of starting over.
-    public static let resumableUploads = ProviderCapabilities(rawValue: 1 << 3)
-    /// Older versions are kept and can be listed and restored (``RevisionsProvider``).
-    public static let revisions = ProviderCapabilities(rawValue: 1 << 4)
-    /// Deleted items go to a trash they can be restored from.
-    public static let trash = ProviderCapabilities(rawValue: 1 << 5)
-    /// ``QuotaProvider/quota()`` tells used and available space.
-    public static let quota = ProviderCapabilities(rawValue: 1 << 6)
-    /// Items carry their SHA-256 (``RemoteItem/checksum``).
-    public static let checksums = ProviderCapabilities(rawValue: 1 << 7)
-    /// Many small new files in one request (``BatchUploadProvider``).
-    public static let batchUpload = ProviderCapabilities(rawValue: 1 << 8)
-    /// A folder's ``RemoteItem/revision`` (its root's too) changes whenever anything beneath it does, at any depth
-    /// (collection ETags that propagate, as Nextcloud's, ownCloud's and Nimbus's WebDAV do). A listing then skips
-    /// every subtree whose folder still has the revision the last listing saw: a no-op round of an unchanged tree is
-    /// one request.
-    public static let treeVersions = ProviderCapabilities(rawValue: 1 << 9)
 }
 
 /// How a provider call failed, by what it means for the caller (rclone's classification): what to do next
@@ -241,14 +205,6 @@ public protocol HashesWhileSending: RemoteProvider {
     func takesUnhashed(size: Int64) async -> Bool
 }
 
-/// A provider without a change feed whose upload answers are what its next listing shows of those files (WebDAV once
-/// the `ETag` a `PUT` answers has proven to be the file's): the round that sent files does not list the remote again
-/// right after (see ``SyncEngine/syncOnce()``).
-public protocol AnswersAsListed: RemoteProvider {
-    /// Whether the answers have proven to be what a listing shows (learnt from the first uploads).
-    var answersAsListed: Bool { get }
-}
-
 /// Where uploaded bytes go.
 public enum UploadTarget: Sendable, Equatable {
     /// A new file; fails with ``ProviderError/nameTaken(existing:)`` if the name is taken (unless `replacing`).
@@ -309,15 +265,16 @@ extension ProviderStateStore {
 /// - Items have stable ids (``RemoteItem/id``) for as long as they exist; a folder's children have unique names.
 /// - Every call either succeeds or throws a ``ProviderError``; a thrown ``ProviderError/network(_:)`` means the
 ///   outcome is unknown, and every call must be safe to repeat: creations with the same request id return what
-///   the first made (``ProviderCapabilities/idempotentCreate``) or fail with ``ProviderError/nameTaken(existing:)``
+///   the first made (``ProviderFeatures/idempotentCreate``) or fail with ``ProviderError/nameTaken(existing:)``
 ///   (the caller then looks at what holds the name); moves and deletions of what is already done succeed or say
 ///   ``ProviderError/notFound``.
 /// - Content is checked: an upload stores exactly the bytes whose SHA-256 is ``UploadSource/checksum`` or fails
 ///   with ``ProviderError/checksumMismatch``; a download writes exactly the revision asked for.
 /// - Nothing half-written is ever visible under an item's name.
 public protocol RemoteProvider: Sendable {
-    /// What the provider can do beyond the basics; the engine uses what is there and makes up for the rest.
-    var capabilities: ProviderCapabilities { get }
+    /// What the provider can do beyond the basics, in one value; the engine uses what is there and makes up for the
+    /// rest.
+    var features: ProviderFeatures { get }
 
     /// The remote's root folder (the folder the remote was set up with).
     func root() async throws -> RemoteItem
@@ -329,11 +286,11 @@ public protocol RemoteProvider: Sendable {
     func children(of folderId: String) async throws -> [RemoteItem]
 
     /// A cursor for "now": ``changes(since:)`` from it reports what changes after this call.
-    /// Only with ``ProviderCapabilities/changeFeed``.
+    /// Only with ``ProviderFeatures/changeFeed``.
     func startCursor() async throws -> String
 
     /// What changed since `cursor`, a page at a time; ``ProviderError/gone`` when the cursor is too old (list
-    /// everything again). Only with ``ProviderCapabilities/changeFeed``.
+    /// everything again). Only with ``ProviderFeatures/changeFeed``.
     func changes(since cursor: String) async throws -> ChangePage
 
     /// Creates a folder; with the same `requestId` again, returns the folder the first call made.
@@ -356,9 +313,16 @@ public protocol RemoteProvider: Sendable {
 
     /// Deletes an item (a folder with everything in it), to the trash where there is one.
     func delete(_ id: String) async throws
+
+    /// Forgets the resumable upload session started under `requestId` (aborting it there, so its parts free their
+    /// space): the content it was sending was discarded. Nothing to do for a provider that keeps no sessions.
+    func cancelUpload(requestId: String) async
 }
 
 extension RemoteProvider {
+    /// No upload sessions kept: nothing to forget.
+    public func cancelUpload(requestId: String) async {}
+
     /// The folder at `path` (names below the root) made where missing, like `mkdir -p`; another client making the
     /// same folder meanwhile is taken as it is. A file in the way is ``ProviderError/notAFolder(_:)``.
     public func makeFolders(_ path: [String]) async throws -> RemoteItem {
@@ -405,7 +369,7 @@ public protocol TreeListingProvider: RemoteProvider {
     func listTree() async throws -> [RemoteItem]
 }
 
-/// Older versions of a file (``ProviderCapabilities/revisions``).
+/// Older versions of a file (``ProviderFeatures/revisions``).
 public protocol RevisionsProvider: RemoteProvider {
     /// The file's revisions, newest first.
     func revisions(of id: String) async throws -> [FileRevision]
@@ -413,19 +377,10 @@ public protocol RevisionsProvider: RemoteProvider {
     func restore(_ id: String, revision: String) async throws -> RemoteItem
 }
 
-/// Space used and available (``ProviderCapabilities/quota``).
+/// Space used and available (``ProviderFeatures/quota``).
 public protocol QuotaProvider: RemoteProvider {
     /// Bytes used there, and the limit (nil: none known).
     func quota() async throws -> (used: Int64, limit: Int64?)
-}
-
-/// A provider that tells its root folder from another made at the same place later (WebDAV's `oc:fileid`, a local
-/// folder's inode): ``rootIdentity`` is known once ``RemoteProvider/root()`` has answered (nil: it cannot tell). When
-/// it changes, the engine links the pair anew, as when the root comes back after it was missing: a folder deleted and
-/// made again between two rounds is not taken for "everything in it deleted there".
-public protocol IdentifiesRoot: RemoteProvider {
-    /// What tells this root folder from another made at its place later (nil: not known yet, or cannot tell).
-    var rootIdentity: String? { get }
 }
 
 /// A provider that makes a new folder with its small new files already in it in fewer requests than a folder and
@@ -467,7 +422,7 @@ extension FillsNewFolders {
     }
 }
 
-/// Many small new files in one request (``ProviderCapabilities/batchUpload``).
+/// Many small new files in one request (``ProviderFeatures/batchUpload``).
 public protocol BatchUploadProvider: RemoteProvider {
     /// The largest file, number of files and total bytes one batch takes.
     var batchLimits: (fileSize: Int64, files: Int, bytes: Int64) { get }

@@ -20,7 +20,7 @@ import NimbusS3
 /// version) for stores that honour them, and compare with `HEAD` just before for those that do not. There is no
 /// rename in S3: a move copies then deletes (a folder, each object under it; a retry after a crash goes on).
 /// `SlowDown` and 503 are retried with backoff here (twice) and then handed to the engine's.
-public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
+public final class S3Provider: TreeListingProvider, UploadsEachInBatches, ProbesFeatures {
     /// The client of the bucket.
     public let client: S3Client
     /// Key prefix of the remote's root: empty (the whole bucket) or ending in `/`.
@@ -39,9 +39,15 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
     /// once per remote, kept in the state store): only then does a new file go up without looking first.
     @_spi(Testing) public let conditionsProven = LockedBox<Bool?>(nil)
 
-    /// Conditional writes once the store has been proven to honour them (``probeConditions()``).
-    public var capabilities: ProviderCapabilities {
-        conditionsProven.withLock { $0 } == true ? [.idempotentCreate, .resumableUploads, .conditionalWrite] : [.idempotentCreate, .resumableUploads]
+    /// Idempotent creations, resumable (multipart) uploads, one flat listing of the tree, batches; conditional writes
+    /// once the store has been proven to honour them (``probeConditions()``, the ``ProviderFeatures/probe``).
+    public var features: ProviderFeatures {
+        var features = ProviderFeatures(
+            conditionalWrite: conditionsProven.withLock { $0 } == true, idempotentCreate: true, resumableUploads: true)
+        features.treeListing = self
+        features.batchUpload = self
+        features.probe = self
+        return features
     }
 
     /// The objects under `prefix` of `client`'s bucket as a remote. Files over `singlePutLimit` go in multipart
@@ -419,10 +425,13 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches {
         return file(id, S3Object(key: key(id), size: source.size, etag: etag, metadata: ["sha256": source.checksum], modified: Date()))
     }
 
-    /// Whether this store is known to refuse an `If-None-Match: *` write over an existing key: asked once per remote
+    /// Finds out whether this store refuses an `If-None-Match: *` write over an existing key: asked once per remote
     /// (a hidden probe object written twice, the second time with the condition, then deleted) and remembered in the
     /// state store. A store that ignores the header (AWS before 2024, some gateways) or refuses it (`rclone serve
     /// s3`) keeps the look just before each new file.
+    public func probeFeatures() async throws { _ = try await probeConditions() }
+
+    /// See ``probeFeatures()``: true when conditional writes are honoured.
     public func probeConditions() async throws -> Bool {
         if let known = conditionsProven.withLock({ $0 }) { return known }
         // The first uploads of a round come at once: one probe, the others wait for its answer.

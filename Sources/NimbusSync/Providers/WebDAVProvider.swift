@@ -20,7 +20,7 @@ import NimbusS3
 /// an item's name. An interrupted upload starts over (its progress restarts from zero) — unless the server takes
 /// Nextcloud's chunked uploads (see `WebDAVProvider+Chunked`): then a big file goes in chunks and a restart sends only
 /// the chunks not there yet.
-public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWhileSending, AnswersAsListed {
+public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWhileSending {
     /// The remote's root folder, ending with `/`.
     public let url: URL
     let basePath: String
@@ -67,12 +67,18 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// Chunks sent by chunked uploads (for tests: a resumed upload sends only what is missing).
     @_spi(Testing) public let chunksSent = LockedBox(0)
 
-    /// Idempotent creations; tree versions where the server's folder ETags propagate (learnt from the root's listing).
-    public var capabilities: ProviderCapabilities {
-        var capabilities: ProviderCapabilities = [.idempotentCreate, .quota]
-        if propagatesETags { capabilities.insert(.treeVersions) }
-        if chunkedUploads.withLock({ $0 }) == true { capabilities.insert(.resumableUploads) }
-        return capabilities
+    /// Idempotent creations, quota, batches, new folders filled, big new files hashed as they go; tree versions where
+    /// the server's folder ETags propagate (learnt from the root's listing), resumable uploads where it takes
+    /// Nextcloud's chunked uploads, upload answers as listed once proven (see ``answersAsListed``).
+    public var features: ProviderFeatures {
+        var features = ProviderFeatures(
+            idempotentCreate: true, resumableUploads: chunkedUploads.withLock({ $0 }) == true, treeVersions: propagatesETags,
+            answersAsListed: answersAsListed, rootIdentity: rootIdentity)
+        features.quota = self
+        features.batchUpload = self
+        features.newFolderFilling = self
+        features.unhashedUploads = self
+        return features
     }
 
     /// The folder at `url` of a WebDAV server as a remote.
@@ -346,7 +352,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             throw ProviderError.notAFolder("\(url.absoluteString) is not a folder on the WebDAV server.")
         }
         if uploadsAddress != nil, chunkedUploads.withLock({ $0 }) == nil {
-            _ = try? await chunkedUploadsFolder(for: .max)  // learnt once, so `capabilities` says it
+            _ = try? await chunkedUploadsFolder(for: .max)  // learnt once, so `features` says it
         }
         return RemoteItem(id: ProviderPath.root, parentId: nil, name: "", isFolder: true, revision: root.revision, modifiedAt: root.modifiedAt)
     }
@@ -587,7 +593,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     /// Not where collection ETags propagate: there the listing after sending records each folder's new ETag, so the
     /// next round skips the unchanged subtrees (without it, the next no-op to Nimbus's `/dav/` listed every folder:
     /// 0.88–0.99 s instead of 0.38–0.40).
-    public var answersAsListed: Bool { etagTrust.withLock { $0.trusted } && !propagatesETags }
+    var answersAsListed: Bool { etagTrust.withLock { $0.trusted } && !propagatesETags }
 
     /// A streamed request (an upload's body).
     func send(
@@ -686,7 +692,8 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
     }
 }
 
-extension WebDAVProvider: IdentifiesRoot {
-    /// Its `oc:fileid` (a folder made again at the same path has another); nil where the server gives none.
-    public var rootIdentity: String? { rootFileId.withLock { $0 }.flatMap { $0.isEmpty ? nil : $0 } }
+extension WebDAVProvider {
+    /// The root's `oc:fileid` (a folder made again at the same path has another); nil where the server gives none
+    /// (``ProviderFeatures/rootIdentity``).
+    var rootIdentity: String? { rootFileId.withLock { $0 }.flatMap { $0.isEmpty ? nil : $0 } }
 }

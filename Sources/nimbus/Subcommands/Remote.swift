@@ -292,14 +292,15 @@ struct RemoteCommand: AsyncParsableCommand {
             var quota: (used: Int64, limit: Int64?)?
             do {
                 _ = try await provider.root()
-                if let quoted = provider as? any QuotaProvider { quota = try? await quoted.quota() }
-                // (Whether an S3 store honours conditional writes is found by trying: a hidden object, then deleted.)
-                if let s3 = provider as? S3Provider { _ = try? await s3.probeConditions() }
+                if let quoted = provider.features.quota { quota = try? await quoted.quota() }
+                // What cannot be told is found by trying (S3's conditional writes: a hidden object, then deleted).
+                try? await provider.features.probe?.probeFeatures()
             } catch let error as ProviderError {
                 if case .unauthorized = error { throw CLIError("\(name) refused the credentials; sign in again with 'nimbus remote login \(name)'.") }
                 throw CLIError("\(name) (\(remote.location)): \(error.description)")
             }
-            let capabilities = Self.names(provider.capabilities)
+            let features = provider.features
+            let capabilities = features.names
             if output.json {
                 struct About: Encodable {
                     var name, type, location: String
@@ -317,16 +318,7 @@ struct RemoteCommand: AsyncParsableCommand {
                 print("  space: not reported by this remote")
             }
             print("  capabilities: \(capabilities.isEmpty ? "none beyond the basics" : capabilities.joined(separator: ", "))")
-            print("  changes are found by: \(provider.capabilities.contains(.changeFeed) ? "its change feed" : "listing it and comparing")")
-        }
-
-        static func names(_ capabilities: ProviderCapabilities) -> [String] {
-            let all: [(ProviderCapabilities, String)] = [
-                (.changeFeed, "change feed"), (.conditionalWrite, "conditional writes"), (.idempotentCreate, "safe retries"),
-                (.resumableUploads, "resumable uploads"), (.revisions, "revisions"), (.trash, "trash"), (.quota, "quota"),
-                (.checksums, "SHA-256 checksums"), (.batchUpload, "batch uploads"), (.treeVersions, "folder versions (unchanged folders are not listed)"),
-            ]
-            return all.filter { capabilities.contains($0.0) }.map(\.1)
+            print("  changes are found by: \(features.changeFeed ? "its change feed" : "listing it and comparing")")
         }
     }
 

@@ -84,9 +84,9 @@ extension FolderSync {
     /// changes (the interval is a fallback); one without is listed — every 15 s where one request tells whether
     /// anything changed (collection ETags that propagate: Nextcloud, ownCloud, Nimbus's `/dav/`), every 30 s where
     /// the listing walks the tree (as often as Nextcloud's desktop client polls).
-    public static func pollInterval(for capabilities: ProviderCapabilities) -> Duration {
-        if capabilities.contains(.changeFeed) { return .seconds(60) }
-        if capabilities.contains(.treeVersions) { return .seconds(15) }
+    public static func pollInterval(for features: ProviderFeatures) -> Duration {
+        if features.changeFeed { return .seconds(60) }
+        if features.treeVersions { return .seconds(15) }
         return .seconds(30)
     }
 
@@ -133,8 +133,8 @@ extension FolderSync {
                         onCycle(report)
                     }
                     // (Asked each time: a WebDAV remote learns at its first listing whether its ETags propagate.)
-                    let capabilities = await engine.remoteCapabilities
-                    var wait = interval ?? Self.pollInterval(for: capabilities)
+                    let features = await engine.remoteFeatures
+                    var wait = interval ?? Self.pollInterval(for: features)
                     if offline {
                         wait = min(wait, offlineWait)
                         offlineWait = min(offlineWait * 2, .seconds(60))

@@ -22,7 +22,7 @@ extension SyncEngine {
 
     func refreshRemote(_ provider: any RemoteProvider) async throws {
         try await mapRoot(provider)
-        guard provider.capabilities.contains(.changeFeed) else { return try await relist(provider) }
+        guard provider.features.changeFeed else { return try await relist(provider) }
         guard let cursor = try await database.pool.read({ db in try db.meta("cursor") }) else { return try await relist(provider) }
         do {
             var page = try await provider.changes(since: cursor)
@@ -57,7 +57,7 @@ extension SyncEngine {
     }
 
     /// The remote's root folder, or ``ProviderError/rootMissing(_:)`` when it is not there. A root seen missing and then there
-    /// again, or another folder at its place (``IdentifiesRoot``), is linked anew (``relinkAfterRootReturned(_:)``)
+    /// again, or another folder at its place (``ProviderFeatures/rootIdentity``), is linked anew (``relinkAfterRootReturned(_:)``)
     /// before anything of it is taken in.
     func currentRoot(_ provider: any RemoteProvider) async throws -> RemoteItem {
         let root: RemoteItem
@@ -77,7 +77,7 @@ extension SyncEngine {
         // Made again at the same place, where the provider can tell (seen missing or not): linked anew as well. The
         // same folder back (a share mounted again, a folder put back from the trash) is synced as before: what was
         // deleted there meanwhile was deleted, and an edit here stays an edit (not a conflict with its old self).
-        let identity = (provider as? any IdentifiesRoot)?.rootIdentity
+        let identity = provider.features.rootIdentity
         let (missing, known) = try await database.pool.read { db in (try db.meta(Self.rootMissingKey), try db.meta(Self.rootIdentityKey)) }
         let replaced = identity != nil && known != nil && identity != known
         let sameFolder = identity != nil && identity == known
@@ -93,7 +93,7 @@ extension SyncEngine {
 
     /// Set while the remote's root folder was found missing (the round paused), until it is there again.
     static let rootMissingKey = "remote_root_missing"
-    /// The root's ``IdentifiesRoot/rootIdentity`` as last seen.
+    /// The root's ``ProviderFeatures/rootIdentity`` as last seen.
     static let rootIdentityKey = "remote_root_identity"
 
     /// The remote's root folder is there again after it was found missing: deleted from a web UI and made again
@@ -149,9 +149,9 @@ extension SyncEngine {
     /// Lists the whole remote tree from its root and takes it as the remote tree; what was known and is not
     /// listed is gone there. With a change feed, the cursor is taken first, so what changes meanwhile comes next.
     func relist(_ provider: any RemoteProvider) async throws {
-        let cursor = provider.capabilities.contains(.changeFeed) ? try await provider.startCursor() : nil
+        let cursor = provider.features.changeFeed ? try await provider.startCursor() : nil
         let root = try await currentRoot(provider)
-        let versioned = provider.capabilities.contains(.treeVersions) && cursor == nil
+        let versioned = provider.features.treeVersions && cursor == nil
         let before = versioned ? try await database.pool.read { db in try Self.listedFolders(db) } : [:]
         let listing = try await listTree(provider, from: root, listedBefore: before)
         let items = listing.items
@@ -180,7 +180,7 @@ extension SyncEngine {
 
     /// A tree listing: what was listed (parents before their children), the folders not listed because their
     /// revision is the one `listedBefore` has (their subtrees unchanged), and each folder's revision as seen before
-    /// listing it (``ProviderCapabilities/treeVersions`` only).
+    /// listing it (``ProviderFeatures/treeVersions`` only).
     struct Listing {
         var items: [RemoteItem] = []
         var skipped: [String] = []
@@ -189,11 +189,12 @@ extension SyncEngine {
 
     /// Every item under `root`, parents before their children: in one go where the provider can
     /// (``TreeListingProvider``), else folder by folder, a few folders at a time, skipping the subtrees of folders
-    /// whose revision is the one in `listedBefore` (``ProviderCapabilities/treeVersions``). Folder revisions are
+    /// whose revision is the one in `listedBefore` (``ProviderFeatures/treeVersions``). Folder revisions are
     /// taken out of the items (the remote tree keeps none).
     func listTree(_ provider: any RemoteProvider, from root: RemoteItem, listedBefore: [String: String] = [:]) async throws -> Listing {
-        if let tree = provider as? any TreeListingProvider { return Listing(items: try await tree.listTree()) }
-        let versioned = provider.capabilities.contains(.treeVersions)
+        let features = provider.features
+        if let tree = features.treeListing { return Listing(items: try await tree.listTree()) }
+        let versioned = features.treeVersions
         var listing = Listing()
         /// Whether a folder's subtree must be listed (recording the revision it had before).
         func mustList(_ folder: RemoteItem) -> Bool {
@@ -219,7 +220,7 @@ extension SyncEngine {
         return listing
     }
 
-    /// The folders' revisions as the last listing saw them (``ProviderCapabilities/treeVersions``), of folders the
+    /// The folders' revisions as the last listing saw them (``ProviderFeatures/treeVersions``), of folders the
     /// stored remote tree still has (one this device deleted there is never skipped, even if its revision comes back).
     nonisolated static func listedFolders(_ db: Database) throws -> [String: String] {
         var result: [String: String] = [:]

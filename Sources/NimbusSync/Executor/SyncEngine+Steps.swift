@@ -1,0 +1,453 @@
+import Crypto
+import Foundation
+import GRDB
+import NimbusAPI
+
+/// Carrying out the planner's steps: through the provider (there) or on the local side (the app's store, or the
+/// folder on disk), each outcome recorded in the trees. A step decides nothing: an outcome that is not success
+/// (the head moved there, a name taken, the file changed here meanwhile) is recorded as the new state of a tree,
+/// and the next plan decides what it means.
+extension SyncEngine {
+    /// The disk changed since the plan was made from it: nothing was done; the folder is scanned again.
+    struct LocalChanged: Error {}
+
+    /// Carries out one step; `true` if the trees changed (it succeeded, or its outcome told something new).
+    func perform(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws -> Bool {
+        try await perform(step, provider) { try await self.carryOut(step, provider) }
+    }
+
+    /// ``perform(_:_:)`` with `carryingOut` doing the step's work.
+    func perform(_ step: PlannedOperation, _ provider: any RemoteProvider, carryingOut: () async throws -> Void) async throws -> Bool {
+        do {
+            var path: String?
+            switch step {
+            case .moveRemote:
+                // Where it was: still its place there (here it has moved already).
+                path = try await database.pool.read { db in try self.remotePath(db, step.item.rawValue) ?? self.localPath(db, step.item.rawValue) }
+            case .deleteLocal, .deleteRemote, .fork, .moveLocal:
+                path = try await database.pool.read { db in try self.localPath(db, step.item.rawValue) ?? self.remotePath(db, step.item.rawValue) }
+            default:
+                break
+            }
+            try await carryingOut()
+            try await succeeded(step.item.rawValue)
+            noteDone(step, path: path)
+            stepErrors[step.item.rawValue] = nil
+            trace("\(step) ✓")
+            return true
+        } catch let error as ProviderError {
+            do {
+                return try await outcome(error, of: step, provider)
+            } catch let followUp as ProviderError {
+                // Looking into what the refusal meant failed too (offline again): tried again later.
+                try await failed(step, SyncError(followUp))
+                return false
+            }
+        } catch is LocalChanged {
+            trace("\(step): changed here meanwhile")
+            needsScan = true
+            return true
+        } catch let error as SyncError {
+            try await failed(step, error)
+            return false
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            try await failed(step, .localFile("\(error)"))
+            return false
+        }
+    }
+
+    func carryOut(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws {
+        if isDatabaseOnly(step) {
+            let discard = try await database.pool.write { db in try self.recordLocally(db, step) }
+            for path in discard { try? FileManager.default.removeItem(atPath: path) }
+            return
+        }
+        guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: step.item.rawValue) }) else { return }
+        switch step {
+        case .createRemoteFolder:
+            let parent = try await remoteId(of: row.lParent)
+            let request = try await sendingCreation(row)
+            let folder = try await provider.createFolder(named: row.lName ?? "Folder", in: parent, requestId: request)
+            try await recordCreated(row.luid, folder, parent: row.lParent)
+        case .upload(_, let base):
+            try await upload(row, base: base, provider)
+        case .uploadThenRestore(_, let base):
+            try await uploadThenRestore(row, base: base, provider)
+        case .moveRemote(_, let parent, let name):
+            guard let fileId = row.fileId else { return }
+            let moved = try await provider.move(fileId, to: try await remoteId(of: parent.rawValue), name: name)
+            try await database.pool.write { db in
+                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+                var updated = stored
+                updated.setRemote(moved, parentLuid: parent.rawValue)
+                // A move changes no content: content a pull brought since the plan (an edit there after this move)
+                // stays; the answer's could only be that or older, and the feed has moved past it.
+                if stored.rRevision != row.rRevision { updated.takeRemoteContent(from: stored) }
+                updated.sParent = parent.rawValue
+                updated.sName = name
+                try updated.update(db, from: stored)
+                if stored.isFolder, moved.id != fileId { try self.renameBeneath(db, stored.luid, from: fileId, to: moved.id) }
+            }
+        case .deleteRemote:
+            if let fileId = row.fileId {
+                do { try await provider.delete(fileId) } catch ProviderError.notFound {}
+            }
+            try await database.pool.write { db in
+                for luid in try self.remoteSubtree(db, row.luid) {
+                    guard let stored = try ItemRow.fetch(db, luid: luid) else { continue }
+                    var gone = stored
+                    gone.rPresent = false
+                    gone.sPresent = false
+                    if gone.lPresent { try gone.update(db, from: stored) } else { try ItemRow.delete(db, luid: luid) }
+                }
+            }
+        case .createLocalFolder:
+            try await createLocalFolder(row)
+        case .download:
+            try await download(row, provider)
+        case .learnChecksum:
+            try await learnChecksum(row, provider)
+        case .moveLocal(_, let parent, let name):
+            try await moveLocal(row, to: parent.rawValue, name: name)
+        case .deleteLocal:
+            try await deleteLocal(row)
+        case .record, .link, .forget, .hold, .release:
+            break  // database only (above)
+        case .fork(_, let name):
+            try await fork(row, name: name)
+        }
+    }
+
+    /// Steps that only change the database: the merge base, links, holds — and, for the app's store, every step here
+    /// (its local tree is the view; the content of a pinned file is fetched after the round).
+    nonisolated func isDatabaseOnly(_ step: PlannedOperation) -> Bool {
+        switch step {
+        case .record, .link, .forget, .hold, .release: true
+        case .createLocalFolder, .download, .moveLocal, .deleteLocal: disk == nil
+        default: false
+        }
+    }
+
+    /// The effect of a database-only step, inside `db`'s transaction; returns content files to delete afterwards.
+    nonisolated func recordLocally(_ db: Database, _ step: PlannedOperation) throws -> [String] {
+        guard let stored = try ItemRow.fetch(db, luid: step.item.rawValue) else { return [] }
+        var updated = stored
+        var discard: [String] = []
+        switch step {
+        case .record:
+            switch (stored.rPresent, stored.lPresent) {
+            case (false, false):
+                try ItemRow.delete(db, luid: stored.luid)
+                return []
+            case (true, true):
+                if !stored.sPresent {
+                    updated.syncRemote()
+                } else {
+                    if stored.isFolder || stored.lChecksum == stored.rChecksum { updated.syncRemoteContent() }
+                    if stored.lParent == stored.rParent && stored.lName == stored.rName {
+                        updated.sParent = stored.rParent
+                        updated.sName = stored.rName
+                    }
+                }
+            default:
+                return []
+            }
+        case .link(_, let other):
+            guard try ItemRow.fetch(db, luid: other.rawValue) != nil else { return [] }
+            try merge(db, from: other.rawValue, into: stored.luid)
+            guard let merged = try ItemRow.fetch(db, luid: stored.luid) else { return [] }
+            updated = merged
+            updated.syncRemote()
+            updated.createRequest = nil
+            updated.createSent = false
+            try updated.update(db, from: merged)
+            return []
+        case .forget:
+            updated.forgetRemote()
+        case .hold(_, let hold):
+            updated.hold = hold
+        case .release:
+            updated.hold = nil
+        case .createLocalFolder:
+            updated.adoptRemote()
+            updated.syncRemote()
+        case .download:
+            // The view takes the remote state; a copy of older content is dropped (the content of a pinned file is
+            // fetched after the round).
+            if stored.lPresent {
+                updated.lChecksum = stored.rChecksum
+                updated.lSize = stored.rSize
+                updated.lMime = stored.rMime
+                updated.lModified = stored.rModified
+                updated.syncRemoteContent()
+            } else {
+                updated.adoptRemote()
+                updated.syncRemote()
+            }
+            if let path = stored.contentPath, stored.contentChecksum != updated.lChecksum, stored.contentOwned {
+                discard.append(path)
+                updated.contentPath = nil
+                updated.contentChecksum = nil
+            }
+        case .moveLocal(_, let parent, let name):
+            updated.lParent = parent.rawValue
+            updated.lName = name
+            updated.sParent = parent.rawValue
+            updated.sName = name
+        case .deleteLocal:
+            for luid in try localSubtree(db, stored.luid) {
+                guard let item = try ItemRow.fetch(db, luid: luid) else { continue }
+                if item.contentOwned, let path = item.contentPath { discard.append(path) }
+                if !item.rPresent {
+                    try ItemRow.delete(db, luid: luid)
+                } else {
+                    var gone = item
+                    gone.lPresent = false
+                    gone.sPresent = false
+                    gone.contentPath = nil
+                    gone.contentChecksum = nil
+                    try gone.update(db, from: item)
+                }
+            }
+            return discard
+        default:
+            return []
+        }
+        try updated.update(db, from: stored)
+        return discard
+    }
+
+    /// Database-only steps, many in one transaction (a pull that brings 10,000 changes into the app's view is one
+    /// write, not 10,000).
+    func performDatabaseSteps(_ steps: [PlannedOperation]) async throws -> Bool {
+        guard !steps.isEmpty else { return false }
+        let discard = try await database.pool.write { db -> [String] in
+            var discard: [String] = []
+            for step in steps { discard += try self.recordLocally(db, step) }
+            try db.execute(sql: "DELETE FROM failures WHERE luid IN (\(databaseQuestionMarks(count: steps.count)))", arguments: StatementArguments(steps.map(\.item.rawValue)))
+            return discard
+        }
+        for path in discard { try? FileManager.default.removeItem(atPath: path) }
+        for step in steps { noteDone(step) }
+        if Self.tracing { trace("\(steps.count) steps recorded") }
+        return true
+    }
+
+    /// What a provider's refusal tells, recorded in the trees (`true`: plan again now), or a failure to retry.
+    func outcome(_ error: ProviderError, of step: PlannedOperation, _ provider: any RemoteProvider) async throws -> Bool {
+        trace("\(step) → \(error)")
+        let luid = step.item.rawValue
+        switch error {
+        case .versionConflict(let current):
+            // The head moved there: that is the remote state now (the next plan sees both changes).
+            let fileId = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid)?.fileId }
+            if let current {
+                try await database.pool.write { db in try self.applyChange(db, .upsert(current)) }
+            } else if let fileId {
+                try await refetch(fileId, provider)
+            }
+            return true
+        case .nameTaken(let existing):
+            // Someone else's item holds the name: not this item's creation (that would have come back as itself).
+            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET create_sent = 0 WHERE luid = ?", arguments: [luid]) }
+            if let existing {
+                try await refetch(existing, provider)
+            } else if let parent = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid)?.lParent }) {
+                let parentId = try await remoteId(of: parent)
+                let children = try await provider.children(of: parentId)
+                try await database.pool.write { db in for child in children { try self.applyChange(db, .upsert(child)) } }
+            }
+            return true
+        case .requestIdReused(let existing):
+            // This item's creation landed earlier, with the content it had then: that file is this item (based on
+            // what was sent then; what changed since goes as a new version).
+            guard let existing else {
+                // The server does not say what it made: nothing to learn, so the step fails (and is retried), in
+                // view, rather than waiting unseen.
+                try await failed(step, SyncError(error))
+                return false
+            }
+            let item: RemoteItem
+            do {
+                item = try await provider.item(existing)
+            } catch ProviderError.notFound {
+                // What it made then was deleted there since: this item is new again, under a new request.
+                try await database.pool.write { db in
+                    try db.execute(sql: "UPDATE items SET create_request = ?, create_sent = 0 WHERE luid = ?", arguments: [Self.newRequestId(), luid])
+                }
+                return true
+            }
+            try await database.pool.write { db in
+                if let other = try ItemRow.fetch(db, fileId: existing), other.luid != luid {
+                    try self.merge(db, from: other.luid, into: luid)
+                }
+                guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                var updated = stored
+                updated.setRemote(item, parentLuid: try self.parentLuid(db, item.parentId))
+                updated.syncRemote()
+                updated.createRequest = nil
+                updated.createSent = false
+                try updated.update(db, from: stored)
+            }
+            return true
+        case .notFound:
+            // The item (or the folder it goes in) is gone there.
+            let row = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid) }
+            var itemThere: Bool?
+            if let fileId = row?.fileId {
+                itemThere = try await refetch(fileId, provider)
+            }
+            var parentThere: Bool?
+            if case .upload(_, nil) = step, let parent = row?.lParent, let parentRow = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent) }),
+                let parentId = parentRow.fileId
+            {
+                parentThere = try await refetch(parentId, provider)
+            } else if case .createRemoteFolder = step, let parent = row?.lParent,
+                let parentId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent)?.fileId })
+            {
+                parentThere = try await refetch(parentId, provider)
+            }
+            // A creation refused as "not there" while its folder is there, and the item (if it was there before)
+            // still is: nothing learnt, and planning again would ask the same. It fails, in view, and is retried
+            // with backoff (the folder may have been replaced under its name meanwhile) — rather than the round
+            // ending quietly with the file unsent (seen: a store that answers 404 to a key with a line break in it).
+            if parentThere == true, itemThere != false {
+                try await failed(step, .refusedAsNotThere("The remote refused it as not there, although the folder it goes in is there."))
+                return false
+            }
+            return true
+        case .checksumMismatch:
+            // The bytes changed since they were hashed.
+            if disk != nil {
+                needsScan = true
+            } else if let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid) }), let path = row.contentPath {
+                let checksum: String
+                let size: Int64
+                do {
+                    (checksum, size) = try hashContent(path)
+                } catch let error as EncryptionError {
+                    // A sealed copy that does not open is never sent (nor taken for a change).
+                    try await failed(step, .localFile("The encrypted copy of this file is damaged: \(error.description)"))
+                    return false
+                } catch {
+                    try await failed(step, .localFile("The file to upload is gone (\(path))."))
+                    return false
+                }
+                try await database.pool.write { db in
+                    guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                    var updated = stored
+                    updated.lChecksum = checksum
+                    updated.lSize = size
+                    updated.contentChecksum = checksum
+                    try updated.update(db, from: stored)
+                }
+            }
+            return true
+        case .gone:
+            return true  // an expired session: the next attempt starts a new one
+        case .unauthorized(let message):
+            phase = .needsSignIn
+            throw SyncError.unauthorized(message)
+        default:
+            try await failed(step, SyncError(error))
+            return false
+        }
+    }
+
+    /// The path of an item in the remote tree, relative to the root.
+    nonisolated func remotePath(_ db: Database, _ luid: String) throws -> String? {
+        try treePath(db, luid, sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?")
+    }
+
+    /// Takes an item's current state there into the remote tree (gone, if it is); whether it is there.
+    @discardableResult
+    func refetch(_ fileId: String, _ provider: any RemoteProvider) async throws -> Bool {
+        let change: RemoteChange
+        do { change = .upsert(try await provider.item(fileId)) } catch ProviderError.notFound { change = .remove(id: fileId) }
+        try await database.pool.write { db in try self.applyChange(db, change) }
+        if case .upsert = change { return true }
+        return false
+    }
+
+    /// The provider's id of the item with LUID `luid` (a folder something goes into).
+    func remoteId(of luid: String?) async throws -> String {
+        guard let luid, let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid)?.fileId }) else {
+            throw SyncError.invalid("A folder this change needs is not there yet.")
+        }
+        return fileId
+    }
+
+    /// The request id that creates the item, marked as sent before it is (after a crash the item is in doubt,
+    /// and the same id asks again).
+    func sendingCreation(_ row: ItemRow) async throws -> String {
+        let request = row.createRequest ?? Self.newRequestId()
+        if !row.createSent || row.createRequest == nil {
+            try await database.pool.write { db in
+                try db.execute(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?", arguments: [request, row.luid])
+            }
+        }
+        return request
+    }
+
+    /// Records that the item's creation made `item` there (created in `parent`): both trees agree.
+    func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil) async throws {
+        try await database.pool.write { db in
+            try self.recordCreated(db, luid, item, parent: parent, checksum: checksum, asRead: nil)
+        }
+    }
+
+    /// ``recordCreated(_:_:parent:checksum:)`` inside a write (a batch records all its answers in one). `asRead`: the
+    /// row as read before the request, marked sent (only the columns this changes are written, so a change the user
+    /// made meanwhile stays); nil: read now.
+    nonisolated func recordCreated(_ db: Database, _ luid: String, _ item: RemoteItem, parent: String?, checksum: String?, asRead: ItemRow?) throws {
+        var fed = false
+        let stored: ItemRow
+        if let other = try ItemRow.luid(db, fileId: item.id), other != luid {
+            try merge(db, from: other, into: luid)  // the feed brought it first
+            fed = true
+            guard let merged = try ItemRow.fetch(db, luid: luid) else { return }
+            stored = merged
+        } else if let asRead {
+            stored = asRead
+        } else {
+            guard let fresh = try ItemRow.fetch(db, luid: luid) else { return }
+            stored = fresh
+        }
+        var updated = stored
+        updated.setRemote(item, parentLuid: try createdParent(db, item, requested: parent))
+        if updated.rChecksum == nil { updated.rChecksum = checksum }
+        // The merge base is what this creation made.
+        updated.syncRemote()
+        updated.createRequest = nil
+        updated.createSent = false
+        // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
+        if item.isDeleted { updated.rPresent = false }
+        // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only
+        // be this creation's or a later one (another device's edit, move or deletion since), and that change
+        // has been read from the feed already — it must stay the remote state, or it would never be seen.
+        if fed { updated.takeRemote(from: stored) }
+        try keepSentContent(&updated)
+        try updated.update(db, from: stored)
+    }
+
+    /// Where a creation's answer says the item is: where it was asked for — unless the request id brought back
+    /// what an earlier attempt made, which may have been moved there since (or was asked for elsewhere before a
+    /// move here): then the item's parent there, so the local move is still seen and sent.
+    nonisolated func createdParent(_ db: Database, _ item: RemoteItem, requested: String?) throws -> String? {
+        guard let parentId = item.parentId else { return requested }
+        if let requested, try ItemRow.fetch(db, luid: requested)?.fileId == parentId { return requested }
+        return try parentLuid(db, parentId)
+    }
+
+    /// After an upload, the engine's private copy of the bytes becomes the cached content.
+    nonisolated func keepSentContent(_ row: inout ItemRow) throws {
+        guard disk == nil, row.contentOwned, let path = row.contentPath, path.hasPrefix(stagingDirectory.path), let fileId = row.fileId,
+            row.contentChecksum == row.rChecksum
+        else { return }
+        let destination = contentDirectory.appending(path: fileId).path
+        try? FileManager.default.removeItem(atPath: destination)
+        if (try? FileManager.default.moveItem(atPath: path, toPath: destination)) != nil { row.contentPath = destination }
+    }
+}
