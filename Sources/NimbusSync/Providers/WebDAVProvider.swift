@@ -69,7 +69,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
 
     /// Idempotent creations, quota, batches, new folders filled, big new files hashed as they go; tree versions where
     /// the server's folder ETags propagate (learnt from the root's listing), resumable uploads where it takes
-    /// Nextcloud's chunked uploads, upload answers as listed once proven (see ``answersAsListed``).
+    /// Nextcloud's chunked uploads, upload answers as listed once three have proven to be what a listing shows.
     public var features: ProviderFeatures {
         var features = ProviderFeatures(
             idempotentCreate: true, resumableUploads: chunkedUploads.withLock({ $0 }) == true, treeVersions: propagatesETags,
