@@ -26,11 +26,15 @@ struct ClosingUnusedConnections: ServerChildChannel, HTTPChannelHandler {
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
-            let watcher = FirstBytesWatcher(idleTimeout: idleTimeout, eventLoop: channel.eventLoop)
+        // In the pipeline from the start (the channel initializer runs on its event loop), before the upgrade channel's
+        // handlers: a stop that comes while those are still being set up still finds it.
+        let watcher = FirstBytesWatcher(idleTimeout: idleTimeout, eventLoop: channel.eventLoop)
+        do {
             try channel.pipeline.syncOperations.addHandler(watcher, position: .first)
-            return Value(inner: value, watcher: watcher)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
         }
+        return inner.setup(channel: channel, logger: logger).map { Value(inner: $0, watcher: watcher) }
     }
 
     func handle(value: Value, logger: Logger) async {
