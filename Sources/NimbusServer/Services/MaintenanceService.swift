@@ -12,6 +12,9 @@ struct MaintenanceService: Service {
     let logger: Logger
     /// How long freed blocks wait (``ServerConfiguration/freedBlockGracePeriod``, or the blob store's default).
     let freedGrace: TimeInterval
+    /// One pass or sweep at a time: the service's own loop and a pass asked for from outside (tests that move the
+    /// clock, then ask) never sweep or compact packs at once (two compactions of one pack made two new packs).
+    let gate = PassGate()
 
     init(store: any MetadataStore, configuration: ServerConfiguration, logger: Logger, blobsAreRemote: Bool) {
         self.store = store
@@ -35,6 +38,10 @@ struct MaintenanceService: Service {
 
     /// Sweeps what is due, outside the full pass: space freed moments ago, given back.
     func sweepFreed() async {
+        await gate.run { await sweepFreedNow() }
+    }
+
+    private func sweepFreedNow() async {
         let now = configuration.clock.now()
         do {
             // A sweep takes at most 1,000 blocks a user: go on while it is taking that many (a big file purged).
@@ -60,6 +67,10 @@ struct MaintenanceService: Service {
 
     /// One pass; failures are logged and retried next time.
     func runOnce() async {
+        await gate.run { await runOnceNow() }
+    }
+
+    private func runOnceNow() async {
         let now = configuration.clock.now()
         do {
             let expired = try await store.expireUploads(now: now, forgetAfter: 7 * 24 * 3600)
@@ -78,5 +89,19 @@ struct MaintenanceService: Service {
         } catch {
             logger.error("maintenance failed; will retry", metadata: ["error": "\(error)"])
         }
+    }
+}
+
+/// Runs one body at a time, in the order they came.
+actor PassGate {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func run(_ body: @Sendable () async -> Void) async {
+        while busy { await withCheckedContinuation { waiting.append($0) } }
+        busy = true
+        await body()
+        busy = false
+        if !waiting.isEmpty { waiting.removeFirst().resume() }
     }
 }
