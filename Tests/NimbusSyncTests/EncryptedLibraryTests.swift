@@ -56,7 +56,7 @@ struct EncryptedLibraryTests {
             try await a.rename(notesId, to: "renamed-notes-ファイル.md")
             try await a.syncOnce()
             #expect(try await a.status().pending == 0)
-            #expect(try await a.database.pool.read { try $0.meta(StoreCipher.cacheMetaKey) } != nil, "the opened names kept, sealed, for the next run")
+            #expect(try await a.store.read { try $0.nameCache() } != nil, "the opened names kept, sealed, for the next run")
             let checker = try await world.api("ana")
             let serverTree = try await checker.tree()
             #expect(serverTree["/\(names[0])/\(names[3])"] == sha256(big))

@@ -81,7 +81,7 @@ struct SupportTests {
         let staging = folder.appending(path: "staged")
         try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let database = try LocalDatabase(path: folder.appending(path: "sync.sqlite").path)
+        let store = try SyncStore(path: folder.appending(path: "sync.sqlite").path, label: "orphans-test")
         let orphan = staging.appending(path: UUID.random().uuidString.lowercased())
         let named = staging.appending(path: UUID.random().uuidString.lowercased())
         let fresh = staging.appending(path: UUID.random().uuidString.lowercased())
@@ -91,13 +91,13 @@ struct SupportTests {
         for (url, age) in [(orphan, 2.0), (named, 30), (partial, 3), (stalePartial, 8)] {
             try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-age * 86_400)], ofItemAtPath: url.path)
         }
-        try database.pool.write { db in
+        try store.write { tx in
             var row = ItemRow.empty("item-1", isFolder: false)
             // Named from a home that has moved since: the name is what counts.
             row.contentPath = "/somewhere/else/staged/" + named.lastPathComponent
-            try row.save(db)
+            try tx.insert(row)
         }
-        SyncEngine.removeOrphans(in: staging, database)
+        SyncEngine.removeOrphans(in: staging, store)
         #expect(!FileManager.default.fileExists(atPath: orphan.path))
         #expect(!FileManager.default.fileExists(atPath: stalePartial.path))
         #expect(FileManager.default.fileExists(atPath: named.path), "an item's content")
@@ -148,6 +148,45 @@ struct SupportTests {
             #expect(db.totalChangesCount == before + 1)
             #expect(try ItemRow.fetch(db, luid: "item1") == changed)
             #expect(try ItemRow.luid(db, fileId: "F1") == "item1")
+        }
+    }
+
+    @Test("'pending' is one rule: the Swift definition and its SQL form agree on random rows (names in NFC and NFD, content changing or unread), in a plain store and an encrypted one")
+    func pendingDefinedOnce() throws {
+        var random = SeededRandom(seed: 42)
+        func pick<T>(_ values: [T]) -> T { values[Int(random.next() % UInt64(values.count))] }
+        for encrypted in [false, true] {
+            let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-pending-\(UUID.random().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let label = "pending-test-\(UUID.random().uuidString)"
+            if encrypted { StoreCipher.register(StoreCipher(dataKey: SymmetricKey(size: .bits256)), label: label) }
+            defer { StoreCipher.register(nil, label: label) }
+            let store = try SyncStore(path: folder.appending(path: "sync.sqlite").path, label: label)
+            var rows: [ItemRow] = []
+            let names: [String?] = [nil, "a.txt", "b.txt", "na\u{00EF}ve.txt", "nai\u{0308}ve.txt"]
+            for index in 0..<2_000 {
+                var row = ItemRow.empty("item\(index)", isFolder: pick([false, false, true]))
+                row.lPresent = pick([false, true])
+                row.sPresent = pick([false, true])
+                row.lParent = pick([nil, "root", "f1"])
+                row.sParent = pick([nil, "root", "f1"])
+                row.lName = pick(names)
+                row.sName = pick(names)
+                row.lChecksum = pick([nil, "c1", "c2"])
+                row.sChecksum = pick([nil, "c1", "c2"])
+                row.lChanging = pick([false, false, true])
+                row.lUnhashed = pick([false, true])
+                rows.append(row)
+            }
+            let fromSQL = try store.write { tx in
+                for row in rows { try tx.insert(row) }
+                return try tx.pendingItems()
+            }
+            let fromSwift = Set(rows.filter(\.isPending).map(\.luid))
+            let differing = fromSQL.symmetricDifference(fromSwift)
+            #expect(differing.isEmpty, "encrypted \(encrypted): \(differing.count) rows differ, e.g. \(differing.sorted().prefix(3))")
+            #expect(fromSwift.count > 200 && fromSwift.count < 1_900, "both kinds of row were tried: \(fromSwift.count) pending")
         }
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// The user's actions (the app library): each changes the local tree in one transaction and returns; what that
@@ -11,9 +10,9 @@ extension SyncEngine {
         let name = try Self.validName(rawName)
         let id = ItemID.make()
         let now = self.now
-        try database.pool.write { db in
-            let parentRow = try self.liveFolder(db, parent)
-            try self.checkFree(db, name: name, in: parentRow.luid, except: nil)
+        try store.write { tx in
+            let parentRow = try self.liveFolder(tx, parent)
+            try self.checkFree(tx, name: name, in: parentRow.luid, except: nil)
             var row = ItemRow.empty(id.rawValue, isFolder: true)
             row.lPresent = true
             row.lParent = parentRow.luid
@@ -23,7 +22,7 @@ extension SyncEngine {
             row.lModified = now.millis
             row.lastAccess = now.millis
             row.createRequest = Self.newRequestId()
-            try row.save(db)
+            try tx.insert(row)
         }
         notifyChanged()
         return id
@@ -44,9 +43,9 @@ extension SyncEngine {
         let id = ItemID.make()
         let now = self.now
         do {
-            try database.pool.write { db in
-                let parentRow = try self.liveFolder(db, folder)
-                try self.insertFile(db, id: id, name: name, parent: parentRow.luid, mimeType: mimeType, staged: staged, owned: copy, now: now)
+            try store.write { tx in
+                let parentRow = try self.liveFolder(tx, folder)
+                try self.insertFile(tx, id: id, name: name, parent: parentRow.luid, mimeType: mimeType, staged: staged, owned: copy, now: now)
             }
         } catch {
             if copy { try? FileManager.default.removeItem(at: staged.url) }
@@ -92,7 +91,7 @@ extension SyncEngine {
             }
         }
         let now = self.now
-        try database.pool.write { db in
+        try store.write { tx in
             var folders: [ItemID: String] = [:]
             for entry in prepared {
                 let file = files[entry.index]
@@ -102,12 +101,12 @@ extension SyncEngine {
                     if let known = folders[file.folder] {
                         parent = known
                     } else {
-                        parent = try self.liveFolder(db, file.folder).luid
+                        parent = try self.liveFolder(tx, file.folder).luid
                         folders[file.folder] = parent
                     }
                     // insertFile refuses (a SyncError) before its first write, so a refused file leaves nothing.
                     try self.insertFile(
-                        db, id: id, name: entry.name, parent: parent, mimeType: file.mimeType, staged: entry.staged, owned: self.sealing != nil, now: now)
+                        tx, id: id, name: entry.name, parent: parent, mimeType: file.mimeType, staged: entry.staged, owned: self.sealing != nil, now: now)
                     results[entry.index] = .success(id)
                 } catch let error as SyncError {
                     if self.sealing != nil { try? FileManager.default.removeItem(at: entry.staged.url) }
@@ -120,10 +119,10 @@ extension SyncEngine {
     }
 
     nonisolated func insertFile(
-        _ db: Database, id: ItemID, name: String, parent: String, mimeType: String?, staged: (url: URL, checksum: String, size: Int64), owned: Bool,
+        _ tx: StoreTransaction, id: ItemID, name: String, parent: String, mimeType: String?, staged: (url: URL, checksum: String, size: Int64), owned: Bool,
         now: Date
     ) throws {
-        try checkFree(db, name: name, in: parent, except: nil)  // the only refusal, before any write
+        try checkFree(tx, name: name, in: parent, except: nil)  // the only refusal, before any write
         var row = ItemRow.empty(id.rawValue, isFolder: false)
         row.lPresent = true
         row.lParent = parent
@@ -137,7 +136,7 @@ extension SyncEngine {
         row.contentChecksum = staged.checksum
         row.contentOwned = owned
         row.createRequest = Self.newRequestId()
-        try row.save(db)
+        try tx.insert(row)
     }
 
     /// Replaces a file's content with `fileURL`'s: a new version, based on the last revision both sides agreed on
@@ -148,8 +147,8 @@ extension SyncEngine {
         let now = self.now
         var discard: String?
         do {
-            try database.pool.write { db in
-                let stored = try self.liveItem(db, id)
+            try store.write { tx in
+                let stored = try self.liveItem(tx, id)
                 guard !stored.isFolder else { throw SyncError.invalid("'\(stored.lName ?? "")' is a folder.") }
                 var row = stored
                 if row.contentOwned, let old = row.contentPath, old.hasPrefix(self.stagingDirectory.path), !self.running.contains(row.luid) {
@@ -163,8 +162,8 @@ extension SyncEngine {
                 row.contentChecksum = staged.checksum
                 row.contentOwned = copy
                 row.sourceRevision = nil
-                try row.update(db, from: stored)
-                try db.execute(sql: "DELETE FROM failures WHERE luid = ? AND failed = 1", arguments: [row.luid])
+                try tx.update(row, from: stored)
+                try tx.clearFailedForGood(row.luid)
             }
         } catch {
             if copy { try? FileManager.default.removeItem(at: staged.url) }
@@ -179,15 +178,15 @@ extension SyncEngine {
     public func rename(_ id: ItemID, to rawName: String) throws {
         let name = try Self.validName(rawName)
         let now = self.now
-        try database.pool.write { db in
-            let stored = try self.liveItem(db, id)
+        try store.write { tx in
+            let stored = try self.liveItem(tx, id)
             guard id != .root else { throw SyncError.invalid("The root folder cannot be renamed.") }
             guard stored.lName != name else { return }
-            try self.checkFree(db, name: name, in: stored.lParent ?? "", except: stored.luid)
+            try self.checkFree(tx, name: name, in: stored.lParent ?? "", except: stored.luid)
             var row = stored
             row.lName = name
             row.lModified = now.millis
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
         }
         notifyChanged()
     }
@@ -196,21 +195,21 @@ extension SyncEngine {
     /// a name taken there throws and changes nothing.
     public func move(_ id: ItemID, to folder: ItemID) throws {
         let now = self.now
-        try database.pool.write { db in
-            let stored = try self.liveItem(db, id)
+        try store.write { tx in
+            let stored = try self.liveItem(tx, id)
             guard id != .root else { throw SyncError.invalid("The root folder cannot be moved.") }
-            let target = try self.liveFolder(db, folder)
+            let target = try self.liveFolder(tx, folder)
             guard stored.lParent != target.luid else { return }
             var cursor: String? = target.luid
             while let current = cursor {
                 if current == stored.luid { throw SyncError.invalid("A folder cannot be moved into itself or one of its subfolders.") }
-                cursor = try String.fetchOne(db, sql: "SELECT l_parent FROM items WHERE luid = ?", arguments: [current])
+                cursor = try tx.localParent(of: current)
             }
-            try self.checkFree(db, name: stored.lName ?? "", in: target.luid, except: stored.luid)
+            try self.checkFree(tx, name: stored.lName ?? "", in: target.luid, except: stored.luid)
             var row = stored
             row.lParent = target.luid
             row.lModified = now.millis
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
         }
         notifyChanged()
     }
@@ -218,11 +217,11 @@ extension SyncEngine {
     /// Moves an item (and a folder's contents) to the server's trash.
     public func delete(_ id: ItemID) throws {
         var discard: [String] = []
-        try database.pool.write { db in
-            _ = try self.liveItem(db, id)
+        try store.write { tx in
+            _ = try self.liveItem(tx, id)
             guard id != .root else { throw SyncError.invalid("The root folder cannot be deleted.") }
-            for luid in try self.localSubtree(db, id.rawValue) {
-                guard let stored = try ItemRow.fetch(db, luid: luid) else { continue }
+            for luid in try tx.localSubtree(id.rawValue) {
+                guard let stored = try tx.item(luid) else { continue }
                 var row = stored
                 row.lPresent = false
                 row.hold = nil
@@ -235,9 +234,9 @@ extension SyncEngine {
                     row.contentChecksum = nil
                 }
                 if !row.sPresent && !row.rPresent && !row.createSent {
-                    try ItemRow.delete(db, luid: luid)  // never left this device
+                    try tx.delete(luid)  // never left this device
                 } else {
-                    try row.update(db, from: stored)
+                    try tx.update(row, from: stored)
                 }
             }
         }
@@ -248,13 +247,13 @@ extension SyncEngine {
     /// Keeps the item's content on this device (`pinned`), downloading it when needed; unpinning lets it go.
     public func makeAvailableOffline(_ id: ItemID, pinned: Bool = true) throws {
         let now = self.now
-        try database.pool.write { db in
-            let stored = try self.liveItem(db, id)
+        try store.write { tx in
+            let stored = try self.liveItem(tx, id)
             guard !stored.isFolder else { throw SyncError.invalid("'\(stored.lName ?? "")' is a folder; pin its files.") }
             var row = stored
             row.pinned = pinned
             row.lastAccess = now.millis
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
         }
         notifyChanged()
     }
@@ -262,7 +261,7 @@ extension SyncEngine {
     /// Downloads the item's current content into the engine's store now (once, without pinning it); a no-op when
     /// it is already here.
     public func download(_ id: ItemID) async throws {
-        guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: id.rawValue) }), row.lPresent else {
+        guard let row = try await store.read({ tx in try tx.item(id.rawValue) }), row.lPresent else {
             throw SyncError.invalid("No such item.")
         }
         guard !row.isFolder else { throw SyncError.invalid("'\(row.lName ?? "")' is a folder.") }
@@ -273,22 +272,22 @@ extension SyncEngine {
     public func restore(_ id: ItemID, revision revisionId: String) throws {
         let cached = try cachedRevisions(of: id).first { $0.revisionId == revisionId }
         let now = self.now
-        try database.pool.write { db in
-            let stored = try self.liveItem(db, id)
+        try store.write { tx in
+            let stored = try self.liveItem(tx, id)
             guard !stored.isFolder, stored.fileId != nil else { throw SyncError.invalid("Only a file that is on the server has revisions.") }
             var row = stored
             row.sourceRevision = revisionId
             row.lChecksum = cached?.checksum ?? "revision:\(revisionId)"
             row.lSize = cached?.size ?? row.lSize
             row.lModified = now.millis
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
         }
         notifyChanged()
     }
 
     /// The file's revisions, newest first (asks the server; offline, the list fetched last time).
     public func revisions(of id: ItemID) async throws -> [FileRevision] {
-        guard let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: id.rawValue)?.fileId }) else {
+        guard let fileId = try await store.read({ tx in try tx.item(id.rawValue)?.fileId }) else {
             throw SyncError.invalid("This item has not reached the server yet; it has no revisions.")
         }
         let result: [FileRevision]
@@ -306,16 +305,8 @@ extension SyncEngine {
             if cached.isEmpty { throw SyncError.notSignedIn }
             return cached
         }
-        try await database.pool.write { db in
-            try db.execute(sql: "DELETE FROM revisions WHERE file_id = ?", arguments: [db.storedId(fileId)])
-            for (position, revision) in result.enumerated() {
-                try db.execute(
-                    sql: "INSERT INTO revisions (file_id, position, revision) VALUES (?, ?, ?)",
-                    arguments: [
-                        db.storedId(fileId), position,
-                        db.sealedText(String(decoding: try JSONEncoder.nimbus.encode(revision), as: UTF8.self)),
-                    ])
-            }
+        try await store.write { tx in
+            try tx.cacheRevisions(result, of: fileId)
         }
         return result
     }
@@ -323,20 +314,19 @@ extension SyncEngine {
     /// The revisions of an item as ``revisions(of:)`` last fetched them (newest first), without the network;
     /// empty if never fetched (or dropped by the metadata cache's cap).
     public func cachedRevisions(of id: ItemID) throws -> [FileRevision] {
-        try database.pool.read { db in
-            guard let fileId = try ItemRow.fetch(db, luid: id.rawValue)?.fileId else { return [] }
-            return try String.fetchAll(db, sql: "SELECT revision FROM revisions WHERE file_id = ? ORDER BY position", arguments: [db.storedId(fileId)])
-                .compactMap { try? JSONDecoder.nimbus.decode(FileRevision.self, from: Data(try db.openedText($0).utf8)) }
+        try store.read { tx in
+            guard let fileId = try tx.item(id.rawValue)?.fileId else { return [] }
+            return try tx.cachedRevisions(of: fileId)
         }
     }
 
     /// Drops the item's changes that have not been sent: it shows the last state both sides agreed on again (an
     /// item that never reached the server disappears).
     public func cancel(_ id: ItemID) async throws {
-        let (discard, requests) = try await database.pool.write { db -> ([String], [String]) in
+        let (discard, requests) = try await store.write { tx -> ([String], [String]) in
             var discard: [String] = []
             var requests: [String] = []
-            guard let stored = try ItemRow.fetch(db, luid: id.rawValue) else { return ([], []) }
+            guard let stored = try tx.item(id.rawValue) else { return ([], []) }
             var row = stored
             if let request = row.uploadRequest?.split(separator: " ").last { requests.append(String(request)) }
             if row.fileId == nil, let request = row.createRequest { requests.append(request) }
@@ -345,9 +335,9 @@ extension SyncEngine {
                 row.contentPath = nil
                 row.contentChecksum = nil
             }
-            try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [row.luid])
+            try tx.clearFailures([row.luid])
             guard row.sPresent else {
-                if !row.createSent || row.fileId == nil { try ItemRow.delete(db, luid: row.luid) } else { try row.update(db, from: stored) }
+                if !row.createSent || row.fileId == nil { try tx.delete(row.luid) } else { try tx.update(row, from: stored) }
                 return (discard, requests)
             }
             row.hold = nil
@@ -361,7 +351,7 @@ extension SyncEngine {
             row.lChanging = false
             row.sourceRevision = nil
             row.uploadRequest = nil
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
             return (discard, requests)
         }
         for path in discard { try? FileManager.default.removeItem(atPath: path) }
@@ -373,7 +363,7 @@ extension SyncEngine {
 
     /// Tries the item's failed steps again.
     public func retry(_ id: ItemID) throws {
-        try database.pool.write { db in try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [id.rawValue]) }
+        try store.write { tx in try tx.clearFailures([id.rawValue]) }
         notifyChanged()
     }
 
@@ -383,10 +373,7 @@ extension SyncEngine {
     /// asking again); returns how many items it gave another try.
     @discardableResult
     public func retryFailed() throws -> Int {
-        let count = try database.pool.write { db in
-            try db.execute(sql: "DELETE FROM failures")
-            return db.changesCount
-        }
+        let count = try store.write { tx in try tx.clearAllFailures() }
         if count > 0 { notifyChanged() }
         return count
     }
@@ -395,13 +382,13 @@ extension SyncEngine {
     /// version stays a revision there (or, with `keepBoth` — and with `keepRemote` on a remote that keeps no
     /// revisions — a conflict copy). The answer is recorded at once; the planner carries it out in the next rounds.
     public func resolveConflict(_ id: ItemID, keeping resolution: ConflictResolution) async throws {
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: id.rawValue), stored.hold == .conflict else {
+        try await store.write { tx in
+            guard let stored = try tx.item(id.rawValue), stored.hold == .conflict else {
                 throw SyncError.invalid("This item is not in conflict.")
             }
             var updated = stored
             updated.hold = Hold(resolution)
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
         notifyChanged()
     }
@@ -409,14 +396,14 @@ extension SyncEngine {
     /// The user accepts the server's deletion of an `unsynced` item: the local copy goes.
     public func confirmDeletion(_ id: ItemID) throws {
         var discard: [String] = []
-        try database.pool.write { db in
-            guard let row = try ItemRow.fetch(db, luid: id.rawValue), row.hold == .unsynced else {
+        try store.write { tx in
+            guard let row = try tx.item(id.rawValue), row.hold == .unsynced else {
                 throw SyncError.invalid("This item is not waiting for a deletion decision.")
             }
-            for luid in try self.localSubtree(db, row.luid) {
-                guard let item = try ItemRow.fetch(db, luid: luid) else { continue }
+            for luid in try tx.localSubtree(row.luid) {
+                guard let item = try tx.item(luid) else { continue }
                 if let path = item.contentPath, item.contentOwned { discard.append(path) }
-                try ItemRow.delete(db, luid: luid)
+                try tx.delete(luid)
             }
         }
         for path in Set(discard) { try? FileManager.default.removeItem(atPath: path) }
@@ -425,20 +412,20 @@ extension SyncEngine {
 
     /// The user keeps an `unsynced` item: it is uploaded again as a new item (with everything in it).
     public func keepLocalCopy(_ id: ItemID) throws {
-        try database.pool.write { db in
-            guard let row = try ItemRow.fetch(db, luid: id.rawValue), row.hold == .unsynced else {
+        try store.write { tx in
+            guard let row = try tx.item(id.rawValue), row.hold == .unsynced else {
                 throw SyncError.invalid("This item is not waiting for a deletion decision.")
             }
-            for luid in try self.localSubtree(db, row.luid) {
-                guard let stored = try ItemRow.fetch(db, luid: luid), !stored.rPresent || luid == row.luid else { continue }
+            for luid in try tx.localSubtree(row.luid) {
+                guard let stored = try tx.item(luid), !stored.rPresent || luid == row.luid else { continue }
                 if !stored.isFolder && (stored.contentPath == nil || stored.contentChecksum != stored.lChecksum) {
                     // Only its name was here (its content never was): there is nothing to keep.
-                    try ItemRow.delete(db, luid: luid)
+                    try tx.delete(luid)
                     continue
                 }
                 var item = stored
                 item.forgetRemote()
-                try item.update(db, from: stored)
+                try tx.update(item, from: stored)
             }
         }
         notifyChanged()
@@ -455,9 +442,9 @@ extension SyncEngine {
     /// Refuses held deletions: the items stay here, marked `unsynced`, for the user to decide one by one.
     public func rejectMassDeletion() async throws {
         let plan = try await currentPlan()
-        try await database.pool.write { db in
+        try await store.write { tx in
             for case .deleteLocal(let id) in plan {
-                try db.execute(sql: "UPDATE items SET flag = 'unsynced' WHERE luid = ?", arguments: [id.rawValue])
+                try tx.setHold(id.rawValue, .unsynced)
             }
         }
         if case .awaitingDeletionConfirmation = phase { phase = .idle }
@@ -469,14 +456,14 @@ extension SyncEngine {
     /// sent) and the item is not pinned. False when nothing was let go.
     @discardableResult
     public func releaseContent(of id: ItemID) throws -> Bool {
-        let released = try database.pool.write { db -> String? in
-            guard let stored = try ItemRow.fetch(db, luid: id.rawValue), !stored.pinned, let path = stored.contentPath,
+        let released = try store.write { tx -> String? in
+            guard let stored = try tx.item(id.rawValue), !stored.pinned, let path = stored.contentPath,
                 let checksum = stored.contentChecksum, checksum == stored.lChecksum, checksum == stored.sChecksum, self.isStored(path)
             else { return nil }
             var row = stored
             row.contentPath = nil
             row.contentChecksum = nil
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
             return path
         }
         guard let released else { return false }
@@ -491,14 +478,14 @@ extension SyncEngine {
     /// folder it is going to, so it is moved, not copied again) or the system's temporary folder; the sealed one is
     /// removed.
     public func takeContent(of id: ItemID, into directory: URL? = nil) throws -> URL? {
-        let taken = try database.pool.write { db -> (path: String, checksum: String?)? in
-            guard let stored = try ItemRow.fetch(db, luid: id.rawValue), let path = stored.contentPath, stored.contentChecksum == stored.lChecksum,
+        let taken = try store.write { tx -> (path: String, checksum: String?)? in
+            guard let stored = try tx.item(id.rawValue), let path = stored.contentPath, stored.contentChecksum == stored.lChecksum,
                 self.isStored(path)
             else { return nil }
             var row = stored
             row.contentPath = nil
             row.contentChecksum = nil
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
             return (path, stored.contentChecksum)
         }
         guard let taken else { return nil }
@@ -517,37 +504,21 @@ extension SyncEngine {
 
     static func newRequestId() -> String { UUID.random().uuidString.lowercased() }
 
-    nonisolated func liveItem(_ db: Database, _ id: ItemID) throws -> ItemRow {
-        guard let row = try ItemRow.fetch(db, luid: id.rawValue), row.lPresent else { throw SyncError.invalid("No such item.") }
+    nonisolated func liveItem(_ tx: StoreTransaction, _ id: ItemID) throws -> ItemRow {
+        guard let row = try tx.item(id.rawValue), row.lPresent else { throw SyncError.invalid("No such item.") }
         return row
     }
 
-    nonisolated func liveFolder(_ db: Database, _ id: ItemID) throws -> ItemRow {
-        let row = try liveItem(db, id)
+    nonisolated func liveFolder(_ tx: StoreTransaction, _ id: ItemID) throws -> ItemRow {
+        let row = try liveItem(tx, id)
         guard row.isFolder else { throw SyncError.invalid("'\(row.lName ?? "")' is not a folder.") }
         return row
     }
 
-    nonisolated func checkFree(_ db: Database, name: String, in parent: String, except luid: String?) throws {
-        if let other = try String.fetchOne(
-            db.cachedStatement(sql: "SELECT luid FROM items WHERE l_parent = ? AND l_name = ? AND l_present = 1"),
-            arguments: [parent, db.storeCipher?.sealName(name) ?? name]),
-            other != luid
-        {
+    nonisolated func checkFree(_ tx: StoreTransaction, name: String, in parent: String, except luid: String?) throws {
+        if let other = try tx.luid(named: name, inLocal: parent), other != luid {
             throw SyncError.invalid("'\(name)' already exists in that folder.")
         }
-    }
-
-    /// An item and everything under it in the local tree, parents first.
-    nonisolated func localSubtree(_ db: Database, _ luid: String) throws -> [String] {
-        try String.fetchAll(
-            db,
-            sql: """
-                WITH RECURSIVE tree(luid) AS (
-                    SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.l_parent = t.luid WHERE i.l_present = 1
-                ) SELECT luid FROM tree
-                """,
-            arguments: [luid])
     }
 
     /// The file to send: copied into the staging area (hashed on the way), or used where it is. A caller that has

@@ -1,5 +1,4 @@
 import Crypto
-import GRDB
 import Foundation
 
 /// The engine's own content files (staged uploads, the cache, partial downloads): plain, or sealed at rest in an
@@ -129,8 +128,8 @@ extension SyncEngine {
     }
 
     func storedContent(of id: ItemID) throws -> (path: String, checksum: String)? {
-        try database.pool.read { db in
-            guard let row = try ItemRow.fetch(db, luid: id.rawValue), let path = row.contentPath, let checksum = row.lChecksum,
+        try store.read { tx in
+            guard let row = try tx.item(id.rawValue), let path = row.contentPath, let checksum = row.lChecksum,
                 row.contentChecksum == checksum
             else { return nil }
             return (path, checksum)

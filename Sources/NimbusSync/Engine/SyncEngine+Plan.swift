@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// The control loop's core: load the three trees, ask the planner, carry out what can run now, record the
@@ -54,8 +53,8 @@ extension SyncEngine {
     /// An encrypted library keeps the names it opened for the next run (``StoreCipher/nameCacheBlob()``), when it
     /// learnt any.
     func saveNameCache() async throws {
-        guard let blob = StoreCipher.registered(label: database.pool.configuration.label)?.nameCacheBlob() else { return }
-        try await database.pool.write { db in try db.setMeta(StoreCipher.cacheMetaKey, blob) }
+        guard let blob = StoreCipher.registered(label: databaseLabel)?.nameCacheBlob() else { return }
+        try await store.write { tx in try tx.setMeta(StoreCipher.cacheMetaKey, blob) }
     }
 
     /// Scans the synced folder into the local tree.
@@ -65,7 +64,7 @@ extension SyncEngine {
         let cutting = features?.blockUploads == true
         let unhashedFrom = features?.unhashedUploads?.unhashedMinimum
         needsScan = false
-        lastScan = try disk.scan(database, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions, unhashedFrom: unhashedFrom) {
+        lastScan = try disk.scan(store, cutting: cutting, acceptingNewRoot: confirmsLocalDeletions, unhashedFrom: unhashedFrom) {
             ItemID.make().rawValue
         }
     }
@@ -93,12 +92,12 @@ extension SyncEngine {
     /// again with the same request id, so whatever it made there is known — and then deleted there like any item
     /// deleted here. (Without this, a file the user deleted moments after adding it could come back.)
     func settleDoubts(_ provider: any RemoteProvider) async throws {
-        let rows = try await database.pool.read { db in try ItemRow.fetchAll(db, where: "create_sent = 1 AND file_id IS NULL AND l_present = 0") }
+        let rows = try await store.read { tx in try tx.doubtsDeletedHere() }
         for row in rows where !running.contains(row.luid) {
             guard let request = row.createRequest, let name = row.lName,
-                let parent = try await database.pool.read({ db in try row.lParent.flatMap { try ItemRow.fetch(db, luid: $0) }?.fileId })
+                let parent = try await store.read({ tx in try row.lParent.flatMap { try tx.item($0) }?.fileId })
             else {
-                try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+                try await store.write { tx in try tx.delete(row.luid) }
                 continue
             }
             var made: RemoteItem?
@@ -121,7 +120,7 @@ extension SyncEngine {
             if let made, try await !inUseElsewhere(made.id, than: row.luid) {
                 try await recordCreated(row.luid, made, parent: row.lParent)
             } else {
-                try await database.pool.write { db in try ItemRow.delete(db, luid: row.luid) }
+                try await store.write { tx in try tx.delete(row.luid) }
             }
             if let path = row.contentPath, row.contentOwned, path.hasPrefix(stagingDirectory.path) { try? FileManager.default.removeItem(atPath: path) }
         }
@@ -131,16 +130,9 @@ extension SyncEngine {
     /// it back before the doubt was settled — and the user has worked in it since (added, moved, renamed or
     /// edited something in it): then what they did since wins over the earlier deletion, which is dropped.
     func inUseElsewhere(_ fileId: String, than luid: String) async throws -> Bool {
-        try await database.pool.read { db in
-            guard let other = try ItemRow.fetch(db, fileId: fileId), other.luid != luid, other.lPresent else { return false }
-            return try Bool.fetchOne(
-                db,
-                sql: """
-                    WITH RECURSIVE tree(luid) AS (
-                        SELECT ? UNION ALL SELECT items.luid FROM items JOIN tree ON items.l_parent = tree.luid WHERE items.l_present = 1)
-                    SELECT EXISTS(SELECT 1 FROM items JOIN tree ON items.luid = tree.luid WHERE \(ItemRow.pendingExpression))
-                    """,
-                arguments: [other.luid]) ?? false
+        try await store.read { tx in
+            guard let other = try tx.item(fileId: fileId), other.luid != luid, other.lPresent else { return false }
+            return try tx.hasChangesHere(under: other.luid)
         }
     }
 
@@ -153,7 +145,7 @@ extension SyncEngine {
             guard mayRun else { return }
             let trees = try await loadTrees()
             let plan = Planner.plan(trees, policy: policy)
-            let runnable = try await admitted(plan).filter(including)
+            let runnable = try await admitted(plan, trees).filter(including)
             if Self.tracing { trace("plan: \(plan) → running \(runnable.count)") }
             if runnable.isEmpty { return }
             // The same steps again: once or twice is a step that learned something and goes again (a file that
@@ -191,9 +183,9 @@ extension SyncEngine {
     /// The three trees from the database: the remote tree as far as it hangs under the remote's root, the local
     /// tree under the local root; ignored paths of a synced folder left out of all three.
     func loadTrees() async throws -> Trees {
-        var rows = try await database.pool.read { db in try ItemRow.fetchAll(db) }
+        var rows = try await store.read { tx in try tx.allItems() }
         if let disk, rows.contains(where: \.lUnhashed), try await readUnhashed(rows, disk) {
-            rows = try await database.pool.read { db in try ItemRow.fetchAll(db) }
+            rows = try await store.read { tx in try tx.allItems() }
         }
         var index: [String: Int] = [:]
         index.reserveCapacity(rows.count)
@@ -240,87 +232,43 @@ extension SyncEngine {
         return trees
     }
 
-    /// The steps of a plan that may run now: not for an item waiting for a retry (or failed for good), and not
-    /// deletions past the mass-deletion guard.
-    func admitted(_ plan: [PlannedOperation]) async throws -> [PlannedOperation] {
-        let now = self.now.millis
-        var failures = try await database.pool.read { db in try FailureRow.all(db) }
-        // A retry schedule for a step the plan no longer asks for is over (the step is done, or moot).
-        let planned = Set(plan.map(\.item.rawValue))
-        let stale = failures.values.filter { !$0.failed && !planned.contains($0.luid) }.map(\.luid)
-        if !stale.isEmpty {
-            try await database.pool.write { db in
-                for luid in stale { try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [luid]) }
-            }
-            for luid in stale { failures[luid] = nil }
+    /// The steps of a plan that may run now (``Admission``: retry gates and both mass-deletion guards), with what
+    /// admission decided carried out: retry schedules that are over go, held deletions are shown.
+    func admitted(_ plan: [PlannedOperation], _ trees: Trees) async throws -> [PlannedOperation] {
+        let failures = try await store.read { tx in try tx.failures() }
+        let guards = Admission.Guards(
+            threshold: configuration.massDeletionThreshold, deletionsHereConfirmed: massDeletionConfirmed || (disk != nil && confirmsLocalDeletions),
+            guardsDeletionsThere: disk != nil && !confirmsLocalDeletions)
+        let admission = Admission.admit(
+            plan, trees: trees, retries: failures.mapValues { Admission.RetryGate(failedForGood: $0.failed, due: $0.nextAttemptAt) },
+            now: now.millis, guards: guards, running: running)
+        if !admission.finishedRetries.isEmpty {
+            try await store.write { tx in try tx.clearFailures(admission.finishedRetries) }
         }
-        knownFailures = Set(failures.keys)
-        var steps = plan.filter { step in
-            guard let failure = failures[step.item.rawValue] else { return true }
-            return !failure.failed && failure.nextAttemptAt <= now
-        }
-        // Deletions here that come from deletions there: many at once wait for confirmation.
-        let deletions = steps.filter { if case .deleteLocal = $0 { true } else { false } }
-        if !deletions.isEmpty, !massDeletionConfirmed, !(disk != nil && confirmsLocalDeletions) {
-            let (count, total) = try await database.pool.read { db -> (Int, Int) in
-                var count = 0
-                for step in deletions { count += try self.localSubtree(db, step.item.rawValue).count }
-                let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE l_present = 1 AND luid != 'root'") ?? 0
-                return (count, total)
-            }
-            if isMassDeletion(count, of: total) {
-                steps.removeAll { if case .deleteLocal = $0 { true } else { false } }
-                phase = .awaitingDeletionConfirmation(count: count)
-                heldDeletions = count
-            }
-        } else if deletions.isEmpty {
+        knownFailures = Set(failures.keys).subtracting(admission.finishedRetries)
+        switch admission.deletionsHere {
+        case .held(let count):
+            phase = .awaitingDeletionConfirmation(count: count)
+            heldDeletions = count
+        case .none:
             if case .awaitingDeletionConfirmation = phase { phase = .idle }
             massDeletionConfirmed = false
             heldDeletions = 0
+        case .admitted:
+            break
         }
-        // Deletions there that come from deletions here (a synced folder: an unmounted disk, an `rm -rf` slip).
-        if disk != nil, !confirmsLocalDeletions {
-            let remote = steps.filter { if case .deleteRemote = $0 { true } else { false } }
-            if !remote.isEmpty {
-                let (count, total) = try await database.pool.read { db -> (Int, Int) in
-                    var count = 0
-                    for step in remote {
-                        count += try Int.fetchOne(
-                            db,
-                            sql: """
-                                WITH RECURSIVE tree(luid) AS (SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.r_parent = t.luid
-                                WHERE i.r_present = 1) SELECT COUNT(*) FROM tree
-                                """, arguments: [step.item.rawValue]) ?? 1
-                    }
-                    let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE s_present = 1 AND luid != 'root'") ?? 0
-                    return (count, total)
-                }
-                if isMassDeletion(count, of: total) {
-                    steps.removeAll { if case .deleteRemote = $0 { true } else { false } }
-                    heldLocalDeletions = count
-                }
-            }
-        }
-        return steps.filter { !running.contains($0.item.rawValue) }
+        if let held = admission.heldThere { heldLocalDeletions = held }
+        return admission.steps
     }
 
-    func isMassDeletion(_ count: Int, of total: Int) -> Bool {
-        configuration.massDeletionThreshold.trips(deleting: count, of: total)
+    /// Steps waiting out a backoff (not failed for good): how many, and when the first is due.
+    func waitingRetries() throws -> (count: Int, next: Date?) {
+        try store.read { tx in try tx.waitingRetries() }
     }
 
     /// When the earliest step waiting for a retry falls due; nil when nothing waits for one (or nothing is left).
-    /// Steps waiting out a backoff (not failed for good): how many, and when the first is due.
-    func waitingRetries() throws -> (count: Int, next: Date?) {
-        try database.pool.read { db in
-            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*), MIN(next_attempt_at) FROM failures WHERE failed = 0")
-            return (row?[0] ?? 0, (row?[1] as Int64?).map(Date.init(millis:)))
-        }
-    }
-
     func nextDue() throws -> Date? {
-        try database.pool.read { db in
-            try Int64.fetchOne(db, sql: "SELECT MIN(next_attempt_at) FROM failures WHERE failed = 0").map(Date.init(millis:))
-        }
+        try waitingRetries().next
     }
 
     // MARK: Carrying a plan out
@@ -414,17 +362,8 @@ extension SyncEngine {
     func units(_ steps: [PlannedOperation], _ provider: any RemoteProvider) async throws -> [[PlannedOperation]] {
         guard let batching = provider.features.batchUpload, batching.batchLimits.files > 1 else { return steps.map { [$0] } }
         let limits = batching.batchLimits
-        let small = try await database.pool.read { db -> [String: (size: Int64, parent: String)] in
-            var small: [String: (size: Int64, parent: String)] = [:]
-            let statement = try db.cachedStatement(
-                sql: "SELECT l_size, l_parent FROM items WHERE luid = ? AND source_revision IS NULL AND file_id IS NULL")
-            for case .upload(let id, nil) in steps {
-                if let row = try Row.fetchOne(statement, arguments: [id.rawValue]), let size = row[0] as Int64?, size <= limits.fileSize {
-                    small[id.rawValue] = (size, row[1] as String? ?? "")
-                }
-            }
-            return small
-        }
+        let newFiles = steps.compactMap { step -> String? in if case .upload(let id, nil) = step { id.rawValue } else { nil } }
+        let small = try await store.read { tx in try tx.newFileSizes(newFiles) }.filter { $0.value.size <= limits.fileSize }
         var byFolder: [String: [(step: PlannedOperation, size: Int64)]] = [:]
         for step in steps {
             if case .upload(let id, nil) = step, let file = small[id.rawValue] { byFolder[file.parent, default: []].append((step, file.size)) }
@@ -474,7 +413,7 @@ extension SyncEngine {
             unreachableFailures += 1
         }
         let luids = steps.map(\.item.rawValue)
-        let previous = try await database.pool.read { db in try FailureRow.attempts(db, of: luids) }
+        let previous = try await store.read { tx in try tx.attempts(of: luids) }
         let attempts = steps.map { (previous[$0.item.rawValue] ?? 0) + 1 }.max() ?? 1
         var retryAfter: Int?
         if case .server(_, _, _, let after) = error { retryAfter = after }
@@ -487,14 +426,14 @@ extension SyncEngine {
                 lastError: error.description, failed: !error.isRetryable || attempts >= configuration.maxAttempts)
         }
         for step in steps { stepErrors[step.item.rawValue] = error.description }
-        try await database.pool.write { db in for failure in failures { try failure.save(db) } }
+        try await store.write { tx in try tx.recordFailures(failures) }
         knownFailures?.formUnion(steps.map(\.item.rawValue))
     }
 
     func succeeded(_ luid: String) async throws {
         // Most steps never failed: nothing to delete, no transaction (10,000 small uploads made 10,000 of them).
         if let knownFailures, !knownFailures.contains(luid) { return }
-        try await database.pool.write { db in try db.execute(sql: "DELETE FROM failures WHERE luid = ?", arguments: [luid]) }
+        try await store.write { tx in try tx.clearFailures([luid]) }
         knownFailures?.remove(luid)
     }
 
@@ -509,22 +448,15 @@ extension SyncEngine {
             }
         }
         guard luids.count > 1 else { return }
-        try await database.pool.write { db in
-            let statement = try db.cachedStatement(
-                sql: """
-                    UPDATE items SET create_request = COALESCE(create_request, ?), create_sent = 1
-                    WHERE luid = ? AND file_id IS NULL AND source_revision IS NULL
-                    """)
-            for luid in luids { try statement.execute(arguments: [Self.newRequestId(), luid]) }
-        }
+        try await store.write { tx in try tx.markCreationsSent(luids, newRequestId: Self.newRequestId) }
     }
 }
 
 extension SyncEngine {
     /// The rows that are not in sync (or all of them), one line each (diagnostics for tests and traces).
     func unsyncedRows(all: Bool = false) throws -> [String] {
-        try database.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT \(ItemRow.columns) FROM items WHERE luid != 'root'").map { try ItemRow.decode($0, db) }.filter { all || !$0.isSynced }.map {
+        try store.read { tx in
+            try tx.itemsButRoot().filter { all || !$0.isSynced }.map {
                 "\($0.luid) \($0.isFolder ? "dir" : "file") fid=\($0.fileId ?? "-") r=\($0.rPresent ? "\($0.rParent ?? "-")/\($0.rName ?? "-")@\(($0.rRevision ?? "-").prefix(6))" : "∅") "
                     + "s=\($0.sPresent ? "\($0.sParent ?? "-")/\($0.sName ?? "-")@\(($0.sRevision ?? "-").prefix(6))" : "∅") "
                     + "l=\($0.lPresent ? "\($0.lParent ?? "-")/\($0.lName ?? "-")#\(($0.lChecksum ?? "-").prefix(6))" : "∅") hold=\($0.hold?.rawValue ?? "-") content=\($0.contentPath != nil)"
@@ -620,7 +552,7 @@ extension SyncEngine {
     /// failed for good or wait for the user.
     public func operations() async throws -> [OperationSummary] {
         let plan = try await currentPlan()
-        let failures = try await database.pool.read { db in try FailureRow.all(db) }
+        let failures = try await store.read { tx in try tx.failures() }
         var result: [OperationSummary] = []
         var listed: Set<String> = []
         for step in plan where step.isRemote || step.isTransfer {
@@ -637,12 +569,10 @@ extension SyncEngine {
                     id: luid, item: ItemID(luid), kind: OperationKind(rawValue: failure.kind) ?? .record, state: .failed, attempts: failure.attempts,
                     nextAttemptAt: Date(millis: failure.nextAttemptAt), lastError: failure.lastError, dependsOn: []))
         }
-        let held = try await database.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT luid, flag FROM items WHERE flag IS NOT NULL").map { ($0[0] as String, $0[1] as String) }
-        }
-        for (luid, flag) in held where !listed.contains(luid) {
+        let held = try await store.read { tx in try tx.holds() }
+        for (luid, hold) in held where !listed.contains(luid) {
             // (An answered conflict waits for nobody: its steps are listed when they can run.)
-            guard let hold = Hold(rawValue: flag), hold.resolution == nil else { continue }
+            guard hold.resolution == nil else { continue }
             result.append(
                 OperationSummary(
                     id: luid, item: ItemID(luid), kind: hold == .conflict ? .conflict : .unsynced, state: .parked, attempts: 0,
@@ -656,7 +586,9 @@ extension SyncEngine {
     @discardableResult
     public func runNextOperation() async throws -> Bool {
         let provider = try requireProvider()
-        guard mayRun, let step = try await admitted(try await currentPlan()).first else { return false }
+        guard mayRun else { return false }
+        let trees = try await loadTrees()
+        guard let step = try await admitted(Planner.plan(trees, policy: policy), trees).first else { return false }
         running.insert(step.item.rawValue)
         defer { running.remove(step.item.rawValue) }
         _ = try await perform(step, provider)

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// Keeping in sync: the control loop, woken by local changes, the remote's events and retry timers.
@@ -72,7 +71,7 @@ extension SyncEngine {
             } catch {
                 failures += 1
                 // Fall back to one long-poll: it also wakes us as soon as something changes.
-                let cursor = (try? await database.pool.read { db in try db.meta("cursor") }) ?? nil
+                let cursor = (try? await store.read { tx in try tx.cursor() }) ?? nil
                 if let cursor, (try? await provider.waitForChanges(after: cursor, seconds: 30)) == true {
                     fire()
                 } else {

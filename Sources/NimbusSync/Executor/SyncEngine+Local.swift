@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// Carrying out steps on this side: folders made, files fetched (checked, written durably, only what is missing where
@@ -8,7 +7,7 @@ import NimbusAPI
 extension SyncEngine {
     func createLocalFolder(_ row: ItemRow) async throws {
         if let disk {
-            guard let parent = row.rParent, let above = try await database.pool.read({ db in try self.localPath(db, parent) }), let name = row.rName else {
+            guard let parent = row.rParent, let above = try await store.read({ tx in try tx.localPath(parent) }), let name = row.rName else {
                 throw LocalChanged()
             }
             let relative = above.isEmpty ? name : above + "/" + name
@@ -16,13 +15,13 @@ extension SyncEngine {
                 guard disk.fileSystem.stat(disk.absolute(relative))?.kind == .folder else { throw LocalChanged() }
             }
             let stat = disk.fileSystem.stat(disk.absolute(relative))
-            try await database.pool.write { db in
-                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            try await store.write { tx in
+                guard let stored = try tx.item(row.luid) else { return }
                 var updated = stored
                 updated.adoptRemote()
                 updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
                 updated.syncRemote()
-                try updated.update(db, from: stored)
+                try tx.update(updated, from: stored)
             }
         }
     }
@@ -37,10 +36,10 @@ extension SyncEngine {
         // Where it goes: in place of the local file, or (new here) where the remote has it.
         let relative: String
         if row.lPresent {
-            guard let path = try await database.pool.read({ db in try self.localPath(db, row.luid) }) else { throw LocalChanged() }
+            guard let path = try await store.read({ tx in try tx.localPath(row.luid) }) else { throw LocalChanged() }
             relative = path
         } else {
-            guard let parent = row.rParent, let above = try await database.pool.read({ db in try self.localPath(db, parent) }), let name = row.rName else {
+            guard let parent = row.rParent, let above = try await store.read({ tx in try tx.localPath(parent) }), let name = row.rName else {
                 throw LocalChanged()
             }
             relative = above.isEmpty ? name : above + "/" + name
@@ -80,8 +79,8 @@ extension SyncEngine {
             try? disk.fileSystem.removeFile(temporary)
             throw LocalChanged()
         }
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid) else { return }
             var updated = stored
             if !stored.lPresent {
                 updated.adoptRemote()
@@ -98,7 +97,7 @@ extension SyncEngine {
             updated.lChanging = false
             if updated.sChecksum == nil { updated.sChecksum = partial.checksum }
             if updated.rChecksum == nil, updated.rRevision == revision { updated.rChecksum = partial.checksum }
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
     }
 
@@ -108,11 +107,11 @@ extension SyncEngine {
         guard let fileId = row.fileId, let revision = row.rRevision else { return }
         let fetched = try await fetch(fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: nil, luid: row.luid, provider)
         try? FileManager.default.removeItem(at: fetched.url)
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid), stored.rRevision == revision, stored.rChecksum == nil else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid), stored.rRevision == revision, stored.rChecksum == nil else { return }
             var updated = stored
             updated.rChecksum = fetched.checksum
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
     }
 
@@ -199,9 +198,9 @@ extension SyncEngine {
     /// The local copy of a file of this device, for a download to take blocks from: the file in the synced folder,
     /// or the content kept in the store (the app library). Its bytes are checked block by block on use.
     func localCopy(of fileId: String) async -> URL? {
-        let found = try? await database.pool.read { db -> (row: ItemRow, path: String?)? in
-            guard let row = try ItemRow.fetch(db, fileId: fileId), !row.isFolder else { return nil }
-            return (row, row.lPresent ? try self.localPath(db, row.luid) : nil)
+        let found = try? await store.read { tx -> (row: ItemRow, path: String?)? in
+            guard let row = try tx.item(fileId: fileId), !row.isFolder else { return nil }
+            return (row, row.lPresent ? try tx.localPath(row.luid) : nil)
         }
         guard let found else { return nil }
         guard let disk else {
@@ -233,13 +232,13 @@ extension SyncEngine {
         let destination = contentDirectory.appending(path: fileId)
         try? FileManager.default.removeItem(at: destination)
         try FileManager.default.moveItem(at: fetched.url, to: destination)
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid) else { return }
             var updated = stored
             updated.contentPath = destination.path
             updated.contentChecksum = fetched.checksum
             updated.contentOwned = true
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
         notifyChanged()
     }
@@ -247,17 +246,9 @@ extension SyncEngine {
     /// Pinned files whose content is not here are downloaded (the app library).
     func hydratePinned(_ provider: any RemoteProvider) async throws {
         guard disk == nil else { return }
-        let rows = try await database.pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT \(ItemRow.columns) FROM items WHERE pinned = 1 AND l_present = 1 AND is_folder = 0 AND file_id IS NOT NULL
-                    AND (content_path IS NULL OR content_checksum IS NOT l_checksum) AND l_checksum IS r_checksum
-                    """
-            ).map { try ItemRow.decode($0, db) }
-        }
+        let rows = try await store.read { tx in try tx.pinnedWithoutContent() }
         let now = self.now.millis
-        let failures = try await database.pool.read { db in try FailureRow.all(db) }
+        let failures = try await store.read { tx in try tx.failures() }
         for row in rows {
             if let failure = failures[row.luid], failure.failed || failure.nextAttemptAt > now { continue }
             do {
@@ -271,29 +262,29 @@ extension SyncEngine {
 
     func moveLocal(_ row: ItemRow, to parent: String, name: String) async throws {
         if let disk {
-            let (from, above) = try await database.pool.read { db in (try self.localPath(db, row.luid), try self.localPath(db, parent)) }
+            let (from, above) = try await store.read { tx in (try tx.localPath(row.luid), try tx.localPath(parent)) }
             guard let from, let above else { throw LocalChanged() }
             let to = above.isEmpty ? name : above + "/" + name
             guard disk.isStill(row, at: from), try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
         }
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid) else { return }
             var updated = stored
             updated.lParent = parent
             updated.lName = name
             updated.sParent = parent
             updated.sName = name
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
     }
 
     /// Deletes the item here (a folder with everything in it), each file checked just before it goes; a file
     /// that changed since the plan stays (and stops the rest of the folder's deletion).
     func deleteLocal(_ row: ItemRow) async throws {
-        let subtree = try await database.pool.read { db -> [(ItemRow, String?)] in
-            try self.localSubtree(db, row.luid).reversed().compactMap { luid in
-                guard let item = try ItemRow.fetch(db, luid: luid) else { return nil }
-                return (item, try self.localPath(db, luid))
+        let subtree = try await store.read { tx -> [(ItemRow, String?)] in
+            try tx.localSubtree(row.luid).reversed().compactMap { luid in
+                guard let item = try tx.item(luid) else { return nil }
+                return (item, try tx.localPath(luid))
             }
         }
         var deleted: [ItemRow] = []
@@ -322,18 +313,18 @@ extension SyncEngine {
             deleted.append(item)
         }
         let gone = deleted
-        try await database.pool.write { db in
+        try await store.write { tx in
             for item in gone {
-                guard let stored = try ItemRow.fetch(db, luid: item.luid) else { continue }
+                guard let stored = try tx.item(item.luid) else { continue }
                 if !stored.rPresent {
-                    try ItemRow.delete(db, luid: stored.luid)
+                    try tx.delete(stored.luid)
                 } else {
                     var updated = stored
                     updated.lPresent = false
                     updated.sPresent = false
                     updated.contentPath = nil
                     updated.contentChecksum = nil
-                    try updated.update(db, from: stored)
+                    try tx.update(updated, from: stored)
                 }
             }
         }
@@ -343,17 +334,17 @@ extension SyncEngine {
     /// This side's version becomes a new item beside it under `name`; the item takes the remote version next.
     func fork(_ row: ItemRow, name: String) async throws {
         if let disk {
-            guard let from = try await database.pool.read({ db in try self.localPath(db, row.luid) }) else { throw LocalChanged() }
+            guard let from = try await store.read({ tx in try tx.localPath(row.luid) }) else { throw LocalChanged() }
             let to = (from.contains("/") ? String(from[..<from.lastIndex(of: "/")!]) + "/" : "") + name
             guard !row.lChanging, try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
         }
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid) else { return }
             if !stored.sPresent && !stored.rPresent {
                 // Only here: it just takes the other name.
                 var renamed = stored
                 renamed.lName = name
-                try renamed.update(db, from: stored)
+                try tx.update(renamed, from: stored)
                 return
             }
             var copy = ItemRow.empty(ItemID.make().rawValue, isFolder: stored.isFolder)
@@ -371,8 +362,8 @@ extension SyncEngine {
             copy.contentOwned = stored.contentOwned
             copy.createRequest = Self.newRequestId()
             copy.lastAccess = stored.lastAccess
-            try copy.save(db)
-            try db.execute(sql: "UPDATE items SET l_parent = ? WHERE l_parent = ? AND l_present = 1", arguments: [copy.luid, stored.luid])
+            try tx.insert(copy)
+            try tx.moveLocalChildren(from: stored.luid, into: copy.luid)
             var original = stored
             original.lPresent = false
             original.lChanging = false
@@ -382,7 +373,7 @@ extension SyncEngine {
             original.contentChecksum = nil
             original.uploadRequest = nil
             original.sourceRevision = nil
-            try original.update(db, from: stored)
+            try tx.update(original, from: stored)
         }
     }
 
@@ -390,32 +381,19 @@ extension SyncEngine {
     /// crypt remote over one). What is beneath it moved with it, so the ids of the remote tree beneath it take the
     /// new path (and the folders' listed revisions follow) — otherwise the next listing would show each of them gone
     /// and a new item at its new place, reported as deleted there and fetched again.
-    nonisolated func renameBeneath(_ db: Database, _ luid: String, from old: String, to new: String) throws {
-        for below in try remoteSubtree(db, luid) where below != luid {
-            guard let stored = try ItemRow.fetch(db, luid: below), let id = stored.fileId, id.hasPrefix(old + "/") else { continue }
+    nonisolated func renameBeneath(_ tx: StoreTransaction, _ luid: String, from old: String, to new: String) throws {
+        for below in try tx.remoteSubtree(luid) where below != luid {
+            guard let stored = try tx.item(below), let id = stored.fileId, id.hasPrefix(old + "/") else { continue }
             let renamed = new + id.dropFirst(old.count)
             // (A row that still holds the new path — something once there — keeps it; this one is then found by listing.)
-            guard try ItemRow.luid(db, fileId: renamed) == nil else { continue }
+            guard try tx.luid(fileId: renamed) == nil else { continue }
             var row = stored
             row.fileId = renamed
-            try row.update(db, from: stored)
+            try tx.update(row, from: stored)
             if stored.isFolder {
-                try db.execute(
-                    sql: "UPDATE listed_folders SET file_id = ? WHERE file_id = ?", arguments: [db.storedId(renamed), db.storedId(id)])
+                try tx.renameListedFolder(from: id, to: renamed)
             }
         }
-    }
-
-    /// An item and everything under it in the remote tree.
-    nonisolated func remoteSubtree(_ db: Database, _ luid: String) throws -> [String] {
-        try String.fetchAll(
-            db,
-            sql: """
-                WITH RECURSIVE tree(luid) AS (
-                    SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.r_parent = t.luid WHERE i.r_present = 1
-                ) SELECT luid FROM tree
-                """,
-            arguments: [luid])
     }
 
     static func freeSpace(at url: URL) -> Int64? {

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// Carrying out the planner's steps: through the provider (there) or on the local side (the app's store, or the
@@ -23,9 +22,9 @@ extension SyncEngine {
             switch step {
             case .moveRemote:
                 // Where it was: still its place there (here it has moved already).
-                path = try await database.pool.read { db in try self.remotePath(db, step.item.rawValue) ?? self.localPath(db, step.item.rawValue) }
+                path = try await store.read { tx in try tx.remotePath(step.item.rawValue) ?? tx.localPath(step.item.rawValue) }
             case .deleteLocal, .deleteRemote, .fork, .moveLocal:
-                path = try await database.pool.read { db in try self.localPath(db, step.item.rawValue) ?? self.remotePath(db, step.item.rawValue) }
+                path = try await store.read { tx in try tx.localPath(step.item.rawValue) ?? tx.remotePath(step.item.rawValue) }
             default:
                 break
             }
@@ -60,11 +59,11 @@ extension SyncEngine {
 
     func carryOut(_ step: PlannedOperation, _ provider: any RemoteProvider) async throws {
         if isDatabaseOnly(step) {
-            let discard = try await database.pool.write { db in try self.recordLocally(db, step) }
+            let discard = try await store.write { tx in try self.recordLocally(tx, step) }
             for path in discard { try? FileManager.default.removeItem(atPath: path) }
             return
         }
-        guard let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: step.item.rawValue) }) else { return }
+        guard let row = try await store.read({ tx in try tx.item(step.item.rawValue) }) else { return }
         switch step {
         case .createRemoteFolder:
             let parent = try await remoteId(of: row.lParent)
@@ -78,8 +77,8 @@ extension SyncEngine {
         case .moveRemote(_, let parent, let name):
             guard let fileId = row.fileId else { return }
             let moved = try await provider.move(fileId, to: try await remoteId(of: parent.rawValue), name: name)
-            try await database.pool.write { db in
-                guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+            try await store.write { tx in
+                guard let stored = try tx.item(row.luid) else { return }
                 var updated = stored
                 updated.setRemote(moved, parentLuid: parent.rawValue)
                 // A move changes no content: content a pull brought since the plan (an edit there after this move)
@@ -87,20 +86,20 @@ extension SyncEngine {
                 if stored.rRevision != row.rRevision { updated.takeRemoteContent(from: stored) }
                 updated.sParent = parent.rawValue
                 updated.sName = name
-                try updated.update(db, from: stored)
-                if stored.isFolder, moved.id != fileId { try self.renameBeneath(db, stored.luid, from: fileId, to: moved.id) }
+                try tx.update(updated, from: stored)
+                if stored.isFolder, moved.id != fileId { try self.renameBeneath(tx, stored.luid, from: fileId, to: moved.id) }
             }
         case .deleteRemote:
             if let fileId = row.fileId {
                 do { try await provider.delete(fileId) } catch ProviderError.notFound {}
             }
-            try await database.pool.write { db in
-                for luid in try self.remoteSubtree(db, row.luid) {
-                    guard let stored = try ItemRow.fetch(db, luid: luid) else { continue }
+            try await store.write { tx in
+                for luid in try tx.remoteSubtree(row.luid) {
+                    guard let stored = try tx.item(luid) else { continue }
                     var gone = stored
                     gone.rPresent = false
                     gone.sPresent = false
-                    if gone.lPresent { try gone.update(db, from: stored) } else { try ItemRow.delete(db, luid: luid) }
+                    if gone.lPresent { try tx.update(gone, from: stored) } else { try tx.delete(luid) }
                 }
             }
         case .createLocalFolder:
@@ -130,16 +129,16 @@ extension SyncEngine {
         }
     }
 
-    /// The effect of a database-only step, inside `db`'s transaction; returns content files to delete afterwards.
-    nonisolated func recordLocally(_ db: Database, _ step: PlannedOperation) throws -> [String] {
-        guard let stored = try ItemRow.fetch(db, luid: step.item.rawValue) else { return [] }
+    /// The effect of a database-only step, inside the transaction `tx`; returns content files to delete afterwards.
+    nonisolated func recordLocally(_ tx: StoreTransaction, _ step: PlannedOperation) throws -> [String] {
+        guard let stored = try tx.item(step.item.rawValue) else { return [] }
         var updated = stored
         var discard: [String] = []
         switch step {
         case .record:
             switch (stored.rPresent, stored.lPresent) {
             case (false, false):
-                try ItemRow.delete(db, luid: stored.luid)
+                try tx.delete(stored.luid)
                 return []
             case (true, true):
                 if !stored.sPresent {
@@ -155,14 +154,14 @@ extension SyncEngine {
                 return []
             }
         case .link(_, let other):
-            guard try ItemRow.fetch(db, luid: other.rawValue) != nil else { return [] }
-            try merge(db, from: other.rawValue, into: stored.luid)
-            guard let merged = try ItemRow.fetch(db, luid: stored.luid) else { return [] }
+            guard try tx.item(other.rawValue) != nil else { return [] }
+            try merge(tx, from: other.rawValue, into: stored.luid)
+            guard let merged = try tx.item(stored.luid) else { return [] }
             updated = merged
             updated.syncRemote()
             updated.createRequest = nil
             updated.createSent = false
-            try updated.update(db, from: merged)
+            try tx.update(updated, from: merged)
             return []
         case .forget:
             updated.forgetRemote()
@@ -197,25 +196,25 @@ extension SyncEngine {
             updated.sParent = parent.rawValue
             updated.sName = name
         case .deleteLocal:
-            for luid in try localSubtree(db, stored.luid) {
-                guard let item = try ItemRow.fetch(db, luid: luid) else { continue }
+            for luid in try tx.localSubtree(stored.luid) {
+                guard let item = try tx.item(luid) else { continue }
                 if item.contentOwned, let path = item.contentPath { discard.append(path) }
                 if !item.rPresent {
-                    try ItemRow.delete(db, luid: luid)
+                    try tx.delete(luid)
                 } else {
                     var gone = item
                     gone.lPresent = false
                     gone.sPresent = false
                     gone.contentPath = nil
                     gone.contentChecksum = nil
-                    try gone.update(db, from: item)
+                    try tx.update(gone, from: item)
                 }
             }
             return discard
         default:
             return []
         }
-        try updated.update(db, from: stored)
+        try tx.update(updated, from: stored)
         return discard
     }
 
@@ -223,10 +222,10 @@ extension SyncEngine {
     /// write, not 10,000).
     func performDatabaseSteps(_ steps: [PlannedOperation]) async throws -> Bool {
         guard !steps.isEmpty else { return false }
-        let discard = try await database.pool.write { db -> [String] in
+        let discard = try await store.write { tx -> [String] in
             var discard: [String] = []
-            for step in steps { discard += try self.recordLocally(db, step) }
-            try db.execute(sql: "DELETE FROM failures WHERE luid IN (\(databaseQuestionMarks(count: steps.count)))", arguments: StatementArguments(steps.map(\.item.rawValue)))
+            for step in steps { discard += try self.recordLocally(tx, step) }
+            try tx.clearFailures(steps.map(\.item.rawValue))
             return discard
         }
         for path in discard { try? FileManager.default.removeItem(atPath: path) }
@@ -242,22 +241,22 @@ extension SyncEngine {
         switch error {
         case .versionConflict(let current):
             // The head moved there: that is the remote state now (the next plan sees both changes).
-            let fileId = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid)?.fileId }
+            let fileId = try await store.read { tx in try tx.item(luid)?.fileId }
             if let current {
-                try await database.pool.write { db in try self.applyChange(db, .upsert(current)) }
+                try await store.write { tx in try self.applyChange(tx, .upsert(current)) }
             } else if let fileId {
                 try await refetch(fileId, provider)
             }
             return true
         case .nameTaken(let existing):
             // Someone else's item holds the name: not this item's creation (that would have come back as itself).
-            try await database.pool.write { db in try db.execute(sql: "UPDATE items SET create_sent = 0 WHERE luid = ?", arguments: [luid]) }
+            try await store.write { tx in try tx.markCreationUnsent(luid) }
             if let existing {
                 try await refetch(existing, provider)
-            } else if let parent = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid)?.lParent }) {
+            } else if let parent = try await store.read({ tx in try tx.item(luid)?.lParent }) {
                 let parentId = try await remoteId(of: parent)
                 let children = try await provider.children(of: parentId)
-                try await database.pool.write { db in for child in children { try self.applyChange(db, .upsert(child)) } }
+                try await store.write { tx in for child in children { try self.applyChange(tx, .upsert(child)) } }
             }
             return true
         case .requestIdReused(let existing):
@@ -274,38 +273,38 @@ extension SyncEngine {
                 item = try await provider.item(existing)
             } catch ProviderError.notFound {
                 // What it made then was deleted there since: this item is new again, under a new request.
-                try await database.pool.write { db in
-                    try db.execute(sql: "UPDATE items SET create_request = ?, create_sent = 0 WHERE luid = ?", arguments: [Self.newRequestId(), luid])
+                try await store.write { tx in
+                    try tx.markCreationUnsent(luid, request: Self.newRequestId())
                 }
                 return true
             }
-            try await database.pool.write { db in
-                if let other = try ItemRow.fetch(db, fileId: existing), other.luid != luid {
-                    try self.merge(db, from: other.luid, into: luid)
+            try await store.write { tx in
+                if let other = try tx.item(fileId: existing), other.luid != luid {
+                    try self.merge(tx, from: other.luid, into: luid)
                 }
-                guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                guard let stored = try tx.item(luid) else { return }
                 var updated = stored
-                updated.setRemote(item, parentLuid: try self.parentLuid(db, item.parentId))
+                updated.setRemote(item, parentLuid: try self.parentLuid(tx, item.parentId))
                 updated.syncRemote()
                 updated.createRequest = nil
                 updated.createSent = false
-                try updated.update(db, from: stored)
+                try tx.update(updated, from: stored)
             }
             return true
         case .notFound:
             // The item (or the folder it goes in) is gone there.
-            let row = try await database.pool.read { db in try ItemRow.fetch(db, luid: luid) }
+            let row = try await store.read { tx in try tx.item(luid) }
             var itemThere: Bool?
             if let fileId = row?.fileId {
                 itemThere = try await refetch(fileId, provider)
             }
             var parentThere: Bool?
-            if case .upload(_, nil) = step, let parent = row?.lParent, let parentRow = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent) }),
+            if case .upload(_, nil) = step, let parent = row?.lParent, let parentRow = try await store.read({ tx in try tx.item(parent) }),
                 let parentId = parentRow.fileId
             {
                 parentThere = try await refetch(parentId, provider)
             } else if case .createRemoteFolder = step, let parent = row?.lParent,
-                let parentId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: parent)?.fileId })
+                let parentId = try await store.read({ tx in try tx.item(parent)?.fileId })
             {
                 parentThere = try await refetch(parentId, provider)
             }
@@ -322,7 +321,7 @@ extension SyncEngine {
             // The bytes changed since they were hashed.
             if disk != nil {
                 needsScan = true
-            } else if let row = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid) }), let path = row.contentPath {
+            } else if let row = try await store.read({ tx in try tx.item(luid) }), let path = row.contentPath {
                 let checksum: String
                 let size: Int64
                 do {
@@ -335,13 +334,13 @@ extension SyncEngine {
                     try await failed(step, .localFile("The file to upload is gone (\(path))."))
                     return false
                 }
-                try await database.pool.write { db in
-                    guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+                try await store.write { tx in
+                    guard let stored = try tx.item(luid) else { return }
                     var updated = stored
                     updated.lChecksum = checksum
                     updated.lSize = size
                     updated.contentChecksum = checksum
-                    try updated.update(db, from: stored)
+                    try tx.update(updated, from: stored)
                 }
             }
             return true
@@ -356,24 +355,19 @@ extension SyncEngine {
         }
     }
 
-    /// The path of an item in the remote tree, relative to the root.
-    nonisolated func remotePath(_ db: Database, _ luid: String) throws -> String? {
-        try treePath(db, luid, sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?")
-    }
-
     /// Takes an item's current state there into the remote tree (gone, if it is); whether it is there.
     @discardableResult
     func refetch(_ fileId: String, _ provider: any RemoteProvider) async throws -> Bool {
         let change: RemoteChange
         do { change = .upsert(try await provider.item(fileId)) } catch ProviderError.notFound { change = .remove(id: fileId) }
-        try await database.pool.write { db in try self.applyChange(db, change) }
+        try await store.write { tx in try self.applyChange(tx, change) }
         if case .upsert = change { return true }
         return false
     }
 
     /// The provider's id of the item with LUID `luid` (a folder something goes into).
     func remoteId(of luid: String?) async throws -> String {
-        guard let luid, let fileId = try await database.pool.read({ db in try ItemRow.fetch(db, luid: luid)?.fileId }) else {
+        guard let luid, let fileId = try await store.read({ tx in try tx.item(luid)?.fileId }) else {
             throw SyncError.invalid("A folder this change needs is not there yet.")
         }
         return fileId
@@ -384,8 +378,8 @@ extension SyncEngine {
     func sendingCreation(_ row: ItemRow) async throws -> String {
         let request = row.createRequest ?? Self.newRequestId()
         if !row.createSent || row.createRequest == nil {
-            try await database.pool.write { db in
-                try db.execute(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?", arguments: [request, row.luid])
+            try await store.write { tx in
+                try tx.markCreationSent(row.luid, request: request)
             }
         }
         return request
@@ -393,30 +387,30 @@ extension SyncEngine {
 
     /// Records that the item's creation made `item` there (created in `parent`): both trees agree.
     func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil) async throws {
-        try await database.pool.write { db in
-            try self.recordCreated(db, luid, item, parent: parent, checksum: checksum, asRead: nil)
+        try await store.write { tx in
+            try self.recordCreated(tx, luid, item, parent: parent, checksum: checksum, asRead: nil)
         }
     }
 
     /// ``recordCreated(_:_:parent:checksum:)`` inside a write (a batch records all its answers in one). `asRead`: the
     /// row as read before the request, marked sent (only the columns this changes are written, so a change the user
     /// made meanwhile stays); nil: read now.
-    nonisolated func recordCreated(_ db: Database, _ luid: String, _ item: RemoteItem, parent: String?, checksum: String?, asRead: ItemRow?) throws {
+    nonisolated func recordCreated(_ tx: StoreTransaction, _ luid: String, _ item: RemoteItem, parent: String?, checksum: String?, asRead: ItemRow?) throws {
         var fed = false
         let stored: ItemRow
-        if let other = try ItemRow.luid(db, fileId: item.id), other != luid {
-            try merge(db, from: other, into: luid)  // the feed brought it first
+        if let other = try tx.luid(fileId: item.id), other != luid {
+            try merge(tx, from: other, into: luid)  // the feed brought it first
             fed = true
-            guard let merged = try ItemRow.fetch(db, luid: luid) else { return }
+            guard let merged = try tx.item(luid) else { return }
             stored = merged
         } else if let asRead {
             stored = asRead
         } else {
-            guard let fresh = try ItemRow.fetch(db, luid: luid) else { return }
+            guard let fresh = try tx.item(luid) else { return }
             stored = fresh
         }
         var updated = stored
-        updated.setRemote(item, parentLuid: try createdParent(db, item, requested: parent))
+        updated.setRemote(item, parentLuid: try createdParent(tx, item, requested: parent))
         if updated.rChecksum == nil { updated.rChecksum = checksum }
         // The merge base is what this creation made.
         updated.syncRemote()
@@ -429,16 +423,16 @@ extension SyncEngine {
         // has been read from the feed already — it must stay the remote state, or it would never be seen.
         if fed { updated.takeRemote(from: stored) }
         try keepSentContent(&updated)
-        try updated.update(db, from: stored)
+        try tx.update(updated, from: stored)
     }
 
     /// Where a creation's answer says the item is: where it was asked for — unless the request id brought back
     /// what an earlier attempt made, which may have been moved there since (or was asked for elsewhere before a
     /// move here): then the item's parent there, so the local move is still seen and sent.
-    nonisolated func createdParent(_ db: Database, _ item: RemoteItem, requested: String?) throws -> String? {
+    nonisolated func createdParent(_ tx: StoreTransaction, _ item: RemoteItem, requested: String?) throws -> String? {
         guard let parentId = item.parentId else { return requested }
-        if let requested, try ItemRow.fetch(db, luid: requested)?.fileId == parentId { return requested }
-        return try parentLuid(db, parentId)
+        if let requested, try tx.item(requested)?.fileId == parentId { return requested }
+        return try parentLuid(tx, parentId)
     }
 
     /// After an upload, the engine's private copy of the bytes becomes the cached content.

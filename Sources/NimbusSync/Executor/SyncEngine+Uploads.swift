@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// Carrying out sending steps: a file's bytes, read checked against the scan, sent as a new file or a version; small
@@ -17,7 +16,7 @@ extension SyncEngine {
             if let parent = row.lParent, let above = folderPaths[parent], let name = row.lName {
                 relative = above.isEmpty ? name : above + "/" + name
             } else {
-                relative = try database.pool.read { db in try self.localPath(db, row.luid) }
+                relative = try store.read { tx in try tx.localPath(row.luid) }
             }
             guard let relative, disk.isStill(row, at: relative) else { throw LocalChanged() }
             let url = try disk.fileSystem.exportFile(disk.absolute(relative))
@@ -44,15 +43,15 @@ extension SyncEngine {
             // A restore: the content is that revision's, already there.
             guard let revisions = provider.features.revisions else { throw SyncError.invalid("This remote keeps no revisions.") }
             let restored = try await revisions.restore(fileId, revision: revision)
-            try await database.pool.write { db in
-                guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+            try await store.write { tx in
+                guard let stored = try tx.item(luid) else { return }
                 var updated = stored
                 updated.setRemote(restored, parentLuid: stored.rParent)
                 updated.syncRemoteContent()
                 updated.lChecksum = restored.checksum
                 updated.lSize = restored.size
                 updated.sourceRevision = nil
-                try updated.update(db, from: stored)
+                try tx.update(updated, from: stored)
             }
             return
         }
@@ -85,8 +84,8 @@ extension SyncEngine {
         guard let fileId = row.fileId else { return }
         let request = try await versionRequest(row, checksum: source.checksum)
         let made = try await provider.upload(source, to: .version(of: fileId, base: base), requestId: request, progress: report)
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: luid) else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(luid) else { return }
             var updated = stored
             updated.setRemote(made, parentLuid: stored.rParent)
             if updated.rChecksum == nil { updated.rChecksum = source.checksum }
@@ -101,7 +100,7 @@ extension SyncEngine {
             }
             updated.uploadRequest = nil
             try self.keepSentContent(&updated)
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
     }
 
@@ -114,15 +113,15 @@ extension SyncEngine {
         let request = try await versionRequest(row, checksum: source.checksum)
         let mine = try await provider.upload(source, to: .version(of: fileId, base: base), requestId: request) { _ in }
         let head = try await revisions.restore(fileId, revision: base)
-        try await database.pool.write { db in
-            guard let stored = try ItemRow.fetch(db, luid: row.luid) else { return }
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid) else { return }
             var updated = stored
             updated.hold = nil
             updated.setRemote(head, parentLuid: stored.rParent)
             updated.sRevision = mine.revision
             updated.sChecksum = source.checksum
             updated.uploadRequest = nil
-            try updated.update(db, from: stored)
+            try tx.update(updated, from: stored)
         }
     }
 
@@ -137,26 +136,26 @@ extension SyncEngine {
         learnt.lChecksum = checksum
         learnt.lUnhashed = false
         let pair = (row, learnt)
-        try await database.pool.write { db in
-            try self.recordRead(db, [pair])
-            try self.recordCreated(db, row.luid, made, parent: row.lParent, checksum: checksum, asRead: nil)
+        try await store.write { tx in
+            try self.recordRead(tx, [pair])
+            try self.recordCreated(tx, row.luid, made, parent: row.lParent, checksum: checksum, asRead: nil)
         }
     }
 
     /// Reads unhashed files now (``DiskFolder/readNow(_:at:)``) and records what was learnt; the rows as read.
     func read(_ rows: [ItemRow], _ disk: DiskFolder) async throws -> [ItemRow] {
-        let paths = try await database.pool.read { db in try rows.map { try self.localPath(db, $0.luid) } }
+        let paths = try await store.read { tx in try rows.map { try tx.localPath($0.luid) } }
         let read = zip(rows, paths).map { row, path in disk.readNow(row, at: path) }
-        try await database.pool.write { db in try self.recordRead(db, Array(zip(rows, read))) }
+        try await store.write { tx in try self.recordRead(tx, Array(zip(rows, read))) }
         if read.contains(where: \.lChanging) { needsScan = true }
         return read
     }
 
     /// What ``DiskFolder/readNow(_:at:)`` (or an upload) learnt of unhashed files, each `(as read, learnt)` — unless a
     /// scan looked at the file again meanwhile.
-    nonisolated func recordRead(_ db: Database, _ pairs: [(ItemRow, ItemRow)]) throws {
+    nonisolated func recordRead(_ tx: StoreTransaction, _ pairs: [(ItemRow, ItemRow)]) throws {
         for (row, updated) in pairs {
-            guard let stored = try ItemRow.fetch(db, luid: row.luid), stored.lUnhashed, stored.lChecksum == nil, !stored.lChanging,
+            guard let stored = try tx.item(row.luid), stored.lUnhashed, stored.lChecksum == nil, !stored.lChanging,
                 stored.lInode == row.lInode, stored.lMtime == row.lMtime, stored.lSize == row.lSize
             else { continue }
             var changed = stored
@@ -164,7 +163,7 @@ extension SyncEngine {
             changed.lChecksum = updated.lChecksum
             changed.lSize = updated.lSize
             changed.lChanging = updated.lChanging
-            try changed.update(db, from: stored)
+            try tx.update(changed, from: stored)
         }
     }
 
@@ -173,8 +172,8 @@ extension SyncEngine {
     func versionRequest(_ row: ItemRow, checksum: String) async throws -> String {
         if let stored = row.uploadRequest, stored.hasPrefix(checksum + " ") { return String(stored.dropFirst(checksum.count + 1)) }
         let request = Self.newRequestId()
-        try await database.pool.write { db in
-            try db.execute(sql: "UPDATE items SET upload_request = ? WHERE luid = ?", arguments: ["\(checksum) \(request)", row.luid])
+        try await store.write { tx in
+            try tx.markUploadRequest(row.luid, "\(checksum) \(request)")
         }
         return request
     }
@@ -221,7 +220,7 @@ extension SyncEngine {
         defer { progressBox.withLock { for entry in sent { $0.removeValue(forKey: entry.row.luid) } } }
         var answers: [Result<RemoteItem, ProviderError>]?
         var progressed = try await perform(folderStep, provider) {
-            guard let row = try await self.database.pool.read({ db in try ItemRow.fetch(db, luid: folderStep.item.rawValue) }) else { return }
+            guard let row = try await self.store.read({ tx in try tx.item(folderStep.item.rawValue) }) else { return }
             let parent = try await self.remoteId(of: row.lParent)
             let request = try await self.sendingCreation(row)
             let name = row.lName ?? "Folder"
@@ -257,17 +256,13 @@ extension SyncEngine {
         // One read for the rows and their folders' ids, one write to mark the creations as sent: a batch of 100
         // small files cost 300 transactions (100 of them durable writes) when each file was looked up alone.
         let luids = steps.map(\.item.rawValue)
-        let (rows, folders, folderPaths) = try await database.pool.read { db -> ([ItemRow], [String: String], [String: String]) in
-            let rows = try ItemRow.fetchAll(db, where: "luid IN (\(databaseQuestionMarks(count: luids.count)))", arguments: StatementArguments(luids))
+        let (rows, folders, folderPaths) = try await store.read { tx -> ([ItemRow], [String: String], [String: String]) in
+            let rows = try tx.items(luids)
             var folders: [String: String] = [:]
             var paths: [String: String] = [:]
             for parent in Set(rows.compactMap(\.lParent)) {
-                if let fileId = try String.fetchOne(db.cachedStatement(sql: "SELECT file_id FROM items WHERE luid = ?"), arguments: [parent])
-                    .map({ try db.openedId($0) })
-                {
-                    folders[parent] = fileId
-                }
-                if self.disk != nil, let path = try self.localPath(db, parent) { paths[parent] = path }
+                if let fileId = try tx.fileId(of: parent) { folders[parent] = fileId }
+                if self.disk != nil, let path = try tx.localPath(parent) { paths[parent] = path }
             }
             return (rows, folders, paths)
         }
@@ -296,9 +291,9 @@ extension SyncEngine {
             }
         }
         let marked = sent
-        try await database.pool.write { db in
+        try await store.write { tx in
             for entry in marked {
-                try db.cachedStatement(sql: "UPDATE items SET create_request = ?, create_sent = 1 WHERE luid = ?").execute(arguments: [entry.request, entry.row.luid])
+                try tx.markCreationSent(entry.row.luid, request: entry.request)
             }
         }
         return (files, sent, unprepared)
@@ -307,15 +302,15 @@ extension SyncEngine {
     /// Records what came back for creations sent together (the successes in one write); each refusal is handled as
     /// it would be alone. `true` if any changed the trees.
     func recordCreations(_ sent: [SentCreation], _ results: [Result<RemoteItem, ProviderError>], _ provider: any RemoteProvider) async throws -> Bool {
-        try await database.pool.write { db in
+        try await store.write { tx in
             for (entry, result) in zip(sent, results) {
                 guard case .success(let item) = result else { continue }
                 // The row as read before the request, as the write above left it.
                 var asRead = entry.row
                 asRead.createSent = true
                 asRead.createRequest = entry.request
-                try self.recordCreated(db, entry.row.luid, item, parent: entry.row.lParent, checksum: entry.checksum, asRead: asRead)
-                try db.cachedStatement(sql: "DELETE FROM failures WHERE luid = ?").execute(arguments: [entry.row.luid])
+                try self.recordCreated(tx, entry.row.luid, item, parent: entry.row.lParent, checksum: entry.checksum, asRead: asRead)
+                try tx.clearFailures([entry.row.luid])
             }
         }
         var progressed = false

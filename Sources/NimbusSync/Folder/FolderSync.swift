@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// What one cycle of a synced folder did, for the user.
@@ -184,12 +183,7 @@ extension SyncEngine {
 
     /// Every item's path in the local tree (or, not here, in the remote tree), relative to the root: one read.
     func paths() throws -> [String: String] {
-        let rows = try database.pool.read { db in
-            let cipher = db.storeCipher
-            return try Row.fetchAll(db, sql: "SELECT luid, l_present, l_parent, l_name, r_present, r_parent, r_name FROM items")
-                .map { (luid: $0[0] as String, local: ($0[1] as Bool) ? ($0[2] as String?, try cipher?.openName($0[3] as String?) ?? $0[3] as String?) : (nil, nil),
-                        remote: ($0[4] as Bool) ? ($0[5] as String?, try cipher?.openName($0[6] as String?) ?? $0[6] as String?) : (nil, nil)) }
-        }
+        let rows = try store.read { tx in try tx.places() }
         var local: [String: (String?, String?)] = [:]
         var remote: [String: (String?, String?)] = [:]
         for row in rows {

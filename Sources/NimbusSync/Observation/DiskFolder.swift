@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import NimbusAPI
 
 /// A folder on disk as the local side of an engine (folder sync): scanning it fills the local tree, and the
@@ -45,7 +44,7 @@ struct DiskFolder: Sendable {
     /// marked unhashed (``ItemRow/lUnhashed``), read as it is sent (the remote ``HashesWhileSending``) — or by
     /// ``readUnhashed(_:_:)`` before a plan that might compare it.
     func scan(
-        _ database: LocalDatabase, cutting: Bool = false, acceptingNewRoot: Bool = false, unhashedFrom: Int64? = nil, makeId: () -> String
+        _ store: SyncStore, cutting: Bool = false, acceptingNewRoot: Bool = false, unhashedFrom: Int64? = nil, makeId: () -> String
     ) throws -> Scan {
         var result = Scan()
         guard let rootStat = fileSystem.stat(rootPath), rootStat.kind == .folder else {
@@ -93,8 +92,8 @@ struct DiskFolder: Sendable {
         // (The walk lists a folder before what is in it: parents come first.)
 
         let now = fileSystem.now()
-        try database.pool.write { db in
-            let rows = try ItemRow.fetchAll(db, where: "l_present = 1")
+        try store.write { tx in
+            let rows = try tx.itemsHere()
             var byLuid: [String: ItemRow] = [:]
             for row in rows { byLuid[row.luid] = row }
             // Each known item's path as the local tree has it.
@@ -146,7 +145,7 @@ struct DiskFolder: Sendable {
             // it for the folder would delete every file there. Nothing is recorded; the user is told. One holding
             // some of the synced items (restored from a backup, moved to a new disk) is the folder.
             let rootInode = Int64(bitPattern: rootStat.inode)
-            if let root = try ItemRow.fetch(db, luid: ItemID.root.rawValue), root.lInode != rootInode {
+            if let root = try tx.item(ItemID.root.rawValue), root.lInode != rootInode {
                 if root.lInode != nil, !acceptingNewRoot {
                     let held = rows.filter { $0.luid != ItemID.root.rawValue && $0.sPresent }
                     if !held.isEmpty, !held.contains(where: { claimed.contains($0.luid) }) {
@@ -159,7 +158,7 @@ struct DiskFolder: Sendable {
                 }
                 var updated = root
                 updated.lInode = rootInode
-                try updated.update(db, from: root)
+                try tx.update(updated, from: root)
             }
             // Write what changed.
             for entry in entries {
@@ -222,7 +221,7 @@ struct DiskFolder: Sendable {
                     }
                     if row.lMime == nil { row.lMime = MimeType.guess(forName: name) }
                 }
-                if let stored { try row.update(db, from: stored) } else { try row.save(db) }
+                if let stored { try tx.update(row, from: stored) } else { try tx.insert(row) }
             }
             // Not found: deleted here.
             let found = Set(assigned.values)
@@ -234,9 +233,9 @@ struct DiskFolder: Sendable {
                 gone.lPresent = false
                 gone.lChanging = false
                 if !gone.sPresent && !gone.rPresent && !(gone.createSent && gone.fileId == nil) {
-                    try ItemRow.delete(db, luid: row.luid)  // never synced: nothing to remember (unless its creation is in doubt)
+                    try tx.delete(row.luid)  // never synced: nothing to remember (unless its creation is in doubt)
                 } else {
-                    try gone.update(db, from: row)
+                    try tx.update(gone, from: row)
                 }
             }
         }

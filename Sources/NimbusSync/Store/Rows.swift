@@ -140,7 +140,7 @@ struct ItemRow: Sendable, Equatable {
         [
             luid, fileId, isFolder, rPresent, rParent, rName, rMime, rSize, rChecksum, rRevision, rModified, sPresent, sParent, sName,
             sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pinned,
-            hold?.rawValue, lastAccess, lChanging ? "changing" : lUnhashed && lChecksum == nil && !isFolder ? "unhashed" : nil, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
+            hold?.rawValue, lastAccess, localState, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
             sourceRevision,
         ]
     }
@@ -366,14 +366,35 @@ struct ItemRow: Sendable, Equatable {
     }
 }
 
-/// What the user should see for an item's pending work (from the SQL that lists a folder): whether the local
-/// tree differs from the merge base.
+/// What the user sees of an item's work: "pending" — the local tree differs from the merge base, so the item has
+/// something to send — defined here once, in Swift (``isPending``) and in SQL (``pendingExpression``, for listings
+/// and counts), and a test holds the two to each other over random rows.
 extension ItemRow {
-    /// The SQL expression that is 1 when local and synced differ (the item has something to send).
+    /// The content here is still being written (`changing`) or was not read yet (`unhashed`): the `l_state` column.
+    var localState: String? { lChanging ? "changing" : lUnhashed && lChecksum == nil && !isFolder ? "unhashed" : nil }
+
+    /// The local tree differs from the merge base: there or not, place, name (canonically: NFD and NFC are one name),
+    /// a file's content, or content still being written or read.
+    var isPending: Bool {
+        lPresent != sPresent || (lPresent && (lParent != sParent || lName != sName || (!isFolder && lChecksum != sChecksum) || localState != nil))
+    }
+
+    /// ``isPending`` in SQL (1 when pending).
     static let pendingExpression = """
         (l_present != s_present OR (l_present = 1 AND (l_parent IS NOT s_parent OR (l_name IS NOT s_name AND nimbus_names_differ(l_name, s_name)) \
         OR (is_folder = 0 AND l_checksum IS NOT s_checksum) OR l_state IS NOT NULL)))
         """
+
+    /// What an item shows: waiting for the user (its hold) before failed or in transfer, before pending.
+    static func viewState(luid: String, hold: Hold?, pending: Bool, failures: [String: ItemState]) -> ItemState {
+        switch hold {
+        case .conflict: return .conflict
+        case .unsynced: return .unsynced
+        default:
+            if let state = failures[luid] { return state }
+            return pending ? .pending : .synced
+        }
+    }
 }
 
 /// A retry schedule of an item whose last step failed.
