@@ -534,7 +534,7 @@ struct CloudRemotesTests {
         #expect(storedFiles() < 600, "killed while it sent")
         // It ends promptly (it used to wait for a connection for as long as an upload may take: hours).
         let (hung, result) = await running.finish(within: .seconds(90))
-        #expect(!hung, "nimbus sync --once still running 90 s after its server went away")
+        #expect(!hung, "nimbus sync --once still running 90 s after its server went away: \(result.stderr.suffix(12_000))")
         #expect(result.status != 0 && result.stderr.contains("could not be reached"), "\(result.stderr)")
         // A remote added while its server is away: said so, nothing kept (not "will retry": nothing would).
         let unreachable = try add("later")

@@ -113,14 +113,27 @@ public struct CLIDevice: Sendable {
             let deadline = ContinuousClock.now + limit
             while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
             let hung = process.isRunning
+            // A hang is rare and seen in CI only: where it waits is kept (every thread's stack, by gdb when there is one).
+            let stacks = hung ? Self.stacks(of: process.pid) : nil
             if hung { kill9() }
             let finished = process.finish()
             return (
                 hung,
                 Result(
                     status: finished.status, stdout: String(decoding: finished.output, as: UTF8.self),
-                    stderr: String(decoding: finished.errors, as: UTF8.self))
+                    stderr: String(decoding: finished.errors, as: UTF8.self) + (stacks.map { "\n--- its threads when it hung ---\n" + $0 } ?? ""))
             )
+        }
+
+        /// Every thread's stack of process `pid`, by `gdb -batch` (nil without gdb).
+        static func stacks(of pid: pid_t) -> String? {
+            guard let gdb = ["/usr/bin/gdb", "/usr/local/bin/gdb"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }),
+                let dump = try? Spawned(gdb, ["-p", "\(pid)", "-batch", "-ex", "thread apply all bt 30"], environment: [:], directory: "/")
+            else { return nil }
+            dump.closeInput()
+            let finished = dump.finish()
+            return String(decoding: finished.output, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("#") || $0.hasPrefix("Thread") }
+                .joined(separator: "\n")
         }
     }
 

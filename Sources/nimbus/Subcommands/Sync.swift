@@ -81,11 +81,11 @@ struct SyncCommand: AsyncParsableCommand {
         }
         var pairs: [(spec: RemoteSpec, folder: FolderSync)] = []
         var failures: [String] = []
-        var locks: [PairLock] = []
+        var locks: [FolderSyncLock] = []
         defer { for lock in locks { lock.release() } }
         for spec in specs {
             do {
-                locks.append(try PairLock(home: home, local: root.path, remote: spec.description))
+                locks.append(try Self.lock(home: home, local: root.path, remote: spec.description))
                 try await makeRemoteFolder(spec, home: home)
                 let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
                 await folder.setConfirmDeletions(confirmDeletions)
@@ -104,120 +104,76 @@ struct SyncCommand: AsyncParsableCommand {
         }
         try home.save(config)
         for failure in failures { Output.error("error: \(failure)") }
-        let ready = pairs
+        let group = FolderSyncGroup(pairs.map { FolderSyncGroup.Pair(remote: $0.spec.description, folder: $0.folder) })
+        let specOf = Dictionary(pairs.map { ($0.spec.description, $0.spec) }, uniquingKeysWith: { first, _ in first })
+        @Sendable func explain(_ error: SyncError, _ remote: String) -> String { specOf[remote].map { Self.explain(error, $0) } ?? error.description }
         if watch {
-            let names = ready.map(\.spec.description).joined(separator: ", ")
+            let names = pairs.map(\.spec.description).joined(separator: ", ")
             Output.line("Watching \(root.path) ⇄ \(names) (Ctrl-C to stop)", options: output)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for (spec, folder) in ready {
-                    let log = WatchLog()
-                    group.addTask {
-                        do {
-                            try await folder.watch { report in
-                                PairStatus.save(PairStatus(report), home: home, local: root.path, remote: spec.description)
-                                if self.output.json {
-                                    // One JSON object a line (JSON Lines), a line a round, for a script to follow.
-                                    var line = SyncSummary(report)
-                                    line.remote = spec.description
-                                    line.at = Date()
-                                    Output.jsonLine(line)
-                                } else if let shown = log.shown(report) {
-                                    self.print(shown, remote: ready.count > 1 ? spec.description : nil)
-                                }
-                            }
-                        } catch let error as SyncError {
-                            let message = Self.explain(error, spec)
-                            PairStatus.save(PairStatus(error: message), home: home, local: root.path, remote: spec.description)
-                            // One remote failing (signed out, its folder gone) pauses that one; the others go on.
-                            guard ready.count > 1 else { throw CLIError(message) }
-                            Output.error("error: \(spec): \(message) (paused; the other remotes go on)")
+            let logs = Dictionary(pairs.map { ($0.spec.description, WatchLog()) }, uniquingKeysWith: { first, _ in first })
+            let several = pairs.count > 1
+            do {
+                try await group.watch(
+                    onCycle: { remote, report in
+                        PairStatus.save(PairStatus(report), home: home, local: root.path, remote: remote)
+                        if self.output.json {
+                            // One JSON object a line (JSON Lines), a line a round, for a script to follow.
+                            var line = SyncSummary(report)
+                            line.remote = remote
+                            line.at = Date()
+                            Output.jsonLine(line)
+                        } else if let shown = logs[remote]?.shown(report) {
+                            self.print(shown, remote: several ? remote : nil)
                         }
-                    }
-                }
-                try await group.waitForAll()
+                    },
+                    onPaused: { remote, error in
+                        let message = explain(error, remote)
+                        PairStatus.save(PairStatus(error: message), home: home, local: root.path, remote: remote)
+                        // One remote failing (signed out, its folder gone) pauses that one; the others go on.
+                        if several { Output.error("error: \(remote): \(message) (paused; the other remotes go on)") }
+                    })
+            } catch let error as SyncError {
+                throw CLIError(explain(error, pairs.first?.spec.description ?? ""))
             }
             return
         }
-        // Several remotes: rounds until one changes nothing, so what arrives from one remote reaches the others.
-        var total = FolderSyncReport()
-        var paused: Set<String> = []
-        for pass in 0..<(pairs.count > 1 ? 5 : 1) {
-            var changed = 0
-            for (spec, folder) in pairs where !paused.contains(spec.description) {
-                do {
-                    let report = try await settledCycle(folder, spec)
-                    PairStatus.save(PairStatus(report), home: home, local: root.path, remote: spec.description)
-                    changed += report.changed
-                    if pairs.count > 1 {
-                        if !report.errors.isEmpty || report.changed > 0 || pass == 0 { print(report, remote: spec.description) }
-                    }
-                    let errors = total.errors + report.errors
-                    total.absorb(report)
-                    total.errors = errors
-                } catch let error as CLIError {
-                    PairStatus.save(PairStatus(error: error.description), home: home, local: root.path, remote: spec.description)
-                    guard pairs.count > 1 else { throw error }
-                    paused.insert(spec.description)
-                    failures.append("\(spec): \(error.description)")
-                    Output.error("error: \(spec): \(error.description) (paused; the other remotes go on)")
+        // Several remotes: passes until one changes nothing, so what arrives from one remote reaches the others.
+        let report: FolderSyncGroup.Report
+        do {
+            report = try await group.syncOnce { remote, outcome, pass in
+                switch outcome {
+                case .success(let cycle):
+                    PairStatus.save(PairStatus(cycle), home: home, local: root.path, remote: remote)
+                    if pairs.count > 1, !cycle.errors.isEmpty || cycle.changed > 0 || pass == 0 { print(cycle, remote: remote) }
+                case .failure(let error):
+                    let message = explain(error, remote)
+                    PairStatus.save(PairStatus(error: message), home: home, local: root.path, remote: remote)
+                    if pairs.count > 1 { Output.error("error: \(remote): \(message) (paused; the other remotes go on)") }
                 }
             }
-            if changed == 0 { break }
-        }
-        if pairs.count <= 1 { print(total) }
-        if output.json { try Output.json(SyncSummary(total, failures: failures)) }
-        if !total.errors.isEmpty || !failures.isEmpty { throw ExitCode(1) }
-    }
-
-    /// One cycle; files still being written are synced once they settle: it ends when everything that was here
-    /// when it started has been looked at (or after 30 seconds of a file that keeps changing, which is reported).
-    /// A round that changed something is followed by a look at the folder: a file saved while it ran (after it was
-    /// sent) goes in another round, up to three, so the exit means the folder as it is now is synced.
-    func settledCycle(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
-        let deadline = Date().addingTimeInterval(30)
-        var report = try await settledRound(folder, spec)
-        var again = 0
-        while again < 3, Date() < deadline, report.changed > 0, report.errors.isEmpty, try await look(folder, spec) > 0 {
-            again += 1
-            report.absorb(try await settledRound(folder, spec))
-        }
-        return report
-    }
-
-    /// How many files changed since the round looked (a save while it ran); its errors as the round's are told.
-    func look(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> Int {
-        do {
-            return try await folder.changedSinceLastLook()
         } catch let error as SyncError {
-            throw CLIError(Self.explain(error, spec))
+            throw CLIError(explain(error, pairs.first?.spec.description ?? ""))
         }
+        failures += report.paused.map { "\($0.remote): \(explain($0.error, $0.remote))" }
+        if pairs.count <= 1 { print(report.total) }
+        if output.json { try Output.json(SyncSummary(report.total, failures: failures)) }
+        if report.failed || !failures.isEmpty { throw ExitCode(1) }
     }
 
-    func settledRound(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
-        var report = try await cycle(folder, spec)
-        let deadline = Date().addingTimeInterval(30)
-        while !report.changing.isEmpty, Date() < deadline {
-            let settles = await folder.nextSettle ?? Date().addingTimeInterval(0.5)
-            try await Task.sleep(for: .milliseconds(Int64(max(0.05, settles.timeIntervalSinceNow + 0.05) * 1000)))
-            report.absorb(try await cycle(folder, spec))
+    /// Takes the pair's lock (`$NIMBUS_HOME/locks/<pair>.lock`, ``FolderSyncLock``), or says who holds it.
+    static func lock(home: Home, local: String, remote: String) throws -> FolderSyncLock {
+        let folder = home.url.appending(path: "locks")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let path = folder.appending(path: home.pairDirectory(local: local, remote: remote).lastPathComponent + ".lock").path
+        do {
+            return try FolderSyncLock(path: path)
+        } catch let held as FolderSyncLock.Held {
+            throw CLIError(
+                "Another nimbus\(held.pid.map { " (pid \($0))" } ?? "") is syncing \(local) with \(remote); it sends and brings the changes "
+                    + "itself. Nothing was done; stop it first to run this one.")
+        } catch let error as SyncError {
+            throw CLIError(error.description)
         }
-        // Steps that failed and are due again within seconds (the server answered: a deletion paused a moment ago,
-        // a conflict being settled) are waited for, a few times; what still waits is said, and the exit is non-zero.
-        var retries = 0
-        while retries < 3, !report.remoteFailed,
-            let next = try await folder.waitingRetries().next, next.timeIntervalSinceNow < 10
-        {
-            retries += 1
-            try await Task.sleep(for: .milliseconds(Int64(max(0.05, next.timeIntervalSinceNow + 0.05) * 1000)))
-            // (The errors of the earlier tries are replaced by this one's: they were tried again.)
-            report.absorb(try await cycle(folder, spec))
-        }
-        let waiting = try await folder.waitingRetries()
-        if waiting.count > 0, report.errors.isEmpty {
-            let seconds = max(1, Int((waiting.next?.timeIntervalSinceNow ?? 0).rounded(.up)))
-            report.errors.append("\(waiting.count) change\(waiting.count == 1 ? "" : "s") failed and will be tried again (in \(seconds) s); run the sync again, or use --watch.")
-        }
-        return report
     }
 
     /// A new pair must not sync the same files twice through one remote: a folder inside (or around, or the same as)
@@ -308,14 +264,6 @@ struct SyncCommand: AsyncParsableCommand {
     }
 
     var root: URL { URL(fileURLWithPath: localDirectory).standardizedFileURL }
-
-    func cycle(_ folder: FolderSync, _ spec: RemoteSpec) async throws -> FolderSyncReport {
-        do {
-            return try await folder.syncOnce()
-        } catch let error as SyncError {
-            throw CLIError(Self.explain(error, spec))
-        }
-    }
 
     func print(_ report: FolderSyncReport, remote: String? = nil) {
         guard !output.quiet, !output.json else {
@@ -415,38 +363,5 @@ final class WatchLog: @unchecked Sendable {
             let quiet = rounds > 1 && report.changed == 0 && report.conflicts.isEmpty && report.kept.isEmpty && shown.skipped.isEmpty && sameErrors
             return quiet ? nil : shown
         }
-    }
-}
-
-/// Held while this process syncs a pair. A second `nimbus sync` of the same folder and remote (a `--once` while a
-/// `--watch` runs, two started by cron) ran a second engine on the same state: both sent the same files, one tripped
-/// over the other's temporary files (seen: 300 new files sent twice, 270 replaced versions in the remote's trash, two
-/// errors). An `flock` on `$NIMBUS_HOME/locks/<pair>.lock`, which the kernel releases when the process ends, `kill -9`
-/// included; the file names the holder's pid.
-struct PairLock {
-    let descriptor: Int32
-
-    init(home: Home, local: String, remote: String) throws {
-        let folder = home.url.appending(path: "locks")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let path = folder.appending(path: home.pairDirectory(local: local, remote: remote).lastPathComponent + ".lock").path
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw CLIError("Cannot open \(path) (errno \(errno)).") }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
-            close(descriptor)
-            throw CLIError(
-                "Another nimbus\(holder.isEmpty ? "" : " (pid \(holder))") is syncing \(local) with \(remote); it sends and brings the changes "
-                    + "itself. Nothing was done; stop it first to run this one.")
-        }
-        ftruncate(descriptor, 0)
-        let pid = "\(getpid())\n"
-        _ = pid.withCString { write(descriptor, $0, strlen($0)) }
-        self.descriptor = descriptor
-    }
-
-    func release() {
-        flock(descriptor, LOCK_UN)
-        close(descriptor)
     }
 }
