@@ -2,7 +2,6 @@ import ArgumentParser
 import Crypto
 import Foundation
 import NimbusAPI
-import NimbusS3
 import NimbusSync
 
 /// A device's state folder: `$NIMBUS_HOME`, or `~/.nimbus`. Two shells with different homes are two devices.
@@ -49,44 +48,12 @@ struct Home {
         }
     }
 
-    /// A remote other than the signed-in server. Secrets are not here: they are in `remotes/NAME.secret` (mode
-    /// 0600) or in the environment (``Home/secret(for:)``).
-    struct RemoteConfig: Codable, Equatable {
-        /// `local` (a folder on a mounted disk or NAS), `webdav`, `s3` or `crypt`.
-        var type: String
-        /// local: the folder.
-        var path: String?
-        /// webdav: the folder's URL; user name.
-        var url: String?
-        var user: String?
-        /// s3: endpoint URL, bucket, region, key prefix.
-        var endpoint: String?
-        var bucket: String?
-        var region: String?
-        var prefix: String?
-        /// crypt: what it encrypts into, as `nimbus sync` takes it (`OTHER:/path`, or `/path` on the signed-in server).
-        var remote: String?
+    /// A remote other than the signed-in server (NimbusSync's ``RemoteConfiguration``, in `config.json`). Secrets are
+    /// not here: they are in `remotes/NAME.secret` (mode 0600) or in the environment (``Home/secret(for:type:)``).
+    typealias RemoteConfig = RemoteConfiguration
 
-        /// Where it is, for listings (never a secret).
-        var location: String {
-            switch type {
-            case "crypt": "encrypted, in \(remote ?? "")"
-            case "webdav": "\(url ?? "") (user \(user ?? "-"))"
-            case "s3": "\(endpoint ?? "")/\(bucket ?? "")\((prefix ?? "").isEmpty ? "" : "/" + (prefix ?? "")) (region \(region ?? "us-east-1"))"
-            default: path ?? ""
-            }
-        }
-    }
-
-    /// A remote's secret: a WebDAV password, S3 keys, or a crypt remote's passphrase.
-    struct Secret: Codable {
-        var password: String?
-        var accessKey: String?
-        var secretKey: String?
-        var passphrase: String?
-        /// A crypt remote's data key (base64), unwrapped once with the passphrase: kept instead of the passphrase.
-        var cryptKey: String?
-    }
+    /// A remote's secret: a WebDAV password, S3 keys, or a crypt remote's passphrase (or key).
+    typealias Secret = RemoteSecret
 
     /// Where a crypt remote's passphrase is read from when none is stored for it.
     static let cryptPassphraseVariable = "NIMBUS_CRYPT_PASSPHRASE"
@@ -280,55 +247,32 @@ struct Home {
         return nil
     }
 
-    /// What makes the provider of remote `name` at `path` (`/` its root) for a state store: everything it needs
-    /// (its address, its credentials) is checked here, so the making cannot fail.
+    /// What makes the provider of remote `name` at `path` (`/` its root) for a state store
+    /// (``RemoteConfiguration/providerMaker(path:secret:inner:scratch:)``), with what it lacks said as a command to run.
     func providerMaker(_ name: String, _ remote: RemoteConfig, path: String) throws -> @Sendable (any ProviderStateStore) -> any RemoteProvider {
-        let parts = RemotePath.components(path)
-        switch remote.type {
-        case "local":
-            let base = URL(fileURLWithPath: remote.path ?? "/")
-            let folder = parts.isEmpty ? base : base.appending(path: parts.joined(separator: "/"))
-            return { LocalFolderProvider(root: folder, state: $0) }
-        case "webdav":
-            guard var text = remote.url else { throw CLIError("The remote '\(name)' has no URL; add it again.") }
-            if !text.hasSuffix("/") { text += "/" }
-            text += parts.map { $0.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/;?#"))) ?? $0 }.joined(separator: "/")
-            guard let url = URL(string: text) else { throw CLIError("The remote '\(name)' has a bad URL: \(text)") }
-            let password = secret(for: name, type: "webdav")?.password
-            if remote.user != nil, password == nil {
-                throw CLIError("No password for the remote '\(name)': run 'nimbus remote login \(name)' or set \(Self.passwordVariable(name)).")
+        do {
+            return try remote.providerMaker(
+                path: path, secret: secret(for: name, type: remote.type), inner: { try self.wrappedProviderMaker(name, remote) },
+                scratch: url.appending(path: "crypt-scratch/\(name)"))
+        } catch let problem as RemoteConfiguration.Problem {
+            switch problem {
+            case .incomplete(let field, let detail):
+                throw CLIError(field == "url" && detail.hasPrefix("has a bad") ? "The remote '\(name)' \(detail)" : "The remote '\(name)' \(detail); add it again.")
+            case .missingSecret:
+                switch remote.type {
+                case "webdav":
+                    throw CLIError("No password for the remote '\(name)': run 'nimbus remote login \(name)' or set \(Self.passwordVariable(name)).")
+                case "s3":
+                    throw CLIError("No keys for the remote '\(name)': set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run 'nimbus remote login \(name)'.")
+                default:
+                    throw CLIError(
+                        "No passphrase for the encrypted remote '\(name)': set \(Self.cryptPassphraseVariable), or store its key with 'nimbus remote login \(name)'.")
+                }
+            case .unsupported(let what):
+                throw CLIError("The remote '\(name)' has \(what).")
+            case .refused(let detail):
+                throw CLIError("The remote '\(name)': \(detail)")
             }
-            do { try WebDAVProvider.check(url: url, username: remote.user) } catch let error as ProviderError {
-                throw CLIError("The remote '\(name)': \(error.description)")
-            }
-            let user = remote.user
-            return { WebDAVProvider(url: url, username: user, password: password, state: $0) }
-        case "s3":
-            guard let endpoint = remote.endpoint.flatMap(URL.init(string:)), endpoint.host != nil, let bucket = remote.bucket else {
-                throw CLIError("The remote '\(name)' has no endpoint or bucket; add it again.")
-            }
-            guard let keys = secret(for: name, type: "s3"), let accessKey = keys.accessKey, let secretKey = keys.secretKey else {
-                throw CLIError("No keys for the remote '\(name)': set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run 'nimbus remote login \(name)'.")
-            }
-            let client = S3Client(
-                endpoint: endpoint, bucket: bucket, signer: SigV4Signer(accessKey: accessKey, secretKey: secretKey, region: remote.region ?? "us-east-1"))
-            let prefix = (RemotePath.components(remote.prefix ?? "") + parts).joined(separator: "/")
-            return { S3Provider(client: client, prefix: prefix, state: $0) }
-        case "crypt":
-            let inner = try wrappedProviderMaker(name, remote)
-            let scratch = url.appending(path: "crypt-scratch/\(name)")
-            let stored = secret(for: name, type: "crypt")
-            if let text = stored?.cryptKey, let bytes = Data(base64Encoded: text), bytes.count == 32 {
-                let key = SymmetricKey(data: bytes)
-                return { state in CryptProvider.make(over: inner(state), dataKey: key, subpath: parts, state: state, scratch: scratch) }
-            }
-            guard let passphrase = stored?.passphrase else {
-                throw CLIError(
-                    "No passphrase for the encrypted remote '\(name)': set \(Self.cryptPassphraseVariable), or store its key with 'nimbus remote login \(name)'.")
-            }
-            return { state in CryptProvider.make(over: inner(state), passphrase: passphrase, subpath: parts, state: state, scratch: scratch) }
-        default:
-            throw CLIError("The remote '\(name)' has an unknown type '\(remote.type)'.")
         }
     }
 

@@ -1,0 +1,39 @@
+import Foundation
+import NimbusAPI
+@testable import NimbusSync
+import Testing
+
+/// A remote as configured (`RemoteConfiguration`) and the provider made from it: what it lacks is a typed problem,
+/// found before anything is made.
+@Suite("Remote configuration")
+struct RemoteConfigurationTests {
+    @Test("the JSON form is config.json's (type and the fields of where it is); what a remote lacks is a typed problem; a local remote is made at its sub-folder")
+    func configurations() throws {
+        let stored = #"{"type":"webdav","url":"https://dav.example/remote.php/dav/files/alice/","user":"alice"}"#
+        let webdav = try JSONDecoder().decode(RemoteConfiguration.self, from: Data(stored.utf8))
+        #expect(webdav.location == "https://dav.example/remote.php/dav/files/alice/ (user alice)")
+        #expect(throws: RemoteConfiguration.Problem.missingSecret("password")) { try webdav.providerMaker(path: "/", secret: nil) }
+        _ = try webdav.providerMaker(path: "/Work", secret: RemoteSecret(password: "pw"))
+
+        let s3 = RemoteConfiguration(type: "s3", endpoint: "http://127.0.0.1:9000", bucket: "bkt")
+        #expect(throws: RemoteConfiguration.Problem.missingSecret("keys")) { try s3.providerMaker(path: "/", secret: RemoteSecret(password: "x")) }
+        #expect(throws: RemoteConfiguration.Problem.self) { try RemoteConfiguration(type: "s3", bucket: "bkt").providerMaker(path: "/", secret: nil) }
+        #expect(throws: RemoteConfiguration.Problem.unsupported("an unknown type 'ftp'")) {
+            try RemoteConfiguration(type: "ftp").providerMaker(path: "/", secret: nil)
+        }
+
+        let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-remote-config-\(UUID.random().uuidString)")
+        try FileManager.default.createDirectory(at: folder.appending(path: "Work/Sub"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let local = RemoteConfiguration(type: "local", path: folder.path)
+        let provider = try local.providerMaker(path: "/Work/./Sub", secret: nil)(NimbusProvider.NoState())
+        #expect((provider as? LocalFolderProvider)?.root.standardizedFileURL == folder.appending(path: "Work/Sub").standardizedFileURL)
+
+        let crypt = RemoteConfiguration(type: "crypt", remote: "nas:/sealed")
+        let inner = { try local.providerMaker(path: "/", secret: nil) }
+        #expect(throws: RemoteConfiguration.Problem.missingSecret("passphrase")) {
+            try crypt.providerMaker(path: "/", secret: nil, inner: inner, scratch: folder.appending(path: "scratch"))
+        }
+        #expect(try crypt.providerMaker(path: "/", secret: RemoteSecret(passphrase: "p"), inner: inner, scratch: folder.appending(path: "scratch"))(NimbusProvider.NoState()) is CryptProvider)
+    }
+}
