@@ -551,33 +551,28 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             return !trees.remote.contains { $0.key != except && $0.value.parent == parent && $0.value.name == name }
         }
 
-        /// Applies a planned operation as its success would; a reason when it cannot run as planned (a planner bug:
-        /// the plan's operations must all be able to run, in any order).
+        /// Carries out a planned operation as an ideal provider and disk would — checking that it can run as planned
+        /// (a reason when it cannot: a planner bug, the plan's operations must all be able to run, in any order) and
+        /// making what the world gives back (new revisions) — and applies its effect with `Trees.apply`, the effect
+        /// the engine's executor records.
         mutating func apply(_ operation: PlannedOperation, forks: inout Int) -> String? {
+            var outcome = OperationOutcome.done
             switch operation {
             case .createRemoteFolder(let id):
                 guard let l = trees.local[id], l.isFolder, trees.remote[id] == nil, isFreeThere(l.parent, l.name, except: id) else { return "name taken or no folder there" }
-                let node = RemoteNode(parent: l.parent, name: l.name, isFolder: true, revision: nil, checksum: nil)
-                trees.remote[id] = node
-                trees.synced[id] = node
-                trees.local[id]?.creationInDoubt = false
+                outcome = .there(RemoteNode(parent: l.parent, name: l.name, isFolder: true, revision: nil, checksum: nil))
             case .upload(let id, let base):
                 guard let l = trees.local[id], !l.isFolder, let content = l.content.checksum else { return "nothing settled to send" }
                 revisions += 1
                 history.insert(content)
                 if let base {
-                    guard let r = trees.remote[id], r.revision == base else { return "the remote head is not \(base)" }
-                    trees.remote[id]?.revision = "u\(revisions)"
-                    trees.remote[id]?.checksum = content
-                    trees.synced[id]?.revision = "u\(revisions)"
-                    trees.synced[id]?.checksum = content
-                    if trees.synced[id] == nil { trees.synced[id] = trees.remote[id] }
+                    guard var node = trees.remote[id], node.revision == base else { return "the remote head is not \(base)" }
+                    node.revision = "u\(revisions)"
+                    node.checksum = content
+                    outcome = .there(node)
                 } else {
                     guard trees.remote[id] == nil, isFreeThere(l.parent, l.name, except: id) else { return "name taken there or already there" }
-                    let node = RemoteNode(parent: l.parent, name: l.name, isFolder: false, revision: "u\(revisions)", checksum: content)
-                    trees.remote[id] = node
-                    trees.synced[id] = node
-                    trees.local[id]?.creationInDoubt = false
+                    outcome = .there(RemoteNode(parent: l.parent, name: l.name, isFolder: false, revision: "u\(revisions)", checksum: content))
                 }
             case .uploadThenRestore(let id, let base):
                 guard let l = trees.local[id], !l.isFolder, let content = l.content.checksum else { return "nothing settled to send" }
@@ -586,44 +581,31 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 // This side's version goes into the history; the remote one is the head again, with a new revision.
                 revisions += 2
                 history.insert(content)
-                trees.remote[id]?.revision = "u\(revisions)"
-                var synced = trees.synced[id] ?? r
-                synced.revision = "u\(revisions - 1)"
-                synced.checksum = content
-                trees.synced[id] = synced
-                trees.local[id]?.hold = nil
+                var sent = r
+                sent.revision = "u\(revisions - 1)"
+                sent.checksum = content
+                var head = r
+                head.revision = "u\(revisions)"
+                outcome = .restored(sent: sent, head: head)
             case .moveRemote(let id, let parent, let name):
                 guard trees.remote[id] != nil, isFreeThere(parent, name, except: id),
                     !PlannerScenario.isAbove(id, parent, trees.remote.mapValues(\.parent))
                 else { return "cannot move there" }
-                trees.remote[id]?.parent = parent
-                trees.remote[id]?.name = name
-                trees.synced[id]?.parent = parent
-                trees.synced[id]?.name = name
             case .deleteRemote(let id):
                 guard trees.remote[id] != nil else { return "not there" }
-                for gone in PlannerScenario.subtree(id, of: trees.remote.mapValues(\.parent)) {
-                    guard trees.local[gone] == nil else { return "\(gone), inside, is still here" }
-                    trees.remote[gone] = nil
-                    trees.synced[gone] = nil
+                for gone in PlannerScenario.subtree(id, of: trees.remote.mapValues(\.parent)) where trees.local[gone] != nil {
+                    return "\(gone), inside, is still here"
                 }
             case .createLocalFolder(let id):
                 guard let r = trees.remote[id], r.isFolder, trees.local[id] == nil, isFreeHere(r.parent, r.name, except: id) else { return "name taken here" }
-                trees.local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: true)
-                trees.synced[id] = r
             case .download(let id):
-                guard let r = trees.remote[id], !r.isFolder, let checksum = r.checksum else { return "nothing there" }
+                guard let r = trees.remote[id], !r.isFolder, r.checksum != nil else { return "nothing there" }
                 if let l = trees.local[id] {
                     guard let s = trees.synced[id], l.content.checksum == s.checksum, l.content != .changing else {
                         return "the file here holds changes (\(l.content)) the download would replace"
                     }
-                    trees.local[id]?.content = .known(checksum: checksum, size: r.size)
-                    trees.synced[id]?.revision = r.revision
-                    trees.synced[id]?.checksum = r.checksum
                 } else {
                     guard isFreeHere(r.parent, r.name, except: id) else { return "name taken here" }
-                    trees.local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: false, content: .known(checksum: checksum, size: r.size))
-                    trees.synced[id] = r
                 }
             case .moveLocal(let id, let parent, let name):
                 guard let l = trees.local[id], isFreeHere(parent, name, except: id), !PlannerScenario.isAbove(id, parent, trees.local.mapValues(\.parent))
@@ -635,10 +617,6 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                         guard l.content.checksum == trees.synced[id]?.checksum else { return "moves away a file holding unsent changes" }
                     }
                 }
-                trees.local[id]?.parent = parent
-                trees.local[id]?.name = name
-                trees.synced[id]?.parent = parent
-                trees.synced[id]?.name = name
             case .deleteLocal(let id):
                 guard trees.local[id] != nil else { return "not here" }
                 for gone in PlannerScenario.subtree(id, of: trees.local.mapValues(\.parent)) {
@@ -646,72 +624,33 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                     guard l.isFolder || (l.content != .changing && l.content.checksum == s.checksum) else {
                         return "deletes \(gone), which holds changes (\(l.content))"
                     }
-                    trees.local[gone] = nil
-                    trees.synced[gone] = nil
                 }
             case .record(let id):
-                let r = trees.remote[id]
-                let l = trees.local[id]
-                switch (r, l) {
-                case (nil, nil): trees.synced[id] = nil
-                case (.some(let r), .some(let l)):
-                    guard var s = trees.synced[id] else {
-                        trees.synced[id] = r
-                        return nil
-                    }
-                    if r.isFolder || l.content.checksum == r.checksum {
-                        s.revision = r.revision
-                        s.checksum = r.checksum
-                    }
-                    if r.isAt(l) {
-                        s.parent = r.parent
-                        s.name = r.name
-                    }
-                    trees.synced[id] = s
-                default: return "only one side has it"
-                }
+                if (trees.remote[id] == nil) != (trees.local[id] == nil) { return "only one side has it" }
             case .link(let id, let other):
                 guard let l = trees.local[id], trees.remote[id] == nil, trees.synced[id] == nil, let r = trees.remote[other], trees.local[other] == nil,
                     trees.synced[other] == nil
                 else { return "not a local-only and a remote-only item" }
                 guard r.isFolder == l.isFolder, r.isFolder || r.checksum == l.content.checksum else { return "links different things" }
-                trees.remote[other] = nil
-                trees.remote[id] = r
-                trees.synced[id] = r
-                for (child, node) in trees.remote where node.parent == other { trees.remote[child]?.parent = id }
-                for (child, node) in trees.synced where node.parent == other { trees.synced[child]?.parent = id }
-                trees.local[id]?.parent = r.parent
-                trees.local[id]?.name = r.name
             case .forget(let id):
                 guard trees.local[id] != nil, trees.remote[id] == nil else { return "still there" }
-                trees.synced[id] = nil
             case .fork(let id, let name):
                 guard let l = trees.local[id], isFreeHere(l.parent, name, except: id) else { return "conflict name taken" }
                 if !l.isFolder, l.content == .changing { return "renames a file being written" }
-                if trees.synced[id] == nil && trees.remote[id] == nil {
-                    trees.local[id]?.name = name
-                } else {
+                if trees.synced[id] != nil || trees.remote[id] != nil {
                     forks += 1
-                    let copy = ItemID("fork\(forks)")
-                    var node = l
-                    node.name = name
-                    node.hold = nil
-                    node.creationInDoubt = false
-                    trees.local[copy] = node
-                    for (child, other) in trees.local where other.parent == id { trees.local[child]?.parent = copy }
-                    trees.local[id] = nil
-                    trees.synced[id] = nil
+                    outcome = .forked(copy: ItemID("fork\(forks)"))
                 }
-            case .hold(let id, let hold):
+            case .hold(let id, _):
                 guard trees.local[id] != nil else { return "not here" }
-                trees.local[id]?.hold = hold
-            case .release(let id):
-                trees.local[id]?.hold = nil
+            case .release:
+                break
             case .learnChecksum(let id):
                 // These trees always carry checksums there: reading one is never needed.
                 guard let r = trees.remote[id], r.checksum == nil else { return "reads a checksum it knows" }
                 return "no remote checksum is hidden in these trees"
             }
+            trees.apply(operation, outcome)
             return nil
         }
     }

@@ -79,13 +79,16 @@ extension SyncEngine {
             let moved = try await provider.move(fileId, to: try await remoteId(of: parent.rawValue), name: name)
             try await store.write { tx in
                 guard let stored = try tx.item(row.luid) else { return }
-                var updated = stored
-                updated.setRemote(moved, parentLuid: parent.rawValue)
+                var answered = stored
+                answered.setRemote(moved, parentLuid: parent.rawValue)
                 // A move changes no content: content a pull brought since the plan (an edit there after this move)
                 // stays; the answer's could only be that or older, and the feed has moved past it.
-                if stored.rRevision != row.rRevision { updated.takeRemoteContent(from: stored) }
-                updated.sParent = parent.rawValue
-                updated.sName = name
+                if stored.rRevision != row.rRevision { answered.takeRemoteContent(from: stored) }
+                let before = ItemRow.trees([stored])
+                var after = before
+                after.apply(step, answered.remoteNode.map { .there($0) } ?? .done)
+                var updated = answered
+                updated.take(ItemID(stored.luid), from: before, to: after)
                 try tx.update(updated, from: stored)
                 if stored.isFolder, moved.id != fileId { try self.renameBeneath(tx, stored.luid, from: fileId, to: moved.id) }
             }
@@ -94,12 +97,16 @@ extension SyncEngine {
                 do { try await provider.delete(fileId) } catch ProviderError.notFound {}
             }
             try await store.write { tx in
-                for luid in try tx.remoteSubtree(row.luid) {
-                    guard let stored = try tx.item(luid) else { continue }
+                let rows = try tx.remoteSubtree(row.luid).compactMap { try tx.item($0) }
+                let before = ItemRow.trees(rows)
+                var after = before
+                after.apply(step)
+                for stored in rows {
+                    let id = ItemID(stored.luid)
                     var gone = stored
-                    gone.rPresent = false
-                    gone.sPresent = false
-                    if gone.lPresent { try tx.update(gone, from: stored) } else { try tx.delete(luid) }
+                    gone.take(id, from: before, to: after)
+                    // (Here still, it stays: the next plan sends it again, or it was deleted here too.)
+                    if after.local[id] == nil && after.remote[id] == nil && after.synced[id] == nil { try tx.delete(stored.luid) } else { try tx.update(gone, from: stored) }
                 }
             }
         case .createLocalFolder:
@@ -130,91 +137,72 @@ extension SyncEngine {
     }
 
     /// The effect of a database-only step, inside the transaction `tx`; returns content files to delete afterwards.
+    /// What it does to the trees is ``Trees/apply(_:_:)``'s, written back into the rows (``ItemRow/take(_:from:to:)``);
+    /// here only what the trees do not hold: MIME types and times taken from there, content files let go, identities.
+    /// An item no tree holds any more is forgotten.
     nonisolated func recordLocally(_ tx: StoreTransaction, _ step: PlannedOperation) throws -> [String] {
         guard let stored = try tx.item(step.item.rawValue) else { return [] }
-        var updated = stored
-        var discard: [String] = []
-        switch step {
-        case .record:
-            switch (stored.rPresent, stored.lPresent) {
-            case (false, false):
-                try tx.delete(stored.luid)
-                return []
-            case (true, true):
-                if !stored.sPresent {
-                    updated.syncRemote()
-                } else {
-                    if stored.isFolder || stored.lChecksum == stored.rChecksum { updated.syncRemoteContent() }
-                    if stored.lParent == stored.rParent && stored.lName == stored.rName {
-                        updated.sParent = stored.rParent
-                        updated.sName = stored.rName
-                    }
-                }
-            default:
-                return []
-            }
-        case .link(_, let other):
+        if case .link(_, let other) = step {
+            // One item from two rows: the remote row's identity (its provider id, MIME type, time) comes with it, so the
+            // rows are merged (``merge(_:from:into:)``, the references to it too) and the pair is synced.
             guard try tx.item(other.rawValue) != nil else { return [] }
             try merge(tx, from: other.rawValue, into: stored.luid)
             guard let merged = try tx.item(stored.luid) else { return [] }
-            updated = merged
+            var updated = merged
             updated.syncRemote()
             updated.createRequest = nil
             updated.createSent = false
             try tx.update(updated, from: merged)
             return []
-        case .forget:
-            updated.forgetRemote()
-        case .hold(_, let hold):
-            updated.hold = hold
-        case .release:
-            updated.hold = nil
-        case .createLocalFolder:
-            updated.adoptRemote()
-            updated.syncRemote()
-        case .download:
-            // The view takes the remote state; a copy of older content is dropped (the content of a pinned file is
-            // fetched after the round).
-            if stored.lPresent {
-                updated.lChecksum = stored.rChecksum
-                updated.lSize = stored.rSize
-                updated.lMime = stored.rMime
-                updated.lModified = stored.rModified
-                updated.syncRemoteContent()
-            } else {
-                updated.adoptRemote()
-                updated.syncRemote()
-            }
-            if let path = stored.contentPath, stored.contentChecksum != updated.lChecksum, stored.contentOwned {
-                discard.append(path)
+        }
+        switch step {
+        case .record, .forget, .hold, .release, .createLocalFolder, .download, .moveLocal, .deleteLocal: break
+        default: return []
+        }
+        let rows: [ItemRow]
+        if case .deleteLocal = step {
+            rows = try tx.localSubtree(stored.luid).compactMap { try tx.item($0) }
+        } else {
+            rows = [stored]
+        }
+        let before = ItemRow.trees(rows)
+        var after = before
+        after.apply(step)
+        var discard: [String] = []
+        for row in rows {
+            let id = ItemID(row.luid)
+            var updated = row
+            updated.take(id, from: before, to: after)
+            switch step {
+            case .forget:
+                updated.forgetRemote()  // sent again as a new item: a new identity
+            case .createLocalFolder, .download:
+                updated.lMime = row.rMime
+                updated.lModified = row.rModified
+                if case .createLocalFolder = step {
+                    updated.lSize = row.rSize
+                    updated.lChecksum = row.rChecksum
+                }
+                // The view takes the remote state; a copy of older content is dropped (the content of a pinned file is
+                // fetched after the round).
+                if let path = row.contentPath, row.contentChecksum != updated.lChecksum, row.contentOwned {
+                    discard.append(path)
+                    updated.contentPath = nil
+                    updated.contentChecksum = nil
+                }
+            case .deleteLocal:
+                if row.contentOwned, let path = row.contentPath { discard.append(path) }
                 updated.contentPath = nil
                 updated.contentChecksum = nil
+            default:
+                break
             }
-        case .moveLocal(_, let parent, let name):
-            updated.lParent = parent.rawValue
-            updated.lName = name
-            updated.sParent = parent.rawValue
-            updated.sName = name
-        case .deleteLocal:
-            for luid in try tx.localSubtree(stored.luid) {
-                guard let item = try tx.item(luid) else { continue }
-                if item.contentOwned, let path = item.contentPath { discard.append(path) }
-                if !item.rPresent {
-                    try tx.delete(luid)
-                } else {
-                    var gone = item
-                    gone.lPresent = false
-                    gone.sPresent = false
-                    gone.contentPath = nil
-                    gone.contentChecksum = nil
-                    try tx.update(gone, from: item)
-                }
+            if after.remote[id] == nil, after.synced[id] == nil, after.local[id] == nil {
+                try tx.delete(row.luid)
+            } else {
+                try tx.update(updated, from: row)
             }
-            return discard
-        default:
-            return []
         }
-        try tx.update(updated, from: stored)
         return discard
     }
 

@@ -439,3 +439,69 @@ struct FailureRow: Sendable, Equatable {
             arguments: [luid, kind, attempts, nextAttemptAt, db.storeCipher.map { cipher in lastError.map { cipher.sealText($0) } } ?? lastError, failed])
     }
 }
+
+/// The trees' nodes written back into a row: what ``Trees/apply(_:_:)`` changed, and only that.
+extension ItemRow {
+    /// Takes what `after` holds for this item where it differs from `before` (the nodes rows gave, ``remoteNode``,
+    /// ``syncedNode``, ``localNode``): presence, place, revision, checksum, a file's content here, the hold, a creation
+    /// no longer in doubt. What the trees do not hold (ids, MIME types, times, content files) stays as it is.
+    mutating func take(_ id: ItemID, from before: Trees, to after: Trees) {
+        let (oldRemote, newRemote) = (before.remote[id], after.remote[id])
+        if oldRemote != newRemote {
+            rPresent = newRemote != nil
+            if let node = newRemote {
+                if node.parent != oldRemote?.parent { rParent = node.parent?.rawValue }
+                if node.name != oldRemote?.name { rName = node.name }
+                if node.revision != oldRemote?.revision { rRevision = node.revision }
+                if node.checksum != oldRemote?.checksum { rChecksum = node.checksum }
+                if node.size != oldRemote?.size { rSize = node.size }
+            }
+        }
+        let (oldSynced, newSynced) = (before.synced[id], after.synced[id])
+        if oldSynced != newSynced {
+            sPresent = newSynced != nil
+            if let node = newSynced {
+                if node.parent != oldSynced?.parent { sParent = node.parent?.rawValue }
+                if node.name != oldSynced?.name { sName = node.name }
+                if node.revision != oldSynced?.revision { sRevision = node.revision }
+                if node.checksum != oldSynced?.checksum { sChecksum = node.checksum }
+            }
+        }
+        let (oldLocal, newLocal) = (before.local[id], after.local[id])
+        if oldLocal != newLocal {
+            lPresent = newLocal != nil
+            if let node = newLocal {
+                if node.parent != oldLocal?.parent { lParent = node.parent?.rawValue }
+                if node.name != oldLocal?.name { lName = node.name }
+                if !isFolder, node.content != oldLocal?.content {
+                    switch node.content {
+                    case .known(let checksum, let size):
+                        // (A remote without checksums gives none: "" is the planner's unknown, nil here.)
+                        lChecksum = checksum.isEmpty ? nil : checksum
+                        lSize = size
+                        lChanging = false
+                    case .changing:
+                        lChanging = true
+                    case .unhashed(let size):
+                        lSize = size
+                        lUnhashed = true
+                    }
+                }
+                if node.hold != oldLocal?.hold { hold = node.hold }
+                if oldLocal?.creationInDoubt == true, !node.creationInDoubt { createSent = false }
+            }
+        }
+    }
+
+    /// The item's three nodes as a fragment of the trees (with the root).
+    static func trees(_ rows: [ItemRow]) -> Trees {
+        var trees = Trees()
+        for row in rows {
+            let id = ItemID(row.luid)
+            trees.remote[id] = row.remoteNode
+            trees.synced[id] = row.syncedNode
+            trees.local[id] = row.localNode
+        }
+        return trees
+    }
+}

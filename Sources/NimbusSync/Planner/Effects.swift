@@ -1,0 +1,167 @@
+import Foundation
+
+/// What carrying out an operation gave back, as far as the trees are concerned: the one input ``Trees/apply(_:_:)``
+/// needs beyond the operation. (The merge base keeps no sizes: a synced node's content is its revision and checksum.)
+enum OperationOutcome: Sendable, Equatable {
+    /// Nothing beyond the operation itself (a move, a deletion, a record, a hold).
+    case done
+    /// The item as it now is there, made or sent by the operation (its new revision and checksum): a folder created
+    /// there, a new file or version sent.
+    case there(RemoteNode)
+    /// This side's version went there as a revision (`sent`), then the remote version became the head again, as
+    /// `head` (``PlannedOperation/uploadThenRestore(_:base:)``).
+    case restored(sent: RemoteNode, head: RemoteNode)
+    /// This side's version of a conflict became the new local-only item `copy` (``PlannedOperation/fork(_:name:)``).
+    case forked(copy: ItemID)
+    /// The remote content's SHA-256, read (``PlannedOperation/learnChecksum(_:)``).
+    case checksum(String)
+}
+
+extension Trees {
+    /// The effect of `operation` having succeeded with `outcome`: the one definition of what each operation does to
+    /// the three trees and the merge base. The executor writes it (``SyncEngine``'s steps record it in the store);
+    /// the planner's property tests run plans through it.
+    mutating func apply(_ operation: PlannedOperation, _ outcome: OperationOutcome = .done) {
+        switch (operation, outcome) {
+        case (.createRemoteFolder(let id), .there(let node)):
+            remote[id] = node
+            synced[id] = node
+            local[id]?.creationInDoubt = false
+        case (.upload(let id, let base), .there(let node)):
+            remote[id] = node
+            if base != nil, var merged = synced[id] {
+                merged.revision = node.revision
+                merged.checksum = node.checksum
+                synced[id] = merged
+            } else {
+                synced[id] = node
+            }
+            local[id]?.creationInDoubt = false
+        case (.uploadThenRestore(let id, _), .restored(let sent, let head)):
+            // This side's version is in the history there; the merge base is it, so the remote head (the version
+            // the user kept) comes here next.
+            var merged = synced[id] ?? sent
+            merged.revision = sent.revision
+            merged.checksum = sent.checksum
+            synced[id] = merged
+            remote[id] = head
+            local[id]?.hold = nil
+        case (.moveRemote(let id, let parent, let name), .there(let node)):
+            // The provider's answer is the item there now (a provider whose ids are paths gives a new one).
+            remote[id] = node
+            synced[id]?.parent = parent
+            synced[id]?.name = name
+        case (.moveRemote(let id, let parent, let name), _):
+            remote[id]?.parent = parent
+            remote[id]?.name = name
+            synced[id]?.parent = parent
+            synced[id]?.name = name
+        case (.deleteRemote(let id), _):
+            for gone in subtree(id, of: remote.mapValues(\.parent)) {
+                remote[gone] = nil
+                synced[gone] = nil
+            }
+        case (.createLocalFolder(let id), _):
+            guard let r = remote[id] else { return }
+            local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: true)
+            synced[id] = r
+        case (.download(let id), _):
+            guard let r = remote[id] else { return }
+            let content = LocalContent.known(checksum: r.checksum ?? "", size: r.size)
+            if local[id] != nil {
+                local[id]?.content = content
+                synced[id]?.revision = r.revision
+                synced[id]?.checksum = r.checksum
+            } else {
+                local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: false, content: content)
+                synced[id] = r
+            }
+        case (.moveLocal(let id, let parent, let name), _):
+            local[id]?.parent = parent
+            local[id]?.name = name
+            synced[id]?.parent = parent
+            synced[id]?.name = name
+        case (.deleteLocal(let id), _):
+            for gone in subtree(id, of: local.mapValues(\.parent)) {
+                local[gone] = nil
+                synced[gone] = nil
+            }
+        case (.record(let id), _):
+            switch (remote[id], local[id]) {
+            case (nil, nil):
+                synced[id] = nil
+            case (.some(let r), .some(let l)):
+                guard var s = synced[id] else {
+                    synced[id] = r
+                    return
+                }
+                if r.isFolder || l.content.checksum == r.checksum {
+                    s.revision = r.revision
+                    s.checksum = r.checksum
+                }
+                if r.isAt(l) {
+                    s.parent = r.parent
+                    s.name = r.name
+                }
+                synced[id] = s
+            default:
+                break
+            }
+        case (.link(let id, let other), _):
+            guard let r = remote[other] else { return }
+            remote[other] = nil
+            synced[other] = nil
+            remote[id] = r
+            synced[id] = r
+            for (child, node) in remote where node.parent == other { remote[child]?.parent = id }
+            for (child, node) in synced where node.parent == other { synced[child]?.parent = id }
+            local[id]?.parent = r.parent
+            local[id]?.name = r.name
+            local[id]?.creationInDoubt = false
+        case (.forget(let id), _):
+            synced[id] = nil
+            local[id]?.creationInDoubt = false
+        case (.fork(let id, let name), let outcome):
+            guard let l = local[id] else { return }
+            guard synced[id] != nil || remote[id] != nil, case .forked(let copy) = outcome else {
+                // Only here: it just takes the other name.
+                local[id]?.name = name
+                return
+            }
+            var node = l
+            node.name = name
+            node.hold = nil
+            node.creationInDoubt = false
+            local[copy] = node
+            for (child, other) in local where other.parent == id { local[child]?.parent = copy }
+            local[id] = nil
+            synced[id] = nil
+        case (.hold(let id, let hold), _):
+            local[id]?.hold = hold
+        case (.release(let id), _):
+            local[id]?.hold = nil
+        case (.learnChecksum(let id), .checksum(let checksum)):
+            remote[id]?.checksum = checksum
+            if synced[id]?.revision == remote[id]?.revision { synced[id]?.checksum = checksum }
+        default:
+            // An outcome that does not fit its operation changes nothing (the executor records what it learned, and
+            // the next plan decides).
+            break
+        }
+    }
+
+    /// `id` and everything under it, in a tree given as each item's parent (parents before children).
+    func subtree(_ id: ItemID, of parents: [ItemID: ItemID?]) -> [ItemID] {
+        var children: [ItemID: [ItemID]] = [:]
+        for (child, parent) in parents { if let parent { children[parent, default: []].append(child) } }
+        var result: [ItemID] = []
+        var stack = [id]
+        var seen: Set<ItemID> = []
+        while let next = stack.popLast() {
+            guard seen.insert(next).inserted else { continue }
+            result.append(next)
+            stack += (children[next] ?? []).sorted { $0.rawValue > $1.rawValue }
+        }
+        return result
+    }
+}
