@@ -17,10 +17,14 @@ extension SyncEngine {
             let stat = disk.fileSystem.stat(disk.absolute(relative))
             try await store.write { tx in
                 guard let stored = try tx.item(row.luid) else { return }
+                let before = ItemRow.trees([stored])
+                var after = before
+                after.apply(.createLocalFolder(ItemID(row.luid)))
                 var updated = stored
-                updated.adoptRemote()
+                updated.take(ItemID(row.luid), from: before, to: after)
+                updated.lMime = stored.rMime
+                updated.lModified = stored.rModified
                 updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
-                updated.syncRemote()
                 try tx.update(updated, from: stored)
             }
         }
@@ -79,24 +83,22 @@ extension SyncEngine {
             try? disk.fileSystem.removeFile(temporary)
             throw LocalChanged()
         }
+        // What came, where it was put: the version the plan saw, with its checksum as read.
+        guard var came = row.remoteNode else { return }
+        came.checksum = partial.checksum
+        came.size = stat?.size ?? row.rSize ?? 0
+        let fetched = came
         try await store.write { tx in
             guard let stored = try tx.item(row.luid) else { return }
+            let before = ItemRow.trees([stored])
+            var after = before
+            after.apply(.download(ItemID(row.luid)), .there(fetched))
             var updated = stored
-            if !stored.lPresent {
-                updated.adoptRemote()
-                updated.syncRemote()
-            } else {
-                updated.lMime = stored.rMime
-                updated.syncRemoteContent()
-            }
-            updated.lChecksum = partial.checksum
-            updated.lSize = stat?.size ?? stored.rSize
+            updated.take(ItemID(row.luid), from: before, to: after)
+            updated.lMime = row.rMime
             updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
             updated.lMtime = stat?.mtime
-            updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? stored.rModified
-            updated.lChanging = false
-            if updated.sChecksum == nil { updated.sChecksum = partial.checksum }
-            if updated.rChecksum == nil, updated.rRevision == revision { updated.rChecksum = partial.checksum }
+            updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? row.rModified
             try tx.update(updated, from: stored)
         }
     }

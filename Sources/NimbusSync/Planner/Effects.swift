@@ -6,7 +6,8 @@ enum OperationOutcome: Sendable, Equatable {
     /// Nothing beyond the operation itself (a move, a deletion, a record, a hold).
     case done
     /// The item as it now is there, made or sent by the operation (its new revision and checksum): a folder created
-    /// there, a new file or version sent.
+    /// there, a new file or version sent, an item moved there; for a download, the version fetched (its checksum as
+    /// read).
     case there(RemoteNode)
     /// This side's version went there as a revision (`sent`), then the remote version became the head again, as
     /// `head` (``PlannedOperation/uploadThenRestore(_:base:)``).
@@ -65,17 +66,21 @@ extension Trees {
             guard let r = remote[id] else { return }
             local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: true)
             synced[id] = r
-        case (.download(let id), _):
-            guard let r = remote[id] else { return }
-            let content = LocalContent.known(checksum: r.checksum ?? "", size: r.size)
+        case (.download(let id), let outcome):
+            // What came: the remote version the plan saw, as fetched (`.there`: its checksum as read) — not a newer one
+            // a pull brought meanwhile, which comes next.
+            guard var got = remote[id] else { return }
+            if case .there(let fetched) = outcome { got = fetched }
+            let content = LocalContent.known(checksum: got.checksum ?? "", size: got.size)
             if local[id] != nil {
                 local[id]?.content = content
-                synced[id]?.revision = r.revision
-                synced[id]?.checksum = r.checksum
+                synced[id]?.revision = got.revision
+                synced[id]?.checksum = got.checksum
             } else {
-                local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: false, content: content)
-                synced[id] = r
+                local[id] = LocalNode(parent: got.parent, name: got.name, isFolder: false, content: content)
+                synced[id] = got
             }
+            if remote[id]?.revision == got.revision, remote[id]?.checksum == nil { remote[id]?.checksum = got.checksum }
         case (.moveLocal(let id, let parent, let name), _):
             local[id]?.parent = parent
             local[id]?.name = name

@@ -100,14 +100,20 @@ struct StoreTransaction {
     }
 
     /// The item and everything under it in the local tree, the item first.
-    func localSubtree(_ luid: String) throws -> [String] {
+    func localSubtree(_ luid: String) throws -> [String] { try subtree(luid, tree: "l") }
+
+    /// An item and everything under it in the remote tree, the item first.
+    func remoteSubtree(_ luid: String) throws -> [String] { try subtree(luid, tree: "r") }
+
+    /// An item and everything under it in one tree (its columns' prefix: `l` or `r`), the item first.
+    private func subtree(_ luid: String, tree: String) throws -> [String] {
         try String.fetchAll(
-            db,
-            sql: """
-                WITH RECURSIVE tree(luid) AS (
-                    SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.l_parent = t.luid WHERE i.l_present = 1
-                ) SELECT luid FROM tree
-                """,
+            db.cachedStatement(
+                sql: """
+                    WITH RECURSIVE tree(luid) AS (
+                        SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.\(tree)_parent = t.luid WHERE i.\(tree)_present = 1
+                    ) SELECT luid FROM tree
+                    """),
             arguments: [luid])
     }
 
@@ -189,18 +195,6 @@ extension StoreTransaction {
 
 extension StoreTransaction {
     // MARK: More of the trees
-
-    /// An item and everything under it in the remote tree, the item first.
-    func remoteSubtree(_ luid: String) throws -> [String] {
-        try String.fetchAll(
-            db,
-            sql: """
-                WITH RECURSIVE tree(luid) AS (
-                    SELECT ? UNION ALL SELECT i.luid FROM items i JOIN tree t ON i.r_parent = t.luid WHERE i.r_present = 1
-                ) SELECT luid FROM tree
-                """,
-            arguments: [luid])
-    }
 
     /// Moves everything in local folder `from` into local folder `into`.
     func moveLocalChildren(from: String, into: String) throws {
