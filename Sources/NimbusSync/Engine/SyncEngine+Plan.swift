@@ -54,7 +54,7 @@ extension SyncEngine {
     /// learnt any.
     func saveNameCache() async throws {
         guard let blob = StoreCipher.registered(label: databaseLabel)?.nameCacheBlob() else { return }
-        try await store.write { tx in try tx.setMeta(StoreCipher.cacheMetaKey, blob) }
+        try await store.write { tx in try tx.setNameCache(blob) }
     }
 
     /// Scans the synced folder into the local tree.

@@ -324,18 +324,6 @@ struct ItemRow: Sendable, Equatable {
         sRevision = rRevision
     }
 
-    /// The local tree shows the remote state (the app's view of an item with nothing pending).
-    mutating func adoptRemote() {
-        lPresent = rPresent
-        lParent = rParent
-        lName = rName
-        lMime = rMime
-        lSize = rSize
-        lChecksum = rChecksum
-        lModified = rModified
-        lChanging = false
-    }
-
     var remoteNode: RemoteNode? {
         guard rPresent, let rName else { return nil }
         return RemoteNode(parent: rParent.map(ItemID.init), name: rName, isFolder: isFolder, revision: rRevision, checksum: rChecksum, size: rSize ?? 0)
