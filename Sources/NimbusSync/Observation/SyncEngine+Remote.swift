@@ -200,7 +200,8 @@ extension SyncEngine {
     }
 
     /// A known file missing from a listing whose content (size and SHA-256) is that of exactly one new file in it,
-    /// and of no other missing file, moved there: the new id is taken by its row.
+    /// and of no other missing file, moved there: the new id is taken by its row. (The observation rule the planner's
+    /// doc states: identity by content only here, only where ids are paths, only when unambiguous.)
     nonisolated func recognizeMoves(_ tx: StoreTransaction, listed: [RemoteItem], seen: Set<String>) throws {
         var new: [String: [RemoteItem]] = [:]
         for item in listed where !item.isFolder {

@@ -26,7 +26,11 @@ struct PlannerPolicy: Sendable, Equatable {
 /// - a deletion is only applied to what the other side has not changed since the merge base (a folder only if
 ///   everything in it is deleted too and unchanged), else the changed side's items come back;
 /// - identity comes from ids: two items are taken for one only when both are new and hold the same content, or
-///   a retried creation says so — never because "a content with this hash came back".
+///   a retried creation says so — never because "a content with this hash came back". The one place content
+///   carries an identity is observation's, before the trees are planned from: on a remote whose ids are paths
+///   (WebDAV, S3, a local folder) a move there is seen as one id gone and one new, so a file missing from a full
+///   listing keeps its item when exactly one new file has its size and SHA-256 and no other missing file does
+///   (the provider's id changed, the item did not); anything less certain stays a deletion and a new file.
 ///
 /// Every operation of one plan can run beside every other; what has to wait for another (a file whose folder is
 /// not there yet, a move into a name another item is leaving) comes in a later plan. The caller runs plans until
