@@ -221,7 +221,7 @@ struct DiskFolder: Sendable {
                     }
                     if row.lMime == nil { row.lMime = MimeType.guess(forName: name) }
                 }
-                if let stored { try tx.update(row, from: stored) } else { try tx.insert(row) }
+                try tx.record(row, from: stored)
             }
             // Not found: deleted here.
             let found = Set(assigned.values)

@@ -264,7 +264,7 @@ extension SyncEngine {
             // A provider that keeps no checksum reports none: what this side learned of the same version stays.
             if item.checksum == nil, let stored, stored.rRevision == item.revision { item.checksum = stored.rChecksum }
             row.setRemote(item, parentLuid: parent)
-            if let stored { try tx.update(row, from: stored) } else { try tx.insert(row) }
+            try tx.record(row, from: stored)
         }
     }
 

@@ -128,11 +128,6 @@ struct StoreTransaction {
         try treePath(luid, sql: "SELECT r_parent, r_name, r_present FROM items WHERE luid = ?")
     }
 
-    /// An item's path in the merge base (as ``localPath(_:)``).
-    func syncedPath(_ luid: String) throws -> String? {
-        try treePath(luid, sql: "SELECT s_parent, s_name, s_present FROM items WHERE luid = ?")
-    }
-
     /// An item's path in one tree, walking up with `sql` (parent, name, present of a row).
     private func treePath(_ luid: String, sql: String) throws -> String? {
         var names: [String] = []
