@@ -346,10 +346,10 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             trees.remote[id] = RemoteNode(parent: parent, name: name, isFolder: folder, revision: folder ? nil : "r-\(content)", checksum: folder ? nil : content)
         case .delete(true, let id):
             guard trees.local[id] != nil, id != .root else { return false }
-            for gone in subtree(id, of: trees.local.mapValues(\.parent)) { trees.local[gone] = nil }
+            for gone in Trees.subtree(id, of: trees.local.mapValues(\.parent)) { trees.local[gone] = nil }
         case .delete(false, let id):
             guard trees.remote[id] != nil, id != .root else { return false }
-            for gone in subtree(id, of: trees.remote.mapValues(\.parent)) { trees.remote[gone] = nil }
+            for gone in Trees.subtree(id, of: trees.remote.mapValues(\.parent)) { trees.remote[gone] = nil }
         case .move(true, let id, let parent, let name):
             guard trees.local[id] != nil, id != .root, freeHere(parent, name, except: id), !isAbove(id, parent, trees.local.mapValues(\.parent)) else {
                 return false
@@ -363,17 +363,6 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             trees.remote[id]?.name = name
         }
         return true
-    }
-
-    static func subtree(_ id: ItemID, of parents: [ItemID: ItemID?]) -> [ItemID] {
-        var result = [id]
-        var index = 0
-        while index < result.count {
-            let current = result[index]
-            result += parents.filter { $0.value == current }.map(\.key).sorted { $0.rawValue < $1.rawValue }
-            index += 1
-        }
-        return result
     }
 
     /// Whether `id` is `node` or above it.
@@ -516,7 +505,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             case .create(true, _, _, _, let folder, let content):
                 if !folder, !history.contains(content) { localOnly.insert(content) }
             case .delete(true, let id):
-                for gone in PlannerScenario.subtree(id, of: before.local.mapValues(\.parent)) {
+                for gone in Trees.subtree(id, of: before.local.mapValues(\.parent)) {
                     if let content = before.local[gone]?.content.checksum, !history.contains(content) { excused.insert(content) }
                 }
             case .edit(false, _, let content), .create(false, _, _, _, false, let content):
@@ -593,7 +582,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 else { return "cannot move there" }
             case .deleteRemote(let id):
                 guard trees.remote[id] != nil else { return "not there" }
-                for gone in PlannerScenario.subtree(id, of: trees.remote.mapValues(\.parent)) where trees.local[gone] != nil {
+                for gone in Trees.subtree(id, of: trees.remote.mapValues(\.parent)) where trees.local[gone] != nil {
                     return "\(gone), inside, is still here"
                 }
             case .createLocalFolder(let id):
@@ -619,7 +608,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 }
             case .deleteLocal(let id):
                 guard trees.local[id] != nil else { return "not here" }
-                for gone in PlannerScenario.subtree(id, of: trees.local.mapValues(\.parent)) {
+                for gone in Trees.subtree(id, of: trees.local.mapValues(\.parent)) {
                     guard let l = trees.local[gone], let s = trees.synced[gone], trees.remote[gone] == nil else { return "\(gone), inside, is not deleted there" }
                     guard l.isFolder || (l.content != .changing && l.content.checksum == s.checksum) else {
                         return "deletes \(gone), which holds changes (\(l.content))"

@@ -562,9 +562,8 @@ extension SyncEngine {
 }
 
 extension ItemRow {
-    /// Deleted there but kept here: the item loses its remote identity and is sent again as a new item.
+    /// Deleted there but kept here: the item loses its remote state and identity and is sent again as a new item.
     mutating func forgetRemote() {
-        fileId = nil
         rPresent = false
         rParent = nil
         rName = nil
@@ -575,6 +574,13 @@ extension ItemRow {
         sName = nil
         sRevision = nil
         sChecksum = nil
+        forgetRemoteIdentity()
+    }
+
+    /// What of a forgotten remote item the trees do not hold (``Trees/apply(_:_:)`` clears the merge base): its
+    /// provider id and requests; it is sent again as new, under a new request id.
+    mutating func forgetRemoteIdentity() {
+        fileId = nil
         hold = nil
         createRequest = UUID.random().uuidString.lowercased()
         createSent = false

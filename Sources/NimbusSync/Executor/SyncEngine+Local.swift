@@ -17,15 +17,11 @@ extension SyncEngine {
             let stat = disk.fileSystem.stat(disk.absolute(relative))
             try await store.write { tx in
                 guard let stored = try tx.item(row.luid) else { return }
-                let before = ItemRow.trees([stored])
-                var after = before
-                after.apply(.createLocalFolder(ItemID(row.luid)))
-                var updated = stored
-                updated.take(ItemID(row.luid), from: before, to: after)
-                updated.lMime = stored.rMime
-                updated.lModified = stored.rModified
-                updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
-                try tx.update(updated, from: stored)
+                try self.write(tx, [stored], { $0.apply(.createLocalFolder(ItemID(row.luid))) }) { updated, _ in
+                    updated.lMime = stored.rMime
+                    updated.lModified = stored.rModified
+                    updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
+                }
             }
         }
     }
@@ -90,16 +86,12 @@ extension SyncEngine {
         let fetched = came
         try await store.write { tx in
             guard let stored = try tx.item(row.luid) else { return }
-            let before = ItemRow.trees([stored])
-            var after = before
-            after.apply(.download(ItemID(row.luid)), .there(fetched))
-            var updated = stored
-            updated.take(ItemID(row.luid), from: before, to: after)
-            updated.lMime = row.rMime
-            updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
-            updated.lMtime = stat?.mtime
-            updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? row.rModified
-            try tx.update(updated, from: stored)
+            try self.write(tx, [stored], { $0.apply(.download(ItemID(row.luid)), .there(fetched)) }) { updated, _ in
+                updated.lMime = row.rMime
+                updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
+                updated.lMtime = stat?.mtime
+                updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? row.rModified
+            }
         }
     }
 
@@ -111,9 +103,7 @@ extension SyncEngine {
         try? FileManager.default.removeItem(at: fetched.url)
         try await store.write { tx in
             guard let stored = try tx.item(row.luid), stored.rRevision == revision, stored.rChecksum == nil else { return }
-            var updated = stored
-            updated.rChecksum = fetched.checksum
-            try tx.update(updated, from: stored)
+            try self.write(tx, [stored], { $0.apply(.learnChecksum(ItemID(row.luid)), .checksum(fetched.checksum)) })
         }
     }
 
@@ -271,12 +261,7 @@ extension SyncEngine {
         }
         try await store.write { tx in
             guard let stored = try tx.item(row.luid) else { return }
-            var updated = stored
-            updated.lParent = parent
-            updated.lName = name
-            updated.sParent = parent
-            updated.sName = name
-            try tx.update(updated, from: stored)
+            try self.write(tx, [stored], { $0.apply(.moveLocal(ItemID(row.luid), parent: ItemID(parent), name: name)) })
         }
     }
 
@@ -316,17 +301,12 @@ extension SyncEngine {
         }
         let gone = deleted
         try await store.write { tx in
+            // Each as deleted alone (deepest first): a folder whose deletion stopped part way keeps what is left.
             for item in gone {
                 guard let stored = try tx.item(item.luid) else { continue }
-                if !stored.rPresent {
-                    try tx.delete(stored.luid)
-                } else {
-                    var updated = stored
-                    updated.lPresent = false
-                    updated.sPresent = false
+                try self.write(tx, [stored], { $0.apply(.deleteLocal(ItemID(stored.luid))) }) { updated, _ in
                     updated.contentPath = nil
                     updated.contentChecksum = nil
-                    try tx.update(updated, from: stored)
                 }
             }
         }
@@ -337,25 +317,20 @@ extension SyncEngine {
     func fork(_ row: ItemRow, name: String) async throws {
         if let disk {
             guard let from = try await store.read({ tx in try tx.localPath(row.luid) }) else { throw LocalChanged() }
-            let to = (from.contains("/") ? String(from[..<from.lastIndex(of: "/")!]) + "/" : "") + name
+            let to = from.lastIndex(of: "/").map { String(from[...$0]) + name } ?? name
             guard !row.lChanging, try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
         }
         try await store.write { tx in
             guard let stored = try tx.item(row.luid) else { return }
-            if !stored.sPresent && !stored.rPresent {
+            let id = ItemID(stored.luid)
+            guard stored.sPresent || stored.rPresent else {
                 // Only here: it just takes the other name.
-                var renamed = stored
-                renamed.lName = name
-                try tx.update(renamed, from: stored)
+                try self.write(tx, [stored], { $0.apply(.fork(id, name: name)) })
                 return
             }
+            // The copy: a new item, with what the trees do not hold of this side's version (its content file, times).
             var copy = ItemRow.empty(ItemID.make().rawValue, isFolder: stored.isFolder)
-            copy.lPresent = true
-            copy.lParent = stored.lParent
-            copy.lName = name
             copy.lMime = stored.lMime
-            copy.lSize = stored.lSize
-            copy.lChecksum = stored.lChecksum
             copy.lModified = stored.lModified
             copy.lInode = stored.lInode
             copy.lMtime = stored.lMtime
@@ -365,17 +340,16 @@ extension SyncEngine {
             copy.createRequest = Self.newRequestId()
             copy.lastAccess = stored.lastAccess
             try tx.insert(copy)
-            try tx.moveLocalChildren(from: stored.luid, into: copy.luid)
-            var original = stored
-            original.lPresent = false
-            original.lChanging = false
-            original.sPresent = false
-            original.hold = nil
-            original.contentPath = nil
-            original.contentChecksum = nil
-            original.uploadRequest = nil
-            original.sourceRevision = nil
-            try tx.update(original, from: stored)
+            let children = try tx.localSubtree(stored.luid).compactMap { try tx.item($0) }.filter { $0.lParent == stored.luid && $0.lPresent }
+            try self.write(tx, [stored, copy] + children, { $0.apply(.fork(id, name: name), .forked(copy: ItemID(copy.luid))) }) { updated, _ in
+                guard updated.luid == stored.luid else { return }
+                updated.lChanging = false
+                updated.hold = nil
+                updated.contentPath = nil
+                updated.contentChecksum = nil
+                updated.uploadRequest = nil
+                updated.sourceRevision = nil
+            }
         }
     }
 

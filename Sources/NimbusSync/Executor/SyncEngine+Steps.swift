@@ -84,31 +84,19 @@ extension SyncEngine {
                 // A move changes no content: content a pull brought since the plan (an edit there after this move)
                 // stays; the answer's could only be that or older, and the feed has moved past it.
                 if stored.rRevision != row.rRevision { answered.takeRemoteContent(from: stored) }
-                let before = ItemRow.trees([stored])
-                var after = before
-                after.apply(step, answered.remoteNode.map { .there($0) } ?? .done)
-                var updated = answered
-                updated.take(ItemID(stored.luid), from: before, to: after)
-                try tx.update(updated, from: stored)
+                try self.write(tx, [stored], { $0.apply(step, answered.remoteNode.map { .there($0) } ?? .done) }) { updated, _ in
+                    updated.fileId = moved.id
+                    updated.rMime = answered.rMime
+                    updated.rModified = answered.rModified
+                }
                 if stored.isFolder, moved.id != fileId { try self.renameBeneath(tx, stored.luid, from: fileId, to: moved.id) }
             }
         case .deleteRemote:
             if let fileId = row.fileId {
                 do { try await provider.delete(fileId) } catch ProviderError.notFound {}
             }
-            try await store.write { tx in
-                let rows = try tx.remoteSubtree(row.luid).compactMap { try tx.item($0) }
-                let before = ItemRow.trees(rows)
-                var after = before
-                after.apply(step)
-                for stored in rows {
-                    let id = ItemID(stored.luid)
-                    var gone = stored
-                    gone.take(id, from: before, to: after)
-                    // (Here still, it stays: the next plan sends it again, or it was deleted here too.)
-                    if after.local[id] == nil && after.remote[id] == nil && after.synced[id] == nil { try tx.delete(stored.luid) } else { try tx.update(gone, from: stored) }
-                }
-            }
+            // (Here still, an item stays: the next plan sends it again, or it was deleted here too.)
+            _ = try await store.write { tx in try self.write(tx, try tx.remoteSubtree(row.luid).compactMap { try tx.item($0) }, { $0.apply(step) }) }
         case .createLocalFolder:
             try await createLocalFolder(row)
         case .download:
@@ -124,6 +112,30 @@ extension SyncEngine {
         case .fork(_, let name):
             try await fork(row, name: name)
         }
+    }
+
+    /// Writes an effect on the trees (``Trees/apply(_:_:)``, with whatever observation saw meanwhile kept) into
+    /// `rows` as stored: each row takes what the trees changed, then `adjust` sets what the trees do not hold (ids,
+    /// MIME types, times, content files); a row no tree holds any more is deleted. Returns the trees after.
+    @discardableResult
+    nonisolated func write(
+        _ tx: StoreTransaction, _ rows: [ItemRow], _ effect: (inout Trees) -> Void, adjust: (inout ItemRow, Trees) throws -> Void = { _, _ in }
+    ) throws -> Trees {
+        let before = ItemRow.trees(rows)
+        var after = before
+        effect(&after)
+        for row in rows {
+            let id = ItemID(row.luid)
+            var updated = row
+            updated.take(id, from: before, to: after)
+            try adjust(&updated, after)
+            if after.remote[id] == nil, after.synced[id] == nil, after.local[id] == nil {
+                try tx.delete(row.luid)
+            } else {
+                try tx.update(updated, from: row)
+            }
+        }
+        return after
     }
 
     /// Steps that only change the database: the merge base, links, holds — and, for the app's store, every step here
@@ -143,16 +155,18 @@ extension SyncEngine {
     nonisolated func recordLocally(_ tx: StoreTransaction, _ step: PlannedOperation) throws -> [String] {
         guard let stored = try tx.item(step.item.rawValue) else { return [] }
         if case .link(_, let other) = step {
-            // One item from two rows: the remote row's identity (its provider id, MIME type, time) comes with it, so the
-            // rows are merged (``merge(_:from:into:)``, the references to it too) and the pair is synced.
-            guard try tx.item(other.rawValue) != nil else { return [] }
-            try merge(tx, from: other.rawValue, into: stored.luid)
-            guard let merged = try tx.item(stored.luid) else { return [] }
-            var updated = merged
-            updated.syncRemote()
-            updated.createRequest = nil
-            updated.createSent = false
-            try tx.update(updated, from: merged)
+            // One item from two rows: the remote row's identity (its provider id, MIME type, time) and what refers
+            // to it (its children) come to this one; the remote row, which no tree holds then, goes.
+            guard let remoteRow = try tx.item(other.rawValue) else { return [] }
+            try tx.reparentAll(from: remoteRow.luid, into: stored.luid)
+            try write(tx, [remoteRow, stored], { $0.apply(step) }) { updated, _ in  // (the remote row goes first: one provider id, one row)
+                guard updated.luid == stored.luid else { return }
+                updated.fileId = remoteRow.fileId
+                updated.rMime = remoteRow.rMime
+                updated.rModified = remoteRow.rModified
+                updated.createRequest = nil
+                updated.createSent = false
+            }
             return []
         }
         switch step {
@@ -165,17 +179,12 @@ extension SyncEngine {
         } else {
             rows = [stored]
         }
-        let before = ItemRow.trees(rows)
-        var after = before
-        after.apply(step)
         var discard: [String] = []
-        for row in rows {
-            let id = ItemID(row.luid)
-            var updated = row
-            updated.take(id, from: before, to: after)
+        try write(tx, rows, { $0.apply(step) }) { updated, _ in
+            let row = updated
             switch step {
             case .forget:
-                updated.forgetRemote()  // sent again as a new item: a new identity
+                updated.forgetRemoteIdentity()  // sent again as a new item: a new identity
             case .createLocalFolder, .download:
                 updated.lMime = row.rMime
                 updated.lModified = row.rModified
@@ -196,11 +205,6 @@ extension SyncEngine {
                 updated.contentChecksum = nil
             default:
                 break
-            }
-            if after.remote[id] == nil, after.synced[id] == nil, after.local[id] == nil {
-                try tx.delete(row.luid)
-            } else {
-                try tx.update(updated, from: row)
             }
         }
         return discard
@@ -397,21 +401,30 @@ extension SyncEngine {
             guard let fresh = try tx.item(luid) else { return }
             stored = fresh
         }
-        var updated = stored
-        updated.setRemote(item, parentLuid: try createdParent(tx, item, requested: parent))
-        if updated.rChecksum == nil { updated.rChecksum = checksum }
-        // The merge base is what this creation made.
-        updated.syncRemote()
-        updated.createRequest = nil
-        updated.createSent = false
-        // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
-        if item.isDeleted { updated.rPresent = false }
-        // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only
-        // be this creation's or a later one (another device's edit, move or deletion since), and that change
-        // has been read from the feed already — it must stay the remote state, or it would never be seen.
-        if fed { updated.takeRemote(from: stored) }
-        try keepSentContent(&updated)
-        try tx.update(updated, from: stored)
+        var answered = stored
+        answered.setRemote(item, parentLuid: try createdParent(tx, item, requested: parent))
+        if answered.rChecksum == nil { answered.rChecksum = checksum }
+        let id = ItemID(luid)
+        let made = answered.remoteNode
+        try write(tx, [stored], { trees in
+            // The merge base is what this creation made.
+            trees.apply(stored.isFolder ? .createRemoteFolder(id) : .upload(id, base: nil), made.map { .there($0) } ?? .done)
+            // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
+            if item.isDeleted { trees.remote[id] = nil }
+            // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only
+            // be this creation's or a later one (another device's edit, move or deletion since), and that change
+            // has been read from the feed already — it must stay the remote state, or it would never be seen.
+            if fed { trees.remote[id] = stored.remoteNode }
+        }) { updated, _ in
+            updated.fileId = item.id
+            if !fed {
+                updated.rMime = item.mimeType
+                updated.rModified = item.modifiedAt.millis
+            }
+            updated.createRequest = nil
+            updated.createSent = false
+            try self.keepSentContent(&updated)
+        }
     }
 
     /// Where a creation's answer says the item is: where it was asked for — unless the request id brought back

@@ -86,21 +86,26 @@ extension SyncEngine {
         let made = try await provider.upload(source, to: .version(of: fileId, base: base), requestId: request, progress: report)
         try await store.write { tx in
             guard let stored = try tx.item(luid) else { return }
-            var updated = stored
-            updated.setRemote(made, parentLuid: stored.rParent)
-            if updated.rChecksum == nil { updated.rChecksum = source.checksum }
-            // The merge base takes what was sent (the place stays: a move goes as its own step).
-            updated.sRevision = updated.rRevision
-            updated.sChecksum = source.checksum
+            var answered = stored
+            answered.setRemote(made, parentLuid: stored.rParent)
+            if answered.rChecksum == nil { answered.rChecksum = source.checksum }
             // A pull meanwhile brought another state than the one this version was based on: with If-Match on
             // `base` honoured, that state came after this commit (another device's edit, move or deletion), and the
             // feed has moved past it — it stays the remote state (the next plan downloads it or sees the conflict).
-            if base != nil, !stored.rPresent || (stored.rRevision != base && stored.rRevision != made.revision) {
-                updated.takeRemote(from: stored)
+            let later = base != nil && (!stored.rPresent || (stored.rRevision != base && stored.rRevision != made.revision))
+            let id = ItemID(luid)
+            // The merge base takes what was sent (the place stays: a move goes as its own step).
+            try self.write(tx, [stored], { trees in
+                trees.apply(.upload(id, base: base), answered.remoteNode.map { .there($0) } ?? .done)
+                if later { trees.remote[id] = stored.remoteNode }
+            }) { updated, _ in
+                if !later {
+                    updated.rMime = made.mimeType
+                    updated.rModified = made.modifiedAt.millis
+                }
+                updated.uploadRequest = nil
+                try self.keepSentContent(&updated)
             }
-            updated.uploadRequest = nil
-            try self.keepSentContent(&updated)
-            try tx.update(updated, from: stored)
         }
     }
 
@@ -115,13 +120,18 @@ extension SyncEngine {
         let head = try await revisions.restore(fileId, revision: base)
         try await store.write { tx in
             guard let stored = try tx.item(row.luid) else { return }
-            var updated = stored
-            updated.hold = nil
-            updated.setRemote(head, parentLuid: stored.rParent)
-            updated.sRevision = mine.revision
-            updated.sChecksum = source.checksum
-            updated.uploadRequest = nil
-            try tx.update(updated, from: stored)
+            var sent = stored
+            sent.setRemote(mine, parentLuid: stored.rParent)
+            sent.rChecksum = source.checksum
+            var restored = stored
+            restored.setRemote(head, parentLuid: stored.rParent)
+            guard let sentNode = sent.remoteNode, let headNode = restored.remoteNode else { return }
+            try self.write(tx, [stored], { $0.apply(.uploadThenRestore(ItemID(row.luid), base: base), .restored(sent: sentNode, head: headNode)) }) {
+                updated, _ in
+                updated.rMime = head.mimeType
+                updated.rModified = head.modifiedAt.millis
+                updated.uploadRequest = nil
+            }
         }
     }
 

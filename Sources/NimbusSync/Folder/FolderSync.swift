@@ -141,7 +141,7 @@ public actor FolderSync {
             case .forget: report.kept.append(path(step.item))
             case .fork(_, let name):
                 let original = before ?? path(step.item)
-                let copy = (original.contains("/") ? String(original[..<original.lastIndex(of: "/")!]) + "/" : "") + name
+                let copy = original.lastIndex(of: "/").map { String(original[...$0]) + name } ?? name
                 report.conflicts.append("\(original): changed here and there; both kept, this device's version is \(copy)")
             case .hold(_, .conflict):
                 report.conflicts.append("\(path(step.item)): changed here and there; resolve with 'nimbus conflicts resolve'")

@@ -89,8 +89,7 @@ struct Admission: Sendable, Equatable {
     /// How many items `ids` and everything under each are (each counted per deletion that takes it, as the guard
     /// weighs them), in a tree given as each item's parent.
     static func subtreeSizes(_ ids: [ItemID], parents: [ItemID: ItemID?]) -> Int {
-        var children: [ItemID: [ItemID]] = [:]
-        for (child, parent) in parents { if let parent { children[parent, default: []].append(child) } }
+        let children = Trees.children(of: parents)
         var sizes: [ItemID: Int] = [:]
         func size(_ id: ItemID, _ depth: Int) -> Int {
             if let known = sizes[id] { return known }

@@ -58,7 +58,7 @@ extension Trees {
             synced[id]?.parent = parent
             synced[id]?.name = name
         case (.deleteRemote(let id), _):
-            for gone in subtree(id, of: remote.mapValues(\.parent)) {
+            for gone in Self.subtree(id, of: remote.mapValues(\.parent)) {
                 remote[gone] = nil
                 synced[gone] = nil
             }
@@ -87,7 +87,7 @@ extension Trees {
             synced[id]?.parent = parent
             synced[id]?.name = name
         case (.deleteLocal(let id), _):
-            for gone in subtree(id, of: local.mapValues(\.parent)) {
+            for gone in Self.subtree(id, of: local.mapValues(\.parent)) {
                 local[gone] = nil
                 synced[gone] = nil
             }
@@ -120,12 +120,14 @@ extension Trees {
             synced[id] = r
             for (child, node) in remote where node.parent == other { remote[child]?.parent = id }
             for (child, node) in synced where node.parent == other { synced[child]?.parent = id }
-            local[id]?.parent = r.parent
-            local[id]?.name = r.name
+            // (Its place here stays: the same place by the planner's comparison of names, maybe not byte for byte.)
             local[id]?.creationInDoubt = false
         case (.forget(let id), _):
+            // Its remote identity goes with the merge base (it was deleted there; it is sent again as a new item).
+            remote[id] = nil
             synced[id] = nil
             local[id]?.creationInDoubt = false
+            local[id]?.hold = nil
         case (.fork(let id, let name), let outcome):
             guard let l = local[id] else { return }
             guard synced[id] != nil || remote[id] != nil, case .forked(let copy) = outcome else {
@@ -156,9 +158,8 @@ extension Trees {
     }
 
     /// `id` and everything under it, in a tree given as each item's parent (parents before children).
-    func subtree(_ id: ItemID, of parents: [ItemID: ItemID?]) -> [ItemID] {
-        var children: [ItemID: [ItemID]] = [:]
-        for (child, parent) in parents { if let parent { children[parent, default: []].append(child) } }
+    static func subtree(_ id: ItemID, of parents: [ItemID: ItemID?]) -> [ItemID] {
+        let children = children(of: parents)
         var result: [ItemID] = []
         var stack = [id]
         var seen: Set<ItemID> = []
@@ -168,5 +169,12 @@ extension Trees {
             stack += (children[next] ?? []).sorted { $0.rawValue > $1.rawValue }
         }
         return result
+    }
+
+    /// Each item's children, in a tree given as each item's parent.
+    static func children(of parents: [ItemID: ItemID?]) -> [ItemID: [ItemID]] {
+        var children: [ItemID: [ItemID]] = [:]
+        for (child, parent) in parents { if let parent { children[parent, default: []].append(child) } }
+        return children
     }
 }

@@ -73,8 +73,8 @@ struct Planner {
             localChildren[parent, default: []].append(id)
             localAt[Place(parent: parent, name: node.name), default: []].append(id)
         }
-        for key in remoteAt.keys where remoteAt[key]!.count > 1 { remoteAt[key]!.sort { $0.rawValue < $1.rawValue } }
-        for key in localAt.keys where localAt[key]!.count > 1 { localAt[key]!.sort { $0.rawValue < $1.rawValue } }
+        for (key, ids) in remoteAt where ids.count > 1 { remoteAt[key] = ids.sorted { $0.rawValue < $1.rawValue } }
+        for (key, ids) in localAt where ids.count > 1 { localAt[key] = ids.sorted { $0.rawValue < $1.rawValue } }
     }
 
     mutating func plan() -> [PlannedOperation] {

@@ -191,11 +191,6 @@ extension StoreTransaction {
 extension StoreTransaction {
     // MARK: More of the trees
 
-    /// Moves everything in local folder `from` into local folder `into`.
-    func moveLocalChildren(from: String, into: String) throws {
-        try db.execute(sql: "UPDATE items SET l_parent = ? WHERE l_parent = ? AND l_present = 1", arguments: [into, from])
-    }
-
     /// Pinned files of the view whose current content is not here and is the remote's.
     func pinnedWithoutContent() throws -> [ItemRow] {
         try ItemRow.fetchAll(

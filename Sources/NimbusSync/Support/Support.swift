@@ -146,9 +146,10 @@ public enum FileHasher {
 
     /// Fills `buffer` from `descriptor`: fewer bytes only at the end of the file; nil on an error (`errno` says which).
     static func fill(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        guard let base = buffer.baseAddress else { return 0 }
         var count = 0
         while count < buffer.count {
-            let got = read(descriptor, buffer.baseAddress! + count, buffer.count - count)
+            let got = read(descriptor, base + count, buffer.count - count)
             if got < 0 {
                 if errno == EINTR { continue }
                 return nil
