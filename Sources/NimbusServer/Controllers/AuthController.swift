@@ -77,7 +77,7 @@ struct AuthController: Sendable {
         let refresh = TokenService.makeRefreshToken()
         let deviceName = credentials.deviceName?.trimmingCharacters(in: .whitespacesAndNewlines)
         let device = try await dependencies.accounts.createDevice(
-            userId: user.id, name: String((deviceName?.isEmpty == false ? deviceName! : "device").prefix(100)),
+            userId: user.id, name: String((deviceName.flatMap { $0.isEmpty ? nil : $0 } ?? "device").prefix(100)),
             refreshHash: refresh.hash, now: dependencies.now)
         return try await tokens(userId: user.id, deviceId: device.id, refreshToken: refresh.token)
     }

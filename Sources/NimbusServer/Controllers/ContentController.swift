@@ -111,7 +111,7 @@ struct ContentController: Sendable {
 enum HTTPDate {
     static func string(from date: Date) -> String {
         var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "GMT")!
+        calendar.timeZone = TimeZone(secondsFromGMT: 0) ?? calendar.timeZone
         let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second, .weekday], from: date)
         let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
         let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]

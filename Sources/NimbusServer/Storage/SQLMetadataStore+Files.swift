@@ -281,7 +281,7 @@ extension SQLMetadataStore {
         guard let trashRoot = file.trashRoot, let oldParent = file.parentId else { return (file, 0) }
         var parentId = oldParent
         let parent = try Self.existingFile(db, id: oldParent, userId: userId)
-        if parent == nil || parent!.isTrashed {
+        if parent?.isTrashed ?? true {
             parentId = try db.value("SELECT root_id FROM users WHERE id = ?", [userId], as: String.self) ?? oldParent
         }
         // Restoring never fails on a name: a taken one gives way to `name (1)`.

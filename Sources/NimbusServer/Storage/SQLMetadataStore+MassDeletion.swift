@@ -31,7 +31,7 @@ extension SQLMetadataStore {
         let state = try db.fetchOne(
             "SELECT paused_at, confirmed_until FROM deletion_guard WHERE user_id = ? AND device_id = ?", [userId, deleter.deviceId])
         let confirmedUntil = try state?.get("confirmed_until", as: Int64?.self)
-        if confirmedUntil == nil || confirmedUntil! <= now.millis {
+        if (confirmedUntil.map { $0 <= now.millis }) ?? true {
             if try state?.get("paused_at", as: Int64?.self) != nil {
                 return Self.pausedMessage
             }

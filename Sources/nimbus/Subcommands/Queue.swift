@@ -27,7 +27,8 @@ struct Uploads: AsyncParsableCommand {
             if output.json { return try Output.json(rows) }
             if rows.isEmpty { Output.line("No unfinished uploads.", options: output) }
             for row in rows {
-                print("\(row["id"]!)  \(row["path"]!)  \(row["size"]!)  \(row["state"]!)\(row["error"]!.isEmpty ? "" : " — " + row["error"]!)")
+                let error = row["error", default: ""]
+                print("\(row["id", default: ""])  \(row["path", default: ""])  \(row["size", default: ""])  \(row["state", default: ""])\(error.isEmpty ? "" : " — " + error)")
             }
         }
     }
