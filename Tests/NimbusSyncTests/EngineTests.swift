@@ -640,4 +640,28 @@ struct MetadataCacheTests {
             #expect(try await small.engine.listing(in: folder.id).count == 300)
         }
     }
+
+    @Test("restoring a revision makes it the head there without sending its bytes, and another device gets it")
+    func restoreRevision() async throws {
+        try await SyncWorld.run { world in
+            let (a, b) = try await EngineTests.twoDevices(world)
+            let first = Data("first version".utf8)
+            let id = try await a.upload(from: try world.file("notes.txt", first), in: .root)
+            try await a.syncOnce()
+            try await a.update(id, from: try world.file("notes.txt", Data("second version".utf8)))
+            try await a.syncOnce()
+            let revisions = try await a.revisions(of: id)
+            let old = try #require(revisions.first { $0.checksum == sha256(first) })
+            try await a.restore(id, revision: old.revisionId)
+            #expect(try await a.item(id)?.state == .pending)
+            try await a.syncOnce()
+            #expect(try await a.item(id)?.state == .synced)
+            #expect(try await a.tree() == ["/notes.txt": sha256(first)])
+            #expect(try await a.revisions(of: id).count == revisions.count + 1, "the restore is a new head; history keeps everything")
+            try await b.syncOnce()
+            #expect(try await b.tree() == ["/notes.txt": sha256(first)])
+            try await a.syncOnce()
+            #expect(try await a.status().pending == 0)
+        }
+    }
 }

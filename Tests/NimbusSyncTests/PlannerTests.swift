@@ -117,6 +117,53 @@ struct PlannerTests {
         #expect(plan(trees) == [.upload(here, base: nil)], "a creation whose answer was lost is retried first")
     }
 
+    @Test("an item deleted here while its creation was in doubt is asked for again (after its folder's doubt), and a new item under its name waits for it; what it made is then deleted there")
+    func doubtDeletedHere() throws {
+        let folder = ItemID("d")
+        let file = ItemID("f")
+        let newer = ItemID("n")
+        var trees = Trees()
+        trees.doubts[folder] = LocalNode(parent: .root, name: "dir", isFolder: true)
+        trees.doubts[file] = LocalNode(parent: folder, name: "a.txt", isFolder: false)
+        #expect(plan(trees) == [.settleDoubt(folder)], "the file's creation was asked for in the folder: the folder's settles first")
+        // The folder's creation had made nothing: it is let go; the file's folder is not there, so nothing was made
+        // either (asking finds no folder to ask in).
+        var settled = trees
+        settled.apply(.settleDoubt(folder))
+        #expect(settled.doubts[folder] == nil)
+        #expect(plan(settled) == [.settleDoubt(file)])
+        // It had made the folder: the folder is recorded, then deleted there (it was deleted here); the file is asked
+        // for in it meanwhile.
+        let made = RemoteNode(parent: .root, name: "dir", isFolder: true, revision: nil, checksum: nil)
+        trees.apply(.settleDoubt(folder), .there(made))
+        #expect(trees.doubts[folder] == nil && trees.remote[folder] == made && trees.synced[folder] == made && trees.local[folder] == nil)
+        #expect(Set(plan(trees)) == [.settleDoubt(file), .deleteRemote(folder)])
+        // A new file here under the doubtful one's name waits until that is settled.
+        trees.local[folder] = LocalNode(parent: .root, name: "dir", isFolder: true)
+        trees.local[newer] = LocalNode(parent: folder, name: "a.txt", isFolder: false, content: .known(checksum: "new", size: 3))
+        #expect(plan(trees) == [.settleDoubt(file)], "the new file waits: the doubtful creation may hold the name there")
+        trees.apply(.settleDoubt(file))
+        #expect(trees.doubts.isEmpty)
+        #expect(plan(trees) == [.upload(newer, base: nil)])
+    }
+
+    @Test("a revision restored here goes there by restoring it (no bytes sent); changed there meanwhile, it is a conflict as any edit")
+    func restoredRevision() throws {
+        let f = ItemID("f")
+        var trees = PlannerScenario.base([(f, .root, "f.txt", "v2")])
+        trees.local[f]?.content = .known(checksum: "v1", size: 2)
+        trees.local[f]?.restoring = "r1"
+        #expect(plan(trees) == [.restoreRevision(f, revision: "r1")])
+        var after = trees
+        let head = RemoteNode(parent: .root, name: "f.txt", isFolder: false, revision: "r3", checksum: "v1", size: 2)
+        after.apply(.restoreRevision(f, revision: "r1"), .there(head))
+        #expect(after.local[f]?.restoring == nil && after.remote[f] == head && after.synced[f]?.revision == "r3")
+        #expect(plan(after).isEmpty)
+        trees.remote[f]?.revision = "r9"
+        trees.remote[f]?.checksum = "there"
+        #expect(plan(trees) == [.fork(f, name: "f (conflict from D 2026-11-23).txt")])
+    }
+
     @Test("linking to a remote that keeps no checksum: the file there is read once when the sizes match, then linked or forked")
     func bothNewWithoutRemoteChecksum() throws {
         let here = ItemID("h")
@@ -634,6 +681,10 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 guard trees.local[id] != nil else { return "not here" }
             case .release:
                 break
+            case .settleDoubt:
+                return "no creation is in doubt in these trees"
+            case .restoreRevision:
+                return "no revision is restored in these trees"
             case .learnChecksum(let id):
                 // These trees always carry checksums there: reading one is never needed.
                 guard let r = trees.remote[id], r.checksum == nil else { return "reads a checksum it knows" }

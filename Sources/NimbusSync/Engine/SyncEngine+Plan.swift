@@ -26,7 +26,6 @@ extension SyncEngine {
             if Self.tracing { trace("remote tree up to date") }
             try await observeLocal()
             if Self.tracing { trace("scanned: \(lastScan.hashed) files read, \(lastScan.unhashed) left to hash as they are sent") }
-            try await settleDoubts(provider)
             let before = sent
             try await runPlans(provider)
             if sent > before, provider.features.answersAsListed != true {
@@ -180,6 +179,7 @@ extension SyncEngine {
             if remotePaths[row.luid] != nil, let node = row.remoteNode { trees.remote[id] = node }
             if let node = row.syncedNode { trees.synced[id] = node }
             if localPaths[row.luid] != nil, let node = row.localNode { trees.local[id] = node }
+            if let node = row.doubtNode { trees.doubts[id] = node }
         }
         return trees
     }
@@ -261,11 +261,11 @@ extension PlannedOperation {
     var kind: OperationKind {
         switch self {
         case .createRemoteFolder, .createLocalFolder: .createFolder
-        case .upload, .uploadThenRestore: .upload
+        case .upload, .uploadThenRestore, .restoreRevision: .upload
         case .download: .download
         case .learnChecksum: .compare
         case .moveRemote, .moveLocal: .move
-        case .deleteRemote, .deleteLocal: .delete
+        case .deleteRemote, .deleteLocal, .settleDoubt: .delete
         case .record, .link, .forget, .release: .record
         case .fork: .conflict
         case .hold: .hold

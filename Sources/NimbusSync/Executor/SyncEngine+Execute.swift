@@ -5,19 +5,16 @@ import NimbusAPI
 /// batches go several per request; a new folder with the small new files it will hold), run up to
 /// ``SyncConfiguration/maxConcurrentOperations`` at once, each outcome recorded; failures scheduled for a retry.
 extension SyncEngine {
-    /// Items deleted here while their creation was in doubt (sent, no answer recorded): the creation is asked for
-    /// again with the same request id, so whatever it made there is known — and then deleted there like any item
-    /// deleted here. (Without this, a file the user deleted moments after adding it could come back.)
-    func settleDoubts(_ provider: any RemoteProvider) async throws {
-        let rows = try await store.read { tx in try tx.doubtsDeletedHere() }
-        for row in rows where !running.contains(row.luid) {
-            guard let request = row.createRequest, let name = row.lName,
-                let parent = try await store.read({ tx in try row.lParent.flatMap { try tx.item($0) }?.fileId })
-            else {
-                try await store.write { tx in try tx.delete(row.luid) }
-                continue
-            }
-            var made: RemoteItem?
+    /// Carries out ``PlannedOperation/settleDoubt(_:)``: the creation of an item deleted here is asked for again with
+    /// its request id, so whatever it made there is known — recorded as made, then deleted there by the next plan like
+    /// any item deleted here. (Without this, a file the user deleted moments after adding it could come back.) Refused
+    /// for good (the name is another item's, the folder is gone), it made nothing: the item is let go; unreachable, the
+    /// step fails and is retried.
+    func settleDoubt(_ row: ItemRow, _ provider: any RemoteProvider) async throws {
+        var made: RemoteItem?
+        if let request = row.createRequest, let name = row.lName,
+            let parent = try await store.read({ tx in try row.lParent.flatMap { try tx.item($0) }?.fileId })
+        {
             do {
                 if row.isFolder {
                     made = try await provider.createFolder(named: name, in: parent, requestId: request)
@@ -27,20 +24,20 @@ extension SyncEngine {
                         requestId: request) { _ in }
                 }
             } catch ProviderError.requestIdReused(let existing?) {
-                // It was made, and has changed since (or gone: deleted there too, nothing left to do).
-                do { made = try await provider.item(existing) } catch ProviderError.notFound {} catch is ProviderError { continue }
+                // It was made, and has changed since (or is gone: deleted there too, nothing left to do).
+                do { made = try await provider.item(existing) } catch ProviderError.notFound {}
             } catch let error as ProviderError where !error.isRetryable {
+                if case .unauthorized = error { throw error }
                 // It was not made (the name belongs to another item, the folder is gone): nothing to undo.
-            } catch is ProviderError {
-                continue  // offline: asked again next round
             }
-            if let made, try await !inUseElsewhere(made.id, than: row.luid) {
-                try await recordCreated(row.luid, made, parent: row.lParent)
-            } else {
-                try await store.write { tx in try tx.delete(row.luid) }
-            }
-            if let path = row.contentPath, row.contentOwned, path.hasPrefix(stagingDirectory.path) { try? FileManager.default.removeItem(atPath: path) }
         }
+        let id = ItemID(row.luid)
+        if let made, try await !inUseElsewhere(made.id, than: row.luid) {
+            try await recordCreated(row.luid, made, parent: row.lParent, as: .settleDoubt(id))
+        } else {
+            _ = try await store.write { tx in try self.write(tx, try tx.item(row.luid).map { [$0] } ?? [], { $0.apply(.settleDoubt(id)) }) }
+        }
+        if let path = row.contentPath, row.contentOwned, path.hasPrefix(stagingDirectory.path) { try? FileManager.default.removeItem(atPath: path) }
     }
 
     /// Whether the item that a creation in doubt made is already here as another row — the change feed brought

@@ -74,6 +74,8 @@ extension SyncEngine {
             try await upload(row, base: base, provider)
         case .uploadThenRestore(_, let base):
             try await uploadThenRestore(row, base: base, provider)
+        case .restoreRevision(_, let revision):
+            try await restoreRevision(row, revision, provider)
         case .moveRemote(_, let parent, let name):
             guard let fileId = row.fileId else { return }
             let moved = try await provider.move(fileId, to: try await remoteId(of: parent.rawValue), name: name)
@@ -103,6 +105,8 @@ extension SyncEngine {
             try await download(row, provider)
         case .learnChecksum:
             try await learnChecksum(row, provider)
+        case .settleDoubt:
+            try await settleDoubt(row, provider)
         case .moveLocal(_, let parent, let name):
             try await moveLocal(row, to: parent.rawValue, name: name)
         case .deleteLocal:
@@ -129,7 +133,7 @@ extension SyncEngine {
             var updated = row
             updated.take(id, from: before, to: after)
             try adjust(&updated, after)
-            if after.remote[id] == nil, after.synced[id] == nil, after.local[id] == nil {
+            if after.remote[id] == nil, after.synced[id] == nil, after.local[id] == nil, after.doubts[id] == nil {
                 try tx.delete(row.luid)
             } else {
                 try tx.update(updated, from: row)
@@ -377,17 +381,20 @@ extension SyncEngine {
         return request
     }
 
-    /// Records that the item's creation made `item` there (created in `parent`): both trees agree.
-    func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil) async throws {
+    /// Records that the item's creation made `item` there (created in `parent`): both trees agree. `operation`: the
+    /// step that made it (by default the creation the item's kind asks for).
+    func recordCreated(_ luid: String, _ item: RemoteItem, parent: String?, checksum: String? = nil, as operation: PlannedOperation? = nil) async throws {
         try await store.write { tx in
-            try self.recordCreated(tx, luid, item, parent: parent, checksum: checksum, asRead: nil)
+            try self.recordCreated(tx, luid, item, parent: parent, checksum: checksum, asRead: nil, as: operation)
         }
     }
 
     /// ``recordCreated(_:_:parent:checksum:)`` inside a write (a batch records all its answers in one). `asRead`: the
     /// row as read before the request, marked sent (only the columns this changes are written, so a change the user
     /// made meanwhile stays); nil: read now.
-    nonisolated func recordCreated(_ tx: StoreTransaction, _ luid: String, _ item: RemoteItem, parent: String?, checksum: String?, asRead: ItemRow?) throws {
+    nonisolated func recordCreated(
+        _ tx: StoreTransaction, _ luid: String, _ item: RemoteItem, parent: String?, checksum: String?, asRead: ItemRow?, as operation: PlannedOperation? = nil
+    ) throws {
         var fed = false
         let stored: ItemRow
         if let other = try tx.luid(fileId: item.id), other != luid {
@@ -408,7 +415,7 @@ extension SyncEngine {
         let made = answered.remoteNode
         try write(tx, [stored], { trees in
             // The merge base is what this creation made.
-            trees.apply(stored.isFolder ? .createRemoteFolder(id) : .upload(id, base: nil), made.map { .there($0) } ?? .done)
+            trees.apply(operation ?? (stored.isFolder ? .createRemoteFolder(id) : .upload(id, base: nil)), made.map { .there($0) } ?? .done)
             // Made by an earlier attempt and deleted there since: that deletion is the remote state now.
             if item.isDeleted { trees.remote[id] = nil }
             // The feed brought the item before this answer came (a pull ran meanwhile): the feed's state can only

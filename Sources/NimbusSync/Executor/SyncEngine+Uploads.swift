@@ -39,22 +39,6 @@ extension SyncEngine {
             progress.withLock { $0[luid] = .uploading(progress: Double(sent) / Double(max(row.lSize ?? 1, 1))) }
         }
         defer { progressBox.withLock { _ = $0.removeValue(forKey: luid) } }
-        if let revision = row.sourceRevision, let fileId = row.fileId {
-            // A restore: the content is that revision's, already there.
-            guard let revisions = provider.features.revisions else { throw SyncError.invalid("This remote keeps no revisions.") }
-            let restored = try await revisions.restore(fileId, revision: revision)
-            try await store.write { tx in
-                guard let stored = try tx.item(luid) else { return }
-                var updated = stored
-                updated.setRemote(restored, parentLuid: stored.rParent)
-                updated.syncRemoteContent()
-                updated.lChecksum = restored.checksum
-                updated.lSize = restored.size
-                updated.sourceRevision = nil
-                try tx.update(updated, from: stored)
-            }
-            return
-        }
         var row = row
         var unhashed = false
         if row.lUnhashed, row.lChecksum == nil, row.fileId == nil, let disk {
@@ -131,6 +115,23 @@ extension SyncEngine {
                 updated.rMime = head.mimeType
                 updated.rModified = head.modifiedAt.millis
                 updated.uploadRequest = nil
+            }
+        }
+    }
+
+    /// Carries out ``PlannedOperation/restoreRevision(_:revision:)``: the revision's content is there already.
+    func restoreRevision(_ row: ItemRow, _ revision: String, _ provider: any RemoteProvider) async throws {
+        guard let fileId = row.fileId else { return }
+        guard let revisions = provider.features.revisions else { throw SyncError.invalid("This remote keeps no revisions.") }
+        let restored = try await revisions.restore(fileId, revision: revision)
+        try await store.write { tx in
+            guard let stored = try tx.item(row.luid) else { return }
+            var answered = stored
+            answered.setRemote(restored, parentLuid: stored.rParent)
+            guard let node = answered.remoteNode else { return }
+            try self.write(tx, [stored], { $0.apply(.restoreRevision(ItemID(row.luid), revision: revision), .there(node)) }) { updated, _ in
+                updated.rMime = restored.mimeType
+                updated.rModified = restored.modifiedAt.millis
             }
         }
     }

@@ -131,7 +131,7 @@ public actor FolderSync {
         func path(_ id: ItemID) -> String { paths[id.rawValue] ?? id.rawValue }
         for (step, before) in done {
             switch step {
-            case .upload, .uploadThenRestore: report.uploaded.append(path(step.item))
+            case .upload, .uploadThenRestore, .restoreRevision: report.uploaded.append(path(step.item))
             case .createRemoteFolder: report.createdFolders.append(path(step.item))
             case .download: report.downloaded.append(path(step.item))
             case .createLocalFolder: report.downloaded.append(path(step.item) + "/")
@@ -147,7 +147,7 @@ public actor FolderSync {
                 report.conflicts.append("\(path(step.item)): changed here and there; resolve with 'nimbus conflicts resolve'")
             case .hold(_, .unsynced):
                 report.conflicts.append("\(path(step.item)): deleted there but changed here; resolve with 'nimbus conflicts resolve'")
-            case .record, .link, .release, .learnChecksum, .hold:
+            case .record, .link, .release, .learnChecksum, .hold, .settleDoubt:
                 break
             }
         }

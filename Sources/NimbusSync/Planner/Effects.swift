@@ -47,6 +47,14 @@ extension Trees {
             synced[id] = merged
             remote[id] = head
             local[id]?.hold = nil
+        case (.restoreRevision(let id, _), .there(let node)):
+            // The restored revision is the head there, and the content here and the merge base (here the content was
+            // only known as "that revision").
+            remote[id] = node
+            synced[id]?.revision = node.revision
+            synced[id]?.checksum = node.checksum
+            local[id]?.content = .known(checksum: node.checksum ?? "", size: node.size)
+            local[id]?.restoring = nil
         case (.moveRemote(let id, let parent, let name), .there(let node)):
             // The provider's answer is the item there now (a provider whose ids are paths gives a new one).
             remote[id] = node
@@ -147,6 +155,13 @@ extension Trees {
             local[id]?.hold = hold
         case (.release(let id), _):
             local[id]?.hold = nil
+        case (.settleDoubt(let id), .there(let node)):
+            // What the creation made: both sides held it once; here it is deleted since.
+            doubts[id] = nil
+            remote[id] = node
+            synced[id] = node
+        case (.settleDoubt(let id), _):
+            doubts[id] = nil  // nothing made (or it is another item here now)
         case (.learnChecksum(let id), .checksum(let checksum)):
             remote[id]?.checksum = checksum
             if synced[id]?.revision == remote[id]?.revision { synced[id]?.checksum = checksum }

@@ -16,6 +16,8 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// makes `base` the head again: the user kept the remote version of a conflict (where the remote keeps
     /// revisions). The local file must still be as the plan saw it; the remote version comes here next.
     case uploadThenRestore(ItemID, base: String)
+    /// Makes revision `revision` of the file there its head again: the user restored it here (``LocalNode/restoring``).
+    case restoreRevision(ItemID, revision: String)
     /// Deletes the item there (to the provider's trash where it has one); a folder with its whole remote subtree,
     /// every item of which is deleted here too and unchanged there.
     case deleteRemote(ItemID)
@@ -23,6 +25,10 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// with a file here: its content is read once to learn it (the provider remembers it for that version). Nothing
     /// changes on either side; the remote tree gets the checksum.
     case learnChecksum(ItemID)
+    /// An item deleted here while its creation was in doubt (sent, no answer recorded): the creation is asked for
+    /// again with the same request id, so whatever it made there — then or now — is known (and deleted there by the
+    /// next plan, like any item deleted here). Nothing made: the item is forgotten.
+    case settleDoubt(ItemID)
 
     // Here
     /// Creates the folder here, where the remote node is.
@@ -58,7 +64,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .createRemoteFolder(let id), .upload(let id, _), .uploadThenRestore(let id, _), .moveRemote(let id, _, _), .deleteRemote(let id), .createLocalFolder(let id),
             .download(let id), .moveLocal(let id, _, _), .deleteLocal(let id), .record(let id), .link(let id, _), .forget(let id),
-            .learnChecksum(let id),
+            .learnChecksum(let id), .settleDoubt(let id), .restoreRevision(let id, _),
             .fork(let id, _), .hold(let id, _), .release(let id):
             id
         }
@@ -67,7 +73,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// Talks to the provider (as opposed to changing only this side or the merge base).
     var isRemote: Bool {
         switch self {
-        case .createRemoteFolder, .upload, .uploadThenRestore, .moveRemote, .deleteRemote: true
+        case .createRemoteFolder, .upload, .uploadThenRestore, .restoreRevision, .moveRemote, .deleteRemote, .settleDoubt: true
         default: false
         }
     }
@@ -88,6 +94,8 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         case .moveRemote(let id, let parent, let name): "moveRemote(\(id) → \(parent)/\(name))"
         case .deleteRemote(let id): "deleteRemote(\(id))"
         case .learnChecksum(let id): "learnChecksum(\(id))"
+        case .settleDoubt(let id): "settleDoubt(\(id))"
+        case .restoreRevision(let id, let revision): "restoreRevision(\(id), \(revision))"
         case .createLocalFolder(let id): "createLocalFolder(\(id))"
         case .download(let id): "download(\(id))"
         case .moveLocal(let id, let parent, let name): "moveLocal(\(id) → \(parent)/\(name))"

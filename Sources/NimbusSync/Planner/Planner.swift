@@ -26,11 +26,16 @@ struct PlannerPolicy: Sendable, Equatable {
 /// - a deletion is only applied to what the other side has not changed since the merge base (a folder only if
 ///   everything in it is deleted too and unchanged), else the changed side's items come back;
 /// - identity comes from ids: two items are taken for one only when both are new and hold the same content, or
-///   a retried creation says so — never because "a content with this hash came back". The one place content
-///   carries an identity is observation's, before the trees are planned from: on a remote whose ids are paths
-///   (WebDAV, S3, a local folder) a move there is seen as one id gone and one new, so a file missing from a full
-///   listing keeps its item when exactly one new file has its size and SHA-256 and no other missing file does
-///   (the provider's id changed, the item did not); anything less certain stays a deletion and a new file.
+///   a retried creation says so — never because "a content with this hash came back". Observation gives the ids:
+///   there, the provider's; here, an item is found again by its path or, its path gone, by its inode (a move on
+///   disk). The one place content carries an identity is observation's too, before the trees are planned from:
+///   on a remote whose ids are paths (WebDAV, S3, a local folder) a move there is seen as one id gone and one new,
+///   so a file missing from a full listing keeps its item when exactly one new file has its size and SHA-256 and
+///   no other missing file does (the provider's id changed, the item did not); anything less certain stays a
+///   deletion and a new file.
+/// - what the user asked for is a fact of the local tree that the planner turns into operations: a conflict's
+///   answer (the hold becomes it), a restored revision (``LocalNode/restoring``); an item deleted here whose
+///   creation was in doubt is in ``Trees/doubts`` until its creation is asked for again.
 ///
 /// Every operation of one plan can run beside every other; what has to wait for another (a file whose folder is
 /// not there yet, a move into a name another item is leaving) comes in a later plan. The caller runs plans until
@@ -47,6 +52,8 @@ struct Planner {
     private var localChildren: [ItemID: [ItemID]] = [:]
     private var remoteAt: [Place: [ItemID]] = [:]
     private var localAt: [Place: [ItemID]] = [:]
+    /// Where creations in doubt of items deleted here were asked for.
+    private var doubtAt: Set<Place> = []
     /// Names this plan has given out (conflict copies, moves aside), per folder, so two never get the same one.
     private var given: [ItemID: Set<String>] = [:]
     private var remoteCovered: [ItemID: Bool] = [:]
@@ -73,6 +80,7 @@ struct Planner {
             localChildren[parent, default: []].append(id)
             localAt[Place(parent: parent, name: node.name), default: []].append(id)
         }
+        for node in trees.doubts.values { if let parent = node.parent { doubtAt.insert(Place(parent: parent, name: node.name)) } }
         for (key, ids) in remoteAt where ids.count > 1 { remoteAt[key] = ids.sorted { $0.rawValue < $1.rawValue } }
         for (key, ids) in localAt where ids.count > 1 { localAt[key] = ids.sorted { $0.rawValue < $1.rawValue } }
     }
@@ -81,6 +89,7 @@ struct Planner {
         var ids = Set(trees.remote.keys)
         ids.formUnion(trees.synced.keys)
         ids.formUnion(trees.local.keys)
+        ids.formUnion(trees.doubts.keys)
         ids.remove(Trees.root)
         var planned: [ItemID: PlannedOperation] = [:]
         var order: [PlannedOperation] = []
@@ -116,7 +125,7 @@ struct Planner {
             return nil
         }
         switch (r, s, l) {
-        case (nil, nil, nil): return nil
+        case (nil, nil, nil): return trees.doubts[id].flatMap { settleDoubt(id, $0) }
         case (nil, .some, nil): return .record(id)  // gone on both sides
         case (.some(let r), nil, nil): return newThere(id, r)
         case (nil, nil, .some(let l)): return newHere(id, l)
@@ -159,14 +168,30 @@ struct Planner {
         return r.revision == nil ? nil : .download(id)
     }
 
+    /// This side's content goes there as the new head: sent, based on revision `base` — or, when it is a revision
+    /// there that the user restored (``LocalNode/restoring``), by restoring that revision (no bytes to send).
+    func send(_ id: ItemID, _ l: LocalNode, base: String?) -> PlannedOperation {
+        if let revision = l.restoring { return .restoreRevision(id, revision: revision) }
+        return .upload(id, base: base)
+    }
+
+    /// Deleted here while its creation was in doubt: asked for again — after the folder it was asked in, when that
+    /// folder's creation is in doubt too (a folder not there makes the answer "nothing made").
+    func settleDoubt(_ id: ItemID, _ doubt: LocalNode) -> PlannedOperation? {
+        if let parent = doubt.parent, trees.remote[parent] == nil, trees.doubts[parent] != nil { return nil }
+        return .settleDoubt(id)
+    }
+
     /// Only here: it goes there once its folder is there and its name is free there (a remote-only item under the
-    /// same name is decided from its side).
+    /// same name is decided from its side) — and no creation in doubt of an item deleted here was asked for under
+    /// it (that settles first: what it made is deleted, or it made nothing).
     mutating func newHere(_ id: ItemID, _ l: LocalNode) -> PlannedOperation? {
         if !l.isFolder, case .changing = l.content { return nil }
         guard let parent = l.parent, let folder = trees.remote[parent], folder.isFolder else { return nil }
         // A creation whose answer was lost is retried as it was (same request id) whatever holds the name now: the
         // answer tells whether the item there is this one.
         let place = Place(parent: parent, name: l.name)
+        if doubtAt.contains(place) { return nil }
         if !l.creationInDoubt, let occupant = remoteOccupant(place, except: id) {
             // Whoever holds the name there leaves first (or, remote-only, decides from its side) — unless it waits
             // for this one (it moves into it): then it steps aside there.
@@ -245,7 +270,7 @@ struct Planner {
                 return l.content.checksum == r.checksum ? .record(id) : conflict(id, r, l)
             }
             // (A new revision there with the very bytes of the merge base is no change: the upload is based on it.)
-            if changedHere { return .upload(id, base: r.revision) }
+            if changedHere { return send(id, l, base: r.revision) }
             if changedThere { return .download(id) }
             // Same bytes, new version. (No checksum there is "unknown", not "different".)
             if r.revision != s.revision || (r.checksum != nil && r.checksum != s.checksum) { return .record(id) }
@@ -468,7 +493,7 @@ struct Planner {
     mutating func conflict(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         switch policy.conflictStrategy {
         case .keepBoth: return fork(id, l)
-        case .lastWriterWins: return .upload(id, base: r.revision)
+        case .lastWriterWins: return send(id, l, base: r.revision)
         case .ask: return .hold(id, .conflict)
         }
     }
@@ -485,7 +510,7 @@ struct Planner {
             return fork(id, l)
         case .keepLocal:
             guard let base = r.revision else { return .release(id) }
-            return .upload(id, base: base)
+            return send(id, l, base: base)
         case .keepRemote:
             guard policy.remoteKeepsRevisions, let base = r.revision else { return fork(id, l) }
             return .uploadThenRestore(id, base: base)

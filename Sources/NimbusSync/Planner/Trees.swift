@@ -8,10 +8,14 @@ import Foundation
 ///
 /// A difference between remote and synced is a change made there; between local and synced, a change made
 /// here; both, a conflict. Only the synced tree tells "deleted here" from "created there".
+///
+/// Beside them, `doubts`: items deleted here while their creation was in doubt (sent, no answer recorded), as they
+/// were here — in no tree, yet what the request made there (if anything) is this side's to delete.
 struct Trees: Sendable, Equatable {
     var remote: [ItemID: RemoteNode] = [:]
     var synced: [ItemID: RemoteNode] = [:]
     var local: [ItemID: LocalNode] = [:]
+    var doubts: [ItemID: LocalNode] = [:]
 
     /// The root folder: present in all three trees, never planned for.
     static let root = ItemID.root
@@ -117,6 +121,9 @@ struct LocalNode: Sendable, Equatable {
     /// A request that creates this item there was sent, and no answer recorded: the item may already exist there
     /// (under the same request id). Until a retry settles it, the item is not taken for a different one.
     var creationInDoubt = false
+    /// This content is revision `restoring` of the file there, which the user restored: it becomes the head there by
+    /// restoring that revision (its bytes are there already).
+    var restoring: String?
 
     static let rootFolder = LocalNode(parent: nil, name: "", isFolder: true)
 

@@ -344,7 +344,13 @@ struct ItemRow: Sendable, Equatable {
         }
         return LocalNode(
             parent: lParent.map(ItemID.init), name: lName, isFolder: isFolder, content: content, hold: hold,
-            creationInDoubt: createSent && fileId == nil)
+            creationInDoubt: createSent && fileId == nil, restoring: sourceRevision)
+    }
+
+    /// Deleted here while its creation was in doubt (``Trees/doubts``): as it was here.
+    var doubtNode: LocalNode? {
+        guard !lPresent, createSent, fileId == nil, let lName else { return nil }
+        return LocalNode(parent: lParent.map(ItemID.init), name: lName, isFolder: isFolder)
     }
 
     /// Nothing differs between the trees and nothing waits: the item is synced.
@@ -477,6 +483,7 @@ extension ItemRow {
                 }
                 if node.hold != oldLocal?.hold { hold = node.hold }
                 if oldLocal?.creationInDoubt == true, !node.creationInDoubt { createSent = false }
+                if node.restoring != oldLocal?.restoring { sourceRevision = node.restoring }
             }
         }
     }
@@ -489,6 +496,7 @@ extension ItemRow {
             trees.remote[id] = row.remoteNode
             trees.synced[id] = row.syncedNode
             trees.local[id] = row.localNode
+            trees.doubts[id] = row.doubtNode
         }
         return trees
     }

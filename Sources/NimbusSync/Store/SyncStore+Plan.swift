@@ -55,11 +55,6 @@ extension StoreTransaction {
 
     // MARK: Creations
 
-    /// Items deleted here while their creation was in doubt (sent, no answer recorded).
-    func doubtsDeletedHere() throws -> [ItemRow] {
-        try ItemRow.fetchAll(db, where: "create_sent = 1 AND file_id IS NULL AND l_present = 0")
-    }
-
     /// Whether anything at or under `luid` in the local tree has a change to send (``ItemRow/pendingExpression``).
     func hasChangesHere(under luid: String) throws -> Bool {
         try Bool.fetchOne(
