@@ -1,4 +1,5 @@
 import Foundation
+import NimbusAPI
 
 extension FolderSync {
     /// One cycle that ends settled: files still being written are synced once they settle (it ends when everything
@@ -162,3 +163,39 @@ public struct FolderSyncLock: Sendable {
         close(descriptor)
     }
 }
+
+/// How a folder pair's last run ended, kept beside its state (`status.json`) for status displays: when, what it
+/// changed and the errors it met — or, when the round could not run at all (signed out there, its folder gone), why
+/// syncing with that remote is paused.
+public struct FolderSyncStatus: Codable, Sendable, Equatable {
+    public var at = Date()
+    public var changed = 0
+    public var errors: [String] = []
+    /// The round could not run: syncing with that remote is paused, for this reason.
+    public var paused: String?
+
+    public init(_ report: FolderSyncReport, at: Date = Date()) {
+        self.at = at
+        changed = report.changed
+        errors = report.errors
+    }
+
+    public init(paused reason: String, at: Date = Date()) {
+        self.at = at
+        paused = reason
+    }
+
+    /// Keeps it at `url`, replacing the one before at once; best effort (a status that cannot be written is not the
+    /// round's failure).
+    public func save(to url: URL) {
+        try? FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try? JSONEncoder.nimbus.encode(self).write(to: url, options: .atomic)
+    }
+
+    /// The status kept at `url`; nil when there is none.
+    public static func load(from url: URL) -> FolderSyncStatus? {
+        guard let data = try? Data(contentsOf: url) else { return nil }
+        return try? JSONDecoder.nimbus.decode(FolderSyncStatus.self, from: data)
+    }
+}
+

@@ -127,3 +127,48 @@ public struct RemoteSecret: Codable, Sendable, Equatable {
         self.cryptKey = cryptKey
     }
 }
+
+extension RemoteSecret {
+    /// Keeps the secret in a file only its user can read (0600, in a 0700 folder), replacing any before at once (a
+    /// crash leaves the old one or the new one, never half of either).
+    public func save(to url: URL) throws {
+        let folder = url.deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let temporary = folder.appending(path: "." + url.lastPathComponent + ".tmp")
+        unlink(temporary.path)
+        guard FileManager.default.createFile(atPath: temporary.path, contents: try JSONEncoder().encode(self), attributes: [.posixPermissions: 0o600]),
+            rename(temporary.path, url.path) == 0
+        else { throw SyncError.localFile("Could not write \(url.path).") }
+    }
+
+    /// The secret kept at `url` by ``save(to:)``; nil when there is none (or it cannot be read).
+    public static func load(from url: URL) -> RemoteSecret? {
+        guard let data = try? Data(contentsOf: url) else { return nil }
+        return try? JSONDecoder().decode(RemoteSecret.self, from: data)
+    }
+}
+
+extension NimbusProvider {
+    /// What makes the provider of the Nimbus account kept in `tokens` (signed in with ``SyncEngine/signIn(server:username:password:)``
+    /// or a login saved there), rooted at the folder `path` of the account; nil when no account is kept.
+    public static func maker(tokens: any TokenStore, path: String = "/") throws -> (@Sendable (any ProviderStateStore) -> any RemoteProvider)? {
+        guard let account = try tokens.load() else { return nil }
+        return { state in
+            NimbusProvider(client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
+        }
+    }
+}
+
+extension RemoteProvider {
+    /// Makes ready the folder `path` (components below the provider's root) that a folder pair syncs with: the
+    /// remote's own root must answer (a disk unmounted, a bucket gone, credentials refused: its error is thrown), and
+    /// when `makingMissing` the folders down to it are made where missing — the first time a pair syncs only: a
+    /// pair's folder that vanishes later pauses the pair (``ProviderError/rootMissing(_:)``) and is never made again
+    /// silently, or an emptied remote would look like a deletion of everything.
+    public func prepareFolder(_ path: [String], makingMissing: Bool) async throws {
+        _ = try await root()
+        guard makingMissing, !path.isEmpty else { return }
+        _ = try await makeFolders(path)
+    }
+}
+

@@ -221,14 +221,7 @@ struct Home {
     /// Stores a remote's secret, readable by this user only (0600, in a 0700 folder), replacing any before.
     func saveSecret(_ secret: Secret, for name: String) throws {
         try ensure()
-        let folder = url.appending(path: "remotes")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let target = secretURL(name)
-        let temporary = folder.appending(path: ".\(name).secret.tmp")
-        unlink(temporary.path)
-        guard FileManager.default.createFile(atPath: temporary.path, contents: try JSONEncoder().encode(secret), attributes: [.posixPermissions: 0o600]),
-            rename(temporary.path, target.path) == 0
-        else { throw CLIError("Could not write \(target.path).") }
+        do { try secret.save(to: secretURL(name)) } catch let error as SyncError { throw CLIError(error.description) }
     }
 
     func removeSecret(for name: String) { unlink(secretURL(name).path) }
@@ -239,7 +232,7 @@ struct Home {
     func secret(for name: String, type: String) -> Secret? {
         let environment = ProcessInfo.processInfo.environment
         if type == "webdav", let password = environment[Self.passwordVariable(name)], !password.isEmpty { return Secret(password: password) }
-        if let data = try? Data(contentsOf: secretURL(name)), let stored = try? JSONDecoder().decode(Secret.self, from: data) { return stored }
+        if let stored = Secret.load(from: secretURL(name)) { return stored }
         if type == "crypt", let passphrase = environment[Self.cryptPassphraseVariable], !passphrase.isEmpty { return Secret(passphrase: passphrase) }
         if type == "s3", let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"], !key.isEmpty, !secret.isEmpty {
             return Secret(accessKey: key, secretKey: secret)
@@ -280,14 +273,8 @@ struct Home {
     /// device is not logged in.
     func nimbusProviderMaker(path: String) throws -> (FileTokenStore, @Sendable (any ProviderStateStore) -> any RemoteProvider)? {
         let tokens = FileTokenStore(url: libraryURL.appending(path: "account.json"))
-        guard let account = try tokens.load() else { return nil }
-        return (
-            tokens,
-            { state in
-                NimbusProvider(
-                    client: ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens), state: state, rootPath: path)
-            }
-        )
+        guard let maker = try NimbusProvider.maker(tokens: tokens, path: path) else { return nil }
+        return (tokens, maker)
     }
 
     /// What makes the provider a crypt remote `name` encrypts into: a folder of another remote, or of the signed-in server.

@@ -233,13 +233,12 @@ struct SyncCommand: AsyncParsableCommand {
         switch spec {
         case .nimbus(let path):
             // Straight through the provider: the library's own view need not catch up with the whole account.
-            let tokens = FileTokenStore(url: home.libraryURL.appending(path: "account.json"))
-            guard let account = try tokens.load() else { throw CLIError("Not logged in. Run: nimbus login URL --username NAME") }
-            let client = ServerClient(transport: AsyncHTTPClientTransport(baseURL: account.server), tokenStore: tokens)
+            guard let (tokens, maker) = try home.nimbusProviderMaker(path: "/") else { throw CLIError("Not logged in. Run: nimbus login URL --username NAME") }
+            let server = (try? tokens.load())??.server.absoluteString ?? "?"
             do {
-                try await NimbusProvider.makeFolder(path, with: client)
+                try await maker(NimbusProvider.NoState()).prepareFolder(RemotePath.components(path), makingMissing: true)
             } catch let error as ProviderError {
-                if case .network = error { return try unreachable(error, "The server (\(account.server.absoluteString))") }
+                if case .network = error { return try unreachable(error, "The server (\(server))") }
                 throw CLIError("Could not make the folder \(path) there: \(error.description)")
             }
         case .named(let name, let remote, let path):
@@ -256,7 +255,7 @@ struct SyncCommand: AsyncParsableCommand {
             }
             guard path != "/", !known else { return }
             do {
-                _ = try await base.makeFolders(RemotePath.components(path))
+                try await base.prepareFolder(RemotePath.components(path), makingMissing: true)
             } catch let error as ProviderError {
                 throw CLIError("Could not make the folder \(path) on '\(name)': \(error.description)")
             }
@@ -310,34 +309,22 @@ struct SyncSummary: Encodable {
     }
 }
 
-/// How a folder pair's last run ended, kept beside its state (`status.json`) for `nimbus status`.
-struct PairStatus: Codable {
-    var at = Date()
-    var changed = 0
-    var errors: [String] = []
-    /// The round could not run at all (signed out there, its folder gone): syncing with that remote is paused.
-    var paused: String?
+/// How a folder pair's last run ended (``FolderSyncStatus``), kept beside its state for `nimbus status`.
+typealias PairStatus = FolderSyncStatus
 
-    init(_ report: FolderSyncReport) {
-        changed = report.changed
-        errors = report.errors
-    }
-
-    init(error: String) { paused = error }
+extension FolderSyncStatus {
+    init(error: String) { self.init(paused: error) }
 
     static func url(home: Home, local: String, remote: String) -> URL {
         home.pairDirectory(local: local, remote: remote).appending(path: "status.json")
     }
 
     static func save(_ status: PairStatus, home: Home, local: String, remote: String) {
-        let target = url(home: home, local: local, remote: remote)
-        try? FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try? JSONEncoder.nimbus.encode(status).write(to: target, options: .atomic)
+        status.save(to: url(home: home, local: local, remote: remote))
     }
 
     static func load(home: Home, local: String, remote: String) -> PairStatus? {
-        guard let data = try? Data(contentsOf: url(home: home, local: local, remote: remote)) else { return nil }
-        return try? JSONDecoder.nimbus.decode(PairStatus.self, from: data)
+        load(from: url(home: home, local: local, remote: remote))
     }
 }
 
