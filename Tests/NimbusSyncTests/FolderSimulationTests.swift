@@ -15,7 +15,7 @@ import Testing
 ///   unless that user overwrote or deleted it;
 /// - retries made no duplicates.
 ///
-/// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200); `NIMBUS_SIM_SEED=s` replays one (exactly for even seeds).
+/// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200); `NIMBUS_SIM_SEED=s` replays one exactly (``Replay``).
 @Suite("Deterministic simulation of synced folders")
 struct FolderSimulationTests {
     @Test("a folder the engine cannot read (chmod 000) is left as it was: nothing in it is deleted there or on other devices; readable again, it syncs")
@@ -122,6 +122,8 @@ struct FolderSimulation {
     var devices: [FolderDevice] = []
     var counter = 0
     var log: [String] = []
+    /// What a replay of this seed repeats (``Replay``), once it has run.
+    var fingerprint = ""
     let ledger = ContentLedger()
     /// The user's change-feed position before anything happened: the final check reads the whole feed from it.
     var firstCursor = ""
@@ -172,6 +174,7 @@ struct FolderSimulation {
         for _ in 0..<40 { try await step() }
         try await quiesce()
         try await check()
+        fingerprint = Replay.fingerprint(seed: seed, kind: "folder", log: log, faults: devices.map(\.faults))
     }
 
     /// The user and three devices, each with an empty folder.
@@ -207,6 +210,7 @@ struct FolderSimulation {
         configuration.backoffCap = .milliseconds(5)
         configuration.randomSeed = seed &* 7 &+ UInt64(index) &+ UInt64(counter)
         configuration.maxConcurrentOperations = Simulation.width(seed)
+        configuration.interleavingSeed = seed
         configuration.tokenStore = tokens
         if storeEncrypted {
             configuration.encryption = .keyStore(FileKeyStore(url: state.deletingLastPathComponent().appending(path: "key-\(index)")))

@@ -5,7 +5,7 @@ import HummingbirdTesting
 import NIOConcurrencyHelpers
 import NimbusAPI
 import NimbusServer
-import NimbusSync
+@testable import NimbusSync
 import Testing
 
 /// A manual clock for engines (backoff schedules).
@@ -30,7 +30,8 @@ final class FaultyTransport: Transport, @unchecked Sendable {
     }
 
     let inner: any Transport
-    private let state = NIOLockedValueBox((rules: [Rule](), log: [TransportRequest](), offline: false, random: SplitMix(seed: 0), failureRate: 0.0))
+    private let state = NIOLockedValueBox(
+        (rules: [Rule](), log: [TransportRequest](), offline: false, random: SplitMix(seed: 0), failureRate: 0.0, decisions: [String]()))
 
     init(inner: any Transport) { self.inner = inner }
 
@@ -54,23 +55,38 @@ final class FaultyTransport: Transport, @unchecked Sendable {
 
     var log: [TransportRequest] { state.withLockedValue { $0.log } }
 
+    /// Every request decided so far, in order, as `METHOD path → fault` with ids, cursors and request ids (16 characters or more) left out: what
+    /// a replay of a seed must repeat exactly.
+    var decisions: [String] { state.withLockedValue { $0.decisions } }
+
     private func decide(_ request: TransportRequest) -> Fault? {
         state.withLockedValue { state in
             state.log.append(request)
-            if state.offline { return .refuse }
-            for index in state.rules.indices where state.rules[index].remaining > 0 && state.rules[index].matches(request) {
-                state.rules[index].remaining -= 1
-                return state.rules[index].fault
-            }
-            if state.failureRate > 0, !request.path.hasPrefix("/v1/events") {
-                let roll = Double(state.random.next() % 10_000) / 10_000
-                if roll < state.failureRate { return state.random.next() % 2 == 0 ? .refuse : .dropResponse }
-            }
-            return nil
+            let fault = decision(request, &state)
+            let path = request.path.replacing(/[A-Za-z0-9_\-]{16,}/, with: "ID")
+            state.decisions.append("\(request.method) \(path) → \(fault.map { "\($0)" } ?? "-")")
+            return fault
         }
     }
 
+    private func decision(
+        _ request: TransportRequest,
+        _ state: inout (rules: [Rule], log: [TransportRequest], offline: Bool, random: SplitMix, failureRate: Double, decisions: [String])
+    ) -> Fault? {
+        if state.offline { return .refuse }
+        for index in state.rules.indices where state.rules[index].remaining > 0 && state.rules[index].matches(request) {
+            state.rules[index].remaining -= 1
+            return state.rules[index].fault
+        }
+        if state.failureRate > 0, !request.path.hasPrefix("/v1/events") {
+            let roll = Double(state.random.next() % 10_000) / 10_000
+            if roll < state.failureRate { return state.random.next() % 2 == 0 ? .refuse : .dropResponse }
+        }
+        return nil
+    }
+
     func send(_ request: TransportRequest) async throws -> (TransportResponseHead, Data) {
+        await Turns.pass()  // steps running at once switch here, in a seeded order (a simulation's interleavingSeed)
         switch decide(request) {
         case .refuse: throw InjectedFault.refused
         case .dropResponse:
@@ -81,6 +97,7 @@ final class FaultyTransport: Transport, @unchecked Sendable {
     }
 
     func stream(_ request: TransportRequest, into sink: @escaping @Sendable (Data) async throws -> Void) async throws -> (TransportResponseHead, Data) {
+        await Turns.pass()
         switch decide(request) {
         case .refuse: throw InjectedFault.refused
         case .dropResponse:

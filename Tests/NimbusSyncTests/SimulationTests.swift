@@ -11,8 +11,7 @@ import Testing
 ///   device replaced it or deleted it before it left;
 /// - retries made no duplicates.
 ///
-/// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200); `NIMBUS_SIM_SEED=s` replays one seed (exactly for even
-/// seeds, which run operations one at a time; odd seeds overlap transfers, so thread timing plays a part).
+/// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200); `NIMBUS_SIM_SEED=s` replays one seed exactly (``Replay``).
 @Suite("Deterministic simulation")
 struct SimulationTests {
     static var seeds: [UInt64] {
@@ -52,7 +51,8 @@ struct SimulationTests {
             watchdog.started(seed)
             defer { watchdog.ended(seed) }
             do {
-                try await simulate(seed)
+                // Ids and request ids from the seed: the planner orders steps by id, so this is what lets a seed replay.
+                try await IdentitySource.$seeded.withValue(IdentitySource.Seeded(seed: seed)) { try await simulate(seed) }
             } catch let failure as SimulationFailure {
                 failures.add(seed)
                 Issue.record("seed \(seed): \(failure.message)")
@@ -126,6 +126,8 @@ struct Simulation {
     /// before it could leave).
     var versions: [(device: Int, item: ItemID, checksum: String, excused: Bool)] = []
     var log: [String] = []
+    /// What a replay of this seed repeats (``Replay``), once it has run.
+    var fingerprint = ""
     var lastErrors: [String: String] = [:]
     /// The user's change-feed position before anything happened: the final check reads the whole feed from it.
     var firstCursor = ""
@@ -142,8 +144,8 @@ struct Simulation {
 
     var user: String { "sim\(seed)" }
 
-    /// Even seeds run operations one at a time (their runs replay exactly); odd seeds let transfers overlap,
-    /// four at once, as apps and the CLI do.
+    /// Even seeds run operations one at a time; odd seeds let transfers overlap, four at once, as apps and the CLI do
+    /// (taking turns drawn from the seed: both replay exactly).
     static func width(_ seed: UInt64) -> Int { seed % 2 == 0 ? 1 : 4 }
 
     /// Seeds ≡ 1 (mod 5) ask the user about conflicts, who answers each way in turn (by seed); the others keep both.
@@ -167,6 +169,7 @@ struct Simulation {
             let device = try world.device("D\(index)", directory: directory(index), strategy: strategy) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index)
                 $0.maxConcurrentOperations = Self.width(seed)
+                $0.interleavingSeed = seed
                 $0.encryption = encryption(index)
             }
             try await device.engine.signIn(server: world.server, username: user, password: "correct horse")
@@ -176,6 +179,7 @@ struct Simulation {
         for _ in 0..<40 { try await step() }
         try await quiesce()
         try await check()
+        fingerprint = Replay.fingerprint(seed: seed, kind: "engine", log: log, faults: devices.map(\.faults))
     }
 
     mutating func step() async throws {
@@ -184,7 +188,7 @@ struct Simulation {
         let engine = device.engine
         let roll = random.below(100)
         switch roll {
-        case 0..<30:
+        case 0..<27:
             if random.below(2) == 0 {
                 log.append("D\(index) pull")
                 _ = try? await engine.pull()
@@ -192,6 +196,8 @@ struct Simulation {
                 log.append("D\(index) run")
                 _ = try? await engine.runNextOperation()
             }
+        case 27..<30:
+            try await saveOnTwoDevices(index)
         case 30..<45:
             let folder = try await randomFolder(engine)
             counter += 1
@@ -211,7 +217,7 @@ struct Simulation {
             guard let file = try await randomItem(engine, folders: false) else { return }
             let content = randomBytes(200, seed: random.next())
             if (try? await engine.update(file.id, from: try world.file(file.name, content))) != nil {
-                excuse(device: index, items: [file.id], onlyIfPending: true)
+                replaced(device: index, file)
                 versions.append((index, file.id, sha256(content), false))
                 log.append("D\(index) edit \(file.name)")
             }
@@ -245,6 +251,7 @@ struct Simulation {
             let rebuilt = try world.device("D\(index)", directory: directory(index), strategy: strategy, clock: device.clock, faults: device.faults) {
                 $0.randomSeed = seed &* 7 &+ UInt64(index) &+ UInt64(counter)
                 $0.maxConcurrentOperations = Self.width(seed)
+                $0.interleavingSeed = seed
                 $0.encryption = encryption(index)
             }
             devices[index] = rebuilt
@@ -259,9 +266,38 @@ struct Simulation {
                 _ = try? await engine.download(file.id)
                 log.append("D\(index) download \(file.name)")
             }
+        case 96..<99:
+            try await saveOnTwoDevices(index)
         default:
             device.clock.advance(by: Double(random.below(3)))
         }
+    }
+
+    /// The same file saved on two devices before either sends it: a conflict (answered by the user on the seeds that
+    /// ask). The other device looks at the server first, so both edits are based on the version both know.
+    mutating func saveOnTwoDevices(_ index: Int) async throws {
+        let engine = devices[index].engine
+        guard let file = try await randomItem(engine, folders: false), file.state == .synced, let path = try await engine.path(of: file.id) else { return }
+        let other = (index + 1 + random.below(devices.count - 1)) % devices.count
+        _ = try? await devices[other].engine.pull()
+        guard let twin = try? await devices[other].engine.item(atPath: path), !twin.isFolder else { return }
+        for (saver, item) in [(index, file), (other, twin)] {
+            let content = randomBytes(200, seed: random.next())
+            if (try? await devices[saver].engine.update(item.id, from: try world.file(item.name, content))) != nil {
+                replaced(device: saver, item)
+                versions.append((saver, item.id, sha256(content), false))
+                log.append("D\(saver) edit \(item.name) (on two devices)")
+            }
+        }
+    }
+
+    /// The device's user saved over `item`: the versions it held are replaced by their own user — those committed
+    /// under it, and the one it holds now (a conflict copy holds a version committed under the item it was forked
+    /// from).
+    mutating func replaced(device: Int, _ item: SyncItem) {
+        excuse(device: device, items: [item.id], onlyIfPending: true)
+        guard let held = item.checksum else { return }
+        for index in versions.indices where versions[index].device == device && versions[index].checksum == held { versions[index].excused = true }
     }
 
     /// Versions of these items that this device had not sent yet are replaced or deleted by its own user.
@@ -440,3 +476,71 @@ struct Simulation {
         }
     }
 }
+
+/// What makes a seed's run the same run again: the user's actions and every request each device made, in order,
+/// with the fault it met. Both simulations keep ids (and request ids) from the seed (``IdentitySource``) and let the
+/// steps that overlap take turns drawn from it (``Turns``), so a seed replays exactly, odd (four at once) or even.
+/// `NIMBUS_SIM_FINGERPRINT=1` prints each seed's fingerprint; `NIMBUS_SIM_FINGERPRINT_DIR=<dir>` writes its lines.
+enum Replay {
+    static func fingerprint(seed: UInt64, kind: String, log: [String], faults: [FaultyTransport]) -> String {
+        var lines = log
+        for (index, transport) in faults.enumerated() { lines += transport.decisions.map { "D\(index) \($0)" } }
+        let digest = sha256(Data(lines.joined(separator: "\n").utf8))
+        let environment = ProcessInfo.processInfo.environment
+        if environment["NIMBUS_SIM_FINGERPRINT"] != nil {
+            FileHandle.standardError.write(Data("\(kind) seed \(seed) fingerprint \(digest) (\(lines.count) lines)\n".utf8))
+        }
+        if let folder = environment["NIMBUS_SIM_FINGERPRINT_DIR"] {
+            try? lines.joined(separator: "\n").write(toFile: "\(folder)/\(kind)-\(seed).txt", atomically: true, encoding: .utf8)
+        }
+        return digest + " (\(lines.count) lines, \(lines.filter { $0.hasSuffix("→ refuse") || $0.hasSuffix("→ dropResponse") }.count) faults)"
+    }
+
+    /// Runs `simulate` for `seed` in a world of its own, as ``SimulationTests/runSeeds(_:)`` runs it.
+    static func run(_ seed: UInt64, _ simulate: @escaping @Sendable (UInt64, SyncWorld) async throws -> String) async throws -> String {
+        let result = LockedBox("")
+        try await SyncWorld.run { world in
+            let fingerprint = try await IdentitySource.$seeded.withValue(IdentitySource.Seeded(seed: seed)) { try await simulate(seed, world) }
+            result.withLock { $0 = fingerprint }
+        }
+        return result.withLock { $0 }
+    }
+}
+
+@Suite("A seed replays exactly")
+struct ReplayTests {
+    @Test("a seed run twice makes the same actions, requests and faults — one step at a time (even seeds) or four taking turns (odd)")
+    func replays() async throws {
+        for seed in [UInt64(2), 7, 9, 11] {
+            let runs = try await [1, 2].asyncMap { _ in
+                try await Replay.run(seed) { seed, world in
+                    var simulation = Simulation(seed: seed, world: world, answered: LockedCounter(start: 0))
+                    try await simulation.run()
+                    return simulation.fingerprint
+                }
+            }
+            #expect(runs[0] == runs[1], "engine simulation, seed \(seed)")
+            #expect(!runs[0].hasSuffix(" 0 faults)"), "seed \(seed) met no fault: pick another")
+        }
+        for seed in [UInt64(4), 5, 13] {
+            let runs = try await [1, 2].asyncMap { _ in
+                try await Replay.run(seed) { seed, world in
+                    var simulation = FolderSimulation(seed: seed, world: world)
+                    try await simulation.run()
+                    return simulation.fingerprint
+                }
+            }
+            #expect(runs[0] == runs[1], "folder simulation, seed \(seed)")
+            #expect(!runs[0].hasSuffix(" 0 faults)"), "seed \(seed) met no fault: pick another")
+        }
+    }
+}
+
+extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var result: [T] = []
+        for element in self { result.append(try await transform(element)) }
+        return result
+    }
+}
+

@@ -82,7 +82,7 @@ public actor SyncEngine {
             try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
         Self.removeLeftoverPlaintext(in: stagingDirectory)
-        databaseLabel = "nimbus-library-" + UUID.random().uuidString.lowercased()
+        databaseLabel = "nimbus-library-" + UUID().uuidString.lowercased()  // process-wide unique (never seeded)
         store = try SyncStore(path: directory.appending(path: "sync.sqlite").path, label: databaseLabel)
         // Encrypted at rest: unlocked before anything is read (a wrong key is an error here, never an empty view).
         let (isNew, encrypted, check) = try store.read { tx in try tx.libraryState() }

@@ -72,25 +72,43 @@ extension SyncEngine {
         // otherwise ends the round (an outage: a few failures, not one per queued step).
         let unreachableBefore = unreachableFailures
         var reachable: Bool { unreachableFailures == unreachableBefore }
+        // In a simulation, the units take turns drawn from a seed (``Turns``): the same overlaps, replayable.
+        let turns = configuration.interleavingSeed.map { Turns(seed: $0 &+ random.next()) }
         try await withThrowingTaskGroup(of: Bool.self) { group in
+            defer { turns?.end() }
             var inFlight = 0
+            var launched = 0
             while !units.isEmpty || inFlight > 0 {
                 while inFlight < width, !units.isEmpty, mayRun, reachable {
                     let unit = units.removeFirst()
                     inFlight += 1
+                    launched += 1
+                    let index = launched
+                    turns?.launch(index)
                     group.addTask {
-                        if unit.count > 1, case .createRemoteFolder = unit[0] { return try await self.performFill(unit, provider) }
-                        if unit.count > 1 { return try await self.performBatch(unit, provider) }
-                        return try await self.perform(unit[0], provider)
+                        guard let turns else { return try await self.performUnit(unit, provider) }
+                        return try await Turns.$current.withValue((turns, index)) {
+                            await turns.enter(index)
+                            defer { turns.finish(index) }
+                            return try await self.performUnit(unit, provider)
+                        }
                     }
                 }
                 guard inFlight > 0 else { break }
+                turns?.release()
                 if try await group.next() == true { progressed = true }
                 inFlight -= 1
                 if !mayRun || !reachable { units.removeAll() }
             }
         }
         return progressed
+    }
+
+    /// Carries out one unit: a step, a batch of new files, or a new folder with its files.
+    func performUnit(_ unit: [PlannedOperation], _ provider: any RemoteProvider) async throws -> Bool {
+        if unit.count > 1, case .createRemoteFolder = unit[0] { return try await performFill(unit, provider) }
+        if unit.count > 1 { return try await performBatch(unit, provider) }
+        return try await perform(unit[0], provider)
     }
 
     /// For each folder the plan makes there (on a provider that ``FillsNewFolders``), the small new files the next

@@ -16,12 +16,11 @@ public struct ItemID: Hashable, Sendable, Codable, CustomStringConvertible {
     /// string holds without a heap allocation, which big listings feel (older libraries keep their UUID LUIDs).
     static func make() -> ItemID {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
-        var generator = SystemRandomNumberGenerator()
-        var bits = generator.next() as UInt64  // 64 bits for the first 12 characters, then 11 more
+        var bits = IdentitySource.next()  // 64 bits for the first 12 characters, then 11 more
         var characters: [Character] = []
         characters.reserveCapacity(15)
         for index in 0..<15 {
-            if index == 12 { bits = generator.next() }
+            if index == 12 { bits = IdentitySource.next() }
             characters.append(alphabet[Int(bits & 31)])
             bits >>= 5
         }
@@ -162,6 +161,9 @@ public struct SyncConfiguration: Sendable {
     /// How many steps run at once. Every step of one plan can run beside every other (what must wait for another
     /// comes in a later plan); 1 runs everything in turn.
     public var maxConcurrentOperations: Int = 4
+    /// (Simulations) Steps that run at once take turns drawn from this seed, switching where they ask the remote
+    /// (see `Turns`): the same overlaps, but a run replays exactly. Nil (always, outside tests): they truly overlap.
+    var interleavingSeed: UInt64?
     /// New files up to this size go in one request (a simple upload with the item's request id, so a retry never
     /// makes a second file); bigger ones go as blocks (or, without ``blockUploads``, in resumable sessions).
     public var simpleUploadLimit: Int64 = 4 * 1024 * 1024

@@ -386,6 +386,11 @@ extension NimbusProvider: DeltaDownloadProvider {
         }
         group.addTask { try await self.sendBatch(batch, from: source, sent: sent, progress: progress) }
         running += 1
+        if Turns.serial {
+            // One request at a time (a simulation's turns): this batch ends before anything else is asked.
+            try await group.next()
+            running -= 1
+        }
     }
 
     /// One `POST /v1/blocks` of `batch`'s chunks, read from the file (compressed when that helps).

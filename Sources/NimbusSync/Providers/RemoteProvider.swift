@@ -487,7 +487,7 @@ func inOrder<Item: Sendable, Answer: Sendable>(
             next += 1
             group.addTask { (index, try await body(item)) }
         }
-        while next < min(max(1, width), items.count) { start() }
+        while next < min(max(1, Turns.width(width)), items.count) { start() }
         while let (index, answer) = try await group.next() {
             answers[index] = answer
             if next < items.count { start() }

@@ -15,20 +15,27 @@ struct SyncStore: Sendable {
     /// library's cipher is registered under it, ``StoreCipher``).
     init(path: String, label: String) throws { database = try LocalDatabase(path: path, label: label) }
 
+    // (Each transaction runs on the database's own thread: the caller's ``IdentitySource`` goes along, so ids made
+    // inside one come from the same sequence.)
+
     func read<T>(_ body: (StoreTransaction) throws -> T) throws -> T {
-        try database.pool.read { try body(StoreTransaction($0)) }
+        let source = IdentitySource.seeded
+        return try database.pool.read { db in try IdentitySource.$seeded.withValue(source) { try body(StoreTransaction(db)) } }
     }
 
     func write<T>(_ body: (StoreTransaction) throws -> T) throws -> T {
-        try database.pool.write { try body(StoreTransaction($0)) }
+        let source = IdentitySource.seeded
+        return try database.pool.write { db in try IdentitySource.$seeded.withValue(source) { try body(StoreTransaction(db)) } }
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (StoreTransaction) throws -> T) async throws -> T {
-        try await database.pool.read { try body(StoreTransaction($0)) }
+        let source = IdentitySource.seeded
+        return try await database.pool.read { db in try IdentitySource.$seeded.withValue(source) { try body(StoreTransaction(db)) } }
     }
 
     func write<T: Sendable>(_ body: @escaping @Sendable (StoreTransaction) throws -> T) async throws -> T {
-        try await database.pool.write { try body(StoreTransaction($0)) }
+        let source = IdentitySource.seeded
+        return try await database.pool.write { db in try IdentitySource.$seeded.withValue(source) { try body(StoreTransaction(db)) } }
     }
 }
 

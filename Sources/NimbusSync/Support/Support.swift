@@ -210,12 +210,33 @@ public enum FileHasher {
     }
 }
 
-extension UUID {
-    /// A random (version 4) UUID from the system generator: Foundation's `UUID()` on Linux opens and reads
-    /// /dev/urandom for each one, which queueing thousands of operations felt.
-    static func random() -> UUID {
+/// Where new item ids and request ids come from: the system's random numbers — or, inside
+/// `IdentitySource.$seeded.withValue(_:)`, a seeded sequence, so that a deterministic simulation replays exactly (the
+/// planner orders its steps by id, so random ids reorder the requests a seed makes, and which of them fail). Keys,
+/// nonces and salts never come from here.
+enum IdentitySource {
+    /// A seeded sequence shared by everything a simulation's seed runs (behind a lock).
+    final class Seeded: Sendable {
+        private let random: LockedBox<SeededRandom>
+        init(seed: UInt64) { random = LockedBox(SeededRandom(seed: seed)) }
+        func next() -> UInt64 { random.withLock { $0.next() } }
+    }
+
+    @TaskLocal static var seeded: Seeded?
+
+    /// 64 bits: the seeded sequence's next, or the system's.
+    static func next() -> UInt64 {
+        if let seeded { return seeded.next() }
         var generator = SystemRandomNumberGenerator()
-        var bytes = (generator.next() as UInt64, generator.next() as UInt64)
+        return generator.next()
+    }
+}
+
+extension UUID {
+    /// A random (version 4) UUID from the system generator (``IdentitySource``): Foundation's `UUID()` on Linux opens
+    /// and reads /dev/urandom for each one, which queueing thousands of operations felt.
+    static func random() -> UUID {
+        var bytes = (IdentitySource.next(), IdentitySource.next())
         return withUnsafeMutableBytes(of: &bytes) { raw in
             raw[6] = raw[6] & 0x0f | 0x40  // version 4
             raw[8] = raw[8] & 0x3f | 0x80  // RFC 4122 variant
