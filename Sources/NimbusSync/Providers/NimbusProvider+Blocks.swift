@@ -380,17 +380,11 @@ extension NimbusProvider: DeltaDownloadProvider {
         _ batch: [LocalChunk], in group: inout ThrowingTaskGroup<Void, any Error>, running: inout Int, from source: UploadSource,
         sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void
     ) async throws {
-        if running == 3 {
-            try await group.next()
-            running -= 1
-        }
+        if running == 3 { (_, running) = (try await group.next(), running - 1) }
         group.addTask { try await self.sendBatch(batch, from: source, sent: sent, progress: progress) }
         running += 1
-        if Turns.serial {
-            // One request at a time (a simulation's turns): this batch ends before anything else is asked.
-            try await group.next()
-            running -= 1
-        }
+        // A simulation's turns: one request at a time (this batch ends before anything else is asked).
+        if Turns.serial { (_, running) = (try await group.next(), running - 1) }
     }
 
     /// One `POST /v1/blocks` of `batch`'s chunks, read from the file (compressed when that helps).
