@@ -11,14 +11,17 @@ import Testing
 ///   device replaced it or deleted it before it left;
 /// - retries made no duplicates.
 ///
-/// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200); `NIMBUS_SIM_SEED=s` replays one seed exactly (``Replay``).
+/// `NIMBUS_SIM_SEEDS=n` runs seeds 1...n (default 200, and the regression seeds); `NIMBUS_SIM_SEED=s` replays one seed
+/// exactly (``Replay``); `NIMBUS_SIM_WATCH=d` prints device `d`'s rows after every step.
 @Suite("Deterministic simulation")
 struct SimulationTests {
     static var seeds: [UInt64] {
         let environment = ProcessInfo.processInfo.environment
         if let one = environment["NIMBUS_SIM_SEED"].flatMap(UInt64.init) { return [one] }
         let count = environment["NIMBUS_SIM_SEEDS"].flatMap(UInt64.init) ?? 200
-        return Array(1...max(count, 1))
+        // Seeds that once lost something, always run: 1098 (the feed brought a file a dropped creation had made, the
+        // user saved it, then the creation's retry answered "request already made a different item").
+        return Array(1...max(count, 1)) + [1098].filter { $0 > count }
     }
 
     @Test("random operations, network faults and crashes on three devices converge without losing or duplicating anything")
@@ -124,7 +127,7 @@ struct Simulation {
     var counter = 0
     /// Content versions the harness committed: checksum → excused (replaced or deleted by the same device
     /// before it could leave).
-    var versions: [(device: Int, item: ItemID, checksum: String, excused: Bool)] = []
+    var versions: [(device: Int, item: ItemID, checksum: String, excused: Bool, step: Int)] = []
     var log: [String] = []
     /// What a replay of this seed repeats (``Replay``), once it has run.
     var fingerprint = ""
@@ -176,7 +179,14 @@ struct Simulation {
             device.faults.randomFaults(rate: 0.15, seed: seed &* 31 &+ UInt64(index))
             devices.append(device)
         }
-        for _ in 0..<40 { try await step() }
+        for _ in 0..<40 {
+            try await step()
+            // NIMBUS_SIM_WATCH=<device>: that device's rows after every step (with NIMBUS_SIM_SEED, to see a failure come).
+            if let watched = ProcessInfo.processInfo.environment["NIMBUS_SIM_WATCH"].flatMap(Int.init), devices.indices.contains(watched) {
+                print("after \(log.last ?? "-"):")
+                for row in try await devices[watched].engine.unsyncedRows(all: true) { print("   \(row)") }
+            }
+        }
         try await quiesce()
         try await check()
         fingerprint = Replay.fingerprint(seed: seed, kind: "engine", log: log, faults: devices.map(\.faults))
@@ -205,7 +215,7 @@ struct Simulation {
             let content = randomBytes(random.below(3) == 0 ? 300_000 : 200, seed: random.next())
             let url = try world.file(name, content)
             if let id = try? await engine.upload(from: url, in: folder) {
-                versions.append((index, id, sha256(content), false))
+                versions.append((index, id, sha256(content), false, log.count))
                 log.append("D\(index) upload \(name)")
             }
         case 45..<52:
@@ -218,7 +228,7 @@ struct Simulation {
             let content = randomBytes(200, seed: random.next())
             if (try? await engine.update(file.id, from: try world.file(file.name, content))) != nil {
                 replaced(device: index, file)
-                versions.append((index, file.id, sha256(content), false))
+                versions.append((index, file.id, sha256(content), false, log.count))
                 log.append("D\(index) edit \(file.name)")
             }
         case 65..<73:
@@ -285,7 +295,7 @@ struct Simulation {
             let content = randomBytes(200, seed: random.next())
             if (try? await devices[saver].engine.update(item.id, from: try world.file(item.name, content))) != nil {
                 replaced(device: saver, item)
-                versions.append((saver, item.id, sha256(content), false))
+                versions.append((saver, item.id, sha256(content), false, log.count))
                 log.append("D\(saver) edit \(item.name) (on two devices)")
             }
         }
@@ -442,7 +452,10 @@ struct Simulation {
             if !page.hasMore { break }
         }
         for version in versions where !version.excused && !stored.contains(version.checksum) {
-            throw SimulationFailure(message: "content committed on D\(version.device) was lost (\(version.checksum))\n\(log.joined(separator: "\n"))")
+            let step = log.indices.contains(version.step) ? log[version.step] : "?"
+            throw SimulationFailure(
+                message: "content committed on D\(version.device) by '\(step)' (step \(version.step + 1)) was lost (\(version.checksum))\n\(log.joined(separator: "\n"))"
+                    + "\nD\(version.device) activity: \(await devices[version.device].engine.recentActivity.joined(separator: "\n"))")
         }
         // Content kept offline reads back as what the item says it is (opened and checked, when sealed).
         for (index, device) in devices.enumerated() {

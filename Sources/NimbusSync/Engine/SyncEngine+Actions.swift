@@ -562,6 +562,9 @@ extension SyncEngine {
 }
 
 extension ItemRow {
+    /// A file whose content was saved here and not sent: what a merge of two rows must never drop.
+    var hasOwnEdit: Bool { !isFolder && lPresent && contentPath != nil && lChecksum != nil && lChecksum != sChecksum }
+
     /// Deleted there but kept here: the item loses its remote state and identity and is sent again as a new item.
     mutating func forgetRemote() {
         rPresent = false

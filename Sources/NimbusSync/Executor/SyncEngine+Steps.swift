@@ -276,6 +276,13 @@ extension SyncEngine {
             }
             try await store.write { tx in
                 if let other = try tx.item(fileId: existing), other.luid != luid {
+                    // The feed brought that file here first, as another item. Changed here since (edited, renamed,
+                    // something added in it), that item stays what the user worked on — merging would drop its
+                    // changes — and this one is new again, under a new request; untouched, it is this item.
+                    if other.lPresent, try tx.hasChangesHere(under: other.luid) {
+                        try tx.markCreationUnsent(luid, request: Self.newRequestId())
+                        return
+                    }
                     try self.merge(tx, from: other.luid, into: luid)
                 }
                 guard let stored = try tx.item(luid) else { return }
@@ -397,7 +404,15 @@ extension SyncEngine {
     ) throws {
         var fed = false
         let stored: ItemRow
-        if let other = try tx.luid(fileId: item.id), other != luid {
+        if let other = try tx.luid(fileId: item.id), other != luid, let edited = try tx.item(other), edited.hasOwnEdit {
+            // The feed brought it first, and the user has saved that file since: merging would drop the save. That
+            // item is let go of the file and sent as a new one (nothing lost); this creation is the file.
+            var detached = edited
+            detached.forgetRemote()
+            try tx.update(detached, from: edited)
+            guard let fresh = try tx.item(luid) else { return }
+            stored = asRead ?? fresh
+        } else if let other = try tx.luid(fileId: item.id), other != luid {
             try merge(tx, from: other, into: luid)  // the feed brought it first
             fed = true
             guard let merged = try tx.item(luid) else { return }
