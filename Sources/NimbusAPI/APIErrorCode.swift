@@ -17,6 +17,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case isAFolder = "is_a_folder"
     case trashed
     case uploadIncomplete = "upload_incomplete"
+    /// A grant or link on the user's root folder: share the folders in it instead.
+    case cannotShareRoot = "cannot_share_root"
     // 401 / 403 / 404 / 405
     case unauthorized
     case forbidden
@@ -30,6 +32,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     /// The request id already made something else (`existingId` names the file it made, when it made one).
     case requestIdReused = "request_id_reused"
     case usernameTaken = "username_taken"
+    /// The user already reaches the item through a grant (on it or on a folder above or below it).
+    case alreadyGranted = "already_granted"
     /// A block commit names blocks the store lacks (`missing` lists them): send them, then commit again.
     case blocksMissing = "blocks_missing"
     /// The server's mass-deletion breaker paused this device's deletions: the user confirms with

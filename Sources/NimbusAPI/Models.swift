@@ -22,6 +22,14 @@ public struct File: Codable, Sendable, Hashable {
     /// Where the content is (`/v1/files/{id}/content`; absent for folders).
     public var downloadUrl: String?
     public var trashed: Bool
+    /// Whose tree the item is in (absent in answers that do not say).
+    public var owner: UserRef?
+    /// Whether the item has grants or links of its own.
+    public var shared: Bool?
+    /// What the asking user may do with it.
+    public var capabilities: Capabilities?
+    /// The mount an item of someone else's reaches this user's tree through (the mount root and everything below).
+    public var mountId: String?
 
     public init(
         id: String, name: String, mimeType: String, parentId: String?, size: Int64, checksum: String?,
@@ -44,6 +52,7 @@ public struct File: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case id, name, mimeType, parentId, size, checksum, revisionId, createdAt, modifiedAt, downloadUrl, trashed
+        case owner, shared, capabilities, mountId
     }
 
     /// Like the synthesized encoding, except that `parentId` is always present (`null` for the root folder).
@@ -60,6 +69,10 @@ public struct File: Codable, Sendable, Hashable {
         try container.encode(modifiedAt, forKey: .modifiedAt)
         try container.encodeIfPresent(downloadUrl, forKey: .downloadUrl)
         try container.encode(trashed, forKey: .trashed)
+        try container.encodeIfPresent(owner, forKey: .owner)
+        try container.encodeIfPresent(shared, forKey: .shared)
+        try container.encodeIfPresent(capabilities, forKey: .capabilities)
+        try container.encodeIfPresent(mountId, forKey: .mountId)
     }
 }
 
@@ -224,12 +237,16 @@ public struct Change: Codable, Sendable, Hashable {
     public var fileId: String
     /// The file's current state (absent for `delete`).
     public var file: File?
+    /// For an item of someone else's share: the mount it reaches this user through (a `delete` of the mount's root
+    /// with it: the share left this user's tree).
+    public var mountId: String?
 
-    public init(seq: Int64, type: Kind, fileId: String, file: File?) {
+    public init(seq: Int64, type: Kind, fileId: String, file: File?, mountId: String? = nil) {
         self.seq = seq
         self.type = type
         self.fileId = fileId
         self.file = file
+        self.mountId = mountId
     }
 }
 

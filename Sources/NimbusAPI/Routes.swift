@@ -66,6 +66,17 @@ public enum Routes {
     public static let pausedDeletions = Endpoint<NoBody, DeletionPauseList>("GET", "/v1/trash/paused")
     public static let confirmDeletions = Endpoint<NoBody, DeletionPauseList>("POST", "/v1/trash/confirm")
 
+    // MARK: Sharing
+    public static let createGrant = Endpoint<GrantRequest, Grant>("POST", "/v1/files/{fileId}/grants")
+    public static let grants = Endpoint<NoBody, GrantList>("GET", "/v1/files/{fileId}/grants")
+    /// Every grant on the asking user's items ("shared by me"), newest first.
+    public static let outgoingGrants = Endpoint<NoBody, GrantList>("GET", "/v1/grants")
+    public static let updateGrant = Endpoint<GrantUpdate, Grant>("PATCH", "/v1/grants/{grantId}")
+    public static let deleteGrant = Endpoint<NoBody, NoBody>("DELETE", "/v1/grants/{grantId}")
+    public static let incomingShares = Endpoint<NoBody, IncomingShareList>("GET", "/v1/shares/incoming")
+    public static let acceptShare = Endpoint<AcceptShareRequest, AcceptedShare>("POST", "/v1/shares/incoming/{grantId}/accept")
+    public static let declineShare = Endpoint<NoBody, NoBody>("POST", "/v1/shares/incoming/{grantId}/decline")
+
     // MARK: Content and revisions
     public static let content = Endpoint<NoBody, Data>("GET", "/v1/files/{fileId}/content")
     public static let revisions = Endpoint<NoBody, RevisionList>("GET", "/v1/files/{fileId}/revisions")

@@ -105,6 +105,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     var routes = RouteTable(router: router, index: index)
     AuthController(dependencies: dependencies).register(&routes)
     FilesController(dependencies: dependencies).register(&routes)
+    SharingController(dependencies: dependencies).register(&routes)
     ContentController(dependencies: dependencies).register(&routes)
     UploadController(dependencies: dependencies, resumable: ResumableUploadController(dependencies: dependencies, hashes: RunningHashes())).register(&routes)
     ChangesController(dependencies: dependencies).register(&routes)

@@ -26,7 +26,11 @@ struct Dependencies: Sendable {
     var content: any ContentStore { store }
     /// WebDAV properties, locks, chunked uploads.
     var webDAV: any WebDAVStore { store }
+    /// Grants and mounts.
+    var shares: any ShareStore { store }
     private let rootIds = NIOLockedValueBox<[String: String]>([:])
+    /// Usernames by user id (a username never changes), for what answers show of owners and grantees.
+    private let usernames = NIOLockedValueBox<[String: String]>([:])
     /// Devices signed out here: their open long-polls and event streams end at once.
     let signOuts = SignOuts()
 
@@ -65,10 +69,69 @@ struct Dependencies: Sendable {
     /// The item `id` names (`root`: the principal's root folder), if `principal` may take `action` on it — the
     /// access decision's answer; 404 for what it may not see, exactly as for an id that does not exist. The item's
     /// `userId` is whose tree the action then changes.
+    ///
+    /// Someone else's item is seen through the grant that reaches it (``FileRecord/seenThrough``); a share's root, as
+    /// the grantee's mount shows it (its name and folder in their tree, ``FileRecord/mountId``): renaming, moving or
+    /// deleting that acts on the mount.
     func item(_ id: String, for principal: Principal, _ action: Action) async throws -> FileRecord {
         let resolved = try await resolve(id, for: principal)
-        guard let found = try await files.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
-        return try access.authorize(principal, found, action)
+        guard var found = try await files.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
+        guard found.userId != principal.userId else { return try access.authorize(principal, found, action) }
+        let reach = try await shares.reach(userId: principal.userId, itemId: found.id, now: now)
+        try access.authorize(principal, found, action, reach: reach)
+        found.seenThrough = reach
+        if let reach, reach.isRoot {
+            found.mountId = reach.mount.id
+            found.name = reach.mount.name
+            found.parentId = reach.mount.parentId
+        }
+        return found
+    }
+
+    /// The items as `principal` is shown them: with their owner, whether they are shared, what the principal may do
+    /// with them and, for someone else's, the mount they come through. `reach`: how the principal reaches them all
+    /// (a folder's children), when they are someone else's.
+    func present(_ records: [FileRecord], for principal: Principal, through reach: Reach? = nil) async throws -> [File] {
+        let own = records.filter { $0.userId == principal.userId }.map(\.id)
+        let shared = try await shares.sharedItems(ownerId: principal.userId, among: own)
+        var files: [File] = []
+        files.reserveCapacity(records.count)
+        for record in records {
+            var file = record.api
+            file.owner = UserRef(userId: record.userId, username: try await username(record.userId))
+            var seen = record.seenThrough ?? reach
+            if record.userId == principal.userId {
+                seen = nil
+                file.shared = shared.contains(record.id)
+            } else {
+                if seen == nil || record.mountId != nil { seen = try await shares.reach(userId: principal.userId, itemId: record.id, now: now) }
+                file.shared = seen.map { $0.grant.itemId == record.id } ?? false
+                file.mountId = seen?.mount.id
+            }
+            let isRoot = record.parentId == nil
+            func may(_ action: Action) -> Bool { !isRoot && access.allows(principal, record, action, reach: seen) }
+            file.capabilities = Capabilities(
+                canEdit: isRoot || access.allows(principal, record, record.isFolder ? .create : .write, reach: seen), canRename: may(.rename),
+                canDelete: may(.trash), canShare: may(.share))
+            files.append(file)
+        }
+        return files
+    }
+
+    /// One item as ``present(_:for:through:)`` shows it.
+    func present(_ record: FileRecord, for principal: Principal) async throws -> File {
+        try await present([record], for: principal)[0]
+    }
+
+    /// The user's name, for answers that show who owns or holds something.
+    func username(_ userId: String) async throws -> String {
+        if let known = usernames.withLockedValue({ $0[userId] }) { return known }
+        guard let user = try await accounts.user(id: userId) else { return userId }
+        usernames.withLockedValue { names in
+            if names.count >= 100_000 { names.removeAll() }
+            names[userId] = user.username
+        }
+        return user.username
     }
 
     /// The principal's own root folder, through the access decision: for routes that act on the account as a whole

@@ -17,7 +17,8 @@ struct Nimbus: AsyncParsableCommand {
         subcommands: [
             Serve.self, User.self, Login.self, Logout.self, PassphraseCommand.self, UnlockCommand.self, LockCommand.self, WhoAmI.self, AboutCommand.self, List.self, MakeDirectory.self, Remove.self,
             Move.self, Put.self, Get.self, Versions.self, Restore.self, Trash.self, Untrash.self, Uploads.self, Status.self,
-            Conflicts.self, SyncCommand.self, RemoteCommand.self, AppPasswordCommand.self, AdminCommand.self,
+            Conflicts.self, SyncCommand.self, ShareCommand.self, SharesCommand.self, AcceptCommand.self, DeclineCommand.self, LeaveCommand.self,
+            RemoteCommand.self, AppPasswordCommand.self, AdminCommand.self,
         ])
 
     /// As `AsyncParsableCommand.main()`, with errors a user can act on said so (a full disk under the client's

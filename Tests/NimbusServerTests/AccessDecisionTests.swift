@@ -47,6 +47,8 @@ struct AccessDecisionTests {
             let hash = sha256(block)
             #expect(try await alice.send(.PUT, "/v1/blocks/\(hash)", body: block).status == 201)
             let bobsApp: AppPassword = try await bob.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "dav")).decode()
+            _ = try await server.signUp("carol")
+            let carolsGrant: Grant = try await alice.send(.POST, "/v1/files/\(folder.id)/grants", json: GrantRequest(user: "carol", role: .editor)).decode()
 
             let fileRoute = "/v1/files/\(file.id)"
             let framed = Data("\(hash) \(block.count)\n".utf8) + block
@@ -99,7 +101,23 @@ struct AccessDecisionTests {
                         json: BlockCommitRequest(name: "x", parentId: folder.id, size: Int64(block.count), checksum: hash, blocks: [.block(hash)]),
                         expected: .refused(folder.id))
                 ],
+                "POST /v1/files/{fileId}/grants": [
+                    Probe(method: .POST, path: fileRoute + "/grants", json: GrantRequest(user: "bob", role: .manager), expected: .refused(file.id))
+                ],
+                "GET /v1/files/{fileId}/grants": [Probe(method: .GET, path: fileRoute + "/grants", expected: .refused(file.id))],
+                "PATCH /v1/grants/{grantId}": [
+                    Probe(method: .PATCH, path: "/v1/grants/\(carolsGrant.id)", json: GrantUpdate(role: .manager), expected: .refused(folder.id))
+                ],
+                "DELETE /v1/grants/{grantId}": [Probe(method: .DELETE, path: "/v1/grants/\(carolsGrant.id)", expected: .refused(folder.id))],
                 // The user's own account: their feed, trash, blocks and about, through the decision on their root.
+                "GET /v1/grants": [Probe(method: .GET, path: "/v1/grants", expected: .ownAccount)],
+                "GET /v1/shares/incoming": [Probe(method: .GET, path: "/v1/shares/incoming", expected: .ownAccount)],
+                "POST /v1/shares/incoming/{grantId}/accept": [
+                    Probe(method: .POST, path: "/v1/shares/incoming/\(carolsGrant.id)/accept", json: AcceptShareRequest(), expected: .ownAccount)
+                ],
+                "POST /v1/shares/incoming/{grantId}/decline": [
+                    Probe(method: .POST, path: "/v1/shares/incoming/\(carolsGrant.id)/decline", expected: .ownAccount)
+                ],
                 "GET /v1/changes/start": [Probe(method: .GET, path: "/v1/changes/start", expected: .ownAccount)],
                 "GET /v1/changes": [Probe(method: .GET, path: "/v1/changes?cursor=none", expected: .ownAccount)],
                 "GET /v1/events": [],  // a stream: checked below

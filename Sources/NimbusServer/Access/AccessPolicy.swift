@@ -1,8 +1,9 @@
 import Foundation
 import NIOConcurrencyHelpers
+import NimbusAPI
 
 /// What a principal asks to do with an item (and, for a folder, with what is beneath it).
-enum Action: String, CaseIterable, Sendable {
+enum Action: String, CaseIterable, Sendable, Hashable {
     /// See a folder's children, or the item's metadata in a listing.
     case list
     /// Read content, metadata, revisions, manifests.
@@ -31,11 +32,13 @@ enum Action: String, CaseIterable, Sendable {
 
 /// The one place the server decides who may do what: every route — `/v1` (files, content, revisions, blocks,
 /// uploads, changes, events) and WebDAV (every verb) — fetches the items it acts on without regard to who asks and
-/// passes each through ``authorize(_:_:_:)`` with the action it will take.
+/// passes each through ``authorize(_:_:_:reach:)`` with the action it will take.
 ///
-/// Today there is one kind of principal with full rights on its own tree; another user's item is invisible — 404
-/// `not_found`, exactly as an id that does not exist. Roles on shared items and public-link sessions change this
-/// function and the data it reads, not the routes. What a principal may see but not do will be 403 `forbidden`.
+/// An item's owner may do anything with it. Another user sees it only through a grant on it or a folder above it,
+/// accepted and not expired (``Reach``, read by ``Dependencies/item(_:for:_:)``), and may do what the grant's role
+/// allows (``allowed(_:)``); everyone else gets 404 `not_found`, exactly as for an id that does not exist. What a
+/// principal may see but not do is 403 `forbidden`. Public-link sessions will be one more kind of principal here,
+/// not further checks in the routes.
 struct AccessPolicy: Sendable {
     /// Decisions as they are made, when a test asks for them.
     let log: AccessLog?
@@ -43,19 +46,46 @@ struct AccessPolicy: Sendable {
     init(log: AccessLog? = nil) { self.log = log }
 
     /// `item` if `principal` may take `action` on it; otherwise the error to answer with (404 for what it may not
-    /// see). The item's owner (`item.userId`) is whose tree the action then changes.
+    /// see, 403 for what it may see but not do). `reach`: how the principal reaches an item of someone else's. The
+    /// item's owner (`item.userId`) is whose tree the action then changes.
     @discardableResult
-    func authorize(_ principal: Principal, _ item: FileRecord, _ action: Action) throws -> FileRecord {
-        let visible = allows(principal, item, action)
-        log?.record(AccessLog.Decision(userId: principal.userId, itemId: item.id, action: action, allowed: visible))
+    func authorize(_ principal: Principal, _ item: FileRecord, _ action: Action, reach: Reach? = nil) throws -> FileRecord {
+        let visible = sees(principal, item, reach: reach)
+        let allowed = visible && allows(principal, item, action, reach: reach)
+        log?.record(AccessLog.Decision(userId: principal.userId, itemId: item.id, action: action, allowed: allowed))
         guard visible else { throw DriveError.notFound("No such file or folder.") }
+        guard allowed else {
+            throw DriveError.forbidden("Your role on '\(item.name)' (\(reach?.role.rawValue ?? "none")) does not allow this; ask its owner.")
+        }
         return item
     }
 
+    /// Whether `principal` may see `item` at all.
+    func sees(_ principal: Principal, _ item: FileRecord, reach: Reach? = nil) -> Bool {
+        item.userId == principal.userId || reach != nil
+    }
+
     /// Whether `principal` may take `action` on `item`, asked without acting (no decision recorded): what a listing
-    /// tells a client it could do (Nextcloud's `oc:permissions`). The same rule as ``authorize(_:_:_:)``.
-    func allows(_ principal: Principal, _ item: FileRecord, _ action: Action) -> Bool {
-        item.userId == principal.userId
+    /// tells a client it could do (Nextcloud's `oc:permissions`, `File.capabilities`). The same rule as
+    /// ``authorize(_:_:_:reach:)``.
+    func allows(_ principal: Principal, _ item: FileRecord, _ action: Action, reach: Reach? = nil) -> Bool {
+        if item.userId == principal.userId { return true }
+        guard let reach else { return false }
+        // The share's root is the grantee's mount: renaming, moving or deleting it changes their tree only.
+        if reach.isRoot, Self.mountActions.contains(action) { return true }
+        return Self.allowed(reach.role).contains(action)
+    }
+
+    /// What a grantee may do to a share's root: it acts on their mount, never on the owner's item.
+    static let mountActions: Set<Action> = [.rename, .move, .trash, .purge]
+
+    /// What each role allows inside a share. The owner alone purges, and moves items out of it.
+    static func allowed(_ role: ShareRole) -> Set<Action> {
+        switch role {
+        case .viewer: [.list, .read, .preview]
+        case .editor: [.list, .read, .preview, .write, .create, .rename, .move, .trash, .restore]
+        case .manager: [.list, .read, .preview, .write, .create, .rename, .move, .trash, .restore, .share, .link]
+        }
     }
 
     /// For an item that was not found at all: recorded as a refusal like any other, so a test can tell that a route

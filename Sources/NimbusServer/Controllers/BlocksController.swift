@@ -371,6 +371,6 @@ struct BlocksController: Sendable {
             checksum: checksum, size: total, mimeType: mimeType)
         content.modifiedAt = modifiedAt
         let file = try await dependencies.content.commitStoredContent(userId: owner, target: target, content: content, now: dependencies.now)
-        return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present(file, for: me), status: .created, etag: file.etag)
     }
 }

@@ -66,8 +66,30 @@ struct ChangesController: Sendable {
             page = again
         }
         let next = page.changes.last?.seq ?? seq
+        // Items of a share are shown as the grantee sees them: the mount they come through, once per mount.
+        var reaches: [String: Reach] = [:]
+        var records: [FileRecord] = []
+        for change in page.changes {
+            guard var record = change.file else { continue }
+            if let mountId = change.mountId {
+                if reaches[mountId] == nil, let mount = try await dependencies.shares.mount(id: mountId, userId: me.userId) {
+                    reaches[mountId] = try await dependencies.shares.reach(userId: me.userId, itemId: mount.itemId, now: dependencies.now)
+                }
+                record.seenThrough = reaches[mountId].map { reach in
+                    var inside = reach
+                    inside.isRoot = record.id == reach.grant.itemId
+                    return inside
+                }
+            }
+            records.append(record)
+        }
+        var shown = try await dependencies.present(records, for: me)[...]
         let list = ChangeList(
-            changes: page.changes.map { Change(seq: $0.userSeq, type: $0.kind, fileId: $0.fileId, file: $0.file?.api) },
+            changes: page.changes.map { change in
+                var file = change.file == nil ? nil : shown.popFirst()
+                if change.mountId != nil { file?.mountId = change.mountId }
+                return Change(seq: change.userSeq, type: change.kind, fileId: change.fileId, file: file, mountId: change.mountId)
+            },
             cursor: dependencies.tokens.cursors.encode(next, userId: me.userId), hasMore: page.hasMore)
         return try JSONResponse.make(list)
     }

@@ -52,7 +52,7 @@ struct ContentController: Sendable {
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, .restore)
         let file = try await dependencies.content.restore(
             userId: item.userId, fileId: item.id, revisionId: try context.parameter("revisionId"), now: dependencies.now)
-        return try JSONResponse.make(file.api, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present(file, for: me), etag: file.etag)
     }
 
     /// Streams a revision's bytes: `ETag` (the revision id), `If-None-Match` → 304, one `Range` → 206 or 416.

@@ -23,14 +23,17 @@ struct FilesController: Sendable {
         let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let parent = try await dependencies.item(request.query("parentId") ?? "root", for: me, .list)
-        let (files, total) = try await dependencies.files.children(of: parent.id, userId: parent.userId, paging: paging)
-        return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
+        let (files, total) = try await dependencies.files.children(of: parent.id, userId: parent.userId, paging: paging,
+            // Shares are mounted in their grantee's tree only: a folder someone shares shows no mounts of theirs.
+            mountsAt: parent.userId == me.userId ? dependencies.now : nil)
+        let shown = try await dependencies.present(files, for: me, through: parent.seenThrough)
+        return try JSONResponse.make(FileList(files: shown, pagination: page(paging, total)))
     }
 
     @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
-        return try JSONResponse.make(file.api, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present(file, for: me), etag: file.etag)
     }
 
     @Sendable func create(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -43,7 +46,7 @@ struct FilesController: Sendable {
         let parent = try await dependencies.item(body.parentId ?? "root", for: me, .create)
         let (file, _) = try await dependencies.files.create(
             userId: parent.userId, parentId: parent.id, name: name, mimeType: mimeType, policy: policy, requestId: body.requestId, now: dependencies.now)
-        return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present([file], for: me, through: parent.seenThrough)[0], status: .created, etag: file.etag)
     }
 
     @Sendable func update(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -52,9 +55,21 @@ struct FilesController: Sendable {
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, body.parentId == nil ? .rename : .move)
         let name = try body.name.map(Self.validName)
         let parent = try await body.parentId.asyncMap { try await dependencies.item($0, for: me, .create) }
+        if let mountId = item.mountId {
+            // A share's root, renamed or moved by its grantee: their mount, in their own tree.
+            if let parent, parent.userId != me.userId || parent.mountId != nil {
+                throw DriveError.forbidden("A share can be placed only in your own folders.")
+            }
+            let file = try await dependencies.shares.updateMount(userId: me.userId, mountId: mountId, name: name, parentId: parent?.id, now: dependencies.now)
+            return try JSONResponse.make(try await dependencies.present(file, for: me), etag: file.etag)
+        }
+        if let parent, parent.userId != item.userId || parent.seenThrough?.grant.id != item.seenThrough?.grant.id {
+            // Only the owner takes items out of a share (or into another one); nobody moves them into another user's tree.
+            throw DriveError.forbidden("Only its owner can move '\(item.name)' out of the share it is in.")
+        }
         let file = try await dependencies.files.update(
             userId: item.userId, fileId: item.id, name: name, parentId: parent?.id, ifMatch: request.headers[.ifMatch], now: dependencies.now)
-        return try JSONResponse.make(file.api, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present([file], for: me, through: item.seenThrough)[0], etag: file.etag)
     }
 
     @Sendable func delete(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -66,6 +81,11 @@ struct FilesController: Sendable {
         default: throw DriveError.badRequest("'permanent' must be true or false.")
         }
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, permanent ? .purge : .trash)
+        if let grant = item.seenThrough?.grant, item.mountId != nil {
+            // A share's root, deleted by its grantee (any route): they leave the share; the owner's items stay.
+            try await dependencies.shares.declineGrant(id: grant.id, granteeId: me.userId, now: dependencies.now)
+            return Response(status: .noContent)
+        }
         if permanent {
             try await dependencies.files.deletePermanently(userId: item.userId, fileId: item.id, now: dependencies.now, by: dependencies.deleter(me))
         } else {
@@ -78,7 +98,7 @@ struct FilesController: Sendable {
         let me = try await dependencies.principal(request)
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, .restore)
         let file = try await dependencies.files.untrash(userId: item.userId, fileId: item.id, now: dependencies.now)
-        return try JSONResponse.make(file.api, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present([file], for: me, through: item.seenThrough)[0], etag: file.etag)
     }
 
     @Sendable func trash(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -86,7 +106,7 @@ struct FilesController: Sendable {
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let root = try await dependencies.root(for: me, .list)
         let (files, total) = try await dependencies.files.trashed(userId: root.userId, paging: paging)
-        return try JSONResponse.make(FileList(files: files.map(\.api), pagination: page(paging, total)))
+        return try JSONResponse.make(FileList(files: try await dependencies.present(files, for: me), pagination: page(paging, total)))
     }
 
     /// Everything trashed at or after `since` back where it was (`nimbus untrash --since TIME`).

@@ -49,9 +49,9 @@ struct ResumableUploadController: Sendable {
         let (upload, _) = try await dependencies.content.createUpload(session, now: now)
         if upload.totalChunks == 0 {
             // Nothing to send: an empty file is complete at once.
-            return try await finish(upload, userId: owner)
+            return try await finish(upload, userId: owner, for: me)
         }
-        let made = try await upload.completedFileId.asyncMap { try await dependencies.files.file(id: $0, userId: owner) }
+        let made = try await upload.completedFileId.asyncMap { try await dependencies.present(try await dependencies.files.file(id: $0, userId: owner), for: me) }
         return try JSONResponse.make(upload.api(file: made), status: made == nil ? .ok : .created)
     }
 
@@ -61,8 +61,10 @@ struct ResumableUploadController: Sendable {
     func session(_ id: String, for me: Principal) async throws -> UploadRecord {
         guard let upload = try await dependencies.content.uploadSession(id: id) else { throw dependencies.access.notFound(me, itemId: id, .write) }
         let target: FileRecord?
-        if let itemId = upload.fileId ?? upload.parentId, let item = try await dependencies.files.item(id: itemId) {
-            target = item
+        if let itemId = upload.fileId ?? upload.parentId, try await dependencies.files.item(id: itemId) != nil {
+            // Through the decision with how the principal reaches it (an editor's session in a share).
+            _ = try await dependencies.item(itemId, for: me, upload.fileId == nil ? .create : .write)
+            return upload
         } else if let owner = try await dependencies.accounts.user(id: upload.userId) {
             target = try await dependencies.files.item(id: owner.rootId)
         } else {
@@ -77,7 +79,7 @@ struct ResumableUploadController: Sendable {
         let me = try await dependencies.principal(request)
         let upload = try await session(try context.parameter("uploadId"), for: me)
         try SQLMetadataStore.checkActive(upload, now: dependencies.now)
-        let file = try await upload.completedFileId.asyncMap { try await dependencies.files.file(id: $0, userId: upload.userId) }
+        let file = try await upload.completedFileId.asyncMap { try await dependencies.present(try await dependencies.files.file(id: $0, userId: upload.userId), for: me) }
         return try JSONResponse.make(upload.api(file: file))
     }
 
@@ -126,7 +128,7 @@ struct ResumableUploadController: Sendable {
         if k < upload.chunksProcessed || upload.completedFileId != nil {
             // Already stored: acknowledge again without storing (the client missed our answer).
             for try await _ in request.body {}
-            return try await acknowledge(upload, userId: owner)
+            return try await acknowledge(upload, userId: owner, for: me)
         }
         let previous = hashes.state(for: id, beforeChunk: k)
         let staged = try await dependencies.intake.stage(
@@ -144,23 +146,23 @@ struct ResumableUploadController: Sendable {
             hashes.record(id, afterChunk: k, state: staged.runningHash)
         }
         upload = stored
-        return try await acknowledge(upload, userId: owner)
+        return try await acknowledge(upload, userId: owner, for: me)
     }
 
     /// 308 while chunks remain; once all are in, commits the file and answers 201 with it.
-    func acknowledge(_ upload: UploadRecord, userId: String) async throws -> Response {
+    func acknowledge(_ upload: UploadRecord, userId: String, for me: Principal) async throws -> Response {
         if upload.completedFileId == nil && upload.chunksProcessed < upload.totalChunks {
             var response = try JSONResponse.make(upload.api(), status: .permanentRedirect)
             response.headers[.range] = "bytes=0-\(Int64(upload.chunksProcessed) * upload.chunkSize - 1)"
             return response
         }
-        return try await finish(upload, userId: userId)
+        return try await finish(upload, userId: userId, for: me)
     }
 
-    func finish(_ upload: UploadRecord, userId: String) async throws -> Response {
+    func finish(_ upload: UploadRecord, userId: String, for me: Principal) async throws -> Response {
         if let fileId = upload.completedFileId {
             let file = try await dependencies.files.file(id: fileId, userId: userId)
-            return try JSONResponse.make(upload.api(file: file), status: .created, etag: file.etag)
+            return try JSONResponse.make(upload.api(file: try await dependencies.present(file, for: me)), status: .created, etag: file.etag)
         }
         let checksum = try await checksum(of: upload)
         if let expected = upload.checksum, expected != checksum {
@@ -171,7 +173,7 @@ struct ResumableUploadController: Sendable {
         }
         let (finished, file) = try await dependencies.content.finalizeUpload(userId: userId, uploadId: upload.id, checksum: checksum, now: dependencies.now)
         hashes.forget(upload.id)
-        return try JSONResponse.make(finished.api(file: file), status: .created, etag: file.etag)
+        return try JSONResponse.make(finished.api(file: try await dependencies.present(file, for: me)), status: .created, etag: file.etag)
     }
 
     /// The whole content's SHA-256: from the running hash when this process saw every chunk, else read back.

@@ -56,7 +56,8 @@ extension UploadController {
             let outcomes = try await dependencies.content.commitBatch(userId: owner, entries: mine.map { entries[$0] }, now: dependencies.now)
             for (index, outcome) in zip(mine, outcomes) {
                 switch outcome {
-                case .success(let committed): results[positions[index]] = .init(status: committed.created ? 201 : 200, file: committed.file.api)
+                case .success(let committed):
+                    results[positions[index]] = .init(status: committed.created ? 201 : 200, file: try await dependencies.present(committed.file, for: me))
                 case .failure(let error): results[positions[index]] = Self.result(error)
                 }
             }

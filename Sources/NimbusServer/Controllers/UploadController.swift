@@ -39,7 +39,7 @@ struct UploadController: Sendable {
         content.modifiedAt = modifiedAt
         try intake.verify(content, expected: expected)
         let file = try await intake.commit(content, to: target, owner: owner)
-        return try JSONResponse.make(file.api, status: .created, etag: file.etag)
+        return try JSONResponse.make(try await dependencies.present(file, for: me), status: .created, etag: file.etag)
     }
 
     /// The type a client sent with the body, unless it is a generic one (curl and HTML forms send those; then the

@@ -27,6 +27,7 @@ tags:
   - name: revisions
   - name: uploads
   - name: blocks
+  - name: sharing
   - name: changes
   - name: service
   - name: web
@@ -202,6 +203,7 @@ paths:
             GetContent: { operationRef: "#/paths/~1v1~1files~1{fileId}~1content/get", parameters: { fileId: "$response.body#/id" } }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}:
@@ -240,6 +242,7 @@ paths:
               schema: { $ref: "#/components/schemas/File" }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
         "412": { $ref: "#/components/responses/Error" }
@@ -257,6 +260,7 @@ paths:
         "204": { description: Trashed or deleted }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}/untrash:
@@ -274,6 +278,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/File" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
   /v1/trash:
     get:
@@ -330,6 +335,130 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/DeletionPauseList" }
         "401": { $ref: "#/components/responses/Error" }
+  /v1/files/{fileId}/grants:
+    parameters:
+      - { $ref: "#/components/parameters/FileId" }
+    post:
+      tags: [sharing]
+      summary: Share the item (and everything under it) with another user in a role
+      description: >-
+        The owner, or a manager of a share the item is in (never for a role above its own). The grant is pending until
+        the grantee accepts it (POST /v1/shares/incoming/{grantId}/accept). An unknown user is a 404 exactly like an
+        item one may not see; one grant per item and user, none nested in another for the same user (409
+        `already_granted`); the root folder cannot be shared (400 `cannot_share_root`); an expiry must be in the future.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/GrantRequest" }
+      responses:
+        "201":
+          description: The grant
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Grant" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "409": { $ref: "#/components/responses/Error" }
+    get:
+      tags: [sharing]
+      summary: The item's grants (the owner and managers see all; a grantee, its own) and links
+      responses:
+        "200":
+          description: Grants and links
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/GrantList" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+  /v1/grants:
+    get:
+      tags: [sharing]
+      summary: Every grant on my items ("shared by me"), newest first
+      responses:
+        "200":
+          description: My grants
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/GrantList" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/grants/{grantId}:
+    parameters:
+      - { $ref: "#/components/parameters/GrantId" }
+    patch:
+      tags: [sharing]
+      summary: A new role or expiry for a grant (takes effect on the next request)
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/GrantUpdate" }
+      responses:
+        "200":
+          description: The grant
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Grant" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+    delete:
+      tags: [sharing]
+      summary: End a grant (its owner or a manager revoking it, or its grantee giving it up); the share leaves the grantee's tree
+      responses:
+        "204": { description: Ended }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+  /v1/shares/incoming:
+    get:
+      tags: [sharing]
+      summary: The shares offered to me (pending, accepted or declined), newest first
+      responses:
+        "200":
+          description: Incoming shares
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/IncomingShareList" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/shares/incoming/{grantId}/accept:
+    parameters:
+      - { $ref: "#/components/parameters/GrantId" }
+    post:
+      tags: [sharing]
+      summary: Accept a share; it appears in my tree (my root, under its own name, by default; a taken name becomes "name (1)")
+      description: >-
+        The share's root keeps its owner's id; the mount gives it a place and a name in my tree only. Renaming, moving
+        or deleting it (PATCH or DELETE /v1/files/{id}) changes my tree only: deleting it leaves the share.
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/AcceptShareRequest" }
+      responses:
+        "200":
+          description: The mount and the share's root as I see it
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/AcceptedShare" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "410": { $ref: "#/components/responses/Error" }
+  /v1/shares/incoming/{grantId}/decline:
+    parameters:
+      - { $ref: "#/components/parameters/GrantId" }
+    post:
+      tags: [sharing]
+      summary: Decline a share, or leave one I accepted (it can be accepted again)
+      responses:
+        "204": { description: Declined }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}/content:
     parameters:
       - { $ref: "#/components/parameters/FileId" }
@@ -414,6 +543,7 @@ paths:
               schema: { $ref: "#/components/schemas/File" }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
   /v1/upload:
     post:
@@ -470,6 +600,7 @@ paths:
                   - { $ref: "#/components/schemas/UploadResponse" }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
         "413": { $ref: "#/components/responses/Error" }
@@ -497,6 +628,7 @@ paths:
       responses:
         "204": { description: Cancelled }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
   /v1/upload/{uploadId}/chunk:
     parameters:
@@ -524,6 +656,7 @@ paths:
               schema: { $ref: "#/components/schemas/UploadResponse" }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
         "409": { $ref: "#/components/responses/Error" }
         "410": { $ref: "#/components/responses/Error" }
@@ -639,6 +772,7 @@ paths:
               schema: { $ref: "#/components/schemas/File" }
         "400": { $ref: "#/components/responses/Error" }
         "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
         "409":
           description: "name_conflict, request_id_reused, or blocks_missing (error.missing lists the blocks to send first)"
@@ -813,6 +947,7 @@ components:
     FileId: { name: fileId, in: path, required: true, schema: { type: string } }
     RevisionId: { name: revisionId, in: path, required: true, schema: { type: string } }
     UploadId: { name: uploadId, in: path, required: true, schema: { type: string } }
+    GrantId: { name: grantId, in: path, required: true, schema: { type: string } }
     Page: { name: page, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 1000000000000, default: 1 } }
     Limit: { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, format: int64, default: 100 }, description: "Values over 1000 are treated as 1000." }
     OnConflict: { name: onConflict, in: query, required: false, schema: { type: string, enum: [fail, rename, replace], default: fail }, description: "On a name clash: 409, pick 'name (1).ext', or make a new revision of the existing file." }
@@ -1010,6 +1145,89 @@ components:
         modifiedAt: { type: string, format: date-time }
         downloadUrl: { type: string, description: "/v1/files/{id}/content (files only)" }
         trashed: { type: boolean }
+        owner: { $ref: "#/components/schemas/UserRef", description: Whose tree the item is in }
+        shared: { type: boolean, description: "The item has grants of its own (to me, when it is a share's root I hold)" }
+        capabilities: { $ref: "#/components/schemas/Capabilities", description: What I may do with it }
+        mountId: { type: string, description: "Someone else's item: the mount it reaches my tree through" }
+    UserRef:
+      type: object
+      required: [userId, username]
+      properties:
+        userId: { type: string }
+        username: { type: string }
+    Capabilities:
+      type: object
+      required: [canEdit, canRename, canDelete, canShare]
+      properties:
+        canEdit: { type: boolean, description: New versions; new items inside a folder }
+        canRename: { type: boolean }
+        canDelete: { type: boolean }
+        canShare: { type: boolean, description: Grants and links }
+    Grant:
+      type: object
+      required: [id, itemId, grantee, role, state, createdAt]
+      properties:
+        id: { type: string }
+        itemId: { type: string }
+        grantee: { $ref: "#/components/schemas/UserRef" }
+        role: { type: string, enum: [viewer, editor, manager] }
+        state: { type: string, enum: [pending, accepted, declined] }
+        createdAt: { type: string, format: date-time }
+        expiresAt: { type: string, format: date-time }
+    GrantRequest:
+      type: object
+      required: [user, role]
+      properties:
+        user: { type: string, description: A username (or a user id) }
+        role: { type: string, enum: [viewer, editor, manager] }
+        expiresAt: { type: string, format: date-time }
+    GrantUpdate:
+      type: object
+      properties:
+        role: { type: string, enum: [viewer, editor, manager] }
+        expiresAt: { type: string, format: date-time }
+    Link:
+      type: object
+      required: [id, url, access, downloads, passwordSet, createdAt]
+      properties:
+        id: { type: string }
+        url: { type: string }
+        token: { type: string, description: "Only in the answer that made the link and in GET /v1/links/{id}" }
+        access: { type: string, enum: [view, edit, upload] }
+        expiresAt: { type: string, format: date-time }
+        maxDownloads: { type: integer }
+        downloads: { type: integer }
+        passwordSet: { type: boolean }
+        createdAt: { type: string, format: date-time }
+    GrantList:
+      type: object
+      required: [grants, links]
+      properties:
+        grants: { type: array, items: { $ref: "#/components/schemas/Grant" } }
+        links: { type: array, items: { $ref: "#/components/schemas/Link" } }
+    IncomingShare:
+      type: object
+      required: [grant, item, owner]
+      properties:
+        grant: { $ref: "#/components/schemas/Grant" }
+        item: { $ref: "#/components/schemas/File" }
+        owner: { $ref: "#/components/schemas/UserRef" }
+    IncomingShareList:
+      type: object
+      required: [shares]
+      properties:
+        shares: { type: array, items: { $ref: "#/components/schemas/IncomingShare" } }
+    AcceptShareRequest:
+      type: object
+      properties:
+        parentId: { type: string, description: One of my folders (my root when absent) }
+        name: { type: string, minLength: 1, maxLength: 255, description: The share's name in my tree (its own when absent) }
+    AcceptedShare:
+      type: object
+      required: [mountId, file]
+      properties:
+        mountId: { type: string }
+        file: { $ref: "#/components/schemas/File" }
     FileRevision:
       type: object
       required: [revisionId, fileId, mimeType, size, modifiedAt, downloadUrl, checksum]
@@ -1126,6 +1344,7 @@ components:
         type: { type: string, enum: [upsert, delete] }
         fileId: { type: string }
         file: { $ref: "#/components/schemas/File", description: The item's current state (upsert only) }
+        mountId: { type: string, description: "An item of someone else's share: the mount it reaches me through (a delete of the mount's root: the share left my tree)" }
     ChangeList:
       type: object
       required: [changes, cursor, hasMore]

@@ -27,8 +27,9 @@ enum NameClashRule {
         case .rename:
             return .renamed
         case .replace:
-            // Only a file replaces a file: a folder is never written over, nor written over a file.
-            guard !isFolder, !existing.isFolder, !existing.isTrashed else { throw DriveError.nameConflict(name: name, existingId: existing.id) }
+            // Only a file replaces a file: a folder is never written over, nor written over a file; nor is a share
+            // someone else owns, mounted under this name.
+            guard !isFolder, !existing.isFolder, !existing.isTrashed, existing.mountId == nil else { throw DriveError.nameConflict(name: name, existingId: existing.id) }
             return .replace(existing)
         }
     }

@@ -3,7 +3,7 @@ import Logging
 import ServiceLifecycle
 
 /// Background upkeep, run every `maintenanceInterval` until shutdown: frees expired upload sessions, purges
-/// the trash past its retention, compacts the change feed, sweeps blocks orphaned for longer than the grace
+/// the trash past its retention, compacts the change feed, unmounts expired grants, sweeps blocks orphaned for longer than the grace
 /// period from the blob store. Between passes, blocks this process freed (a file purged, the trash emptied) are
 /// swept as soon as their short grace period is over, so the space is usable again within minutes.
 struct MaintenanceService: Service {
@@ -78,6 +78,9 @@ struct MaintenanceService: Service {
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
             _ = try await store.pruneDeletionLog(before: now.addingTimeInterval(-configuration.massDeletion.window.timeInterval))
             _ = try await store.pruneLoginFlows(now: now)
+            // Grants past their expiry stop working at once (the access decision reads the expiry); here their mounts
+            // leave their grantees' trees, and feeds.
+            _ = try await store.expireGrants(now: now)
             let swept = try await sweep(now: now)
             if expired + purged + compacted + swept > 0 {
                 logger.info(

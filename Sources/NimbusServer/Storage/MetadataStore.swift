@@ -9,7 +9,7 @@ import NimbusAPI
 ///
 /// A failure throws ``DriveError`` and leaves the store unchanged. `SQLMetadataStore` implements all four over the
 /// ``SQLDatabase`` seam (SQLite and PostgreSQL), one file per aggregate.
-typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore
+typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore & ShareStore
 
 /// Users, devices and their refresh tokens, login failures, app passwords, settings every replica shares.
 protocol AccountStore: Sendable {
@@ -73,7 +73,9 @@ protocol FileStore: Sendable {
     /// The size of the live files beneath each of these folders, at any depth (a folder's `oc:size`).
     func contentSizes(ofFolders folderIds: [String]) async throws -> [String: Int64]
     func file(id: String, userId: String) async throws -> FileRecord
-    func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
+    /// A page of the folder's items, folders first, then by name; with `mountsAt`, the shares mounted in it whose
+    /// grant is live at that time are among them (``FileRecord/mountId``).
+    func children(of parentId: String, userId: String, paging: Paging, mountsAt now: Date?) async throws -> (files: [FileRecord], total: Int)
     /// The live item named `name` in the folder `parentId`, if any (WebDAV walks paths with this).
     func child(named name: String, in parentId: String, userId: String) async throws -> FileRecord?
     func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)
@@ -202,4 +204,42 @@ protocol WebDAVStore: Sendable {
         modifiedAt: Date?, now: Date
     ) async throws -> FileRecord
     func deleteDAVUpload(userId: String, upload: String, chunk: Int64?, now: Date) async throws -> Bool
+}
+
+/// Sharing: grants of a role on an item to another user, and the mounts that place accepted ones in the grantee's
+/// tree (``SQLMetadataStore`` keeps them in `grants` and `mounts`). Who may grant what is the access decision's
+/// (``AccessPolicy``); these verbs keep the invariants: one grant per item and grantee and none nested inside
+/// another for the same grantee, mount names unique among a folder's names, the grantee's feed told of every mount
+/// that comes and goes.
+protocol ShareStore: Sendable {
+    /// A pending grant on the owner's item; 400 for the root or a trashed item, 409 `already_granted` when the
+    /// grantee reaches it already (a grant on it, above it or below it).
+    func createGrant(ownerId: String, itemId: String, granteeId: String, role: ShareRole, expiresAt: Date?, now: Date) async throws -> GrantRecord
+    /// The grant with this id, whoever's (routes pass it through the access decision).
+    func grant(id: String) async throws -> GrantRecord?
+    /// Every grant on the owner's items, newest first.
+    func grants(ownerId: String) async throws -> [GrantRecord]
+    /// The grants on one of the owner's items, oldest first.
+    func grants(ownerId: String, itemId: String) async throws -> [GrantRecord]
+    /// A new role or expiry (nil: unchanged); takes effect on the next request.
+    func updateGrant(id: String, role: ShareRole?, expiresAt: Date?, now: Date) async throws -> GrantRecord
+    /// Ends a grant: its mount leaves the grantee's tree (their feed sees the mount root deleted).
+    func deleteGrant(id: String, now: Date) async throws
+    /// The grants offered to the user that have not expired, newest first, whatever their state.
+    func incomingGrants(granteeId: String, now: Date) async throws -> [GrantRecord]
+    /// Mounts the grant in the grantee's folder `parentId` under `name` (the item's name by default; a taken one
+    /// becomes `name (1)`); accepted already, the same mount again. 404 for a grant that is not theirs or expired.
+    func acceptGrant(id: String, granteeId: String, parentId: String, name: String?, now: Date) async throws -> (mount: MountRecord, file: FileRecord)
+    /// Declines a grant, or leaves an accepted one (its mount goes; the grant can be accepted again).
+    func declineGrant(id: String, granteeId: String, now: Date) async throws
+    /// The user's mount with this id.
+    func mount(id: String, userId: String) async throws -> MountRecord?
+    /// A new name or folder for the user's mount (their view only); returns the mount root as they see it.
+    func updateMount(userId: String, mountId: String, name: String?, parentId: String?, now: Date) async throws -> FileRecord
+    /// How `userId` reaches `itemId`, someone else's item, if at all: the accepted, live grant on it or above it.
+    func reach(userId: String, itemId: String, now: Date) async throws -> Reach?
+    /// Those of `ids` (the owner's items) that have grants of their own.
+    func sharedItems(ownerId: String, among ids: [String]) async throws -> Set<String>
+    /// Takes the mounts of grants past their expiry out of their grantees' trees; returns how many.
+    func expireGrants(now: Date) async throws -> Int
 }

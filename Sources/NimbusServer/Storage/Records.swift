@@ -102,6 +102,12 @@ struct FileRecord: Sendable, Equatable {
     var trashedAt: Date?
     var createdAt: Date
     var modifiedAt: Date
+    /// Set when the record is a share's root as the grantee sees it: `name` and `parentId` are then the mount's, in
+    /// the grantee's tree (``MountRecord``).
+    var mountId: String? = nil
+    /// How the user asking reaches this item of someone else's (set by the access decision's caller, for what the
+    /// answer shows them: ``Dependencies/present(_:for:through:)``).
+    var seenThrough: Reach? = nil
 
     var isTrashed: Bool { trashRoot != nil }
 
@@ -119,6 +125,41 @@ struct FileRecord: Sendable, Equatable {
             revisionId: headRevisionId, createdAt: createdAt, modifiedAt: modifiedAt,
             downloadUrl: isFolder ? nil : Routes.content.path(id), trashed: isTrashed)
     }
+}
+
+/// A role on an item for another user (``ShareStore``).
+struct GrantRecord: Sendable, Equatable {
+    var id: String
+    var ownerId: String
+    var itemId: String
+    var granteeId: String
+    var role: ShareRole
+    var state: Grant.State
+    var createdAt: Date
+    var expiresAt: Date?
+
+    func isLive(at now: Date) -> Bool { expiresAt.map { $0 > now } ?? true }
+}
+
+/// Where an accepted grant sits in the grantee's tree.
+struct MountRecord: Sendable, Equatable {
+    var id: String
+    var userId: String
+    var grantId: String
+    var itemId: String
+    var parentId: String
+    var name: String
+    var createdAt: Date
+}
+
+/// How a user reaches an item of someone else's: through an accepted, unexpired grant on it or a folder above it,
+/// mounted in their tree.
+struct Reach: Sendable, Equatable {
+    var grant: GrantRecord
+    var mount: MountRecord
+    var role: ShareRole { grant.role }
+    /// Whether the item is the share's root (the mount's own item).
+    var isRoot: Bool
 }
 
 /// One content version of a file.
@@ -147,6 +188,8 @@ struct ChangeRecord: Sendable, Equatable {
     var kind: Change.Kind
     var fileId: String
     var file: FileRecord?
+    /// A grantee's row: the mount the item reaches them through.
+    var mountId: String? = nil
 }
 
 /// What a content commit writes to.
@@ -218,9 +261,10 @@ struct UploadRecord: Sendable, Equatable {
         return start..<min(start + chunkSize, size)
     }
 
-    func api(file: FileRecord? = nil) -> UploadResponse {
+    /// The session as the API shows it; `file`: what it made, as the asking user sees it.
+    func api(file: File? = nil) -> UploadResponse {
         UploadResponse(
             uploadId: id, totalChunks: totalChunks, chunksProcessed: chunksProcessed, chunkSize: chunkSize,
-            uploadUrl: Routes.uploadChunk.path(id), uploadExpiresAt: expiresAt, file: file?.api)
+            uploadUrl: Routes.uploadChunk.path(id), uploadExpiresAt: expiresAt, file: file)
     }
 }

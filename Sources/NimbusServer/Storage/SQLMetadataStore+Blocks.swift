@@ -370,6 +370,7 @@ extension SQLMetadataStore {
     @discardableResult
     func purge(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, rootId: String, now: Date) throws -> Int {
         let ids = try Self.subtree(db, rootId: rootId)
+        try Self.purgeShares(db, &effects, rootId: rootId, ids: ids, now: now)
         var hashes: Set<String> = []
         for id in ids {
             let revisionIds = try db.values("SELECT id FROM revisions WHERE file_id = ?", [id], as: String.self)

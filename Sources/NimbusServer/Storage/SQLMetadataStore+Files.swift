@@ -44,12 +44,15 @@ extension SQLMetadataStore {
         try await database.read { db in try Self.file(db, id: id, userId: userId) }
     }
 
-    func children(of parentId: String, userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int) {
+    func children(of parentId: String, userId: String, paging: Paging, mountsAt now: Date?) async throws -> (files: [FileRecord], total: Int) {
         try await database.read { db in
             let parent = try Self.file(db, id: parentId, userId: userId)
             guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: .notAFolder) }
             // Inside a trashed folder, list what went to the trash with it; elsewhere, only live items.
             let trashFilter = parent.isTrashed ? "trash_root IS NOT NULL" : "trash_root IS NULL"
+            if let now, !parent.isTrashed, try db.fetchOne("SELECT 1 FROM mounts WHERE user_id = ? AND parent_id = ?", [userId, parentId]) != nil {
+                return try Self.childrenWithMounts(db, parentId: parentId, userId: userId, paging: paging, now: now)
+            }
             try db.preferIndexOrder()
             let total = try db.value("SELECT COUNT(*) FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)", [parentId, userId], as: Int.self) ?? 0
             let rows = try db.fetchAll("""
@@ -239,7 +242,8 @@ extension SQLMetadataStore {
         try db.perform(
             "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
             [newName, newParent, file.isFolder ? now.millis : file.modifiedAt.millis, file.id])
-        try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
+        try Self.recordChange(
+            db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now, formerParent: newParent == oldParent ? nil : oldParent)
         Self.touchFolder(&effects, oldParent)
         if newParent != oldParent { Self.touchFolder(&effects, newParent) }
         return try Self.file(db, id: file.id, userId: userId)
@@ -333,17 +337,22 @@ extension SQLMetadataStore {
             let last: Int64 = try user.get("last_seq")
             let floor: Int64 = try user.get("changes_floor")
             guard seq >= floor, seq <= last else { return nil }
+            // A grantee's row for a share's item (`mount_id`) shows the item; the share's root, under the mount's name
+            // and in the mount's folder.
             let rows = try db.fetchAll("""
-                    SELECT c.seq AS c_seq, c.user_seq AS c_user_seq, c.kind AS c_kind, c.file_id AS c_file_id, f.*
+                    SELECT c.seq AS c_seq, c.user_seq AS c_user_seq, c.kind AS c_kind, c.file_id AS c_file_id, c.mount_id AS c_mount_id,
+                        m.id AS m_id, m.parent_id AS m_parent_id, m.name AS m_name, f.*
                     FROM changes c LEFT JOIN files f ON f.id = c.file_id AND c.kind = 'upsert'
+                    LEFT JOIN mounts m ON m.id = c.mount_id AND m.item_id = c.file_id
                     WHERE c.user_id = ? AND c.seq > ? ORDER BY c.seq LIMIT ?
                     """, [userId, seq, limit + 1])
             let changes = try rows.prefix(limit).map { row in
                 let kind = Change.Kind(rawValue: try row.get("c_kind")) ?? .upsert
-                let file: FileRecord? = try row.get("id", as: String?.self) == nil ? nil : try Self.file(row)
+                let file: FileRecord? =
+                    try row.get("id", as: String?.self) == nil ? nil : try row.get("m_id", as: String?.self) == nil ? try Self.file(row) : try Self.mountedFile(row)
                 return ChangeRecord(
                     seq: try row.get("c_seq"), userSeq: try row.get("c_user_seq"), kind: file == nil ? .delete : kind, fileId: try row.get("c_file_id"),
-                    file: file)
+                    file: file, mountId: try row.get("c_mount_id"))
             }
             return (Array(changes), rows.count > limit)
         }

@@ -93,6 +93,8 @@ final class SQLMetadataStore: MetadataStore {
         /// Folders a content commit found live in this transaction. Content commits never trash, move or delete a
         /// folder, so one a batch entry checked stays live for the next entry in the same folder.
         var liveFolders: [String: FileRecord] = [:]
+        /// Owner → whether any of their grants is accepted (their changes then reach grantees' feeds), read once.
+        var sharing: [String: Bool] = [:]
         /// What a batch read up front, kept up to date by its own commits (a key not here: ask the database). Only
         /// content commits run while these are set; whatever else changes a name, a request id or a block's state
         /// in the same transaction must forget the key.
@@ -159,8 +161,13 @@ final class SQLMetadataStore: MetadataStore {
 let emptyChecksum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 extension SQLMetadataStore {
-    /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state).
-    static func recordChange(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date) throws {
+    /// Appends a change-feed row for a file, replacing the file's older rows (the feed carries the latest state), and
+    /// one for each grantee who sees it through a mount (``recordForGrantees(_:_:ownerId:fileId:kind:now:formerParent:)``;
+    /// `formerParent`: where a move took it from). `mountId`: the row is a grantee's, for an item of the share mounted so.
+    static func recordChange(
+        _ db: any SQLTransaction, _ effects: inout Effects, userId: String, fileId: String, kind: Change.Kind, now: Date, mountId: String? = nil,
+        formerParent: String? = nil
+    ) throws {
         // A file made by this transaction has no change row yet; once it has one, it is like any other.
         if effects.inserted.remove(fileId) == nil {
             try db.perform("DELETE FROM changes WHERE user_id = ? AND file_id = ?", [userId, fileId])
@@ -175,8 +182,11 @@ extension SQLMetadataStore {
         }
         effects.userSeqs[userId] = userSeq
         effects.changedFiles.insert(fileId)
-        try db.insert(into: "changes", ["user_id", "file_id", "kind", "at", "user_seq"], [userId, fileId, kind.rawValue, now.millis, userSeq])
+        try db.insert(into: "changes", ["user_id", "file_id", "kind", "at", "user_seq", "mount_id"], [userId, fileId, kind.rawValue, now.millis, userSeq, mountId])
         effects.changed[userId] = 0  // the sequence number, and users.last_seq, at the end (applyDeferred)
+        if mountId == nil {
+            try recordForGrantees(db, &effects, ownerId: userId, fileId: fileId, kind: kind, now: now, formerParent: formerParent)
+        }
     }
 
     static func file(_ db: any SQLTransaction, id: String, userId: String) throws -> FileRecord {
@@ -199,9 +209,15 @@ extension SQLMetadataStore {
         return folder
     }
 
+    /// The live item holding `name` in the folder: one of the user's, or a share mounted there (``mountedFile(_:)``).
     static func liveChild(_ db: any SQLTransaction, parentId: String, name: String, userId: String) throws -> FileRecord? {
-        try db.fetchOne("SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL", [userId, parentId, name]
-        ).map(file)
+        if let own = try db.fetchOne("SELECT * FROM files WHERE user_id = ? AND parent_id = ? AND name = ? AND trash_root IS NULL", [userId, parentId, name]) {
+            return try file(own)
+        }
+        return try db.fetchOne(
+            "SELECT \(mountColumns) FROM mounts m JOIN files f ON f.id = m.item_id WHERE m.user_id = ? AND m.parent_id = ? AND m.name = ?",
+            [userId, parentId, name]
+        ).map(mountedFile)
     }
 
     /// The first of `name (1).ext`, `name (2).ext`, ... that is free in the folder.
@@ -266,6 +282,18 @@ extension SQLMetadataStore {
             isFolder: try row.get("is_folder"), size: try row.get("size"), checksum: try row.get("checksum"), headRevisionId: try row.get("head_revision_id"),
             version: try row.get("version"), treeVersion: try row.get("tree_version"), trashRoot: try row.get("trash_root"), trashedAt: (try row.get("trashed_at", as: Int64?.self)).map(Date.init(millis:)),
             createdAt: Date(millis: try row.get("created_at")), modifiedAt: Date(millis: try row.get("modified_at")))
+    }
+
+    /// The columns ``mountedFile(_:)`` reads: a shared item (`f`) and its mount (`m`).
+    static let mountColumns = "f.*, m.id AS m_id, m.parent_id AS m_parent_id, m.name AS m_name"
+
+    /// A share's root as its grantee sees it: the owner's item, under the mount's name and in the mount's folder.
+    static func mountedFile(_ row: SQLRow) throws -> FileRecord {
+        var record = try file(row)
+        record.mountId = try row.get("m_id")
+        record.parentId = try row.get("m_parent_id")
+        record.name = try row.get("m_name")
+        return record
     }
 
     static func revision(_ row: SQLRow) throws -> RevisionRecord {

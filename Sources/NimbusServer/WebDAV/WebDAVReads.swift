@@ -44,7 +44,7 @@ extension DAVRequest {
         var result: [FileRecord] = []
         var page = 1
         while true {
-            let batch = try await dependencies.files.children(of: folder.id, userId: owner, paging: Paging(page: page, limit: Paging.maxLimit))
+            let batch = try await dependencies.files.children(of: folder.id, userId: owner, paging: Paging(page: page, limit: Paging.maxLimit), mountsAt: nil)
             result += batch.files
             if batch.files.count < Paging.maxLimit || result.count >= batch.total { return result }
             page += 1

@@ -310,5 +310,43 @@ enum SchemaMigrations {
                 "CREATE INDEX login_flows_expiry ON login_flows(expires_at)",
             ]
         ),
+        Migration(
+            id: "schema-3-sharing",
+            statements: [
+                // A role on an item (and everything under it) for another user: offered (`pending`), `accepted` (then a
+                // mount places it in the grantee's tree) or `declined`. One grant per item and grantee.
+                """
+                CREATE TABLE grants (
+                    id TEXT PRIMARY KEY,
+                    owner_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    item_id TEXT NOT NULL,
+                    grantee_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    role TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    created_at {int} NOT NULL,
+                    expires_at {int}
+                )
+                """,
+                "CREATE UNIQUE INDEX grants_item ON grants(owner_id, item_id, grantee_id)",
+                "CREATE INDEX grants_grantee ON grants(grantee_id, state)",
+                // Where an accepted grant sits in the grantee's tree: a name in one of their folders. The shared item
+                // keeps its owner's id; the mount only gives it a place (and its own name) for this user.
+                """
+                CREATE TABLE mounts (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    grant_id TEXT NOT NULL UNIQUE,
+                    item_id TEXT NOT NULL,
+                    parent_id TEXT NOT NULL,
+                    name {name} NOT NULL,
+                    created_at {int} NOT NULL
+                )
+                """,
+                "CREATE UNIQUE INDEX mounts_name ON mounts(user_id, parent_id, name)",
+                "CREATE INDEX mounts_item ON mounts(item_id)",
+                // A grantee's feed row for an item of a share they mounted: which mount it reaches them through.
+                "ALTER TABLE changes ADD COLUMN mount_id TEXT",
+            ]
+        ),
     ]
 }

@@ -1,0 +1,185 @@
+import Foundation
+
+/// A user as other users see them: in grants, as an item's owner.
+public struct UserRef: Codable, Sendable, Hashable {
+    public var userId: String
+    public var username: String
+
+    public init(userId: String, username: String) {
+        self.userId = userId
+        self.username = username
+    }
+}
+
+/// What the asking user may do with an item (`File.capabilities`).
+public struct Capabilities: Codable, Sendable, Hashable {
+    /// New versions, new items inside (a folder).
+    public var canEdit: Bool
+    public var canRename: Bool
+    public var canDelete: Bool
+    /// Grants and links.
+    public var canShare: Bool
+
+    public init(canEdit: Bool, canRename: Bool, canDelete: Bool, canShare: Bool) {
+        self.canEdit = canEdit
+        self.canRename = canRename
+        self.canDelete = canDelete
+        self.canShare = canShare
+    }
+}
+
+/// A role on a shared item, and on everything under it. Each holds the one before it.
+public enum ShareRole: String, Codable, Sendable, CaseIterable, Comparable {
+    /// List, read, download, preview, list revisions.
+    case viewer
+    /// And: upload, new versions, create, rename and move inside the share, trash and untrash inside it, restore a
+    /// revision.
+    case editor
+    /// And: grants and links, never above its own role.
+    case manager
+
+    public static func < (lhs: ShareRole, rhs: ShareRole) -> Bool {
+        allCases.firstIndex(of: lhs) ?? 0 < allCases.firstIndex(of: rhs) ?? 0
+    }
+}
+
+/// A grant of a role on an item to one user.
+public struct Grant: Codable, Sendable, Hashable {
+    public enum State: String, Codable, Sendable {
+        /// Offered: the grantee has not answered (nothing is in their tree yet).
+        case pending
+        /// Mounted in the grantee's tree.
+        case accepted
+        /// Declined, or left: it can still be accepted from the incoming list.
+        case declined
+    }
+
+    public var id: String
+    public var itemId: String
+    public var grantee: UserRef
+    public var role: ShareRole
+    public var state: State
+    public var createdAt: Date
+    public var expiresAt: Date?
+
+    public init(id: String, itemId: String, grantee: UserRef, role: ShareRole, state: State, createdAt: Date, expiresAt: Date?) {
+        self.id = id
+        self.itemId = itemId
+        self.grantee = grantee
+        self.role = role
+        self.state = state
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
+}
+
+/// `POST /v1/files/{fileId}/grants`: `user` is a username (or a user id).
+public struct GrantRequest: Codable, Sendable, Hashable {
+    public var user: String
+    public var role: ShareRole
+    public var expiresAt: Date?
+
+    public init(user: String, role: ShareRole, expiresAt: Date? = nil) {
+        self.user = user
+        self.role = role
+        self.expiresAt = expiresAt
+    }
+}
+
+/// `PATCH /v1/grants/{grantId}`: what changes (absent: unchanged).
+public struct GrantUpdate: Codable, Sendable, Hashable {
+    public var role: ShareRole?
+    public var expiresAt: Date?
+
+    public init(role: ShareRole? = nil, expiresAt: Date? = nil) {
+        self.role = role
+        self.expiresAt = expiresAt
+    }
+}
+
+/// A public link to an item.
+public struct Link: Codable, Sendable, Hashable {
+    public enum Access: String, Codable, Sendable {
+        case view, edit, upload
+    }
+
+    public var id: String
+    public var url: String
+    /// The secret part of the URL: only in the answer that made the link and in `GET /v1/links/{id}`.
+    public var token: String?
+    public var access: Access
+    public var expiresAt: Date?
+    public var maxDownloads: Int?
+    public var downloads: Int
+    public var passwordSet: Bool
+    public var createdAt: Date
+
+    public init(
+        id: String, url: String, token: String?, access: Access, expiresAt: Date?, maxDownloads: Int?, downloads: Int, passwordSet: Bool,
+        createdAt: Date
+    ) {
+        self.id = id
+        self.url = url
+        self.token = token
+        self.access = access
+        self.expiresAt = expiresAt
+        self.maxDownloads = maxDownloads
+        self.downloads = downloads
+        self.passwordSet = passwordSet
+        self.createdAt = createdAt
+    }
+}
+
+/// `GET /v1/files/{fileId}/grants`: the item's grants and links (the owner and managers see all; a grantee, its own).
+public struct GrantList: Codable, Sendable, Hashable {
+    public var grants: [Grant]
+    public var links: [Link]
+
+    public init(grants: [Grant], links: [Link]) {
+        self.grants = grants
+        self.links = links
+    }
+}
+
+/// One share offered to or held by the asking user.
+public struct IncomingShare: Codable, Sendable, Hashable {
+    public var grant: Grant
+    public var item: File
+    public var owner: UserRef
+
+    public init(grant: Grant, item: File, owner: UserRef) {
+        self.grant = grant
+        self.item = item
+        self.owner = owner
+    }
+}
+
+/// `GET /v1/shares/incoming`.
+public struct IncomingShareList: Codable, Sendable, Hashable {
+    public var shares: [IncomingShare]
+
+    public init(shares: [IncomingShare]) { self.shares = shares }
+}
+
+/// `POST /v1/shares/incoming/{grantId}/accept`: where the share goes in the grantee's tree (their root, under the
+/// item's own name, by default).
+public struct AcceptShareRequest: Codable, Sendable, Hashable {
+    public var parentId: String?
+    public var name: String?
+
+    public init(parentId: String? = nil, name: String? = nil) {
+        self.parentId = parentId
+        self.name = name
+    }
+}
+
+/// The accepted share: its mount, and the mount root as the grantee sees it.
+public struct AcceptedShare: Codable, Sendable, Hashable {
+    public var mountId: String
+    public var file: File
+
+    public init(mountId: String, file: File) {
+        self.mountId = mountId
+        self.file = file
+    }
+}
