@@ -21,6 +21,10 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case cannotShareRoot = "cannot_share_root"
     // 401 / 403 / 404 / 405
     case unauthorized
+    /// A public link with a password: get a session with it first (`POST /v1/public/{token}/session`).
+    case passwordRequired = "password_required"
+    /// A public link's password was wrong.
+    case passwordIncorrect = "password_incorrect"
     case forbidden
     case notFound = "not_found"
     case methodNotAllowed = "method_not_allowed"

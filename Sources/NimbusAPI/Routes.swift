@@ -77,6 +77,19 @@ public enum Routes {
     public static let acceptShare = Endpoint<AcceptShareRequest, AcceptedShare>("POST", "/v1/shares/incoming/{grantId}/accept")
     public static let declineShare = Endpoint<NoBody, NoBody>("POST", "/v1/shares/incoming/{grantId}/decline")
 
+    // MARK: Links
+    public static let createLink = Endpoint<LinkRequest, Link>("POST", "/v1/files/{fileId}/links")
+    public static let links = Endpoint<NoBody, LinkList>("GET", "/v1/links")
+    public static let link = Endpoint<NoBody, Link>("GET", "/v1/links/{linkId}")
+    public static let updateLink = Endpoint<LinkUpdate, Link>("PATCH", "/v1/links/{linkId}")
+    public static let deleteLink = Endpoint<NoBody, NoBody>("DELETE", "/v1/links/{linkId}")
+    /// Public (no account): what a link is; a session (with its password); its folder's items; their content; a drop.
+    public static let publicLink = Endpoint<NoBody, PublicLinkInfo>("GET", "/v1/public/{token}")
+    public static let publicSession = Endpoint<LinkSessionRequest, LinkSession>("POST", "/v1/public/{token}/session")
+    public static let publicItems = Endpoint<NoBody, FileList>("GET", "/v1/public/{token}/items")
+    public static let publicContent = Endpoint<NoBody, Data>("GET", "/v1/public/{token}/items/{itemId}/content")
+    public static let publicUpload = Endpoint<Data, PublicUpload>("POST", "/v1/public/{token}/upload")
+
     // MARK: Content and revisions
     public static let content = Endpoint<NoBody, Data>("GET", "/v1/files/{fileId}/content")
     public static let revisions = Endpoint<NoBody, RevisionList>("GET", "/v1/files/{fileId}/revisions")

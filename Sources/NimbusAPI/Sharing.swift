@@ -183,3 +183,95 @@ public struct AcceptedShare: Codable, Sendable, Hashable {
         self.file = file
     }
 }
+
+/// `POST /v1/files/{fileId}/links`.
+public struct LinkRequest: Codable, Sendable, Hashable {
+    public var access: Link.Access
+    /// At least 8 characters; a weaker one is refused (never a link without the protection asked for).
+    public var password: String?
+    public var expiresAt: Date?
+    public var maxDownloads: Int?
+
+    public init(access: Link.Access, password: String? = nil, expiresAt: Date? = nil, maxDownloads: Int? = nil) {
+        self.access = access
+        self.password = password
+        self.expiresAt = expiresAt
+        self.maxDownloads = maxDownloads
+    }
+}
+
+/// `PATCH /v1/links/{linkId}`: what changes (absent: unchanged; an empty password removes it).
+public struct LinkUpdate: Codable, Sendable, Hashable {
+    public var password: String?
+    public var expiresAt: Date?
+    public var maxDownloads: Int?
+
+    public init(password: String? = nil, expiresAt: Date? = nil, maxDownloads: Int? = nil) {
+        self.password = password
+        self.expiresAt = expiresAt
+        self.maxDownloads = maxDownloads
+    }
+}
+
+/// `GET /v1/links`: the links on the asking user's items (their tokens are not in a list).
+public struct LinkList: Codable, Sendable, Hashable {
+    public var links: [Link]
+
+    public init(links: [Link]) { self.links = links }
+}
+
+/// `GET /v1/public/{token}`: what a link shows anyone who has it.
+public struct PublicLinkInfo: Codable, Sendable, Hashable {
+    /// The linked item's id (its content: `/v1/public/{token}/items/{itemId}/content`).
+    public var itemId: String
+    public var name: String
+    public var isFolder: Bool
+    public var size: Int64
+    public var mimeType: String
+    public var access: Link.Access
+    public var expiresAt: Date?
+    public var passwordRequired: Bool
+
+    public init(
+        itemId: String, name: String, isFolder: Bool, size: Int64, mimeType: String, access: Link.Access, expiresAt: Date?, passwordRequired: Bool
+    ) {
+        self.itemId = itemId
+        self.name = name
+        self.isFolder = isFolder
+        self.size = size
+        self.mimeType = mimeType
+        self.access = access
+        self.expiresAt = expiresAt
+        self.passwordRequired = passwordRequired
+    }
+}
+
+/// `POST /v1/public/{token}/session`.
+public struct LinkSessionRequest: Codable, Sendable, Hashable {
+    public var password: String?
+
+    public init(password: String? = nil) { self.password = password }
+}
+
+/// A bearer for a link's calls (`Authorization: Bearer <session>`), for a while.
+public struct LinkSession: Codable, Sendable, Hashable {
+    public var session: String
+    public var expiresAt: Date
+
+    public init(session: String, expiresAt: Date) {
+        self.session = session
+        self.expiresAt = expiresAt
+    }
+}
+
+/// `POST /v1/public/{token}/upload`: the same answer whether or not the name was taken (a file drop tells nothing of
+/// what the folder holds).
+public struct PublicUpload: Codable, Sendable, Hashable {
+    public var received: Bool
+    public var size: Int64
+
+    public init(received: Bool, size: Int64) {
+        self.received = received
+        self.size = size
+    }
+}

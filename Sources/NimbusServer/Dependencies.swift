@@ -28,6 +28,8 @@ struct Dependencies: Sendable {
     var webDAV: any WebDAVStore { store }
     /// Grants and mounts.
     var shares: any ShareStore { store }
+    /// Public links.
+    var links: any LinkStore { store }
     private let rootIds = NIOLockedValueBox<[String: String]>([:])
     /// Usernames by user id (a username never changes), for what answers show of owners and grantees.
     private let usernames = NIOLockedValueBox<[String: String]>([:])

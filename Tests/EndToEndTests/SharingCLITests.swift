@@ -1,4 +1,5 @@
 import Foundation
+import NimbusTestSupport
 import Testing
 
 /// The sharing commands of the real `nimbus` binary, two users on one server: share, list, accept, read, change the
@@ -59,5 +60,44 @@ struct SharingCLITests {
         #expect(try ana.run(["share", "revoke", grantId]).status == 0)
         #expect(!(try ben.run(["ls", "/"]).stdout.contains("Project")))
         #expect(try ana.run(["ls", "/Project"]).stdout.contains("notes.txt"), "the owner's items stay")
+    }
+
+    @Test("link create (view, password from stdin, upload-only), link ls, link get of a file and a folder, link revoke; a wrong password is a clear error")
+    func links() async throws {
+        let bench = try Bench()
+        let ana = try bench.device("ana", user: "ana")
+        try write("the plan", to: ana.workingDirectory.appending(path: "plan.txt"))
+        #expect(try ana.run(["mkdir", "-p", "/Project/Sub"]).status == 0)
+        #expect(try ana.run(["put", "plan.txt", "/Project/plan.txt"]).status == 0)
+        #expect(try ana.run(["put", "plan.txt", "/Project/Sub/deep.txt"]).status == 0)
+
+        let made = try ana.run(["link", "create", "/Project/plan.txt"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let url = made.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(url.contains("/s/"))
+        // Anyone, no account: a device that never signed in.
+        let stranger = CLIDevice(home: bench.root.appending(path: "home-stranger"), workingDirectory: try bench.folder("work-stranger"))
+        let fetched = try stranger.run(["link", "get", url, "-"])
+        #expect(fetched.status == 0 && fetched.stdout == "the plan", "\(fetched.stderr)")
+
+        let folder = try ana.run(["link", "create", "/Project", "--password-stdin", "--max-downloads", "10"], stdin: "correct horse\n")
+        #expect(folder.status == 0, "\(folder.stderr)")
+        let folderURL = folder.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let wrong = try stranger.run(["link", "get", folderURL, "copy", "--password-stdin"], stdin: "wrong horse\n")
+        #expect(wrong.status != 0 && wrong.stderr.contains("password"), "\(wrong.stderr)")
+        let copied = try stranger.run(["link", "get", folderURL, "copy", "--password-stdin"], stdin: "correct horse\n")
+        #expect(copied.status == 0, "\(copied.stderr)")
+        #expect(tree(stranger.workingDirectory.appending(path: "copy")).keys.sorted() == ["Sub", "Sub/deep.txt", "plan.txt"])
+        let weak = try ana.run(["link", "create", "/Project", "--password-stdin"], stdin: "short\n")
+        #expect(weak.status != 0 && weak.stderr.contains("8 characters"), "\(weak.stderr)")
+
+        let listed = try ana.run(["link", "ls"])
+        #expect(listed.status == 0 && !listed.stdout.contains("/s/"), "a list shows no link's token")
+        let id = try #require(listed.stdout.split(separator: "\n").first.map { String($0.prefix { $0 != " " }) })
+        #expect(try ana.run(["link", "revoke", id]).status == 0)
+        let drop = try ana.run(["link", "create", "/Project", "--upload-only"])
+        #expect(drop.status == 0)
+        let refused = try stranger.run(["link", "get", drop.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "x"])
+        #expect(refused.status != 0 && refused.stderr.contains("file drop"))
     }
 }

@@ -49,6 +49,7 @@ struct AccessDecisionTests {
             let bobsApp: AppPassword = try await bob.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "dav")).decode()
             _ = try await server.signUp("carol")
             let carolsGrant: Grant = try await alice.send(.POST, "/v1/files/\(folder.id)/grants", json: GrantRequest(user: "carol", role: .editor)).decode()
+            let alicesLink: Link = try await alice.send(.POST, "/v1/files/\(folder.id)/links", json: LinkRequest(access: .view)).decode()
 
             let fileRoute = "/v1/files/\(file.id)"
             let framed = Data("\(hash) \(block.count)\n".utf8) + block
@@ -110,6 +111,15 @@ struct AccessDecisionTests {
                 ],
                 "DELETE /v1/grants/{grantId}": [Probe(method: .DELETE, path: "/v1/grants/\(carolsGrant.id)", expected: .refused(folder.id))],
                 // The user's own account: their feed, trash, blocks and about, through the decision on their root.
+                "POST /v1/files/{fileId}/links": [
+                    Probe(method: .POST, path: fileRoute + "/links", json: LinkRequest(access: .view), expected: .refused(file.id))
+                ],
+                "GET /v1/links": [Probe(method: .GET, path: "/v1/links", expected: .ownAccount)],
+                "GET /v1/links/{linkId}": [Probe(method: .GET, path: "/v1/links/\(alicesLink.id)", expected: .refused(folder.id))],
+                "PATCH /v1/links/{linkId}": [
+                    Probe(method: .PATCH, path: "/v1/links/\(alicesLink.id)", json: LinkUpdate(maxDownloads: 1), expected: .refused(folder.id))
+                ],
+                "DELETE /v1/links/{linkId}": [Probe(method: .DELETE, path: "/v1/links/\(alicesLink.id)", expected: .refused(folder.id))],
                 "GET /v1/grants": [Probe(method: .GET, path: "/v1/grants", expected: .ownAccount)],
                 "GET /v1/shares/incoming": [Probe(method: .GET, path: "/v1/shares/incoming", expected: .ownAccount)],
                 "POST /v1/shares/incoming/{grantId}/accept": [
@@ -139,7 +149,10 @@ struct AccessDecisionTests {
             var probed = 0
             for route in server.parts.routes {
                 let key = "\(route.method) \(route.path)"
-                if route.path.hasPrefix("/v1/auth/") || outside.contains(route.path) || !route.path.hasPrefix("/v1/") { continue }
+                // Public-link routes act as the link, not as a user: LinksTests holds them to the decision.
+                if route.path.hasPrefix("/v1/auth/") || route.path.hasPrefix("/v1/public/") || outside.contains(route.path) || !route.path.hasPrefix("/v1/") {
+                    continue
+                }
                 guard let list = probes[key] else {
                     Issue.record("\(key) has no access probe: say what it does for another user's items")
                     continue

@@ -104,3 +104,15 @@ struct ETagTests {
         #expect(!ETag.matches("", "r1"))
     }
 }
+
+@Suite("Link tokens in logs")
+struct LinkTokenRedactionTests {
+    @Test("a public link's token is taken out of a logged path; other paths are left alone")
+    func redacted() {
+        #expect(LinkTokens.redacted("/s/abc123") == "/s/•")
+        #expect(LinkTokens.redacted("/v1/public/abc123/items/f1/content") == "/v1/public/•/items/f1/content")
+        #expect(LinkTokens.redacted("/v1/public/abc123") == "/v1/public/•")
+        #expect(LinkTokens.redacted("/v1/files/f1/content") == "/v1/files/f1/content")
+        #expect(LinkTokens.redacted("/") == "/")
+    }
+}

@@ -49,26 +49,29 @@ struct AccessPolicy: Sendable {
     /// see, 403 for what it may see but not do). `reach`: how the principal reaches an item of someone else's. The
     /// item's owner (`item.userId`) is whose tree the action then changes.
     @discardableResult
-    func authorize(_ principal: Principal, _ item: FileRecord, _ action: Action, reach: Reach? = nil) throws -> FileRecord {
-        let visible = sees(principal, item, reach: reach)
-        let allowed = visible && allows(principal, item, action, reach: reach)
+    func authorize(_ principal: Principal, _ item: FileRecord, _ action: Action, reach: Reach? = nil, link: LinkScope? = nil) throws -> FileRecord {
+        let visible = sees(principal, item, reach: reach, link: link)
+        let allowed = visible && allows(principal, item, action, reach: reach, link: link)
         log?.record(AccessLog.Decision(userId: principal.userId, itemId: item.id, action: action, allowed: allowed))
         guard visible else { throw DriveError.notFound("No such file or folder.") }
         guard allowed else {
+            if let link { throw DriveError.forbidden("This link (\(link.link.access.rawValue)) does not allow this.") }
             throw DriveError.forbidden("Your role on '\(item.name)' (\(reach?.role.rawValue ?? "none")) does not allow this; ask its owner.")
         }
         return item
     }
 
     /// Whether `principal` may see `item` at all.
-    func sees(_ principal: Principal, _ item: FileRecord, reach: Reach? = nil) -> Bool {
-        item.userId == principal.userId || reach != nil
+    func sees(_ principal: Principal, _ item: FileRecord, reach: Reach? = nil, link: LinkScope? = nil) -> Bool {
+        if let link { return link.inside && item.userId == link.link.ownerId }
+        return item.userId == principal.userId || reach != nil
     }
 
     /// Whether `principal` may take `action` on `item`, asked without acting (no decision recorded): what a listing
     /// tells a client it could do (Nextcloud's `oc:permissions`, `File.capabilities`). The same rule as
     /// ``authorize(_:_:_:reach:)``.
-    func allows(_ principal: Principal, _ item: FileRecord, _ action: Action, reach: Reach? = nil) -> Bool {
+    func allows(_ principal: Principal, _ item: FileRecord, _ action: Action, reach: Reach? = nil, link: LinkScope? = nil) -> Bool {
+        if let link { return sees(principal, item, link: link) && Self.allowed(link.link.access).contains(action) }
         if item.userId == principal.userId { return true }
         guard let reach else { return false }
         // The share's root is the grantee's mount: renaming, moving or deleting it changes their tree only.
@@ -85,6 +88,16 @@ struct AccessPolicy: Sendable {
         case .viewer: [.list, .read, .preview]
         case .editor: [.list, .read, .preview, .write, .create, .rename, .move, .trash, .restore]
         case .manager: [.list, .read, .preview, .write, .create, .rename, .move, .trash, .restore, .share, .link]
+        }
+    }
+
+    /// What each kind of link allows on what it links to (and, a folder, what is beneath it). An upload link ("file
+    /// drop") adds files and sees nothing.
+    static func allowed(_ access: Link.Access) -> Set<Action> {
+        switch access {
+        case .view: [.list, .read, .preview]
+        case .edit: [.list, .read, .preview, .create, .write]
+        case .upload: [.create]
         }
     }
 
@@ -116,4 +129,10 @@ final class AccessLog: Sendable {
 
     /// Everything recorded since the last call, emptying the log.
     func take() -> [Decision] { decisions.withLockedValue { list in defer { list = [] }; return list } }
+}
+
+/// How a public-link session stands to an item: the link, and whether the item is the linked item or beneath it.
+struct LinkScope: Sendable, Equatable {
+    var link: LinkRecord
+    var inside: Bool
 }

@@ -23,10 +23,18 @@ struct Principal: Sendable, Equatable {
     enum Kind: Sendable, Equatable {
         case device(id: String)
         case appPassword(id: String)
+        /// Someone with a public link (no account): `userId` and `deviceId` are ``linkPrefix`` and the link's id.
+        case link(id: String)
     }
+
+    static let linkPrefix = "link:"
+
+    /// The principal a public link's requests act as.
+    static func link(_ linkId: String) -> Principal { Principal(userId: linkPrefix + linkId, deviceId: linkPrefix + linkId) }
 
     var kind: Kind {
         if let id = Self.appPasswordId(deviceId) { return .appPassword(id: id) }
+        if deviceId.hasPrefix(Self.linkPrefix) { return .link(id: String(deviceId.dropFirst(Self.linkPrefix.count))) }
         return .device(id: deviceId)
     }
 }

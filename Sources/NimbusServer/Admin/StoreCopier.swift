@@ -31,7 +31,7 @@ public enum StoreCopier {
     /// Tables in the order their rows can be inserted (users before what references them).
     static let tables = [
         "users", "devices", "login_failures", "files", "revisions", "revision_blocks", "packs", "blocks", "changes", "uploads", "dav_uploads", "dav_upload_chunks",
-        "upload_blocks", "settings", "app_passwords", "login_flows", "dav_properties", "dav_locks", "deletion_log", "deletion_guard", "grants", "mounts",
+        "upload_blocks", "settings", "app_passwords", "login_flows", "dav_properties", "dav_locks", "deletion_log", "deletion_guard", "grants", "mounts", "links",
     ]
 
     /// Tables without a key (so `ON CONFLICT DO NOTHING` cannot skip rows copied before): copied whole again each run.

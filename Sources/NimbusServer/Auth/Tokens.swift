@@ -33,6 +33,51 @@ struct TokenService: Sendable {
         self.lifetime = lifetime
         rotationKey = SymmetricKey(data: HMAC<SHA256>.authenticationCode(for: Data("nimbus refresh rotation".utf8), using: SymmetricKey(data: secret)))
         cursors = CursorCodec(secret: secret)
+        linkKey = SymmetricKey(data: HMAC<SHA256>.authenticationCode(for: Data("nimbus public links".utf8), using: SymmetricKey(data: secret)))
+    }
+
+    /// Derives links' tokens and signs their sessions.
+    let linkKey: SymmetricKey
+
+    /// A link's token: 140 bits of an HMAC of its id under a server key — unguessable, never stored (its hash finds
+    /// the link), and shown again to its owner (`GET /v1/links/{id}`) by deriving it anew.
+    func linkToken(_ linkId: String) -> String {
+        let mac = Array(HMAC<SHA256>.authenticationCode(for: Data(("link:" + linkId).utf8), using: linkKey))
+        // 28 symbols of 5 bits (0-9, a-v, as every id here): 140 bits.
+        let alphabet = Array("0123456789abcdefghijklmnopqrstuv")
+        var bits = 0
+        var value = 0
+        var token = ""
+        for byte in mac.prefix(18) {
+            value = (value << 8) | Int(byte)
+            bits += 8
+            while bits >= 5, token.count < 28 {
+                token.append(alphabet[(value >> (bits - 5)) & 31])
+                bits -= 5
+            }
+            value &= (1 << bits) - 1
+        }
+        return token
+    }
+
+    static func hashLinkToken(_ token: String) -> String { SHA256.hash(data: Data(token.utf8)).hexString }
+
+    /// A session for a link, valid until `expiresAt` and only while the link's password is the one it was made under.
+    func linkSession(_ linkId: String, passwordHash: String?, expiresAt: Date) -> String {
+        let body = "\(linkId).\(expiresAt.millis)"
+        return body + "." + sessionMAC(body, passwordHash: passwordHash)
+    }
+
+    /// Whether `session` is a live session of this link (under its current password).
+    func verifyLinkSession(_ session: String, linkId: String, passwordHash: String?, now: Date) -> Bool {
+        let parts = session.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, parts[0] == linkId, let millis = Int64(parts[1]), Date(millis: millis) > now else { return false }
+        // Compared as digests (constant time).
+        return SHA256.hash(data: Data(sessionMAC(parts[0] + "." + parts[1], passwordHash: passwordHash).utf8)) == SHA256.hash(data: Data(parts[2].utf8))
+    }
+
+    private func sessionMAC(_ body: String, passwordHash: String?) -> String {
+        Data(HMAC<SHA256>.authenticationCode(for: Data(("session:" + body + ":" + (passwordHash ?? "")).utf8), using: linkKey)).base64URLEncodedString()
     }
 
     /// Seals change-feed positions into per-user opaque cursors.

@@ -48,7 +48,14 @@ struct SharingController: Sendable {
         if !dependencies.access.allows(me, item, .share, reach: item.seenThrough) { grants = grants.filter { $0.granteeId == me.userId } }
         var shown: [Grant] = []
         for grant in grants { shown.append(try await api(grant)) }
-        return try JSONResponse.make(GrantList(grants: shown, links: []))
+        // Its links, to those who may make them (never their tokens: not in a list).
+        var links: [Link] = []
+        if dependencies.access.allows(me, item, .link, reach: item.seenThrough) {
+            links = try await dependencies.links.links(ownerId: item.userId, itemId: item.id).map {
+                LinksController.api($0, token: nil, request: request, tokens: dependencies.tokens)
+            }
+        }
+        return try JSONResponse.make(GrantList(grants: shown, links: links))
     }
 
     /// Every grant on the user's own items ("shared by me").

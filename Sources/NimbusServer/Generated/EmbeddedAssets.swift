@@ -459,6 +459,195 @@ paths:
         "204": { description: Declined }
         "401": { $ref: "#/components/responses/Error" }
         "404": { $ref: "#/components/responses/Error" }
+  /v1/files/{fileId}/links:
+    parameters:
+      - { $ref: "#/components/parameters/FileId" }
+    post:
+      tags: [sharing]
+      summary: A public link to the item (view, edit, or upload-only for a folder), with an optional password, expiry and download limit
+      description: >-
+        The owner, or a manager of a share the item is in (an edit link needs at least editor). The token (140 random
+        bits, kept only as its hash) is in this answer and in GET /v1/links/{linkId} only. A password under 8
+        characters is refused (400 `weak_password`): never a link without the protection asked for.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/LinkRequest" }
+      responses:
+        "201":
+          description: The link, with its token and URL
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Link" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "409": { $ref: "#/components/responses/Error" }
+  /v1/links:
+    get:
+      tags: [sharing]
+      summary: My live links, newest first (without their tokens)
+      responses:
+        "200":
+          description: Links
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/LinkList" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/links/{linkId}:
+    parameters:
+      - { $ref: "#/components/parameters/LinkId" }
+    get:
+      tags: [sharing]
+      summary: One link, with its token and URL
+      responses:
+        "200":
+          description: The link
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Link" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+    patch:
+      tags: [sharing]
+      summary: A new password (empty removes it; sessions under the old one end), expiry or download limit
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/LinkUpdate" }
+      responses:
+        "200":
+          description: The link (without its token)
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Link" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+    delete:
+      tags: [sharing]
+      summary: Turn the link off (it answers 410 from then on)
+      responses:
+        "204": { description: Turned off }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+  /v1/public/{token}:
+    parameters:
+      - { $ref: "#/components/parameters/LinkToken" }
+    get:
+      tags: [sharing]
+      summary: What a public link is (no account needed)
+      security: []
+      responses:
+        "200":
+          description: The link's item
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/PublicLinkInfo" }
+        "404": { $ref: "#/components/responses/Error" }
+        "410": { $ref: "#/components/responses/Error" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /v1/public/{token}/session:
+    parameters:
+      - { $ref: "#/components/parameters/LinkToken" }
+    post:
+      tags: [sharing]
+      summary: A session for the link's calls (with its password, when it has one)
+      description: >-
+        Wrong → 401 `password_incorrect`. After 5 wrong passwords for a link from one address, 429 with Retry-After
+        (doubling); other addresses are not affected.
+      security: []
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/LinkSessionRequest" }
+      responses:
+        "200":
+          description: "The session, sent as 'Authorization: Bearer <session>'"
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/LinkSession" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "410": { $ref: "#/components/responses/Error" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /v1/public/{token}/items:
+    parameters:
+      - { $ref: "#/components/parameters/LinkToken" }
+    get:
+      tags: [sharing]
+      summary: A folder of a view or edit link (the linked folder when parentId is absent); upload links answer 403
+      security: []
+      parameters:
+        - { name: parentId, in: query, required: false, schema: { type: string } }
+        - { $ref: "#/components/parameters/Page" }
+        - { $ref: "#/components/parameters/Limit" }
+      responses:
+        "200":
+          description: One page of the folder
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/FileList" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "410": { $ref: "#/components/responses/Error" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /v1/public/{token}/items/{itemId}/content:
+    parameters:
+      - { $ref: "#/components/parameters/LinkToken" }
+      - { name: itemId, in: path, required: true, schema: { type: string } }
+    get:
+      tags: [sharing]
+      summary: A file's bytes (Range as for /v1/files/{fileId}/content); a whole download counts toward maxDownloads
+      security: []
+      parameters:
+        - { $ref: "#/components/parameters/Range" }
+      responses:
+        "200": { $ref: "#/components/responses/Content" }
+        "206": { $ref: "#/components/responses/PartialContent" }
+        "304": { description: Not modified }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "410": { $ref: "#/components/responses/Error" }
+        "416": { $ref: "#/components/responses/Error" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /v1/public/{token}/upload:
+    parameters:
+      - { $ref: "#/components/parameters/LinkToken" }
+    post:
+      tags: [sharing]
+      summary: Drop a file into the linked folder (upload and edit links); the same answer whether or not the name was taken
+      security: []
+      parameters:
+        - { name: name, in: query, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/octet-stream:
+            schema: { type: string, format: binary }
+      responses:
+        "201":
+          description: Received
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/PublicUpload" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "403": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+        "410": { $ref: "#/components/responses/Error" }
+        "413": { $ref: "#/components/responses/Error" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "507": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}/content:
     parameters:
       - { $ref: "#/components/parameters/FileId" }
@@ -948,6 +1137,8 @@ components:
     RevisionId: { name: revisionId, in: path, required: true, schema: { type: string } }
     UploadId: { name: uploadId, in: path, required: true, schema: { type: string } }
     GrantId: { name: grantId, in: path, required: true, schema: { type: string } }
+    LinkId: { name: linkId, in: path, required: true, schema: { type: string } }
+    LinkToken: { name: token, in: path, required: true, schema: { type: string } }
     Page: { name: page, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 1000000000000, default: 1 } }
     Limit: { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, format: int64, default: 100 }, description: "Values over 1000 are treated as 1000." }
     OnConflict: { name: onConflict, in: query, required: false, schema: { type: string, enum: [fail, rename, replace], default: fail }, description: "On a name clash: 409, pick 'name (1).ext', or make a new revision of the existing file." }
@@ -1199,6 +1390,53 @@ components:
         downloads: { type: integer }
         passwordSet: { type: boolean }
         createdAt: { type: string, format: date-time }
+    LinkRequest:
+      type: object
+      required: [access]
+      properties:
+        access: { type: string, enum: [view, edit, upload] }
+        password: { type: string, description: At least 8 characters }
+        expiresAt: { type: string, format: date-time }
+        maxDownloads: { type: integer, minimum: 1 }
+    LinkUpdate:
+      type: object
+      properties:
+        password: { type: string, description: Empty removes it }
+        expiresAt: { type: string, format: date-time }
+        maxDownloads: { type: integer, minimum: 1 }
+    LinkList:
+      type: object
+      required: [links]
+      properties:
+        links: { type: array, items: { $ref: "#/components/schemas/Link" } }
+    PublicLinkInfo:
+      type: object
+      required: [itemId, name, isFolder, size, mimeType, access, passwordRequired]
+      properties:
+        itemId: { type: string, description: "The linked item (its content: /v1/public/{token}/items/{itemId}/content)" }
+        name: { type: string }
+        isFolder: { type: boolean }
+        size: { type: integer, format: int64 }
+        mimeType: { type: string }
+        access: { type: string, enum: [view, edit, upload] }
+        expiresAt: { type: string, format: date-time }
+        passwordRequired: { type: boolean }
+    LinkSessionRequest:
+      type: object
+      properties:
+        password: { type: string }
+    LinkSession:
+      type: object
+      required: [session, expiresAt]
+      properties:
+        session: { type: string }
+        expiresAt: { type: string, format: date-time }
+    PublicUpload:
+      type: object
+      required: [received, size]
+      properties:
+        received: { type: boolean }
+        size: { type: integer, format: int64 }
     GrantList:
       type: object
       required: [grants, links]

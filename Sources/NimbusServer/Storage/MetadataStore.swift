@@ -9,7 +9,7 @@ import NimbusAPI
 ///
 /// A failure throws ``DriveError`` and leaves the store unchanged. `SQLMetadataStore` implements all four over the
 /// ``SQLDatabase`` seam (SQLite and PostgreSQL), one file per aggregate.
-typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore & ShareStore
+typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore & ShareStore & LinkStore
 
 /// Users, devices and their refresh tokens, login failures, app passwords, settings every replica shares.
 protocol AccountStore: Sendable {
@@ -242,4 +242,21 @@ protocol ShareStore: Sendable {
     func sharedItems(ownerId: String, among ids: [String]) async throws -> Set<String>
     /// Takes the mounts of grants past their expiry out of their grantees' trees; returns how many.
     func expireGrants(now: Date) async throws -> Int
+}
+
+/// Public links: a token (kept only as its hash) that lets anyone who has it view, edit or drop files into one item.
+protocol LinkStore: Sendable {
+    func createLink(_ link: LinkRecord, tokenHash: String) async throws -> LinkRecord
+    /// The link with this id, whoever's (routes pass its item through the access decision).
+    func link(id: String) async throws -> LinkRecord?
+    /// The link a token names (revoked ones too: they answer 410, not 404).
+    func link(tokenHash: String) async throws -> LinkRecord?
+    /// The owner's links (not revoked), newest first; on one item when `itemId` is given.
+    func links(ownerId: String, itemId: String?) async throws -> [LinkRecord]
+    func updateLink(_ link: LinkRecord) async throws -> LinkRecord
+    func revokeLink(id: String, now: Date) async throws
+    /// Counts one whole download, unless the link is used up (false: nothing counted).
+    func countDownload(linkId: String) async throws -> Bool
+    /// The item and the folders above it, nearest first (empty: no such item): whether an item is beneath a link's.
+    func ancestors(of itemId: String) async throws -> [String]
 }

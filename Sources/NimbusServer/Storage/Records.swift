@@ -141,6 +141,28 @@ struct GrantRecord: Sendable, Equatable {
     func isLive(at now: Date) -> Bool { expiresAt.map { $0 > now } ?? true }
 }
 
+/// A public link to an item (``LinkStore``).
+struct LinkRecord: Sendable, Equatable {
+    var id: String
+    var ownerId: String
+    var itemId: String
+    var access: Link.Access
+    var passwordHash: String?
+    var expiresAt: Date?
+    var maxDownloads: Int?
+    var downloads: Int
+    var createdAt: Date
+    var revokedAt: Date?
+
+    /// Why the link no longer works (410), if it does not.
+    func ended(at now: Date) -> String? {
+        if revokedAt != nil { return "This link was turned off by its owner." }
+        if let expiresAt, expiresAt <= now { return "This link has expired." }
+        if let maxDownloads, downloads >= maxDownloads { return "This link has been used as many times as it may be." }
+        return nil
+    }
+}
+
 /// Where an accepted grant sits in the grantee's tree.
 struct MountRecord: Sendable, Equatable {
     var id: String

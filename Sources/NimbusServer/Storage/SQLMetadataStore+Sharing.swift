@@ -231,6 +231,8 @@ extension SQLMetadataStore {
                 try unmount(db, &effects, grantId: grant.id, now: now)
                 try db.perform("DELETE FROM grants WHERE id = ?", [grant.id])
             }
+            try db.perform(
+                "UPDATE links SET revoked_at = ? WHERE revoked_at IS NULL AND item_id IN (\(sqlPlaceholders(part.count)))", [now.millis] + part)
             for mount in try db.fetchAll("SELECT * FROM mounts WHERE parent_id IN (\(sqlPlaceholders(part.count)))", part).map(mount) {
                 try unmount(db, &effects, grantId: mount.grantId, now: now)
                 try db.perform("UPDATE grants SET state = ? WHERE id = ?", [Grant.State.declined.rawValue, mount.grantId])

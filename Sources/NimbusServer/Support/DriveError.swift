@@ -9,6 +9,8 @@ import NimbusAPI
 public enum DriveError: Error, Sendable {
     case badRequest(String, code: APIErrorCode = .invalidRequest)
     case unauthorized(String = "Sign in first: send 'Authorization: Bearer <accessToken>'.")
+    /// A 401 with its own code (a public link's password: `password_required`, `password_incorrect`).
+    case unauthorizedCode(String, code: APIErrorCode)
     case forbidden(String)
     case notFound(String = "No such file or folder.")
     case nameConflict(name: String, existingId: String)
@@ -40,7 +42,7 @@ public enum DriveError: Error, Sendable {
     public var status: HTTPResponse.Status {
         switch self {
         case .badRequest: .badRequest
-        case .unauthorized: .unauthorized
+        case .unauthorized, .unauthorizedCode: .unauthorized
         case .forbidden: .forbidden
         case .notFound: .notFound
         case .nameConflict, .versionConflict, .conflict, .requestIdReused: .conflict
@@ -65,6 +67,7 @@ public enum DriveError: Error, Sendable {
         switch self {
         case .badRequest(let message, let code): APIErrorBody(code, message: message)
         case .unauthorized(let message): APIErrorBody(.unauthorized, message: message)
+        case .unauthorizedCode(let message, let code): APIErrorBody(code, message: message)
         case .forbidden(let message): APIErrorBody(.forbidden, message: message)
         case .notFound(let message): APIErrorBody(.notFound, message: message)
         case .nameConflict(let name, let existingId):
@@ -185,7 +188,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch {
             let driveError = DriveError.from(error)
             if case .internalError = driveError {
-                context.logger.error("request failed", metadata: ["error": "\(String(reflecting: error))", "path": "\(request.uri.path)"])
+                context.logger.error("request failed", metadata: ["error": "\(String(reflecting: error))", "path": "\(LinkTokens.redacted(request.uri.path))"])
             }
             return try driveError.response(from: request, context: context)
         }

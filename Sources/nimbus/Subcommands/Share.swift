@@ -233,3 +233,206 @@ enum Expiry {
 
     static func until(_ date: Date?) -> String { date.map { " until \(Output.date($0))" } ?? "" }
 }
+
+/// `nimbus link`: public links — anyone with one views, edits or drops files, no account needed.
+struct LinkCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "link", abstract: "Make, list and turn off public links; fetch what a link shares.",
+        subcommands: [LinkCreate.self, LinkList.self, LinkRevoke.self, LinkGet.self])
+}
+
+struct LinkCreate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "create", abstract: "A public link to PATH (view only unless you say).")
+
+    @Argument(help: "The remote folder or file.")
+    var path: String
+
+    @Flag(help: "Read the link's password from standard input (at least 8 characters).")
+    var passwordStdin = false
+
+    @Option(help: "When the link stops working: as for 'nimbus share --expires'.")
+    var expires: String?
+
+    @Option(help: "How many whole downloads it allows.")
+    var maxDownloads: Int?
+
+    @Flag(help: "Visitors may also add files and new versions.")
+    var edit = false
+
+    @Flag(help: "A file drop: visitors add files to the folder and see nothing in it.")
+    var uploadOnly = false
+
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if edit && uploadOnly { throw ValidationError("Choose --edit or --upload-only, not both.") }
+        if let expires, Expiry.date(expires, now: Date()) == nil { throw ValidationError("'\(expires)' is not a time.") }
+    }
+
+    func run() async throws {
+        var password: String?
+        if passwordStdin {
+            password = readLine(strippingNewline: true)
+            guard let given = password, !given.isEmpty else { throw CLIError("--password-stdin: no password on standard input.") }
+        }
+        let engine = try await Home.current.signedInEngine()
+        await refresh(engine)
+        let fileId = try await SharedPath.fileId(path, in: engine)
+        let request = LinkRequest(
+            access: edit ? .edit : uploadOnly ? .upload : .view, password: password, expiresAt: expires.flatMap { Expiry.date($0, now: Date()) },
+            maxDownloads: maxDownloads)
+        let link = try await engine.server().call(Routes.createLink, fileId, body: request)
+        if output.json { return try Output.json(link) }
+        if output.quiet { return }
+        print(link.url)
+        Output.error("A \(link.access.rawValue) link to \(RemotePath.normalized(path))\(link.passwordSet ? ", with a password" : "")\(Expiry.until(link.expiresAt)) (link \(link.id)).")
+    }
+}
+
+struct LinkList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List your public links (their URLs: 'nimbus link ls --id ID').")
+
+    @Option(help: "Show this link with its URL.")
+    var id: String?
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        let client = try await engine.server()
+        if let id {
+            let link = try await client.call(Routes.link, id)
+            if output.json { return try Output.json(link) }
+            print(link.url)
+            return
+        }
+        let list = try await client.call(Routes.links)
+        if output.json { return try Output.json(list) }
+        if list.links.isEmpty { Output.line("You have no links.", options: output) }
+        for link in list.links {
+            let limit = link.maxDownloads.map { " \(link.downloads)/\($0) downloads" } ?? " \(link.downloads) downloads"
+            print("\(link.id)  \(link.access.rawValue)\(link.passwordSet ? "  password" : "")\(Expiry.until(link.expiresAt))\(limit)")
+        }
+    }
+}
+
+struct LinkRevoke: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Turn a link off (it answers 'gone' from then on).")
+
+    @Argument(help: "The link id (see 'nimbus link ls').")
+    var id: String
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let engine = try await Home.current.signedInEngine()
+        try await engine.server().callWithoutResult("DELETE", Routes.deleteLink.path(id))
+        Output.line("Turned off \(id).", options: output)
+    }
+}
+
+/// Fetches what a public link shares, as anyone would (no account): a file to DEST (or `-`, standard output), a
+/// folder into DEST as a folder.
+struct LinkGet: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "get", abstract: "Download what a public link shares (no account needed).")
+
+    @Argument(help: "The link: https://server/s/TOKEN.")
+    var url: String
+
+    @Argument(help: "Where to put it (default: its name here; - for standard output, a file only).")
+    var destination: String?
+
+    @Flag(help: "Read the link's password from standard input.")
+    var passwordStdin = false
+
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        guard let parsed = URL(string: url), let scheme = parsed.scheme, let host = parsed.host, parsed.pathComponents.count >= 3,
+            parsed.pathComponents[parsed.pathComponents.count - 2] == "s"
+        else { throw CLIError("'\(url)' is not a link: it looks like https://server/s/TOKEN.") }
+        let token = parsed.lastPathComponent
+        guard let base = URL(string: "\(scheme)://\(host)\(parsed.port.map { ":\($0)" } ?? "")") else { throw CLIError("'\(url)' is not a link.") }
+        let transport = AsyncHTTPClientTransport(baseURL: base)
+        let info: PublicLinkInfo = try await Self.call(transport, TransportRequest(Routes.publicLink, token))
+        var headers: [String: String] = [:]
+        if info.passwordRequired {
+            guard passwordStdin, let password = readLine(strippingNewline: true) else {
+                throw CLIError("This link has a password: pass it on standard input with --password-stdin.")
+            }
+            let body = try JSONEncoder.nimbus.encode(LinkSessionRequest(password: password))
+            let session: LinkSession = try await Self.call(
+                transport, TransportRequest(Routes.publicSession, token, headers: ["Content-Type": "application/json"], body: body))
+            headers["Authorization"] = "Bearer \(session.session)"
+        }
+        guard info.access != .upload else { throw CLIError("This link is a file drop: it lets you add files, not fetch them.") }
+        if !info.isFolder {
+            let target = destination ?? info.name
+            try await Self.fetch(transport, token: token, itemId: info.itemId, headers: headers, to: target)
+            if target != "-" { Output.line("Saved \(info.name) (\(Output.size(info.size))) to \(target)", options: output) }
+            return
+        }
+        guard destination != "-" else { throw CLIError("A folder cannot go to standard output; give a folder to put it in.") }
+        let root = URL(fileURLWithPath: destination ?? info.name)
+        var count = 0
+        var folders = [(info.itemId, root)]
+        while let (folderId, url) = folders.popLast() {
+            try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+            var page = 1
+            while true {
+                let list: FileList = try await Self.call(
+                    transport, TransportRequest(Routes.publicItems, token, query: ["parentId": folderId, "page": String(page), "limit": "1000"], headers: headers))
+                for file in list.files {
+                    let name = try FileName.validated(file.name)
+                    if file.isFolder {
+                        folders.append((file.id, url.appending(path: name)))
+                    } else {
+                        try await Self.fetch(transport, token: token, itemId: file.id, headers: headers, to: url.appending(path: name).path)
+                        count += 1
+                    }
+                }
+                guard let next = list.pagination.nextPage else { break }
+                page = next
+            }
+        }
+        Output.line("Saved \(count) files of \(info.name) to \(root.path)", options: output)
+    }
+
+    static func call<T: Decodable>(_ transport: any Transport, _ request: TransportRequest) async throws -> T {
+        let (head, data) = try await transport.send(request)
+        try check(head, data)
+        return try JSONDecoder.nimbus.decode(T.self, from: data)
+    }
+
+    static func check(_ head: TransportResponseHead, _ data: Data) throws {
+        guard (200..<300).contains(head.status) else {
+            let message = (try? JSONDecoder.nimbus.decode(APIErrorBody.self, from: data))?.error.message ?? "HTTP \(head.status)"
+            throw CLIError("The link answered \(head.status): \(message)")
+        }
+    }
+
+    /// One file's bytes to `path` (written to a temporary file, then moved there) or to standard output (`-`).
+    static func fetch(_ transport: any Transport, token: String, itemId: String, headers: [String: String], to path: String) async throws {
+        let request = TransportRequest(Routes.publicContent, token, itemId, headers: headers)
+        if path == "-" {
+            let (head, data) = try await transport.stream(request) { chunk in FileHandle.standardOutput.write(chunk) }
+            try check(head, data)
+            return
+        }
+        let partial = path + ".nimbus-partial"
+        guard FileManager.default.createFile(atPath: partial, contents: nil), let handle = FileHandle(forWritingAtPath: partial) else {
+            throw CLIError("Cannot write \(partial).")
+        }
+        do {
+            let (head, data) = try await transport.stream(request) { chunk in try handle.write(contentsOf: chunk) }
+            try handle.close()
+            try check(head, data)
+            if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+            try FileManager.default.moveItem(atPath: partial, toPath: path)
+        } catch {
+            try? handle.close()
+            try? FileManager.default.removeItem(atPath: partial)
+            throw error
+        }
+    }
+}

@@ -348,5 +348,28 @@ enum SchemaMigrations {
                 "ALTER TABLE changes ADD COLUMN mount_id TEXT",
             ]
         ),
+        Migration(
+            id: "schema-4-links",
+            statements: [
+                // Public links: found by the SHA-256 of their token (the token itself is never stored; the server
+                // derives it from the link id and its secret). A revoked link keeps its row, so it answers 410.
+                """
+                CREATE TABLE links (
+                    id TEXT PRIMARY KEY,
+                    owner_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                    item_id TEXT NOT NULL,
+                    token_hash TEXT NOT NULL UNIQUE,
+                    access TEXT NOT NULL,
+                    password_hash TEXT,
+                    expires_at {int},
+                    max_downloads {int},
+                    downloads {int} NOT NULL DEFAULT 0,
+                    created_at {int} NOT NULL,
+                    revoked_at {int}
+                )
+                """,
+                "CREATE INDEX links_item ON links(owner_id, item_id)",
+            ]
+        ),
     ]
 }
