@@ -2,7 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// The web app at `/`: three embedded files (no build step, no external assets, works offline on a LAN).
+/// The web app at `/`, and a public link's page at `/s/{token}`: embedded files (no build step, no external assets, works offline on a LAN).
 struct WebController: Sendable {
     /// Scripts and styles only from this origin, no framing, no plugins; the app needs nothing else.
     static let contentSecurityPolicy =
@@ -13,6 +13,9 @@ struct WebController: Sendable {
         routes.on(.get, "/", use: { request, context in try Self.asset("index.html", type: "text/html; charset=utf-8") })
         routes.on(.get, "/app.js", use: { request, context in try Self.asset("app.js", type: "text/javascript; charset=utf-8") })
         routes.on(.get, "/app.css", use: { request, context in try Self.asset("app.css", type: "text/css; charset=utf-8") })
+        // A public link's page: the same for every token (its script reads the token from the address).
+        routes.on(.get, "/s/{token}", use: { request, context in try Self.asset("link.html", type: "text/html; charset=utf-8") })
+        routes.on(.get, "/link.js", use: { request, context in try Self.asset("link.js", type: "text/javascript; charset=utf-8") })
     }
 
     static func asset(_ name: String, type: String) throws -> Response {
