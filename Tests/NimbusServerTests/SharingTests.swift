@@ -290,4 +290,52 @@ struct SharingTests {
             #expect(try await s.bob.get("/v1/shares/incoming").decode(IncomingShareList.self).shares.isEmpty)
         }
     }
+
+    @Test("an editor's deletions in a share count against the editor's device: it is paused, the owner's devices are not, and the owner confirms")
+    func breakerCountsTheEditor() async throws {
+        try await TestServer.run(configure: { $0.massDeletion = MassDeletionLimits(threshold: MassDeletionThreshold(fraction: 0.5, minimum: 1_000, absolute: 3)) }) { server in
+            let s = try await Self.share(server, role: .editor)
+            var files: [File] = []
+            for index in 0..<6 { files.append(try await s.alice.upload("f\(index).txt", Data("\(index)".utf8), in: s.project.id)) }
+            var statuses: [Int] = []
+            for file in files.prefix(5) { statuses.append(try await s.bob.send(.DELETE, "/v1/files/\(file.id)").status) }
+            #expect(statuses.contains(409), "the editor's device is paused past the threshold: \(statuses)")
+            let paused = try await s.bob.send(.DELETE, "/v1/files/\(files[5].id)")
+            #expect(paused.status == 409 && paused.errorCode == "mass_deletion_paused")
+            // The owner's own device deletes on; the owner sees the editor's device paused, and lets it go on.
+            #expect(try await s.alice.send(.DELETE, "/v1/files/\(s.plan.id)").status == 204)
+            let pauses: DeletionPauseList = try await s.alice.get("/v1/trash/paused").decode()
+            #expect(pauses.paused.count == 1 && pauses.paused.first?.deviceId == s.bob.tokens?.deviceId, "the editor's device, not the owner's")
+            #expect(try await s.alice.send(.POST, "/v1/trash/confirm").status == 200)
+            #expect(try await s.bob.send(.DELETE, "/v1/files/\(files[5].id)").status == 204)
+        }
+    }
+
+    @Test("a grantee's feed after 1,000 owner changes outside the share is empty; one change inside a share with 100 grantees reaches all their feeds")
+    func feedScale() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp("alice")
+            let project = try await alice.mkdir("Project")
+            let elsewhere = try await alice.mkdir("Elsewhere")
+            var grantees: [(client: APIClient, cursor: String)] = []
+            for index in 0..<100 {
+                let client = try await server.signUp("grantee\(index)")
+                let grant: Grant = try await alice.send(.POST, "/v1/files/\(project.id)/grants", json: GrantRequest(user: "grantee\(index)", role: .viewer)).decode()
+                #expect(try await client.send(.POST, "/v1/shares/incoming/\(grant.id)/accept").status == 200)
+                let start: ChangeCursor = try await client.get("/v1/changes/start").decode()
+                grantees.append((client, start.cursor))
+            }
+            for batch in 0..<4 {
+                let files = (0..<250).map { BatchUploadRequest.Entry(name: "o\(batch)-\($0).txt", parentId: elsewhere.id, content: Data("\($0)".utf8)) }
+                #expect(try await alice.send(.POST, "/v1/upload?uploadType=batch", json: BatchUploadRequest(files: files)).status == 200)
+            }
+            let first = try #require(grantees.first)
+            #expect(try await first.client.get("/v1/changes?cursor=\(first.cursor)").decode(ChangeList.self).changes.isEmpty)
+            let added = try await alice.upload("news.txt", Data("news".utf8), in: project.id)
+            for grantee in grantees {
+                let page: ChangeList = try await grantee.client.get("/v1/changes?cursor=\(grantee.cursor)").decode()
+                #expect(page.changes.map(\.fileId) == [added.id])
+            }
+        }
+    }
 }
