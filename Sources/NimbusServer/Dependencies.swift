@@ -107,6 +107,11 @@ struct Dependencies: Sendable {
                 file.shared = shared.contains(record.id)
             } else {
                 if seen == nil || record.mountId != nil { seen = try await shares.reach(userId: principal.userId, itemId: record.id, now: now) }
+                // A folder's reach, passed to its children: only the share's own root is the grantee's mount.
+                if var inherited = seen {
+                    inherited.isRoot = inherited.grant.itemId == record.id
+                    seen = inherited
+                }
                 file.shared = seen.map { $0.grant.itemId == record.id } ?? false
                 file.mountId = seen?.mount.id
             }

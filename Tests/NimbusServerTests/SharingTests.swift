@@ -72,6 +72,8 @@ struct SharingTests {
             let inside = try await bob.list(project.id)
             #expect(inside.files.map(\.id) == [plan.id])
             #expect(inside.files.first?.mountId == accepted.mountId && inside.files.first?.owner?.userId == project.owner?.userId)
+            #expect(inside.files.first?.capabilities == Capabilities(canEdit: false, canRename: false, canDelete: false, canShare: false), "a viewer's")
+            #expect(try await bob.get("/v1/files/\(plan.id)").decode(File.self).capabilities?.canRename == false)
             #expect(try await bob.content(plan.id) == Data("the plan".utf8))
             #expect(try await alice.list().files.map(\.name) == ["Project"], "the owner's tree is unchanged")
             #expect(try await alice.get("/v1/files/\(project.id)").decode(File.self).shared == true)
