@@ -24,7 +24,8 @@ struct SharingController: Sendable {
         let me = try await dependencies.principal(request)
         let body = try await request.decode(as: GrantRequest.self, context: context)
         let item = try await dependencies.item(try context.parameter("fileId"), for: me, .share)
-        guard item.mountId == nil || item.userId == me.userId, item.parentId != nil || item.userId != me.userId else {
+        // Only a root folder has no parent (a share's root, seen by a manager, has their mount's).
+        guard item.parentId != nil else {
             throw DriveError.badRequest("Your root folder cannot be shared; share the folders in it.", code: .cannotShareRoot)
         }
         try Self.withinOwnRole(body.role, item)
