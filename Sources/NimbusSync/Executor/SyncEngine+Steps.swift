@@ -301,6 +301,17 @@ extension SyncEngine {
             if let fileId = row?.fileId {
                 itemThere = try await refetch(fileId, provider)
             }
+            // A file sent as new while it still named the file it was there, gone since (the feed's deletion taken,
+            // the identity kept): it is a new file now, sent again under a new request — its content is here.
+            if case .upload(_, nil) = step, itemThere == false, let row, !row.isFolder, !row.rPresent {
+                try await store.write { tx in
+                    guard let stored = try tx.item(luid), stored.fileId == row.fileId else { return }
+                    var renewed = stored
+                    renewed.forgetRemote()
+                    try tx.update(renewed, from: stored)
+                }
+                return true
+            }
             var parentThere: Bool?
             if case .upload(_, nil) = step, let parent = row?.lParent, let parentRow = try await store.read({ tx in try tx.item(parent) }),
                 let parentId = parentRow.fileId
