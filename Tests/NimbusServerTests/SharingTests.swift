@@ -198,7 +198,7 @@ struct SharingTests {
             let root = try await alice.root()
             let rootGrant = try await alice.send(.POST, "/v1/files/\(root.id)/grants", json: GrantRequest(user: "bob", role: .viewer))
             #expect(rootGrant.status == 400 && rootGrant.errorCode == "cannot_share_root")
-            let past = try await alice.send(.POST, "/v1/files/\(s.secret.id)/grants", json: GrantRequest(user: "bob", role: .viewer, expiresAt: Date().addingTimeInterval(-60)))
+            let past = try await alice.send(.POST, "/v1/files/\(s.secret.id)/grants", json: GrantRequest(user: "bob", role: .viewer, expiresAt: server.clock.now().addingTimeInterval(-60)))
             #expect(past.status == 400)
             #expect(try await alice.send(.POST, "/v1/files/\(s.project.id)/grants", json: GrantRequest(user: "bob", role: .viewer)).errorCode == "already_granted")
             #expect(try await alice.send(.POST, "/v1/files/\(s.plan.id)/grants", json: GrantRequest(user: "bob", role: .viewer)).errorCode == "already_granted")
@@ -213,7 +213,7 @@ struct SharingTests {
             _ = try await server.signUp("dave")
             let daves = try await s.bob.send(.POST, "/v1/files/\(s.project.id)/grants", json: GrantRequest(user: "dave", role: .editor))
             #expect(daves.status == 201, "a manager shares the share's root on: \(daves.text)")
-            #expect(try await s.bob.send(.PATCH, "/v1/grants/\(s.grant.id)", json: GrantUpdate(expiresAt: Date().addingTimeInterval(3600))).status == 403)
+            #expect(try await s.bob.send(.PATCH, "/v1/grants/\(s.grant.id)", json: GrantUpdate(expiresAt: server.clock.now().addingTimeInterval(3600))).status == 403)
             let grants: GrantList = try await alice.get("/v1/files/\(s.plan.id)/grants").decode()
             #expect(grants.grants.map(\.grantee.username) == ["carol"] && grants.links.isEmpty)
         }
