@@ -134,7 +134,7 @@ struct NextcloudTests {
             let sub = try #require(listed["\(base)/A/B/"])
             let g = try #require(listed["\(base)/A/g.txt"])
             #expect(folder["oc:size"] == "15" && sub["oc:size"] == "10" && g["oc:size"] == "5", "a folder's size is its content's: \(listed)")
-            #expect(folder["oc:permissions"] == "GDNVCK" && g["oc:permissions"] == "GDNVW", "\(listed)")
+            #expect(folder["oc:permissions"] == "RGDNVCK" && g["oc:permissions"] == "RGDNVW", "\(listed)")
             #expect(g["oc:checksums"] == "SHA256:" + sha256(Data("abcde".utf8)), "\(g)")
             #expect(g["nc:has-preview"] == "false" && g["nc:is-encrypted"] == "0" && g["oc:owner-id"] == name)
             #expect(g["oc:data-fingerprint"] == "" && g["oc:downloadURL"] == "" && g["oc:share-types"] == "", "present and empty: \(g)")

@@ -234,6 +234,9 @@ protocol ShareStore: Sendable {
     func declineGrant(id: String, granteeId: String, now: Date) async throws
     /// The user's mount with this id.
     func mount(id: String, userId: String) async throws -> MountRecord?
+    /// The share mounted under `name` in the user's folder `parentId` (its grant live, its item not trashed), as they
+    /// see it (``FileRecord/mountId``; WebDAV walks paths through it); nil when there is none.
+    func mountedChild(named name: String, in parentId: String, userId: String, now: Date) async throws -> FileRecord?
     /// A new name or folder for the user's mount (their view only); returns the mount root as they see it.
     func updateMount(userId: String, mountId: String, name: String?, parentId: String?, now: Date) async throws -> FileRecord
     /// How `userId` reaches `itemId`, someone else's item, if at all: the accepted, live grant on it or above it.

@@ -120,6 +120,17 @@ extension SQLMetadataStore {
         try await database.read { db in try db.fetchOne("SELECT * FROM mounts WHERE id = ? AND user_id = ?", [id, userId]).map(Self.mount) }
     }
 
+    func mountedChild(named name: String, in parentId: String, userId: String, now: Date) async throws -> FileRecord? {
+        try await database.read { db in
+            try db.fetchOne(
+                """
+                SELECT \(Self.mountColumns) FROM mounts m JOIN files f ON f.id = m.item_id JOIN grants g ON g.id = m.grant_id
+                WHERE m.user_id = ? AND m.parent_id = ? AND m.name = ? AND f.trash_root IS NULL AND (g.expires_at IS NULL OR g.expires_at > ?)
+                """, [userId, parentId, name, now.millis]
+            ).map(Self.mountedFile)
+        }
+    }
+
     func updateMount(userId: String, mountId: String, name: String?, parentId: String?, now: Date) async throws -> FileRecord {
         try await write(user: userId) { db, effects in
             guard var mount = try db.fetchOne("SELECT * FROM mounts WHERE id = ? AND user_id = ?", [mountId, userId]).map(Self.mount) else {

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Hummingbird
 import NimbusAPI
@@ -122,6 +123,7 @@ extension DAVRequest {
         }
         let existing = try await resolve(me, target)
         if let existing, existing.isFolder { throw DAVError(.methodNotAllowed, "'\(name)' is a folder; a file cannot replace it.") }
+        if let existing { try authorize(me, existing, .write) }
         let overwrite = (request.headers[.init("Overwrite")!]?.trimmingCharacters(in: .whitespaces).uppercased() ?? "T") != "F"
         if existing != nil && !overwrite {
             throw DAVError(.preconditionFailed, "'/\(target.joined(separator: "/"))' exists and Overwrite is F.")
@@ -139,13 +141,40 @@ extension DAVRequest {
         let ifMatch = request.headers[.ifMatch].flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         let contentTarget: ContentTarget = existing.map { .existing(fileId: $0.id, ifMatch: ifMatch) }
             ?? .new(parentId: parent.id, name: try FilesController.validName(name), policy: .fail)
-        let file = try await dependencies.webDAV.finishDAVUpload(
-            userId: owner, upload: uploadName, target: contentTarget, blocks: blocks, checksum: checksum, size: total,
-            mimeType: try FilesController.validContentMimeType(existing?.mimeType ?? MimeType.guess(forName: name)), modifiedAt: modifiedAt, now: dependencies.now)
+        let mimeType = try FilesController.validContentMimeType(existing?.mimeType ?? MimeType.guess(forName: name))
+        let file: FileRecord
+        if parent.userId == owner {
+            file = try await dependencies.webDAV.finishDAVUpload(
+                userId: owner, upload: uploadName, target: contentTarget, blocks: blocks, checksum: checksum, size: total,
+                mimeType: mimeType, modifiedAt: modifiedAt, now: dependencies.now)
+        } else {
+            file = try await assemble(blocks, into: contentTarget, of: parent.userId, mimeType: mimeType, modifiedAt: modifiedAt)
+            _ = try await dependencies.webDAV.deleteDAVUpload(userId: owner, upload: uploadName, chunk: nil, now: dependencies.now)
+        }
         var headers: HTTPFields = [.contentLength: "0", .eTag: "\"\(file.etag)\""]
         nextcloudHeaders(file, into: &headers)
         if modifiedAt != nil { headers[.init("X-OC-MTime")!] = "accepted" }
         return Response(status: existing == nil ? .created : .noContent, headers: headers)
+    }
+
+    /// An upload into a share someone gave the uploader: the chunks are the uploader's (their blocks, staged under
+    /// them), the file is the share owner's, whose quota pays. The bytes are staged again for the owner and committed
+    /// as any content is; the upload is dropped after (left behind by a crash, it expires like any other).
+    func assemble(_ blocks: [BlockRef], into target: ContentTarget, of fileOwner: String, mimeType: String, modifiedAt: Date?) async throws -> FileRecord {
+        let total = blocks.reduce(Int64(0)) { $0 + $1.size }
+        try await dependencies.intake.checkQuota(owner: fileOwner, adding: total)
+        var stager = dependencies.blobs.makeStager(runningHash: SHA256())
+        var content: StagedContent
+        do {
+            try await dependencies.blobs.read(blocks, user: owner, range: 0..<total) { buffer in try await stager.append(buffer) }
+            let (staged, checksum, _, size) = try await stager.finish()
+            content = StagedContent(blocks: staged, checksum: checksum, size: size, mimeType: mimeType)
+        } catch {
+            await stager.abandon()
+            throw error
+        }
+        if let modifiedAt { content.modifiedAt = modifiedAt }
+        return try await dependencies.intake.commit(content, to: target, owner: fileOwner)
     }
 
     func dropUpload(_ me: Principal, _ uploadName: String, chunk: String?) async throws -> Response {

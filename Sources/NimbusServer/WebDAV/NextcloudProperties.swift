@@ -5,14 +5,17 @@ import NimbusAPI
 /// The properties Nextcloud's apps read (ownCloud's and Nextcloud's namespaces), answered under the Nextcloud mounts
 /// (`/remote.php/dav/files/USER/`, `/remote.php/webdav/`) when a `PROPFIND` names them:
 /// - `oc:id` and `oc:fileid`: the item's Nextcloud ids (``NextcloudIDs``), stable for its life;
-/// - `oc:permissions`: what the signed-in principal may do, from the access decision (`G` read, `D` delete, `N`
-///   rename, `V` move, `W` write a file, `C`/`K` add files and folders to a folder); nothing this server does not do
-///   (sharing `R`, mounts `M`) is promised, and the root cannot be deleted, renamed or moved;
+/// - `oc:permissions`: what the signed-in principal may do, from the access decision (`R` share, `G` read, `D`
+///   delete, `N` rename, `V` move, `W` write a file, `C`/`K` add files and folders to a folder), and `S` and `M` for
+///   what they see through a share someone gave them; the root cannot be deleted, renamed or moved. A viewer's share
+///   is `SMG`: the apps show it read-only and upload nothing into it;
+/// - `oc:share-types`: `0` when the signed-in user shares the item with people, `3` when it has a public link;
+///   `nc:mount-type` `shared` for what they see through someone's share, whose owner `oc:owner-id` names;
 /// - `oc:size`: a file's size, a folder's the size of the live files beneath it;
 /// - `oc:checksums`: `SHA256:hex` of a file's content; the apps compare it with a local file's before calling two
 ///   edits a conflict;
-/// - `oc:data-fingerprint`, `oc:downloadURL`, `oc:dDC`, `oc:share-types`: present and empty (no backup restores
-///   to announce, no direct download links, no shares); `nc:has-preview` false and `nc:is-encrypted` 0 (previews
+/// - `oc:data-fingerprint`, `oc:downloadURL`, `oc:dDC`: present and empty (no backup restores to announce, no
+///   direct download links); `nc:has-preview` false and `nc:is-encrypted` 0 (previews
 ///   and end-to-end encryption are not served); owner and creation time as Nextcloud gives them.
 struct NextcloudProperties: Sendable {
     /// Each listed item's permission letters, by id.
@@ -21,6 +24,10 @@ struct NextcloudProperties: Sendable {
     var folderSizes: [String: Int64]
     /// The tree owner's user name.
     var ownerName: String
+    /// Each listed item's owner's user name, when not the tree owner (a share's items).
+    var owners: [String: String] = [:]
+    /// Each listed item's share types (Nextcloud's: 0 people, 3 a public link), for the user's own items.
+    var shareTypes: [String: [Int]] = [:]
     /// For items listed in the trash bin: their name, where they were (from the user's root) and when deleted.
     var trash: [String: TrashInfo] = [:]
 
@@ -30,18 +37,23 @@ struct NextcloudProperties: Sendable {
         var deletedAt: Date
     }
 
-    /// The permission letters for `item` as `principal` sees it.
+    /// The permission letters for `item` as `principal` sees it (in Nextcloud's order), asked with the grant that
+    /// reaches it when it is someone else's.
     static func permissions(of item: FileRecord, for principal: Principal, access: AccessPolicy) -> String {
-        var letters = ""
-        if access.allows(principal, item, .read) { letters += "G" }
-        if item.parentId != nil {
-            if access.allows(principal, item, .trash) { letters += "D" }
-            if access.allows(principal, item, .rename) { letters += "N" }
-            if access.allows(principal, item, .move) { letters += "V" }
+        let reach = item.seenThrough
+        func may(_ action: Action) -> Bool { access.allows(principal, item, action, reach: reach) }
+        var letters = reach == nil ? "" : "S"
+        if item.parentId != nil || item.mountId != nil, may(.share) { letters += "R" }
+        if reach != nil { letters += "M" }
+        if may(.read) { letters += "G" }
+        if item.parentId != nil || item.mountId != nil {
+            if may(.trash) { letters += "D" }
+            if may(.rename) { letters += "N" }
+            if may(.move) { letters += "V" }
         }
         if item.isFolder {
-            if access.allows(principal, item, .create) { letters += "CK" }
-        } else if access.allows(principal, item, .write) {
+            if may(.create) { letters += "CK" }
+        } else if may(.write) {
             letters += "W"
         }
         return letters
@@ -56,10 +68,12 @@ struct NextcloudProperties: Sendable {
         case (DAVXML.ownCloud, "size"): String(item.isFolder ? folderSizes[item.id] ?? 0 : item.size)
         case (DAVXML.ownCloud, "checksums"):
             item.checksum.map { DAVXML.element(DAVXML.ownCloud, "checksum", value: "SHA256:" + $0) } ?? ""
-        case (DAVXML.ownCloud, "data-fingerprint"), (DAVXML.ownCloud, "downloadURL"), (DAVXML.ownCloud, "dDC"),
-            (DAVXML.ownCloud, "share-types"), (DAVXML.nextcloud, "mount-type"), (DAVXML.nextcloud, "sharees"):
+        case (DAVXML.ownCloud, "data-fingerprint"), (DAVXML.ownCloud, "downloadURL"), (DAVXML.ownCloud, "dDC"), (DAVXML.nextcloud, "sharees"):
             ""
-        case (DAVXML.ownCloud, "owner-id"), (DAVXML.ownCloud, "owner-display-name"): DAVRequest.xmlEscape(ownerName)
+        case (DAVXML.ownCloud, "share-types"):
+            (shareTypes[item.id] ?? []).map { DAVXML.element(DAVXML.ownCloud, "share-type", value: String($0)) }.joined()
+        case (DAVXML.nextcloud, "mount-type"): owners[item.id] == nil ? "" : "shared"
+        case (DAVXML.ownCloud, "owner-id"), (DAVXML.ownCloud, "owner-display-name"): DAVRequest.xmlEscape(owners[item.id] ?? ownerName)
         case (DAVXML.nextcloud, "has-preview"): "false"
         case (DAVXML.nextcloud, "is-encrypted"): "0"
         case (DAVXML.nextcloud, "creation_time"): String(Int64(item.createdAt.timeIntervalSince1970))
@@ -84,6 +98,29 @@ extension DAVMount {
 }
 
 extension DAVRequest {
+    /// Nextcloud's properties of the listed items as the principal sees them.
+    func nextcloudProperties(_ me: Principal, _ listed: [FileRecord], wanted: PropfindBody) async throws -> NextcloudProperties {
+        let folders = NextcloudProperties.asksForSize(wanted) ? listed.filter(\.isFolder).map(\.id) : []
+        var properties = NextcloudProperties(
+            permissions: Dictionary(
+                listed.map { ($0.id, NextcloudProperties.permissions(of: $0, for: me, access: dependencies.access)) }, uniquingKeysWith: { a, _ in a }),
+            folderSizes: try await dependencies.files.contentSizes(ofFolders: folders),
+            ownerName: try await dependencies.username(owner))
+        for item in listed where item.userId != owner {
+            properties.owners[item.id] = try await dependencies.username(item.userId)
+        }
+        let own = listed.filter { $0.userId == me.userId }.map(\.id)
+        if !own.isEmpty {
+            let shared = try await dependencies.shares.sharedItems(ownerId: me.userId, among: own)
+            let linked = Set(try await dependencies.links.links(ownerId: me.userId, itemId: nil).map(\.itemId))
+            for id in own {
+                let types: [Int] = (shared.contains(id) ? [0] : []) + (linked.contains(id) ? [3] : [])
+                if !types.isEmpty { properties.shareTypes[id] = types }
+            }
+        }
+        return properties
+    }
+
     /// The SHA-256 an `OC-Checksum` header names (`SHA256:hex`, alone or among other types), lowercased; nil when the
     /// header is absent or names only other types (those are not checked: this server announces SHA256 alone).
     func declaredSHA256() throws -> String? {

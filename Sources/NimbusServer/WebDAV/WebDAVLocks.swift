@@ -186,7 +186,9 @@ extension DAVRequest {
         guard depth == "0" || depth == "infinity" else { throw DAVError(.badRequest, "LOCK takes Depth 0 or infinity.") }
 
         let existing = try await resolve(me, names)
-        if existing == nil {
+        if let existing {
+            try authorize(me, existing, .write)
+        } else {
             guard !names.isEmpty else { throw DAVError(.notFound, "The root is missing.") }
             _ = try await parentFolder(me, of: names)
         }
@@ -203,7 +205,7 @@ extension DAVRequest {
             do {
                 let name = try FilesController.validName(names[names.count - 1])
                 _ = try await dependencies.content.commitContent(
-                    userId: owner, target: .new(parentId: parent.id, name: name, policy: .fail),
+                    userId: parent.userId, target: .new(parentId: parent.id, name: name, policy: .fail),
                     content: .inline([], mimeType: MimeType.guess(forName: name)), now: dependencies.now)
             } catch {
                 try await dependencies.webDAV.releaseDAVLocks(userId: owner, tokens: [lock.token])

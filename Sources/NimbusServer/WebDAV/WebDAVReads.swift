@@ -11,7 +11,8 @@ extension DAVRequest {
     // MARK: Reading
 
     func get(_ me: Principal, _ names: [String]) async throws -> Response {
-        try await get(me, try await require(me, names), names: names)
+        guard let item = try await resolve(me, names) else { throw DAVError(.notFound, "Nothing at '/\(names.joined(separator: "/"))'.") }
+        return try await get(me, try authorize(me, item, item.isFolder ? .list : .read), names: names)
     }
 
     func get(_ me: Principal, _ item: FileRecord, names: [String]? = nil) async throws -> Response {
@@ -27,24 +28,38 @@ extension DAVRequest {
         }
         guard let revisionId = item.headRevisionId else { throw DAVError(.notFound, "'\(item.name)' has no content.") }
         try checkPreconditions(item)
-        let revision = try await dependencies.content.revision(userId: owner, fileId: item.id, revisionId: revisionId)
-        var response = try await ContentController(dependencies: dependencies).stream(revision, name: item.name, request: request, userId: owner)
+        let revision = try await dependencies.content.revision(userId: item.userId, fileId: item.id, revisionId: revisionId)
+        var response = try await ContentController(dependencies: dependencies).stream(revision, name: item.name, request: request, userId: item.userId)
         // WebDAV clients open files in place: no attachment disposition here.
         response.headers[.contentDisposition] = nil
         if request.method == .head { response.body = .init() }
         return response
     }
 
+    /// Every child of `folder` as the principal sees it: in their own folders, with the shares mounted there; inside
+    /// a share, each carrying the grant that reaches it (``resolve(_:_:)``).
     func allChildren(_ me: Principal, of folder: FileRecord) async throws -> [FileRecord] {
-        try await allChildren(of: folder)
+        let own = folder.userId == me.userId && folder.seenThrough == nil
+        var children = try await allChildren(of: folder, mountsAt: own ? dependencies.now : nil)
+        for index in children.indices {
+            if children[index].mountId != nil {
+                children[index].seenThrough = try await dependencies.shares.reach(userId: me.userId, itemId: children[index].id, now: dependencies.now)
+            } else if var reach = folder.seenThrough {
+                reach.isRoot = false
+                children[index].seenThrough = reach
+            }
+        }
+        return children
     }
 
-    /// Every child of `folder` (what went to the trash with it, for a trashed one), page by page.
-    func allChildren(of folder: FileRecord) async throws -> [FileRecord] {
+    /// Every child of `folder` (what went to the trash with it, for a trashed one), page by page; with the shares
+    /// mounted in it when `mountsAt` (the time grants are live at) is given.
+    func allChildren(of folder: FileRecord, mountsAt: Date? = nil) async throws -> [FileRecord] {
         var result: [FileRecord] = []
         var page = 1
         while true {
-            let batch = try await dependencies.files.children(of: folder.id, userId: owner, paging: Paging(page: page, limit: Paging.maxLimit), mountsAt: nil)
+            let batch = try await dependencies.files.children(
+                of: folder.id, userId: folder.userId, paging: Paging(page: page, limit: Paging.maxLimit), mountsAt: mountsAt)
             result += batch.files
             if batch.files.count < Paging.maxLimit || result.count >= batch.total { return result }
             page += 1
@@ -57,19 +72,18 @@ extension DAVRequest {
         let depth = try propfindDepth()
         let body = try await request.body.collect(upTo: 1 << 20)
         let wanted = try PropfindBody.parse(Data(buffer: body))
-        let item = try await require(me, names)
+        let item = try await require(me, names, .list)
         let user = try await dependencies.accounts.user(id: owner)
         let children = depth == "1" && item.isFolder ? try await allChildren(me, of: item) : []
-        let dead = try await dependencies.webDAV.deadProperties(userId: owner, fileIds: [item.id] + children.map(\.id))
+        let listed = [item] + children
+        var dead: [String: [DeadProperty]] = [:]
+        for (userId, items) in Dictionary(grouping: listed, by: \.userId) {
+            dead.merge(try await dependencies.webDAV.deadProperties(userId: userId, fileIds: items.map(\.id))) { a, _ in a }
+        }
         let locks = try await dependencies.webDAV.davLocks(userId: owner, now: dependencies.now)
         var nextcloud: NextcloudProperties?
         if mount.isNextcloud {
-            let listed = [item] + children
-            let folders = NextcloudProperties.asksForSize(wanted) ? listed.filter(\.isFolder).map(\.id) : []
-            nextcloud = NextcloudProperties(
-                permissions: Dictionary(
-                    listed.map { ($0.id, NextcloudProperties.permissions(of: $0, for: me, access: dependencies.access)) }, uniquingKeysWith: { a, _ in a }),
-                folderSizes: try await dependencies.files.contentSizes(ofFolders: folders), ownerName: user?.username ?? "")
+            nextcloud = try await nextcloudProperties(me, listed, wanted: wanted)
         }
         var xml = DAVXML.multistatusOpen
         xml += Self.propResponse(item, names: names, wanted: wanted, user: user, dead: dead[item.id] ?? [], locks: locks, nextcloud: nextcloud)
@@ -164,7 +178,7 @@ extension DAVRequest {
     func proppatch(_ me: Principal, _ names: [String]) async throws -> Response {
         let body = try await request.body.collect(upTo: 1 << 20)
         let updates = try PropertyUpdate.parse(Data(buffer: body))
-        let item = try await require(me, names)
+        let item = try await require(me, names, .write)
         try checkPreconditions(item)
         try await checkLocks(me, names: names, targets: [(Self.lockPath(names), false)])
         let protected = updates.filter {
@@ -185,7 +199,7 @@ extension DAVRequest {
                 case .remove(let property): remove.append(property)
                 }
             }
-            try await dependencies.webDAV.patchDeadProperties(userId: owner, fileId: item.id, set: set, remove: remove)
+            try await dependencies.webDAV.patchDeadProperties(userId: item.userId, fileId: item.id, set: set, remove: remove)
             statuses = updates.map { ($0.property, "HTTP/1.1 200 OK") }
         } else {
             statuses = updates.map { update in

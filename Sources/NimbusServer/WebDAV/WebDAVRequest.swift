@@ -17,7 +17,8 @@ struct DAVRequest {
     /// (``treeRoot(_:username:action:)``); nil before signing in.
     var root: FileRecord?
 
-    /// Whose tree the request reads and changes (the root's owner).
+    /// Whose tree the request's paths are in (the root's owner): its locks and uploads are kept under them. What a
+    /// verb reads or changes is in its item's owner's tree (`item.userId`), someone else's inside a mounted share.
     var owner: String { root?.userId ?? "" }
 
     /// The path before the names of the request being answered (`/dav`, `/remote.php/dav/files/ana`): hrefs in
@@ -160,27 +161,61 @@ struct DAVRequest {
     static func basicCredentials(_ header: String) -> (user: String, password: String)? { BasicCredentials.parse(header) }
 
     /// The live item at `names`, or nil; a missing folder on the way is nil too.
+    ///
+    /// In the user's own folders a name can be a share mounted there (``ShareStore/mountedChild(named:in:userId:now:)``):
+    /// from there on the walk is in the share owner's tree, and every item found carries the grant that reaches it
+    /// (``FileRecord/seenThrough``), which the access decision is asked with (``authorize(_:_:_:)``). Resolving
+    /// decides nothing: each verb asks for the action it takes on each item it touches.
     func resolve(_ me: Principal, _ names: [String]) async throws -> FileRecord? {
         guard var current = root else { return nil }
         for name in names {
-            guard current.isFolder, let child = try await dependencies.files.child(named: name, in: current.id, userId: current.userId) else { return nil }
-            current = child
+            guard current.isFolder else { return nil }
+            if var child = try await dependencies.files.child(named: name, in: current.id, userId: current.userId) {
+                child.seenThrough = current.seenThrough.map { reach in
+                    var inside = reach
+                    inside.isRoot = false
+                    return inside
+                }
+                current = child
+            } else if current.seenThrough == nil,
+                var mounted = try await dependencies.shares.mountedChild(named: name, in: current.id, userId: current.userId, now: dependencies.now),
+                let reach = try await dependencies.shares.reach(userId: current.userId, itemId: mounted.id, now: dependencies.now), reach.isRoot
+            {
+                mounted.seenThrough = reach
+                current = mounted
+            } else {
+                return nil
+            }
         }
         return current
     }
 
+    /// `item` if the signed-in principal may take `action` on it — the one access decision, asked with the grant that
+    /// reaches a shared item; 403 for what they see but may not do.
+    @discardableResult
+    func authorize(_ me: Principal, _ item: FileRecord, _ action: Action) throws -> FileRecord {
+        try dependencies.access.authorize(me, item, action, reach: item.seenThrough)
+    }
+
+    /// Whether `item` and `other` are in one tree for moving between them: the same owner, and the same share (or
+    /// none) — only an owner takes items out of a share, and nothing moves between users' trees.
+    static func sameTree(_ item: FileRecord, _ other: FileRecord) -> Bool {
+        item.userId == other.userId && item.seenThrough?.grant.id == other.seenThrough?.grant.id
+    }
+
     /// The folder a new item at `names` goes into: 409 when it does not exist (RFC 4918: intermediate collections
-    /// are never made implicitly).
+    /// are never made implicitly). The principal must be allowed to add to it (`.create`).
     func parentFolder(_ me: Principal, of names: [String]) async throws -> FileRecord {
         guard let parent = try await resolve(me, Array(names.dropLast())), parent.isFolder else {
             throw DAVError(.conflict, "The folder '/\(names.dropLast().joined(separator: "/"))' does not exist; create it first (MKCOL).")
         }
-        return parent
+        return try authorize(me, parent, .create)
     }
 
-    func require(_ me: Principal, _ names: [String]) async throws -> FileRecord {
+    /// The item at `names`, if the principal may take `action` on it; 404 when there is nothing there.
+    func require(_ me: Principal, _ names: [String], _ action: Action) async throws -> FileRecord {
         guard let item = try await resolve(me, names) else { throw DAVError(.notFound, "Nothing at '/\(names.joined(separator: "/"))'.") }
-        return item
+        return try authorize(me, item, action)
     }
 
     /// `If-Match` / `If-None-Match` against the item's ETag (`*` = exists): 412 when they do not hold.
