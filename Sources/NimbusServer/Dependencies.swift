@@ -77,17 +77,11 @@ struct Dependencies: Sendable {
     /// deleting that acts on the mount.
     func item(_ id: String, for principal: Principal, _ action: Action) async throws -> FileRecord {
         let resolved = try await resolve(id, for: principal)
-        guard var found = try await files.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
+        guard let found = try await files.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
         guard found.userId != principal.userId else { return try access.authorize(principal, found, action) }
         let reach = try await shares.reach(userId: principal.userId, itemId: found.id, now: now)
         try access.authorize(principal, found, action, reach: reach)
-        found.seenThrough = reach
-        if let reach, reach.isRoot {
-            found.mountId = reach.mount.id
-            found.name = reach.mount.name
-            found.parentId = reach.mount.parentId
-        }
-        return found
+        return found.seen(through: reach)
     }
 
     /// The items as `principal` is shown them: with their owner, whether they are shared, what the principal may do

@@ -60,7 +60,9 @@ struct NextcloudTests {
             #expect(checksums["preferredUploadType"] as? String == "SHA256" && checksums["supportedTypes"] as? [String] == ["SHA256"])
             let push = try #require(capabilities["notify_push"] as? [String: Any])
             #expect((push["endpoints"] as? [String: Any])?["websocket"] as? String == "ws://127.0.0.1:\(server.port)/push/ws")
-            #expect(capabilities["files_sharing"] == nil && capabilities["end-to-end-encryption"] == nil, "nothing this server does not do is promised")
+            #expect(capabilities["end-to-end-encryption"] == nil, "nothing this server does not do is promised")
+            let sharing = try #require(capabilities["files_sharing"] as? [String: Any])
+            #expect(sharing["api_enabled"] as? Bool == true && sharing["group_sharing"] as? Bool == false, "people and links; no groups")
 
             // The user: not signed in → 401/997 on both versions; the account password is refused too.
             for version in ["v1", "v2"] {

@@ -1,6 +1,7 @@
 import Foundation
 import NimbusAPI
 import NimbusServer
+import NimbusTestSupport
 import NIOHTTP1
 import Testing
 
@@ -23,15 +24,19 @@ struct SharingMatrixTests {
         }
     }
 
-    /// A route, what it asks the decision, and how to call it on a target.
+    /// A route (its `openapi.yaml` operation), what it asks the decision, how to call it on a target, and how the
+    /// owner puts things back after it succeeded (so the next cells find the targets as they were).
     struct Route {
         var name: String
+        var operation: String
         var action: String
         var call: @Sendable (APIClient, Target) async throws -> APIClient.Reply
+        var undo: (@Sendable (APIClient, Target) async throws -> Void)? = nil
     }
 
     struct Target {
         var name: String
+        var itemName: String = ""
         var id: String
         var revisionId: String?
         var isFolder: Bool
@@ -81,42 +86,85 @@ struct SharingMatrixTests {
             clients[.expired] = try await server.logIn("expired")
 
             let targets = [
-                Target(name: "file inside", id: file.id, revisionId: old, isFolder: false, inside: true),
-                Target(name: "folder inside", id: inner.id, revisionId: nil, isFolder: true, inside: true),
-                Target(name: "the share", id: share.id, revisionId: nil, isFolder: true, inside: true),
-                Target(name: "trashed inside", id: trashed.id, revisionId: trashed.revisionId, isFolder: false, inside: true),
-                Target(name: "sibling folder", id: sibling.id, revisionId: nil, isFolder: true, inside: false),
-                Target(name: "sibling file", id: siblingFile.id, revisionId: siblingFile.revisionId, isFolder: false, inside: false),
+                Target(name: "file inside", itemName: "file.txt", id: file.id, revisionId: old, isFolder: false, inside: true),
+                Target(name: "folder inside", itemName: "Inner", id: inner.id, revisionId: nil, isFolder: true, inside: true),
+                Target(name: "the share", itemName: "Share", id: share.id, revisionId: nil, isFolder: true, inside: true),
+                Target(name: "trashed inside", itemName: "trashed.txt", id: trashed.id, revisionId: trashed.revisionId, isFolder: false, inside: true),
+                Target(name: "sibling folder", itemName: "Sibling", id: sibling.id, revisionId: nil, isFolder: true, inside: false),
+                Target(name: "sibling file", itemName: "sibling.txt", id: siblingFile.id, revisionId: siblingFile.revisionId, isFolder: false, inside: false),
                 Target(name: "ancestor (root)", id: root.id, revisionId: nil, isFolder: true, inside: false),
             ]
             let counter = LockedCounter(start: 0)
+            let blockData = randomData(5_000)
+            let blockHash = sha256(blockData)
             let routes: [Route] = [
-                Route(name: "GET file", action: "read") { c, t in try await c.get("/v1/files/\(t.id)") },
-                Route(name: "GET list", action: "list") { c, t in try await c.get("/v1/files?parentId=\(t.id)") },
-                Route(name: "GET content", action: "read") { c, t in try await c.get("/v1/files/\(t.id)/content") },
-                Route(name: "GET revisions", action: "read") { c, t in try await c.get("/v1/files/\(t.id)/revisions") },
-                Route(name: "GET old revision content", action: "read") { c, t in
+                Route(name: "GET file", operation: "GET /v1/files/{fileId}", action: "read") { c, t in try await c.get("/v1/files/\(t.id)") },
+                Route(name: "GET list", operation: "GET /v1/files", action: "list") { c, t in try await c.get("/v1/files?parentId=\(t.id)") },
+                Route(name: "GET content", operation: "GET /v1/files/{fileId}/content", action: "read") { c, t in try await c.get("/v1/files/\(t.id)/content") },
+                Route(name: "GET revisions", operation: "GET /v1/files/{fileId}/revisions", action: "read") { c, t in
+                    try await c.get("/v1/files/\(t.id)/revisions")
+                },
+                Route(name: "GET old revision", operation: "GET /v1/files/{fileId}/revisions/{revisionId}", action: "read") { c, t in
+                    try await c.get("/v1/files/\(t.id)/revisions/\(t.revisionId ?? "none")")
+                },
+                Route(name: "GET old revision content", operation: "GET /v1/files/{fileId}/revisions/{revisionId}/content", action: "read") { c, t in
                     try await c.get("/v1/files/\(t.id)/revisions/\(t.revisionId ?? "none")/content")
                 },
-                Route(name: "GET grants", action: "read") { c, t in try await c.get("/v1/files/\(t.id)/grants") },
-                Route(name: "POST folder into", action: "create") { c, t in
+                Route(name: "GET block manifest", operation: "GET /v1/files/{fileId}/blocks", action: "read") { c, t in
+                    try await c.get("/v1/files/\(t.id)/blocks")
+                },
+                Route(name: "GET grants", operation: "GET /v1/files/{fileId}/grants", action: "read") { c, t in try await c.get("/v1/files/\(t.id)/grants") },
+                Route(name: "POST folder into", operation: "POST /v1/files", action: "create") { c, t in
                     try await c.send(.POST, "/v1/files", json: CreateFileRequest(name: "new-\(counter.next())", mimeType: folderMimeType, parentId: t.id))
                 },
-                Route(name: "POST upload into", action: "create") { c, t in
+                Route(name: "POST upload into", operation: "POST /v1/upload", action: "create") { c, t in
                     try await c.send(.POST, "/v1/upload?uploadType=media&name=up-\(counter.next()).txt&parentId=\(t.id)", body: Data("u".utf8))
                 },
-                Route(name: "POST new version", action: "write") { c, t in
+                Route(name: "POST block commit into", operation: "POST /v1/blocks/commit", action: "create") { c, t in
+                    // The asker's blocks: the block is put first (to their own account), then committed into the target.
+                    _ = try await c.send(.PUT, "/v1/blocks/\(blockHash)", body: blockData)
+                    return try await c.send(
+                        .POST, "/v1/blocks/commit",
+                        json: BlockCommitRequest(
+                            name: "blocks-\(counter.next()).bin", parentId: t.id, size: Int64(blockData.count), checksum: blockHash, blocks: [.block(blockHash)]))
+                },
+                Route(name: "POST new version", operation: "POST /v1/upload", action: "write") { c, t in
                     try await c.send(.POST, "/v1/upload?uploadType=media&fileId=\(t.id)", body: Data("v\(counter.next())".utf8))
                 },
-                Route(name: "POST restore old revision", action: "restore") { c, t in
+                Route(name: "POST restore old revision", operation: "POST /v1/files/{fileId}/revisions/{revisionId}/restore", action: "restore") { c, t in
                     try await c.send(.POST, "/v1/files/\(t.id)/revisions/\(t.revisionId ?? "none")/restore")
                 },
-                Route(name: "POST grant", action: "share") { c, t in
+                Route(name: "PATCH rename", operation: "PATCH /v1/files/{fileId}", action: "rename") { c, t in
+                    try await c.send(.PATCH, "/v1/files/\(t.id)", json: UpdateFileRequest(name: "renamed-\(counter.next())"))
+                } undo: { owner, t in
+                    _ = try await owner.send(.PATCH, "/v1/files/\(t.id)", json: UpdateFileRequest(name: t.itemName))
+                },
+                Route(name: "DELETE to the trash", operation: "DELETE /v1/files/{fileId}", action: "trash") { c, t in
+                    try await c.send(.DELETE, "/v1/files/\(t.id)")
+                } undo: { owner, t in
+                    if t.name != "trashed inside" { _ = try await owner.send(.POST, "/v1/files/\(t.id)/untrash") }
+                },
+                Route(name: "POST untrash", operation: "POST /v1/files/{fileId}/untrash", action: "restore") { c, t in
+                    try await c.send(.POST, "/v1/files/\(t.id)/untrash")
+                } undo: { owner, t in
+                    if t.name == "trashed inside" { _ = try await owner.send(.DELETE, "/v1/files/\(t.id)") }
+                },
+                Route(name: "POST grant", operation: "POST /v1/files/{fileId}/grants", action: "share") { c, t in
                     try await c.send(.POST, "/v1/files/\(t.id)/grants", json: GrantRequest(user: "third", role: .viewer))
                 },
-                Route(name: "POST link", action: "link") { c, t in try await c.send(.POST, "/v1/files/\(t.id)/links", json: LinkRequest(access: .view)) },
-                Route(name: "DELETE for good", action: "purge") { c, t in try await c.send(.DELETE, "/v1/files/\(t.id)?permanent=true") },
+                Route(name: "POST link", operation: "POST /v1/files/{fileId}/links", action: "link") { c, t in
+                    try await c.send(.POST, "/v1/files/\(t.id)/links", json: LinkRequest(access: .view))
+                },
+                Route(name: "DELETE for good", operation: "DELETE /v1/files/{fileId}", action: "purge") { c, t in
+                    try await c.send(.DELETE, "/v1/files/\(t.id)?permanent=true")
+                },
             ]
+            // Generated from the API's own description: every route that takes an item is in the table.
+            let covered = Set(routes.map(\.operation))
+            for route in server.parts.routes where route.path.contains("{fileId}") || ["/v1/files", "/v1/upload", "/v1/blocks/commit"].contains(route.path) {
+                let operation = "\(route.method) \(route.path)"
+                #expect(covered.contains(operation), "\(operation) takes an item and is not in the authorization matrix")
+            }
             var mismatches: [String] = []
             var cells = 0
             for route in routes {
@@ -125,9 +173,10 @@ struct SharingMatrixTests {
                         // The owner purging would take the target from the other cells: its rights are plain.
                         if who == .owner && route.action == "purge" { continue }
                         // A share's root, deleted or renamed by a grantee, is their mount: not this table's.
-                        if target.id == share.id && route.action == "purge" { continue }
+                        if target.id == share.id && ["purge", "trash", "rename"].contains(route.action) && who != .owner { continue }
                         let client = try #require(clients[who])
                         let reply = try await route.call(client, target)
+                        if reply.status < 300, let undo = route.undo { try await undo(owner, target) }
                         cells += 1
                         let expected = Self.allowed(who, route.action, inside: target.inside)
                         let ok: Bool =
@@ -147,6 +196,116 @@ struct SharingMatrixTests {
             #expect(cells > 500)
             // Nothing of the owner's went: the sibling is whole.
             #expect(try await owner.content(siblingFile.id) == Data("s".utf8))
+        }
+    }
+
+    /// A WebDAV verb on a target path, what it asks the decision, and whether it needs a fresh file (it trashes, moves
+    /// or locks what it acts on).
+    struct Verb {
+        var name: String
+        var action: String
+        var fresh: Bool = false
+        var call: @Sendable (DAVClient, String) async throws -> APIClient.Reply
+    }
+
+    @Test("every WebDAV verb answers each principal as the roles' table says: through their mount inside the share, 404 for the owner's paths and other folders")
+    func davMatrix() async throws {
+        try await TestServer.run { server in
+            var clients: [Who: DAVClient] = [:]
+            var apis: [Who: APIClient] = [:]
+            for who in Who.allCases {
+                let (api, password) = try await DAVTests.appUser(server, who.rawValue)
+                apis[who] = api
+                clients[who] = DAVClient(server, basic: "Basic " + Data("\(who.rawValue):\(password)".utf8).base64EncodedString())
+            }
+            let owner = try #require(apis[.owner])
+            let share = try await owner.mkdir("Share")
+            let inner = try await owner.mkdir("Inner", in: share.id)
+            _ = try await owner.upload("file.txt", Data("one".utf8), in: share.id)
+            let sibling = try await owner.mkdir("Sibling")
+            _ = try await owner.upload("sibling.txt", Data("s".utf8), in: sibling.id)
+            for who in [Who.manager, .editor, .viewer, .revoked, .expired] {
+                let expiry: Date? = who == .expired ? server.clock.now().addingTimeInterval(60) : nil
+                let grant: Grant = try await owner.send(
+                    .POST, "/v1/files/\(share.id)/grants", json: GrantRequest(user: who.rawValue, role: who.role ?? .editor, expiresAt: expiry)).decode()
+                #expect(try await apis[who]?.send(.POST, "/v1/shares/incoming/\(grant.id)/accept").status == 200)
+                if who == .revoked { #expect(try await owner.send(.DELETE, "/v1/grants/\(grant.id)").status == 204) }
+            }
+            server.clock.advance(by: 61)
+
+            let counter = LockedCounter(start: 0)
+            let lockBody = #"<?xml version="1.0"?><d:lockinfo xmlns:d="DAV:"><d:lockscope><d:exclusive/></d:lockscope><d:locktype><d:write/></d:locktype></d:lockinfo>"#
+            let propBody = #"<?xml version="1.0"?><d:propertyupdate xmlns:d="DAV:" xmlns:x="urn:x"><d:set><d:prop><x:tag>1</x:tag></d:prop></d:set></d:propertyupdate>"#
+            @Sendable func parent(_ path: String) -> String { String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]) }
+            let verbs: [Verb] = [
+                Verb(name: "PROPFIND", action: "list") { c, p in try await c.send(.PROPFIND, p, nil, ["Depth": "1"]) },
+                Verb(name: "GET", action: "read") { c, p in try await c.send(.GET, p) },
+                Verb(name: "PUT a version", action: "write") { c, p in try await c.send(.PUT, p, "v\(counter.next())") },
+                Verb(name: "PUT beside", action: "create") { c, p in try await c.send(.PUT, parent(p) + "/put-\(counter.next()).txt", "n") },
+                Verb(name: "MKCOL beside", action: "create") { c, p in try await c.send(.MKCOL, parent(p) + "/dir-\(counter.next())") },
+                Verb(name: "PROPPATCH", action: "write") { c, p in try await c.send(.PROPPATCH, p, propBody) },
+                Verb(name: "COPY beside", action: "create") { c, p in
+                    try await c.send(.COPY, p, nil, ["Destination": parent(p) + "/copy-\(counter.next()).txt"])
+                },
+                Verb(name: "LOCK", action: "write", fresh: true) { c, p in try await c.send(.LOCK, p, lockBody) },
+                Verb(name: "MOVE (rename)", action: "rename", fresh: true) { c, p in
+                    try await c.send(.MOVE, p, nil, ["Destination": parent(p) + "/moved-\(counter.next()).txt"])
+                },
+                Verb(name: "DELETE", action: "trash", fresh: true) { c, p in try await c.send(.DELETE, p) },
+            ]
+            // Targets as each principal names them: the share through their mount (the owner's folder for the owner),
+            // the owner's other folder, and the owner's own path in Nextcloud's layout.
+            struct DAVTarget {
+                var name: String
+                var folder: String
+                var file: String
+                var inside: Bool
+                var ownerPath: Bool = false
+            }
+            let targets = [
+                DAVTarget(name: "file inside", folder: "Share", file: "file.txt", inside: true),
+                DAVTarget(name: "folder inside", folder: "Share/Inner", file: "", inside: true),
+                DAVTarget(name: "sibling", folder: "Sibling", file: "sibling.txt", inside: false),
+                DAVTarget(name: "owner's path", folder: "Share", file: "file.txt", inside: false, ownerPath: true),
+            ]
+            var mismatches: [String] = []
+            var cells = 0
+            for verb in verbs {
+                for target in targets {
+                    // A folder takes no version (405 whoever asks).
+                    if verb.name == "PUT a version" && target.file.isEmpty { continue }
+                    for who in Who.allCases {
+                        let client = try #require(clients[who])
+                        var name = target.file
+                        if verb.fresh {
+                            // The owner puts a file there for this cell alone.
+                            name = "fresh-\(counter.next()).txt"
+                            let folder = target.folder == "Share/Inner" ? inner.id : target.folder == "Sibling" ? sibling.id : share.id
+                            _ = try await owner.upload(name, Data("f".utf8), in: folder)
+                        }
+                        let base = target.ownerPath ? "/remote.php/dav/files/owner" : "/dav"
+                        let path = base + "/" + target.folder + (name.isEmpty ? "" : "/" + name)
+                        let reply = try await verb.call(client, path)
+                        cells += 1
+                        let expected = who == .owner ? true : Self.allowed(who, verb.action, inside: target.inside)
+                        let ok: Bool =
+                            switch expected {
+                            // A path whose folder is not in the asker's own tree is 409 (RFC 4918: no intermediate
+                            // collection), the same whether or not someone else has such a folder.
+                            case nil: reply.status == 404 || reply.status == 409 && reply.text.contains("does not exist")
+                            case false?: reply.status == 403
+                            case true?: reply.status < 400
+                            }
+                        if !ok {
+                            mismatches.append(
+                                "\(verb.name) \(path) as \(who.rawValue): \(reply.status) (expected \(expected.map { $0 ? "allowed" : "403" } ?? "404")) \(reply.text.prefix(120))")
+                        }
+                    }
+                }
+            }
+            #expect(mismatches.isEmpty, "\(mismatches.count) of \(cells) cells:\n\(mismatches.joined(separator: "\n"))")
+            #expect(cells == (verbs.count * targets.count - 1) * Who.allCases.count)
+            #expect(try await owner.list(sibling.id).files.contains { $0.name == "sibling.txt" })
         }
     }
 

@@ -151,6 +151,58 @@ struct SharingTests {
         }
     }
 
+    @Test("an editor's resumable uploads and block commits land in the share as the owner's files; blocks the editor sent are copied to the owner, a version by blocks keeps the base's")
+    func editorUploadsEveryWay() async throws {
+        try await TestServer.run(configure: { $0.chunkSize = 256 * 1024 }) { server in
+            let s = try await Self.share(server, role: .editor)
+            let bob = s.bob
+            // Resumable: the session, its chunks and its file.
+            let big = randomData(600_000)
+            let initiated = try await bob.initiate("big.bin", size: big.count, parentId: s.project.id)
+            #expect(initiated.status == 200 || initiated.status == 201, "\(initiated.text)")
+            let session: UploadResponse = try initiated.decode()
+            var last: APIClient.Reply?
+            for chunk in 0..<session.totalChunks { last = try await bob.sendChunk(session, big, chunk: chunk) }
+            #expect(last?.status == 201, "\(last?.text ?? "")")
+            let bigFile = try #require(try await s.alice.list(s.project.id).files.first { $0.name == "big.bin" })
+            #expect(try await s.alice.content(bigFile.id) == big)
+
+            // Blocks: Bob's own store has them (PUT to his account), the commit copies them to Alice's.
+            let block = randomData(300_000)
+            let hash = sha256(block)
+            #expect(try await bob.send(.PUT, "/v1/blocks/\(hash)", body: block).status == 201)
+            let committed = try await bob.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "blocks.bin", parentId: s.project.id, size: Int64(block.count), checksum: hash, blocks: [.block(hash)]))
+            #expect(committed.status == 201, "\(committed.text)")
+            let blocksFile: File = try committed.decode()
+            let committedContent = try await s.alice.content(blocksFile.id)
+            #expect(blocksFile.owner?.username == "alice" && committedContent == block)
+            // A new version of it: the base's blocks (Alice's) and a new one (Bob's).
+            let manifest: BlockManifest = try await bob.get("/v1/files/\(blocksFile.id)/blocks").decode()
+            let tail = randomData(100_000)
+            let tailHash = sha256(tail)
+            #expect(try await bob.send(.PUT, "/v1/blocks/\(tailHash)", body: tail).status == 201)
+            let version = try await bob.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(
+                    fileId: blocksFile.id, baseRevisionId: manifest.revisionId, size: Int64(block.count + tail.count), checksum: sha256(block + tail),
+                    blocks: [.base(from: 0, count: manifest.blocks.count), .block(tailHash)]))
+            #expect(version.status == 201, "\(version.text)")
+            #expect(try await s.alice.content(blocksFile.id) == block + tail)
+            // A wrong checksum stores nothing.
+            let wrong = try await bob.send(
+                .POST, "/v1/blocks/commit",
+                json: BlockCommitRequest(name: "wrong.bin", parentId: s.project.id, size: Int64(block.count), checksum: tailHash, blocks: [.block(hash)]))
+            #expect(wrong.status == 422, "\(wrong.text)")
+            #expect(try await s.alice.list(s.project.id).files.map(\.name) == ["big.bin", "blocks.bin", "plan.txt"])
+            let bobAbout: About = try await bob.get("/v1/about").decode()
+            let aliceAbout: About = try await s.alice.get("/v1/about").decode()
+            #expect(aliceAbout.quota.used >= Int64(big.count + block.count + tail.count), "the owner's quota pays")
+            #expect(bobAbout.quota.used == 0, "Bob's blocks, held by no file of his, are not charged to him (and are collected)")
+        }
+    }
+
     @Test("renaming, moving and deleting the mount changes the grantee's tree only; deleting it leaves the share, which can be accepted again")
     func mountIsTheGranteesOwn() async throws {
         try await TestServer.run { server in

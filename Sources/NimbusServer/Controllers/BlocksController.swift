@@ -337,15 +337,23 @@ struct BlocksController: Sendable {
             if case .block(let hash) = entry { hashes.append(try Self.validHash(hash)) }
         }
         let stored = try await dependencies.content.storedBlocks(userId: owner, hashes: hashes)
+        // Into a share someone gave the asker: the blocks they sent are in their own store (blocks are kept per
+        // user), the file is the owner's. Those are copied into the owner's store at the commit (below).
+        let theirs = owner == me.userId ? [:] : try await dependencies.content.storedBlocks(userId: me.userId, hashes: hashes.filter { stored[$0] == nil })
         var missing: [String] = []
         var seenMissing: Set<String> = []
         var blocks: [BlockRef] = []
+        var sources: [String] = []
         blocks.reserveCapacity(body.blocks.count)
         for entry in body.blocks {
             switch entry {
             case .block(let hash):
                 if let found = stored[hash] {
                     blocks.append(found.block)
+                    sources.append(owner)
+                } else if let found = theirs[hash] {
+                    blocks.append(found.block)
+                    sources.append(me.userId)
                 } else if seenMissing.insert(hash).inserted {
                     missing.append(hash)
                 }
@@ -355,12 +363,17 @@ struct BlocksController: Sendable {
                     throw DriveError.badRequest("The entry {from: \(from), count: \(count)} is outside the base revision's \(base.count) blocks.")
                 }
                 blocks += base[from..<from + count]
+                sources += Array(repeating: owner, count: count)
             }
         }
         guard missing.isEmpty else { throw DriveError.blocksMissing(missing) }
         let total = blocks.reduce(Int64(0)) { $0 + $1.size }
         guard total == body.size else {
             throw DriveError.badRequest("The blocks add up to \(total) bytes, not the 'size' of \(body.size); nothing was changed.")
+        }
+        if sources.contains(me.userId), owner != me.userId {
+            let file = try await copyCommit(blocks, from: sources, checksum: checksum, mimeType: mimeType, modifiedAt: modifiedAt, target: target, owner: owner)
+            return try JSONResponse.make(try await dependencies.present(file, for: me), status: .created, etag: file.etag)
         }
         // The content must be what the client says: its bytes are read back once and hashed.
         let actual = try await dependencies.blobs.checksum(of: blocks, user: owner)
@@ -372,5 +385,37 @@ struct BlocksController: Sendable {
         content.modifiedAt = modifiedAt
         let file = try await dependencies.content.commitStoredContent(userId: owner, target: target, content: content, now: dependencies.now)
         return try JSONResponse.make(try await dependencies.present(file, for: me), status: .created, etag: file.etag)
+    }
+
+    /// A commit into someone else's tree from blocks some of which are the asker's (`sources[i]` holds `blocks[i]`):
+    /// the bytes are read in order and staged anew for the owner — whose quota pays — then committed as any content
+    /// is. The checksum is the client's promise, checked on the staged bytes.
+    func copyCommit(
+        _ blocks: [BlockRef], from sources: [String], checksum: String, mimeType: String, modifiedAt: Date?, target: ContentTarget, owner: String
+    ) async throws -> FileRecord {
+        let total = blocks.reduce(Int64(0)) { $0 + $1.size }
+        try await dependencies.intake.checkQuota(owner: owner, adding: total)
+        var stager = dependencies.blobs.makeStager(runningHash: SHA256())
+        var content: StagedContent
+        do {
+            var start = 0
+            while start < blocks.count {
+                // Runs of blocks from one store, read as one.
+                var end = start + 1
+                while end < blocks.count, sources[end] == sources[start] { end += 1 }
+                let run = Array(blocks[start..<end])
+                let length = run.reduce(Int64(0)) { $0 + $1.size }
+                try await dependencies.blobs.read(run, user: sources[start], range: 0..<length) { buffer in try await stager.append(buffer) }
+                start = end
+            }
+            let (staged, actual, _, size) = try await stager.finish()
+            content = StagedContent(blocks: staged, checksum: actual, size: size, mimeType: mimeType)
+        } catch {
+            await stager.abandon()
+            throw error
+        }
+        try dependencies.intake.verify(content, expected: checksum)
+        content.modifiedAt = modifiedAt
+        return try await dependencies.intake.commit(content, to: target, owner: owner)
     }
 }

@@ -6,7 +6,8 @@ import NimbusAPI
 /// official desktop, iOS and Android apps sign in and sync with Nimbus as with a Nextcloud server:
 /// - `GET /status.php`: what the apps ask first (installed, not in maintenance, a Nextcloud version they accept);
 /// - OCS at `/ocs/v1.php/…` and `/ocs/v2.php/…` (``OCSResponder``): `cloud/capabilities` (public), `cloud/user`,
-///   `cloud/users/{id}`, `core/getapppassword`, `DELETE core/apppassword` (an app signing out);
+///   `cloud/users/{id}`, `core/getapppassword`, `DELETE core/apppassword` (an app signing out), and the share API
+///   (``OCSShares``);
 /// - Login Flow v2 and v1 at `/index.php/login/…` (``LoginFlow``);
 /// - previews at `/index.php/core/preview` and `…/preview.png`: 404 while the server makes no thumbnails, matching
 ///   `nc:has-preview` false, so an app shows its file icon rather than a broken image.
@@ -65,19 +66,19 @@ struct NextcloudMiddleware: RouterMiddleware {
         if let text = query.get("fileId"), let number = NextcloudIDs.number(in: text), let prefix = NextcloudIDs.idPrefix(of: number) {
             found = try await dependencies.files.item(idPrefix: prefix)
         } else if let path = query.get("file") {
-            var current: FileRecord? = try await dependencies.root(for: principal, .list)
-            for name in path.split(separator: "/") where !name.isEmpty {
-                guard let folder = current, folder.isFolder else { break }
-                current = try await dependencies.files.child(named: String(name), in: folder.id, userId: folder.userId)
-            }
-            found = current
+            let root = try await dependencies.root(for: principal, .list)
+            found = try await dependencies.walk(path.split(separator: "/").map(String.init), from: root)
         }
         guard let found, !found.isTrashed else {
             _ = dependencies.access.notFound(principal, itemId: query.get("fileId") ?? query.get("file") ?? "", .preview)
             return Self.text(.notFound, "No such file.")
         }
         do {
-            try dependencies.access.authorize(principal, found, .preview)
+            var reach = found.seenThrough
+            if found.userId != principal.userId, reach == nil {
+                reach = try await dependencies.shares.reach(userId: principal.userId, itemId: found.id, now: dependencies.now)
+            }
+            try dependencies.access.authorize(principal, found, .preview, reach: reach)
         } catch {
             return Self.text(.notFound, "No such file.")
         }
@@ -133,6 +134,9 @@ struct OCSRoutes {
         guard let user = try await dependencies.accounts.user(id: principal.userId) else {
             return ocs.failure(OCSResponder.unauthorized, "Current user is not logged in.")
         }
+        if route.hasPrefix(OCSShares.prefix) {
+            return try await OCSShares(dependencies: dependencies, request: request, context: context, ocs: ocs, me: principal).respond(route: route)
+        }
         switch (request.method, route) {
         case (.get, "/cloud/user"):
             return ocs.success(userData(user))
@@ -170,6 +174,19 @@ struct OCSRoutes {
                 // The desktop app uploads the conflict copies it makes, so both contents of a file edited on two
                 // sides reach the server (and every other device), not only the laptop that saw the conflict.
                 ("uploadConflictFiles", .bool(true)),
+                // Shares with people (viewer 1, editor 15, manager 31) and public links (``OCSShares``); no groups,
+                // no federation, no mail.
+                ("files_sharing", .object([
+                    ("api_enabled", .bool(true)), ("resharing", .bool(true)), ("group_sharing", .bool(false)), ("default_permissions", .int(31)),
+                    ("public", .object([
+                        ("enabled", .bool(true)), ("multiple_links", .bool(true)), ("upload", .bool(true)), ("upload_files_drop", .bool(true)),
+                        ("send_mail", .bool(false)), ("password", .object([("enforced", .bool(false)), ("askForOptionalPassword", .bool(false))])),
+                        ("expire_date", .object([("enabled", .bool(false))])),
+                    ])),
+                    ("user", .object([("send_mail", .bool(false)), ("expire_date", .object([("enabled", .bool(true))]))])),
+                    ("federation", .object([("outgoing", .bool(false)), ("incoming", .bool(false))])),
+                    ("sharee", .object([("query_lookup_default", .bool(false)), ("always_show_unique", .bool(true))])),
+                ])),
                 ("notify_push", .object([
                     ("type", .list([.string("files")])),
                     ("endpoints", .object([("websocket", .string(webSocketURL + NotifyPush.path))])),

@@ -109,6 +109,19 @@ struct FileRecord: Sendable, Equatable {
     /// answer shows them: ``Dependencies/present(_:for:through:)``).
     var seenThrough: Reach? = nil
 
+    /// The item as the grantee `reach` belongs to sees it: through that grant, and — the share's own root — under
+    /// their mount's name, in their mount's folder.
+    func seen(through reach: Reach?) -> FileRecord {
+        var seen = self
+        seen.seenThrough = reach
+        if let reach, reach.isRoot {
+            seen.mountId = reach.mount.id
+            seen.name = reach.mount.name
+            seen.parentId = reach.mount.parentId
+        }
+        return seen
+    }
+
     var isTrashed: Bool { trashRoot != nil }
 
     /// The `ETag` value (unquoted): the head revision, or `v<version>` for a folder.

@@ -160,34 +160,12 @@ struct DAVRequest {
     /// The user name and password of a Basic `Authorization` header.
     static func basicCredentials(_ header: String) -> (user: String, password: String)? { BasicCredentials.parse(header) }
 
-    /// The live item at `names`, or nil; a missing folder on the way is nil too.
-    ///
-    /// In the user's own folders a name can be a share mounted there (``ShareStore/mountedChild(named:in:userId:now:)``):
-    /// from there on the walk is in the share owner's tree, and every item found carries the grant that reaches it
-    /// (``FileRecord/seenThrough``), which the access decision is asked with (``authorize(_:_:_:)``). Resolving
-    /// decides nothing: each verb asks for the action it takes on each item it touches.
+    /// The live item at `names`, or nil; a missing folder on the way is nil too. A name in the user's own folders
+    /// can be a share mounted there (``Dependencies/walk(_:from:)``); resolving decides nothing: each verb asks for
+    /// the action it takes on each item it touches (``authorize(_:_:_:)``).
     func resolve(_ me: Principal, _ names: [String]) async throws -> FileRecord? {
-        guard var current = root else { return nil }
-        for name in names {
-            guard current.isFolder else { return nil }
-            if var child = try await dependencies.files.child(named: name, in: current.id, userId: current.userId) {
-                child.seenThrough = current.seenThrough.map { reach in
-                    var inside = reach
-                    inside.isRoot = false
-                    return inside
-                }
-                current = child
-            } else if current.seenThrough == nil,
-                var mounted = try await dependencies.shares.mountedChild(named: name, in: current.id, userId: current.userId, now: dependencies.now),
-                let reach = try await dependencies.shares.reach(userId: current.userId, itemId: mounted.id, now: dependencies.now), reach.isRoot
-            {
-                mounted.seenThrough = reach
-                current = mounted
-            } else {
-                return nil
-            }
-        }
-        return current
+        guard let root else { return nil }
+        return try await dependencies.walk(names, from: root)
     }
 
     /// `item` if the signed-in principal may take `action` on it — the one access decision, asked with the grant that
