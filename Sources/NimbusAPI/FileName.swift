@@ -45,6 +45,14 @@ public enum FileName {
         return fitted(stem: stem, suffix: " (\(n))", ext: ext)
     }
 
+    /// `name (no longer shared).ext` (a folder: `name (no longer shared)`): where what was changed on a device in a
+    /// share that ended is kept.
+    public static func noLongerShared(_ name: String, isFolder: Bool) -> String {
+        if isFolder { return fitted(stem: name, suffix: " (no longer shared)", ext: "") }
+        let (stem, ext) = split(name)
+        return fitted(stem: stem, suffix: " (no longer shared)", ext: ext)
+    }
+
     /// `name (conflict from DEVICE YYYY-MM-DD).ext`: the name a conflict copy gets.
     public static func conflictCopy(_ name: String, device: String, date: Date) -> String {
         let (stem, ext) = split(name)

@@ -62,6 +62,70 @@ struct SharingCLITests {
         #expect(try ana.run(["ls", "/Project"]).stdout.contains("notes.txt"), "the owner's items stay")
     }
 
+    @Test("a viewer's share in a synced folder: an edit is kept as a conflict copy (listed with its reason, never sent), a deletion comes back; an editor role sends the copy; when the share ends, unchanged files leave and changed ones stay in '(no longer shared)'")
+    func viewerInSyncedFolder() async throws {
+        let bench = try Bench()
+        let ana = try bench.device("ana", user: "ana")
+        let ben = try bench.device("ben", user: "ben")
+        try write("the plan", to: ana.workingDirectory.appending(path: "plan.txt"))
+        try write("the notes", to: ana.workingDirectory.appending(path: "notes.txt"))
+        #expect(try ana.run(["mkdir", "/Project"]).status == 0)
+        #expect(try ana.run(["put", "plan.txt", "/Project/plan.txt"]).status == 0)
+        #expect(try ana.run(["put", "notes.txt", "/Project/notes.txt"]).status == 0)
+        let shared = try ana.run(["share", "/Project", "--with", "ben", "--role", "viewer", "--json"])
+        let grant = try #require(try JSONSerialization.jsonObject(with: Data(shared.stdout.utf8)) as? [String: Any])
+        let grantId = try #require(grant["id"] as? String)
+        #expect(try ben.run(["accept", grantId]).status == 0)
+
+        let folder = try bench.folder("ben-drive")
+        let first = try ben.run(["sync", folder.path, "/", "--once"])
+        #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
+        let plan = folder.appending(path: "Project/plan.txt")
+        #expect(try String(contentsOf: plan, encoding: .utf8) == "the plan")
+
+        // An edit in a read-only share: kept beside the original as a conflict copy, which stays on this device.
+        try write("ben's plan", to: plan)
+        let edited = try ben.run(["sync", folder.path, "--once"])
+        #expect(edited.status == 0, "\(edited.stdout)\(edited.stderr)")
+        #expect(edited.stdout.contains("in a share you may only view"), "\(edited.stdout)")
+        #expect(try String(contentsOf: plan, encoding: .utf8) == "the plan", "the original comes back")
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "Project").path).sorted()
+        let copy = try #require(names.first { $0.hasPrefix("plan (conflict from") }, "\(names)")
+        #expect(try String(contentsOf: folder.appending(path: "Project/\(copy)"), encoding: .utf8) == "ben's plan")
+        let conflicts = try ben.run(["conflicts"])
+        #expect(conflicts.stdout.contains(copy) && conflicts.stdout.contains("read-only"), "\(conflicts.stdout)")
+        // Nothing is retried: another round does nothing and reports no error.
+        let again = try ben.run(["sync", folder.path, "--once"])
+        #expect(again.status == 0 && again.stderr.isEmpty && again.stdout.contains("0 changes, 0 errors"), "\(again.stdout)\(again.stderr)")
+        #expect(try ana.run(["ls", "/Project"]).stdout.contains("conflict") == false, "nothing reached the owner")
+
+        // A deletion in it comes back.
+        try FileManager.default.removeItem(at: folder.appending(path: "Project/notes.txt"))
+        #expect(try ben.run(["sync", folder.path, "--once"]).status == 0)
+        #expect(try String(contentsOf: folder.appending(path: "Project/notes.txt"), encoding: .utf8) == "the notes")
+        #expect(try ana.run(["ls", "/Project"]).stdout.contains("notes.txt"))
+
+        // Made an editor: the copy goes there (the feed tells the device what it may do now).
+        #expect(try ana.run(["share", "set", grantId, "--role", "editor"]).status == 0)
+        let promoted = try ben.run(["sync", folder.path, "--once"])
+        #expect(promoted.status == 0, "\(promoted.stdout)\(promoted.stderr)")
+        #expect(try ana.run(["ls", "/Project"]).stdout.contains(copy), "the held copy is sent once it may be")
+
+        // The share ends: what is unchanged leaves this device, what was changed here stays, renamed.
+        #expect(try ana.run(["share", "set", grantId, "--role", "viewer"]).status == 0)
+        #expect(try ben.run(["sync", folder.path, "--once"]).status == 0)
+        try write("ben's late notes", to: folder.appending(path: "Project/notes.txt"))
+        #expect(try ana.run(["share", "revoke", grantId]).status == 0)
+        let ended = try ben.run(["sync", folder.path, "--once"])
+        #expect(ended.status == 0, "\(ended.stdout)\(ended.stderr)")
+        let top = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { !$0.hasPrefix(".") }.sorted()
+        #expect(top == ["Project (no longer shared)"], "\(top) \(ended.stdout) \(ended.stderr)")
+        let kept = try FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "Project (no longer shared)").path).sorted()
+        #expect(kept.contains("notes.txt") && !kept.contains("plan.txt"), "\(kept)")
+        #expect(try String(contentsOf: folder.appending(path: "Project (no longer shared)/notes.txt"), encoding: .utf8) == "ben's late notes")
+        #expect(try ana.run(["ls", "/Project"]).stdout.contains("plan.txt"), "the owner's items stay")
+    }
+
     @Test("link create (view, password from stdin, upload-only), link ls, link get of a file and a folder, link revoke; a wrong password is a clear error")
     func links() async throws {
         let bench = try Bench()

@@ -37,7 +37,10 @@ struct PlannerTests {
     /// old name here — it gives up its move and takes another name here, instead of waiting forever.
     /// 507729: the same cycle, but the folder's place there is in a folder deleted here — the move made there
     /// yields instead.
-    @Test("cases found by long runs stay fixed", arguments: [418_529, 507_729] as [UInt64])
+    /// The others, with a viewer's share: an item kept here in it holding a name something there takes (1203, 4673);
+    /// an item moved here out of it or into a folder kept here, whose undo must wait or go first (23968, 34394,
+    /// 284086); a conflict answered "keep mine" while the file went into the share there (77862).
+    @Test("cases found by long runs stay fixed", arguments: [418_529, 507_729, 1_203, 4_673, 23_968, 34_394, 77_862, 284_086] as [UInt64])
     func foundByLongRuns(seed: UInt64) throws {
         let failure = PlannerScenario.random(seed: seed).run()
         #expect(failure == nil, "\(failure ?? "")")
@@ -57,6 +60,55 @@ struct PlannerTests {
         trees.remote[f] = nil
         #expect(plan(trees) == [.forget(f)])
         #expect(plan(trees, strategy: .keepBoth, keeps: false) == [.hold(f, .unsynced)])
+    }
+
+    @Test("a viewer's share: an edit is forked, a deletion comes back, a move is undone, a new item is held until a role allows it; leaving deletes its root there; when it ends what changed here stays under '(no longer shared)'")
+    func viewerShare() throws {
+        let (share, f, g, own, n) = (ItemID("s"), ItemID("f"), ItemID("g"), ItemID("o"), ItemID("n"))
+        var trees = PlannerScenario.base([(share, .root, "Share", nil), (f, share, "f.txt", "v1"), (g, share, "g.txt", "v2"), (own, .root, "own.txt", "o1")])
+        PlannerScenario.markShare(share, in: &trees)
+        for (id, node) in trees.remote { trees.synced[id]?.access = node.access }
+
+        var edited = trees
+        edited.local[f]?.content = .known(checksum: "mine", size: 4)
+        #expect(plan(edited) == [.fork(f, name: "f (conflict from D 2026-11-23).txt")], "whatever the strategy")
+        #expect(plan(edited, strategy: .lastWriterWins) == [.fork(f, name: "f (conflict from D 2026-11-23).txt")])
+        var deleted = trees
+        deleted.local[f] = nil
+        #expect(plan(deleted) == [.download(f)])
+        var moved = trees
+        moved.local[f]?.parent = .root
+        #expect(plan(moved) == [.moveLocal(f, parent: share, name: "f.txt")])
+        moved.local[f]?.parent = share
+        moved.local[f]?.name = "h.txt"
+        #expect(plan(moved) == [.moveLocal(f, parent: share, name: "f.txt")])
+        var into = trees
+        into.local[own]?.parent = share
+        #expect(plan(into) == [.moveLocal(own, parent: .root, name: "own.txt")])
+
+        var added = trees
+        added.local[n] = LocalNode(parent: share, name: "n.txt", isFolder: false, content: .known(checksum: "n", size: 1))
+        #expect(plan(added) == [.hold(n, .readOnly)])
+        added.local[n]?.hold = .readOnly
+        #expect(plan(added).isEmpty, "kept, never sent, never retried")
+        added.remote[share]?.access.remove(.readOnly)  // made an editor
+        #expect(plan(added) == [.release(n)])
+
+        var left = trees
+        for id in [share, f, g] { left.local[id] = nil }
+        #expect(plan(left) == [.deleteRemote(share)], "its root goes (the user leaves the share), with what is in it")
+
+        var ended = trees
+        for id in [share, f, g] { ended.remote[id] = nil }
+        ended.local[f]?.content = .known(checksum: "late", size: 4)
+        #expect(Set(plan(ended)) == [.forget(f), .deleteLocal(g)], "what is unchanged leaves first")
+        ended.local[g] = nil
+        ended.synced[g] = nil
+        ended.synced[f] = nil
+        #expect(plan(ended) == [.moveLocal(share, parent: .root, name: "Share (no longer shared)")])
+        ended.local[share]?.name = "Share (no longer shared)"
+        ended.synced[share]?.name = "Share (no longer shared)"
+        #expect(plan(ended) == [.forget(share)], "then kept as the user's own")
     }
 
     @Test("a content that returns to an earlier value is a new version of the same file, based on the synced revision")
@@ -272,11 +324,14 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
     var base: [(id: ItemID, parent: ItemID, name: String, content: String?)]
     /// Changes before the first plan (round 0) and between later rounds.
     var changes: [(round: Int, change: Change)]
+    /// A folder of the base that is someone else's share this user may only view (``RemoteAccess``): its items
+    /// cannot be changed, added to, moved or deleted there; the share's root can be moved or deleted (left).
+    var viewerShare: ItemID? = nil
 
     var description: String {
         let items = base.map { "\($0.id) in \($0.parent) \"\($0.name)\" \($0.content ?? "folder")" }.joined(separator: "; ")
         let perturbations = changes.map { "@\($0.round) \($0.change)" }.joined(separator: "; ")
-        return "seed \(seed), \(strategy), keeps deleted there: \(keepsDeletedThere); base [\(items)]; changes [\(perturbations)]"
+        return "seed \(seed), \(strategy), keeps deleted there: \(keepsDeletedThere); base [\(items)]; viewer share \(viewerShare?.rawValue ?? "none"); changes [\(perturbations)]"
     }
 
     static let names = ["a", "b", "A", "a.txt", "b.txt", "A.txt", "a (1).txt", "c.md"]
@@ -353,11 +408,30 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             if round == 0 { _ = Self.apply(change, to: &trees) }
         }
         scenario.changes.sort { $0.round < $1.round }
+        // One case in three has a viewer's share (drawn from its own sequence: the other draws stay as they were).
+        var shares = SplitMix(seed: seed ^ 0x5348_4152_4544)
+        let baseFolders = base.filter { $0.content == nil }.map(\.id)
+        if !baseFolders.isEmpty, shares.below(3) == 0 { scenario.viewerShare = baseFolders[shares.below(baseFolders.count)] }
         return scenario
     }
 
     func initialTrees() -> Trees {
-        Self.base(base.map { ($0.id, $0.parent, $0.name, $0.content) })
+        var trees = Self.base(base.map { ($0.id, $0.parent, $0.name, $0.content) })
+        Self.markShare(viewerShare, in: &trees)
+        for (id, node) in trees.remote where trees.synced[id] != nil { trees.synced[id]?.access = node.access }
+        return trees
+    }
+
+    /// What a viewer's share is there: its root movable and deletable (the grantee's own mount), nothing added into
+    /// it; everything in it fixed. Items moved out of it there are the user's own again.
+    static func markShare(_ share: ItemID?, in trees: inout Trees) {
+        guard let share else { return }
+        let inside = trees.remote[share] == nil ? [] : Set(Trees.subtree(share, of: trees.remote.mapValues(\.parent)))
+        for id in trees.remote.keys {
+            let access: RemoteAccess =
+                id == share ? [.shared, .shareRoot, .readOnly] : inside.contains(id) ? [.shared, .readOnly, .fixedPlace, .undeletable] : []
+            trees.remote[id]?.access = access
+        }
     }
 
     /// Applies a change made by a user here or by another device there, if it makes sense now (a disk and a server
@@ -429,6 +503,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         var random = SplitMix(seed: seed &* 0xD1B5_4A32_D192_ED03 &+ 1)
         var trees = initialTrees()
         var world = World(trees: trees)
+        world.share = viewerShare
         var pending = changes
         var rounds = 0
         var forks = 0
@@ -451,8 +526,10 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             trees = world.trees
             var plan = Planner.plan(trees, policy: policy)
             if plan.isEmpty && pending.isEmpty {
-                // (An answered conflict the planner left undone is a failure below: nothing may stay held at the end.)
-                let held = trees.local.filter { $0.value.hold != nil && $0.value.hold?.resolution == nil }.map(\.key).sorted { $0.rawValue < $1.rawValue }
+                // (An answered conflict the planner left undone is a failure below: nothing may stay held at the end
+                // but what is kept in a read-only share, which waits for a role the user does not have.)
+                let held = trees.local.filter { $0.value.hold != nil && $0.value.hold != .readOnly && $0.value.hold?.resolution == nil }.map(\.key)
+                    .sorted { $0.rawValue < $1.rawValue }
                 guard !held.isEmpty else { break }
                 for id in held {
                     let answer = ConflictResolution.allCases[random.below(ConflictResolution.allCases.count)]
@@ -474,9 +551,17 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 }
             }
         }
-        // The three trees agree.
+        // The three trees agree — but for what is kept here in a read-only share (held, with what is inside it).
         let final = world.trees
-        let ids = Set(final.remote.keys).union(final.synced.keys).union(final.local.keys)
+        var keptHere: Set<ItemID> = []
+        for (id, node) in final.local where node.hold == .readOnly {
+            guard final.remote[id] == nil, final.synced[id] == nil else { return "\(id) is held read-only but is there; log \(log.suffix(30))" }
+            guard let parent = node.parent, final.remote[parent]?.access.contains(.readOnly) == true else {
+                return "\(id) is held read-only in a folder that takes new items; log \(log.suffix(30))"
+            }
+            keptHere.formUnion(Trees.subtree(id, of: final.local.mapValues(\.parent)))
+        }
+        let ids = Set(final.remote.keys).union(final.synced.keys).union(final.local.keys).subtracting(keptHere)
         for id in ids {
             let r = final.remote[id]
             let s = final.synced[id]
@@ -526,6 +611,8 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
     /// The two sides as the planner's operations change them when they succeed: an ideal provider and disk.
     struct World {
         var trees: Trees
+        /// The viewer's share there, whose access the remote side keeps (``PlannerScenario/markShare(_:in:)``).
+        var share: ItemID?
         /// Every content the remote side ever held (its revisions and trash keep them).
         var history: Set<String> = []
         /// Contents that existed on this side only (made here, not yet sent).
@@ -542,6 +629,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         mutating func change(_ change: Change, log: inout [String]) {
             let before = trees
             guard PlannerScenario.apply(change, to: &trees) else { return }
+            PlannerScenario.markShare(share, in: &trees)
             log.append("change: \(change)")
             switch change {
             case .edit(true, let id, let content), .settle(let id, let content):
@@ -572,9 +660,31 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             case .unsynced:
                 trees.local[id]?.hold = nil
                 _ = apply(.forget(id), forks: &forks)
-            case .keepLocal, .keepRemote, .keepBoth:
-                break  // answered; the planner has not carried it out yet (it waits for something)
+            case .keepLocal, .keepRemote, .keepBoth, .readOnly:
+                break  // answered; the planner has not carried it out yet (it waits for something), or nothing to answer
             }
+        }
+
+        /// What the remote side refuses a viewer (403): nothing of it may ever be planned.
+        func refusedThere(_ operation: PlannedOperation) -> String? {
+            func access(_ id: ItemID?) -> RemoteAccess { id.flatMap { trees.remote[$0]?.access } ?? [] }
+            switch operation {
+            case .upload(let id, let base):
+                if base != nil, access(id).contains(.readOnly) { return "a new version of a read-only file" }
+                if base == nil, access(trees.local[id]?.parent).contains(.readOnly) { return "a new file in a read-only folder" }
+            case .createRemoteFolder(let id):
+                if access(trees.local[id]?.parent).contains(.readOnly) { return "a new folder in a read-only folder" }
+            case .uploadThenRestore(let id, _), .restoreRevision(let id, _):
+                if access(id).contains(.readOnly) { return "a version of a read-only file" }
+            case .moveRemote(let id, let parent, _):
+                if access(id).contains(.fixedPlace) { return "a move of a fixed item" }
+                if parent != trees.remote[id]?.parent, access(parent).contains(.readOnly) { return "a move into a read-only folder" }
+            case .deleteRemote(let id):
+                if access(id).contains(.undeletable) { return "a deletion of an undeletable item" }
+            default:
+                break
+            }
+            return nil
         }
 
         func isFreeHere(_ parent: ItemID?, _ name: String, except: ItemID) -> Bool {
@@ -592,6 +702,8 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         /// making what the world gives back (new revisions) — and applies its effect with `Trees.apply`, the effect
         /// the engine's executor records.
         mutating func apply(_ operation: PlannedOperation, forks: inout Int) -> String? {
+            if let refusal = refusedThere(operation) { return "refused there, as a viewer: \(refusal)" }
+            defer { PlannerScenario.markShare(share, in: &trees) }
             var outcome = OperationOutcome.done
             switch operation {
             case .createRemoteFolder(let id):

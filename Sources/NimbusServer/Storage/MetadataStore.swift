@@ -221,7 +221,8 @@ protocol ShareStore: Sendable {
     func grants(ownerId: String) async throws -> [GrantRecord]
     /// The grants on one of the owner's items, oldest first.
     func grants(ownerId: String, itemId: String) async throws -> [GrantRecord]
-    /// A new role or expiry (nil: unchanged); takes effect on the next request.
+    /// A new role or expiry (nil: unchanged); takes effect on the next request. A new role puts the share in the
+    /// grantee's feed again (what they may do with each item changed).
     func updateGrant(id: String, role: ShareRole?, expiresAt: Date?, now: Date) async throws -> GrantRecord
     /// Ends a grant: its mount leaves the grantee's tree (their feed sees the mount root deleted).
     func deleteGrant(id: String, now: Date) async throws

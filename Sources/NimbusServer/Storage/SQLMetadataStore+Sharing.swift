@@ -50,11 +50,19 @@ extension SQLMetadataStore {
 
     func updateGrant(id: String, role: ShareRole?, expiresAt: Date?, now: Date) async throws -> GrantRecord {
         guard let found = try await grant(id: id) else { throw DriveError.notFound("No such grant.") }
-        return try await write(user: found.ownerId) { db, _ in
+        return try await write(user: found.ownerId) { db, effects in
             guard var grant = try db.fetchOne("SELECT * FROM grants WHERE id = ?", [id]).map(Self.grant) else { throw DriveError.notFound("No such grant.") }
+            let before = grant.role
             if let role { grant.role = role }
             if let expiresAt { grant.expiresAt = expiresAt }
             try db.perform("UPDATE grants SET role = ?, expires_at = ? WHERE id = ?", [grant.role.rawValue, grant.expiresAt?.millis, id])
+            if grant.role != before, let mount = try Self.mount(db, grantId: id) {
+                // What the grantee may do with every item changed: their feed carries the share again, so a sync
+                // client learns it (a viewer's held edits go once they may; an editor's stop being sent).
+                try db.lockUser(grant.granteeId)
+                try Self.recordChange(db, &effects, userId: grant.granteeId, fileId: mount.itemId, kind: .upsert, now: now, mountId: mount.id)
+                try Self.recordContents(db, &effects, of: mount.itemId, for: mount, now: now)
+            }
             return grant
         }
     }

@@ -572,11 +572,13 @@ extension ItemRow {
         rName = nil
         rRevision = nil
         rChecksum = nil
+        rAccess = 0
         sPresent = false
         sParent = nil
         sName = nil
         sRevision = nil
         sChecksum = nil
+        sAccess = 0
         forgetRemoteIdentity()
     }
 

@@ -192,7 +192,7 @@ extension SyncEngine {
             threshold: configuration.massDeletionThreshold, deletionsHereConfirmed: massDeletionConfirmed || (disk != nil && confirmsLocalDeletions),
             guardsDeletionsThere: disk != nil && !confirmsLocalDeletions)
         let admission = Admission.admit(
-            plan, trees: trees, retries: failures.mapValues { Admission.RetryGate(failedForGood: $0.failed, due: $0.nextAttemptAt) },
+            plan, trees: trees, retries: failures.mapValues { Admission.RetryGate(failedForGood: $0.failed, due: $0.nextAttemptAt, kind: $0.kind) },
             now: now.millis, guards: guards, running: running)
         if !admission.finishedRetries.isEmpty {
             try await store.write { tx in try tx.clearFailures(admission.finishedRetries) }

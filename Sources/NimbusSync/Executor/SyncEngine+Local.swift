@@ -318,7 +318,8 @@ extension SyncEngine {
         if let disk {
             guard let from = try await store.read({ tx in try tx.localPath(row.luid) }) else { throw LocalChanged() }
             let to = from.lastIndex(of: "/").map { String(from[...$0]) + name } ?? name
-            guard !row.lChanging, try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
+            // (Under its own name — a move here that cannot be made there, kept as a new item — nothing is renamed.)
+            guard try !row.lChanging && (to == from || disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to))) else { throw LocalChanged() }
         }
         try await store.write { tx in
             guard let stored = try tx.item(row.luid) else { return }

@@ -147,6 +147,8 @@ public actor FolderSync {
                 report.conflicts.append("\(path(step.item)): changed here and there; resolve with 'nimbus conflicts resolve'")
             case .hold(_, .unsynced):
                 report.conflicts.append("\(path(step.item)): deleted there but changed here; resolve with 'nimbus conflicts resolve'")
+            case .hold(_, .readOnly):
+                report.conflicts.append("\(path(step.item)): in a share you may only view; kept on this device, not sent")
             case .record, .link, .release, .learnChecksum, .hold, .settleDoubt:
                 break
             }

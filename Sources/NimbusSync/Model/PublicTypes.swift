@@ -43,6 +43,10 @@ public enum ItemState: Sendable, Equatable {
     /// Deleted on the server while changed (or only present) here: kept, waiting for the user to decide
     /// (``SyncEngine/confirmDeletion(_:)`` or ``SyncEngine/keepLocalCopy(_:)``).
     case unsynced
+    /// Made or changed here inside a share the user may only view: kept on this device, not sent (a changed file's
+    /// version is a conflict copy beside the original, which comes back from the server). Moved out of the share, or
+    /// given a role that allows it, it syncs as any item.
+    case readOnly
     /// Gave up after the allowed attempts; ``SyncEngine/retry(_:)`` tries again.
     case failed(SyncError)
 }

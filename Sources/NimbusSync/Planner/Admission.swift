@@ -13,6 +13,9 @@ struct Admission: Sendable, Equatable {
         var failedForGood: Bool
         /// When it may run again (ms since 1970).
         var due: Int64
+        /// The kind of step that failed (``PlannedOperation/kindName``): another decision for the item — the planner
+        /// learned something since, such as a role that no longer allows the step — is not held by it.
+        var kind: String? = nil
     }
 
     /// The mass-deletion guards (``MassDeletionThreshold``, the client's figures by default).
@@ -52,7 +55,7 @@ struct Admission: Sendable, Equatable {
         let planned = Set(plan.map(\.item.rawValue))
         let finished = retries.filter { !$0.value.failedForGood && !planned.contains($0.key) }.map(\.key).sorted()
         var steps = plan.filter { step in
-            guard let gate = retries[step.item.rawValue] else { return true }
+            guard let gate = retries[step.item.rawValue], gate.kind == nil || gate.kind == step.kindName else { return true }
             return !gate.failedForGood && gate.due <= now
         }
         // Deletions here that come from deletions there.

@@ -116,6 +116,7 @@ extension Trees {
                     s.parent = r.parent
                     s.name = r.name
                 }
+                s.access = r.access
                 synced[id] = s
             default:
                 break

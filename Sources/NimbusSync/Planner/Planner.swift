@@ -122,6 +122,9 @@ struct Planner {
             if let resolution = hold.resolution { return resolve(id, resolution, r, s, l) }
             // Held for the user; an item held because it was deleted there is released when it comes back.
             if hold == .unsynced, r != nil { return .release(id) }
+            // Held in a read-only share: released when its folder there takes new items again (a new role, or moved
+            // out of the share here), and then planned as any new item.
+            if hold == .readOnly, !addsRefused(into: l.parent) { return .release(id) }
             return nil
         }
         switch (r, s, l) {
@@ -154,6 +157,8 @@ struct Planner {
                 return nil
             }
             // A new item of this side holds the name.
+            // Kept here in a read-only share, it never goes there: it takes another name, and this item comes.
+            if other.hold == .readOnly { return .fork(occupant, name: conflictName(for: other.name, in: place.parent)) }
             if other.creationInDoubt || other.hold != nil { return nil }  // its retried creation says whether it is this item
             if other.isFolder && r.isFolder && trees.synced[id] == nil { return .link(occupant, to: id) }
             if !other.isFolder, other.content.isUnknown { return nil }
@@ -188,6 +193,8 @@ struct Planner {
     mutating func newHere(_ id: ItemID, _ l: LocalNode) -> PlannedOperation? {
         if !l.isFolder, case .changing = l.content { return nil }
         guard let parent = l.parent, let folder = trees.remote[parent], folder.isFolder else { return nil }
+        // Into a share the user may only view: kept here, never sent (it would be refused, forever).
+        if folder.access.contains(.readOnly) { return .hold(id, .readOnly) }
         // A creation whose answer was lost is retried as it was (same request id) whatever holds the name now: the
         // answer tells whether the item there is this one.
         let place = Place(parent: parent, name: l.name)
@@ -205,7 +212,7 @@ struct Planner {
 
     /// Deleted here, still there.
     mutating func deletedHere(_ id: ItemID, _ r: RemoteNode, _ s: RemoteNode) -> PlannedOperation? {
-        if let parent = r.parent, deletesThere(parent) { return nil }  // its folder's deletion takes it along
+        if let parent = r.parent, removesThere(parent) { return nil }  // its folder's deletion takes it along
         if remoteChanged(r, s) {
             // Changed there since: that change wins over the deletion here; it comes back.
             guard let parent = r.parent, let folder = trees.local[parent], folder.isFolder else { return nil }
@@ -219,12 +226,18 @@ struct Planner {
             guard let parent = r.parent, let folder = trees.local[parent], folder.isFolder else { return nil }
             return arriveHere(id, r, at: Place(parent: parent, name: r.name))
         }
+        if r.access.contains(.undeletable) {
+            // In a share the user may only view: it cannot be deleted there, so it comes back here (after its folder).
+            guard let parent = r.parent, let folder = trees.local[parent], folder.isFolder else { return nil }
+            return arriveHere(id, r, at: Place(parent: parent, name: r.name))
+        }
         return .deleteRemote(id)
     }
 
     /// Deleted there, still here.
     mutating func deletedThere(_ id: ItemID, _ s: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         if let parent = l.parent, deletesHere(parent) { return nil }  // its folder's deletion takes it along
+        if s.access.contains(.shareRoot), policy.keepsDeletedThere, keepsAfterShare(id, s, l) { return noLongerShared(id, l) }
         if localChanged(l, s) {
             if !l.isFolder, l.content.isUnknown { return nil }  // kept; decided once it settles
             return policy.keepsDeletedThere ? .forget(id) : .hold(id, .unsynced)
@@ -260,7 +273,7 @@ struct Planner {
             if l.content.isUnknown {
                 // Never overwritten, moved or deleted by a change made there while it is being written; its own
                 // move may go there meanwhile.
-                if movedHere && !movedThere { return followHere(id, r, l) }
+                if movedHere && !movedThere && !r.access.contains(.fixedPlace) { return followHere(id, r, l) }
                 return nil
             }
             let changedHere = l.content.checksum != s.checksum
@@ -270,7 +283,9 @@ struct Planner {
                 return l.content.checksum == r.checksum ? .record(id) : conflict(id, r, l)
             }
             // (A new revision there with the very bytes of the merge base is no change: the upload is based on it.)
-            if changedHere { return send(id, l, base: r.revision) }
+            // In a share the user may only view, this side's version becomes a conflict copy beside it (kept here)
+            // and the original comes back: nothing is sent to be refused.
+            if changedHere { return r.access.contains(.readOnly) ? fork(id, l) : send(id, l, base: r.revision) }
             if changedThere { return .download(id) }
             // Same bytes, new version. (No checksum there is "unknown", not "different".)
             if r.revision != s.revision || (r.checksum != nil && r.checksum != s.checksum) { return .record(id) }
@@ -279,7 +294,7 @@ struct Planner {
             if r.isAt(l) { return .record(id) }
             return followThere(id, r, l)  // moved on both sides: the remote move stands
         }
-        if movedHere { return followHere(id, r, l) }
+        if movedHere { return r.access.contains(.fixedPlace) ? undoMove(id, r, l) : followHere(id, r, l) }
         if movedThere { return followThere(id, r, l) }
         return nil
     }
@@ -288,7 +303,12 @@ struct Planner {
 
     /// The item moved here: move it there too.
     mutating func followHere(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
+        // Into a folder kept here in a read-only share (it never goes there): undone.
+        if keptInReadOnlyShare(l.parent) { return undoMove(id, r, l) }
         guard let parent = l.parent, let folder = trees.remote[parent], folder.isFolder else { return nil }
+        // Into a share the user may only view (or out of one into another tree: the owner alone moves items out),
+        // the move cannot be made there: it is undone here.
+        if parent != r.parent, folder.access.contains(.readOnly) || crossesShare(from: r.parent, to: parent) { return undoMove(id, r, l) }
         if parent == id || isRemoteAncestor(id, of: parent) {
             // Moved there in a way that makes this move a cycle (a folder into what became its own subfolder):
             // the remote places stand.
@@ -320,6 +340,10 @@ struct Planner {
             return undoBlocked(from: parent, to: id) ? yieldThere(id, l) : nil
         }
         let target = Place(parent: parent, name: r.name)
+        // An item kept here in a read-only share holds the name: it takes another (it never goes there).
+        if let occupant = localOccupant(target, except: id), let other = trees.local[occupant], other.hold == .readOnly {
+            return .fork(occupant, name: conflictName(for: other.name, in: parent))
+        }
         switch chain(id, to: target, remote: false) {
         case .free: return .moveLocal(id, parent: parent, name: r.name)
         case .wait: return nil
@@ -402,7 +426,7 @@ struct Planner {
     /// cycle of items waiting for each other). Nothing is done to a file being written or holding unsent changes.
     mutating func stepAside(_ id: ItemID, remote: Bool) -> PlannedOperation? {
         if remote {
-            guard let r = trees.remote[id], trees.synced[id] != nil, let parent = r.parent else { return nil }
+            guard let r = trees.remote[id], trees.synced[id] != nil, let parent = r.parent, !r.access.contains(.fixedPlace) else { return nil }
             return .moveRemote(id, parent: parent, name: takenName(for: r.name, in: parent))
         }
         guard let l = trees.local[id], let s = trees.synced[id], let parent = l.parent, l.hold == nil else { return nil }
@@ -429,6 +453,7 @@ struct Planner {
         }
         if l.hold != nil || l.isAt(r) { return .stays }
         if !r.isAt(s) { return .stays }  // moved there: here follows
+        if moveRefusedThere(r, l) { return .stays }  // undone here
         guard let parent = l.parent else { return .stays }
         return .moves(Place(parent: parent, name: l.name))
     }
@@ -443,6 +468,11 @@ struct Planner {
             if localChanged(l, s) { return .stays }  // kept, sent again
             if !l.isFolder || isLocalCovered(id) { return .goes }
             return emptiesLater(id) ? .goesAfterChildren : .stays
+        }
+        if !r.isAt(l), moveRefusedThere(r, l), let parent = r.parent {
+            // Its move here cannot be made there: it is undone (once its change, if any, is sent).
+            if !l.isFolder, l.content.checksum != s.checksum { return .stays }
+            return .moves(Place(parent: parent, name: r.name))
         }
         if r.isAt(l) || (!l.isAt(s) && r.isAt(s)) { return .stays }  // in place, or its own move goes there
         if !l.isFolder, l.content.checksum != s.checksum { return .stays }  // its change is sent first
@@ -485,36 +515,6 @@ struct Planner {
             return false
         }
         return l.parent == folder && s.parent == folder && parent != folder
-    }
-
-    // MARK: Conflicts
-
-    /// Changed on both sides (content) — settled by the policy.
-    mutating func conflict(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
-        switch policy.conflictStrategy {
-        case .keepBoth: return fork(id, l)
-        case .lastWriterWins: return send(id, l, base: r.revision)
-        case .ask: return .hold(id, .conflict)
-        }
-    }
-
-    /// Carries out the user's answer to a held conflict. Settled once both sides hold this side's version as synced
-    /// (after keeping it); a file still being written waits; one no longer there (deleted meanwhile) is released and
-    /// planned as any other.
-    mutating func resolve(_ id: ItemID, _ resolution: ConflictResolution, _ r: RemoteNode?, _ s: RemoteNode?, _ l: LocalNode) -> PlannedOperation? {
-        guard let r, !r.isFolder, !l.isFolder else { return .release(id) }
-        if l.content.isUnknown { return nil }
-        if let s, r.revision == s.revision, l.content.checksum == s.checksum { return .release(id) }
-        switch resolution {
-        case .keepBoth:
-            return fork(id, l)
-        case .keepLocal:
-            guard let base = r.revision else { return .release(id) }
-            return send(id, l, base: base)
-        case .keepRemote:
-            guard policy.remoteKeepsRevisions, let base = r.revision else { return fork(id, l) }
-            return .uploadThenRestore(id, base: base)
-        }
     }
 
     mutating func fork(_ id: ItemID, _ l: LocalNode) -> PlannedOperation? {
@@ -635,6 +635,7 @@ struct Planner {
     /// the item goes back there to where it is here.
     mutating func yieldThere(_ id: ItemID, _ l: LocalNode) -> PlannedOperation? {
         guard let parent = l.parent, trees.remote[parent]?.isFolder == true, parent != id, !isRemoteAncestor(id, of: parent) else { return nil }
+        if trees.remote[id]?.access.contains(.fixedPlace) == true || trees.remote[parent]?.access.contains(.readOnly) == true { return nil }
         switch chain(id, to: Place(parent: parent, name: l.name), remote: true) {
         case .free: return .moveRemote(id, parent: parent, name: l.name)
         case .stays: return .moveRemote(id, parent: parent, name: takenName(for: l.name, in: parent))

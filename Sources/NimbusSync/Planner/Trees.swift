@@ -41,6 +41,8 @@ struct RemoteNode: Sendable, Equatable {
     /// SHA-256 of the content when known (the Nimbus server always gives it; some providers never do).
     var checksum: String?
     var size: Int64 = 0
+    /// What the user may not do with it there, and whether it comes through someone's share (``RemoteAccess``).
+    var access: RemoteAccess = []
 
     static let rootFolder = RemoteNode(parent: nil, name: "", isFolder: true, revision: nil, checksum: nil)
 
@@ -88,6 +90,9 @@ enum Hold: String, Sendable, Equatable {
     case keepRemote = "resolved-keep-remote"
     /// The user kept both: this side's version becomes a conflict copy.
     case keepBoth = "resolved-keep-both"
+    /// Made or changed here inside a share the user may only view (``RemoteAccess/readOnly``): kept here, not sent;
+    /// released when the folder it is in takes new items again (a new role), or when it is moved out.
+    case readOnly = "read-only"
 
     /// The hold that carries out `resolution`.
     init(_ resolution: ConflictResolution) {
@@ -101,7 +106,7 @@ enum Hold: String, Sendable, Equatable {
     /// The user's answer this hold carries out; nil while the item waits for the user.
     var resolution: ConflictResolution? {
         switch self {
-        case .conflict, .unsynced: nil
+        case .conflict, .unsynced, .readOnly: nil
         case .keepLocal: .keepLocal
         case .keepRemote: .keepRemote
         case .keepBoth: .keepBoth

@@ -407,9 +407,28 @@ public final class NimbusProvider: RevisionsProvider, QuotaProvider, BatchUpload
     // MARK: Plumbing
 
     static func item(_ file: File) -> RemoteItem {
-        RemoteItem(
+        var item = RemoteItem(
             id: file.id, parentId: file.parentId, name: file.name, isFolder: file.isFolder, size: file.size, revision: file.revisionId,
             checksum: file.checksum, mimeType: file.mimeType, modifiedAt: file.modifiedAt, isDeleted: file.trashed)
+        item.access = access(file)
+        return item
+    }
+
+    /// What the server says the user may do with the item (its `capabilities`), and whether it comes through a share.
+    static func access(_ file: File) -> RemoteAccess {
+        var access: RemoteAccess = []
+        if let capabilities = file.capabilities {
+            if !capabilities.canEdit { access.insert(.readOnly) }
+            if !capabilities.canRename { access.insert(.fixedPlace) }
+            if !capabilities.canDelete { access.insert(.undeletable) }
+        }
+        if file.mountId != nil {
+            access.insert(.shared)
+            if file.shared == true { access.insert(.shareRoot) }
+        }
+        // The user's own root cannot be renamed or deleted either; that is not a restriction the planner plans around.
+        if file.parentId == nil { access = [] }
+        return access
     }
 
     static func read(_ source: UploadSource) throws -> Data {

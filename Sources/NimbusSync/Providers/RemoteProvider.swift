@@ -25,6 +25,9 @@ public struct RemoteItem: Sendable, Equatable, Codable {
     /// Deleted there since (in the trash): what a retried creation returns when the item it made was deleted
     /// meanwhile. Listings and change feeds never report such items (they report them gone).
     public var isDeleted = false
+    /// What the signed-in user may not do with it, and whether it comes through someone's share (``RemoteAccess``).
+    /// Empty for one's own items, and on providers that have no sharing.
+    public var access: RemoteAccess = []
 
     /// An item as a provider reports it.
     public init(
@@ -42,6 +45,25 @@ public struct RemoteItem: Sendable, Equatable, Codable {
         self.mimeType = mimeType
         self.modifiedAt = modifiedAt
     }
+}
+
+/// What the signed-in user may not do with a remote item — someone else's, shared with them in a role that does not
+/// allow it — and how it reaches them. The planner never plans what the item's access forbids (a viewer's edit is
+/// kept here as a conflict copy; a deletion or move here is undone), so nothing is sent to be refused forever.
+public struct RemoteAccess: OptionSet, Sendable, Hashable, Codable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// Its content cannot be changed, nor (a folder) anything added into it.
+    public static let readOnly = RemoteAccess(rawValue: 1)
+    /// It cannot be renamed or moved.
+    public static let fixedPlace = RemoteAccess(rawValue: 2)
+    /// It cannot be deleted.
+    public static let undeletable = RemoteAccess(rawValue: 4)
+    /// It is someone else's, seen through a share they gave this user.
+    public static let shared = RemoteAccess(rawValue: 8)
+    /// It is the root of such a share, where the user placed it in their tree (removing it leaves the share).
+    public static let shareRoot = RemoteAccess(rawValue: 16)
 }
 
 /// How a provider call failed, by what it means for the caller (rclone's classification): what to do next

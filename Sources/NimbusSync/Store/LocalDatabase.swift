@@ -231,6 +231,15 @@ struct LocalDatabase: Sendable {
             // folder still has that revision is not listed again.
             try db.execute(sql: "CREATE TABLE listed_folders (file_id TEXT PRIMARY KEY, revision TEXT NOT NULL) WITHOUT ROWID")
         }
+        migrator.registerMigration("9-remote-access") { db in
+            // What the user may not do with an item there (a share someone gave them, in a role that does not allow
+            // it), as the remote tree last saw it and as the merge base recorded it (``RemoteAccess``).
+            try db.execute(
+                sql: """
+                    ALTER TABLE items ADD COLUMN r_access INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE items ADD COLUMN s_access INTEGER NOT NULL DEFAULT 0;
+                    """)
+        }
         return migrator
     }
 }

@@ -18,12 +18,16 @@ struct ItemRow: Sendable, Equatable {
     var rChecksum: String?
     var rRevision: String?
     var rModified: Int64?
+    /// ``RemoteAccess``'s raw value, as the remote tree has it.
+    var rAccess = 0
     // synced: the merge base
     var sPresent = false
     var sParent: String?
     var sName: String?
     var sChecksum: String?
     var sRevision: String?
+    /// ``RemoteAccess``'s raw value, as the merge base recorded it.
+    var sAccess = 0
     // local: what is here (the app's view, or the folder on disk)
     var lPresent = false
     var lParent: String?
@@ -70,7 +74,7 @@ struct ItemRow: Sendable, Equatable {
         luid, file_id, is_folder, r_present, r_parent, r_name, r_mime, r_size, r_checksum, r_revision, r_modified, \
         s_present, s_parent, s_name, s_checksum, s_revision, l_present, l_parent, l_name, l_mime, l_size, l_checksum, l_modified, \
         content_path, content_checksum, pinned, flag, last_access, l_state, l_inode, l_mtime, create_request, create_sent, upload_request, \
-        content_owned, source_revision
+        content_owned, source_revision, r_access, s_access
         """
 
     static let columnNames = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
@@ -84,7 +88,7 @@ struct ItemRow: Sendable, Equatable {
             lMime: row[19], lSize: row[20], lChecksum: row[21], lModified: row[22], contentPath: row[23], contentChecksum: row[24],
             pinned: row[25], hold: (row[26] as String?).flatMap(Hold.init(rawValue:)), lastAccess: row[27], lChanging: (row[28] as String?) == "changing",
             lUnhashed: (row[28] as String?) == "unhashed", lInode: row[29], lMtime: row[30], createRequest: row[31], createSent: row[32], uploadRequest: row[33], contentOwned: row[34],
-            sourceRevision: row[35])
+            sourceRevision: row[35], rAccess: row[36], sAccess: row[37])
     }
 
     init(
@@ -94,7 +98,7 @@ struct ItemRow: Sendable, Equatable {
         lParent: String? = nil, lName: String? = nil, lMime: String? = nil, lSize: Int64? = nil, lChecksum: String? = nil, lModified: Int64? = nil,
         contentPath: String? = nil, contentChecksum: String? = nil, pinned: Bool = false, hold: Hold? = nil, lastAccess: Int64 = 0,
         lChanging: Bool = false, lUnhashed: Bool = false, lInode: Int64? = nil, lMtime: Int64? = nil, createRequest: String? = nil, createSent: Bool = false,
-        uploadRequest: String? = nil, contentOwned: Bool = true, sourceRevision: String? = nil
+        uploadRequest: String? = nil, contentOwned: Bool = true, sourceRevision: String? = nil, rAccess: Int = 0, sAccess: Int = 0
     ) {
         self.luid = luid
         self.fileId = fileId
@@ -133,6 +137,8 @@ struct ItemRow: Sendable, Equatable {
         self.uploadRequest = uploadRequest
         self.contentOwned = contentOwned
         self.sourceRevision = sourceRevision
+        self.rAccess = rAccess
+        self.sAccess = sAccess
     }
 
     /// The row's values in ``columns`` order.
@@ -141,7 +147,7 @@ struct ItemRow: Sendable, Equatable {
             luid, fileId, isFolder, rPresent, rParent, rName, rMime, rSize, rChecksum, rRevision, rModified, sPresent, sParent, sName,
             sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pinned,
             hold?.rawValue, lastAccess, localState, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
-            sourceRevision,
+            sourceRevision, rAccess, sAccess,
         ]
     }
 
@@ -165,7 +171,8 @@ struct ItemRow: Sendable, Equatable {
                 lName: try sealed(18, .name), lMime: text(19), lSize: integer(20), lChecksum: text(21), lModified: integer(22), contentPath: text(23),
                 contentChecksum: text(24), pinned: flag(25), hold: text(26).flatMap(Hold.init(rawValue:)), lastAccess: integer(27) ?? 0,
                 lChanging: text(28) == "changing", lUnhashed: text(28) == "unhashed", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
-                uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35))
+                uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35), rAccess: Int(integer(36) ?? 0),
+                sAccess: Int(integer(37) ?? 0))
         }
         var result: [ItemRow] = []
         let rows = try Row.fetchCursor(statement, arguments: arguments)
@@ -290,6 +297,7 @@ struct ItemRow: Sendable, Equatable {
         rChecksum = item.checksum
         rRevision = item.revision
         rModified = item.modifiedAt.millis
+        rAccess = item.access.rawValue
     }
 
     /// The remote state (presence, place, content) as `other` has it.
@@ -298,6 +306,7 @@ struct ItemRow: Sendable, Equatable {
         rParent = other.rParent
         rName = other.rName
         rMime = other.rMime
+        rAccess = other.rAccess
         takeRemoteContent(from: other)
     }
 
@@ -316,6 +325,7 @@ struct ItemRow: Sendable, Equatable {
         sName = rName
         sChecksum = rChecksum
         sRevision = rRevision
+        sAccess = rAccess
     }
 
     /// The remote content becomes the merge base's (the place stays as it is).
@@ -326,12 +336,15 @@ struct ItemRow: Sendable, Equatable {
 
     var remoteNode: RemoteNode? {
         guard rPresent, let rName else { return nil }
-        return RemoteNode(parent: rParent.map(ItemID.init), name: rName, isFolder: isFolder, revision: rRevision, checksum: rChecksum, size: rSize ?? 0)
+        return RemoteNode(
+            parent: rParent.map(ItemID.init), name: rName, isFolder: isFolder, revision: rRevision, checksum: rChecksum, size: rSize ?? 0,
+            access: RemoteAccess(rawValue: rAccess))
     }
 
     var syncedNode: RemoteNode? {
         guard sPresent, let sName else { return nil }
-        return RemoteNode(parent: sParent.map(ItemID.init), name: sName, isFolder: isFolder, revision: sRevision, checksum: sChecksum)
+        return RemoteNode(
+            parent: sParent.map(ItemID.init), name: sName, isFolder: isFolder, revision: sRevision, checksum: sChecksum, access: RemoteAccess(rawValue: sAccess))
     }
 
     var localNode: LocalNode? {
@@ -384,6 +397,7 @@ extension ItemRow {
         switch hold {
         case .conflict: return .conflict
         case .unsynced: return .unsynced
+        case .readOnly: return .readOnly
         default:
             if let state = failures[luid] { return state }
             return pending ? .pending : .synced
@@ -449,6 +463,7 @@ extension ItemRow {
                 if node.revision != oldRemote?.revision { rRevision = node.revision }
                 if node.checksum != oldRemote?.checksum { rChecksum = node.checksum }
                 if node.size != oldRemote?.size { rSize = node.size }
+                if node.access != oldRemote?.access { rAccess = node.access.rawValue }
             }
         }
         let (oldSynced, newSynced) = (before.synced[id], after.synced[id])
@@ -459,6 +474,7 @@ extension ItemRow {
                 if node.name != oldSynced?.name { sName = node.name }
                 if node.revision != oldSynced?.revision { sRevision = node.revision }
                 if node.checksum != oldSynced?.checksum { sChecksum = node.checksum }
+                if node.access != oldSynced?.access { sAccess = node.access.rawValue }
             }
         }
         let (oldLocal, newLocal) = (before.local[id], after.local[id])

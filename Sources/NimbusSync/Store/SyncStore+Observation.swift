@@ -17,13 +17,14 @@ extension StoreTransaction {
         guard
             let known = try Row.fetchOne(
                 db.cachedStatement(
-                    sql: "SELECT r_present, r_parent, r_name, r_revision, r_checksum, r_size, r_mime, r_modified, is_folder FROM items WHERE file_id = ?"),
+                    sql: "SELECT r_present, r_parent, r_name, r_revision, r_checksum, r_size, r_mime, r_modified, is_folder, r_access FROM items WHERE file_id = ?"),
                 arguments: [db.storedId(item.id)])
         else { return false }
         return known[0] as Bool && known[1] as String? == parent && known[2] as String? == (db.storeCipher?.sealName(item.name) ?? item.name)
             && known[3] as String? == item.revision
             && (item.checksum == nil || known[4] as String? == item.checksum) && known[5] as Int64? == item.size && known[6] as String? == item.mimeType
             && (known[7] as Int64? == item.modifiedAt.millis || item.revision != nil) && known[8] as Bool == item.isFolder
+            && known[9] as Int == item.access.rawValue
     }
 
     /// The provider ids of everything in the remote tree (the root aside).
@@ -114,8 +115,8 @@ extension StoreTransaction {
         try db.execute(sql: "DELETE FROM items WHERE l_present = 0 AND luid != 'root'")
         try db.execute(
             sql: """
-                UPDATE items SET file_id = NULL, r_present = 0, r_parent = NULL, r_name = NULL, r_revision = NULL, r_checksum = NULL,
-                s_present = 0, s_parent = NULL, s_name = NULL, s_checksum = NULL, s_revision = NULL, flag = NULL, create_sent = 0,
+                UPDATE items SET file_id = NULL, r_present = 0, r_parent = NULL, r_name = NULL, r_revision = NULL, r_checksum = NULL, r_access = 0,
+                s_present = 0, s_parent = NULL, s_name = NULL, s_checksum = NULL, s_revision = NULL, s_access = 0, flag = NULL, create_sent = 0,
                 upload_request = NULL, source_revision = NULL, create_request = lower(hex(randomblob(16)))
                 WHERE luid != 'root'
                 """)

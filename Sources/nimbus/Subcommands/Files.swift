@@ -15,6 +15,8 @@ struct ItemJSON: Encodable {
     var checksum: String?
     var modifiedAt: Date
     var state: String
+    /// Why it waits for the user (``nimbus conflicts``).
+    var reason: String?
 
     init(_ item: SyncItem, path: String) {
         id = item.id.rawValue
@@ -36,6 +38,7 @@ struct ItemJSON: Encodable {
         case .downloading(let p): "downloading \(Int(p * 100))%"
         case .conflict: "conflict"
         case .unsynced: "unsynced"
+        case .readOnly: "read-only"
         case .failed(let error): "failed: \(error.description)"
         }
     }

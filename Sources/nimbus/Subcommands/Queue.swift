@@ -204,13 +204,25 @@ struct Conflicts: AsyncParsableCommand {
         func run() async throws {
             var rows: [ItemJSON] = []
             for scope in try await Conflicts.scopes(Home.current) {
-                for item in try await scope.engine.itemsNeedingAttention() where item.state == .conflict || item.state == .unsynced {
-                    rows.append(ItemJSON(item, path: scope.display(try await scope.engine.path(of: item.id) ?? item.name)))
+                for item in try await scope.engine.itemsNeedingAttention() where [.conflict, .unsynced, .readOnly].contains(item.state) {
+                    var row = ItemJSON(item, path: scope.display(try await scope.engine.path(of: item.id) ?? item.name))
+                    row.reason = Self.reason(item.state)
+                    rows.append(row)
                 }
             }
             if output.json { return try Output.json(rows) }
             if rows.isEmpty { Output.line("No conflicts.", options: output) }
-            for row in rows { print("\(row.path)  \(row.state)") }
+            for row in rows { print("\(row.path)  \(row.state)  (\(row.reason ?? ""))") }
+        }
+
+        /// Why an item waits for the user, in their words.
+        static func reason(_ state: ItemState) -> String {
+            switch state {
+            case .conflict: "changed here and there"
+            case .unsynced: "deleted there, changed or kept here"
+            case .readOnly: "in a share you may only view: kept on this device, not sent; move it out of the share to keep it as yours"
+            default: ""
+            }
         }
     }
 
@@ -259,6 +271,9 @@ struct Conflicts: AsyncParsableCommand {
                 do { try await scope.engine.resolveConflict(item.id, keeping: resolution) } catch let error as SyncError { throw CLIError(error.description) }
             case .unsynced:
                 if keep == .remote { try await scope.engine.confirmDeletion(item.id) } else { try await scope.engine.keepLocalCopy(item.id) }
+            case .readOnly:
+                throw CLIError(
+                    "\(path) is in a share you may only view, so it cannot be sent there: move it out of the share's folder to keep it as yours, or delete it (the share's own version is beside it).")
             default:
                 throw CLIError("\(path) is not in conflict.")
             }
