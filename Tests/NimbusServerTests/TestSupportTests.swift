@@ -1,4 +1,5 @@
 import Foundation
+import NimbusAPI
 import NimbusTestSupport
 import Testing
 
@@ -47,5 +48,27 @@ struct TestSupportTests {
         // ls sees 0, 1, 2 and the folder it reads (one more descriptor, the lowest free one).
         #expect(!descriptors.contains(socket), "the child holds this process's socket \(socket): \(descriptors.sorted())")
         #expect(descriptors.count <= 4, "\(descriptors.sorted())")
+    }
+
+    @Test("the token sniffer finds a link's token in a list, a public answer or a header, and lets the answers that make and show it be")
+    func tokenSniffer() async throws {
+        try await TestServer.run { server in
+            let alice = try await server.signUp()
+            let folder = try await alice.mkdir("Shared")
+            let made = try await alice.send(.POST, "/v1/files/\(folder.id)/links", json: LinkRequest(access: .view))
+            let token = try #require(try made.decode(Link.self).token)
+            let listed = try await alice.get("/v1/links")
+            let transcript = Transcript.take(server.baseURL)
+            #expect(transcript.count >= 4)
+            #expect(TokenSniffer.leaks(in: transcript).isEmpty, "the suite's own answers are clean")
+            // The same answers, one of them made to leak the token three ways.
+            for leak in [
+                Transcript.Entry(method: "GET", path: "/v1/links", status: 200, headers: "", body: listed.text + token),
+                Transcript.Entry(method: "GET", path: "/v1/public/x/items", status: 200, headers: "", body: "{\"url\":\"/v1/public/\(token)/items\"}"),
+                Transcript.Entry(method: "GET", path: "/v1/files", status: 404, headers: "Location: /s/\(token)", body: ""),
+            ] {
+                #expect(TokenSniffer.leaks(in: transcript + [leak]).count == 1, "\(leak.path)")
+            }
+        }
     }
 }

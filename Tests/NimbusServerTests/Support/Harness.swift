@@ -56,6 +56,8 @@ struct TestServer: Sendable {
             try await app.test(.live) { client in
                 let server = TestServer(port: client.port!, parts: parts, dataDirectory: directory, clock: clock)
                 try await body(server)
+                // No public link's token anywhere but in the answers that make it and show it to its owner.
+                for leak in TokenSniffer.leaks(in: Transcript.take(server.baseURL)) { Issue.record(Comment(rawValue: leak)) }
             }
         } catch {
             await parts.close()
@@ -137,7 +139,9 @@ struct APIClient: Sendable {
         for (name, value) in headers { request.headers.replaceOrAdd(name: name, value: value) }
         let response = try await HTTPClient.shared.execute(request, timeout: timeout)
         let buffer = try await response.body.collect(upTo: 1 << 30)
-        return Reply(status: Int(response.status.code), headers: response.headers, body: Data(buffer: buffer))
+        let reply = Reply(status: Int(response.status.code), headers: response.headers, body: Data(buffer: buffer))
+        Transcript.record(baseURL: baseURL, method: method, path: path, status: reply.status, headers: reply.headers, body: reply.body)
+        return reply
     }
 
     func get(_ path: String, headers: [String: String] = [:]) async throws -> Reply { try await send(.GET, path, headers: headers) }
