@@ -113,11 +113,14 @@ public struct Link: Codable, Sendable, Hashable {
     public var downloads: Int
     public var passwordSet: Bool
     public var createdAt: Date
+    /// The item it links to.
+    public var itemId: String?
 
     public init(
         id: String, url: String, token: String?, access: Access, expiresAt: Date?, maxDownloads: Int?, downloads: Int, passwordSet: Bool,
-        createdAt: Date
+        createdAt: Date, itemId: String? = nil
     ) {
+        self.itemId = itemId
         self.id = id
         self.url = url
         self.token = token

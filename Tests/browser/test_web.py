@@ -328,6 +328,73 @@ def test_mass_deletion_paused_then_confirmed(browser, server):
     row(browser, "Bulk")
 
 
+def sign_in_as(browser, username, password="correct horse"):
+    if browser.find_elements(By.ID, "sign-out") and browser.find_element(By.ID, "sign-out").is_displayed():
+        browser.find_element(By.ID, "sign-out").click()
+    field = wait(browser, EC.visibility_of_element_located((By.ID, "login-username")))
+    field.clear()
+    field.send_keys(username)
+    browser.find_element(By.ID, "login-password").clear()
+    browser.find_element(By.ID, "login-password").send_keys(password)
+    browser.find_element(By.ID, "login-submit").click()
+    wait(browser, EC.visibility_of_element_located((By.ID, "files-view")))
+    wait(browser, lambda d: username in d.find_element(By.ID, "whoami").text)
+
+
+def test_share_dialog_shared_with_me_and_by_me(browser, server):
+    """Webby shares a folder with a colleague as an editor and makes a password link in the dialog (the link shown
+    once, with a copy button); the folder is marked shared and listed under "Shared by me". The colleague accepts it
+    under "Shared with me", opens it, and sees it in their drive marked as webby's."""
+    base = server["base"]
+    call(base, "POST", "/v1/auth/register", {"username": "colleague", "password": "correct horse"})
+    browser.find_element(By.ID, "home-link").click()
+    click_in_row(browser, "Projects", "Share")
+    wait(browser, EC.visibility_of_element_located((By.ID, "share-dialog")))
+    browser.find_element(By.ID, "share-user").send_keys("nobody-here")
+    browser.find_element(By.ID, "share-add").click()
+    alert = wait(browser, EC.visibility_of_element_located((By.ID, "alert")))
+    assert "no user" in alert.text, alert.text
+    browser.find_element(By.ID, "share-user").clear()
+    browser.find_element(By.ID, "share-user").send_keys("colleague")
+    browser.find_element(By.CSS_SELECTOR, '#share-role option[value="editor"]').click()
+    browser.find_element(By.ID, "share-add").click()
+    person = wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, '#share-people li[data-name="colleague"]')))
+    assert "pending" in person.text
+    browser.find_element(By.ID, "link-password").send_keys("short")
+    browser.find_element(By.ID, "link-create").click()
+    assert not browser.find_element(By.ID, "link-new").is_displayed(), "a weak password makes no link"
+    browser.find_element(By.ID, "link-password").clear()
+    browser.find_element(By.ID, "link-password").send_keys("a long secret")
+    browser.find_element(By.ID, "link-create").click()
+    url = wait(browser, EC.visibility_of_element_located((By.ID, "link-url"))).text
+    assert "/s/" in url and len(url.rsplit("/", 1)[1]) >= 20, url
+    wait(browser, lambda d: "password" in d.find_element(By.ID, "share-links").text)
+    assert url.rsplit("/", 1)[1] not in browser.find_element(By.ID, "share-links").text, "lists never show the token"
+    screenshot(browser, "share-dialog")
+    browser.find_element(By.ID, "link-copy").click()
+    wait(browser, EC.visibility_of_element_located((By.ID, "alert")))
+    browser.find_element(By.ID, "share-close").click()
+    wait(browser, lambda d: "Shared" in row_text(d, "Projects"))
+    status, _, body = call(base, "GET", "/v1/links", token=server["token"])
+    assert [link["passwordSet"] for link in json.loads(body)["links"]] == [True]
+
+    browser.find_element(By.ID, "shared-by-me-button").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, '#outgoing-rows tr[data-name="Projects"]')) == 2)
+    text = browser.find_element(By.ID, "outgoing-rows").text
+    assert "colleague (pending)" in text and "editor" in text and "link: view" in text, text
+
+    sign_in_as(browser, "colleague")
+    browser.find_element(By.ID, "shared-with-me-button").click()
+    click_in_row(browser, "Projects", "Accept", table="incoming-rows")
+    wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, '#incoming-rows tr[data-name="Projects"][data-state="accepted"]')))
+    screenshot(browser, "shared-with-me")
+    click_in_row(browser, "Projects", "Open", table="incoming-rows")
+    wait(browser, EC.visibility_of_element_located((By.ID, "files-view")))
+    browser.find_element(By.ID, "home-link").click()
+    wait(browser, lambda d: "from webby" in row_text(d, "Projects"))
+    sign_in_as(browser, "webby")
+
+
 def test_phone_width(browser, server):
     browser.set_window_size(390, 844)
     time.sleep(0.3)
@@ -337,5 +404,7 @@ def test_phone_width(browser, server):
 
 
 def test_no_console_errors(browser):
-    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE" and "401" not in entry["message"]]
+    # (401: a token refreshed; the 404 of sharing with a user who does not exist is the answer the test asked for.)
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE" and "401" not in entry["message"]
+              and not ("/grants" in entry["message"] and "404" in entry["message"])]
     assert severe == [], severe

@@ -59,6 +59,6 @@ struct LinksController: Sendable {
         return Link(
             id: link.id, url: token.map { "\(scheme)://\(host)/s/\($0)" } ?? "\(scheme)://\(host)/s/…", token: token, access: link.access,
             expiresAt: link.expiresAt, maxDownloads: link.maxDownloads, downloads: link.downloads, passwordSet: link.passwordHash != nil,
-            createdAt: link.createdAt)
+            createdAt: link.createdAt, itemId: link.itemId)
     }
 }

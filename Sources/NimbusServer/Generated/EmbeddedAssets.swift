@@ -1412,6 +1412,7 @@ components:
         downloads: { type: integer }
         passwordSet: { type: boolean }
         createdAt: { type: string, format: date-time }
+        itemId: { type: string, description: The item it links to }
     LinkRequest:
       type: object
       required: [access]
@@ -1704,6 +1705,11 @@ svg.ico { vertical-align: middle; }
 #restore-since-form { display: flex; align-items: center; gap: 0.5rem; flex-wrap: wrap; }
 #restore-since-form label { margin: 0; }
 #restore-since-form input { width: auto; margin: 0; }
+.share-list { list-style: none; padding: 0; margin: .25rem 0 .5rem; }
+.share-list li { display: flex; align-items: center; gap: .5rem; padding: .25rem 0; border-bottom: 1px solid var(--line); flex-wrap: wrap; }
+.share-list li .who { flex: 1; }
+.badge.shared { background: #ddf4ff; color: #0969da; }
+#link-url { word-break: break-all; }
 
 """#,
         "app.js": #"""
@@ -1872,7 +1878,9 @@ const state = { folderId: "root", path: [], page: 0, nextPage: 1, loading: false
 
 function show(view) {
   state.view = view;
-  for (const id of ["login-view", "files-view", "trash-view", "revisions-view", "settings-view"]) $(id).hidden = id !== `${view}-view`;
+  for (const id of ["login-view", "files-view", "trash-view", "revisions-view", "settings-view", "shared-with-me-view", "shared-by-me-view"]) {
+    $(id).hidden = id !== `${view}-view`;
+  }
   const signedIn = Boolean(session.tokens);
   $("sign-out").hidden = !signedIn;
   $("settings-button").hidden = !signedIn;
@@ -1971,7 +1979,14 @@ function fileRow(file) {
   const name = isFolder
     ? element("a", { href: "#", onclick: (event) => { event.preventDefault(); openFolder(file.id, [...state.path, { id: file.id, name: file.name }]); } }, file.name)
     : element("a", { href: "#", title: "Show revisions", onclick: (event) => { event.preventDefault(); openRevisions(file); } }, file.name);
+  const nameCell = element("td", { class: "name" }, name);
+  // Marked: what the user shares (with people or a link), and the share someone gave them (its owner named).
+  const mine = !file.owner || file.owner.username === session.username();
+  if (file.shared && mine) nameCell.append(element("span", { class: "badge shared" }, "Shared"));
+  if (file.shared && !mine) nameCell.append(element("span", { class: "badge shared", title: `Shared with you by ${file.owner.username}` }, `from ${file.owner.username}`));
   const actions = element("td", { class: "actions" });
+  const can = file.capabilities || {};
+  if (can.canShare) actions.append(element("button", { type: "button", class: "small", onclick: () => openShare(file), "aria-label": `Share ${file.name}` }, "Share"));
   if (!isFolder) actions.append(element("button", { type: "button", class: "small", onclick: () => download(file.downloadUrl, file.name).catch(reportError), "aria-label": `Download ${file.name}` }, "Download"));
   actions.append(
     element("button", { type: "button", class: "small", onclick: () => renameItem(file), "aria-label": `Rename ${file.name}` }, "Rename"),
@@ -1981,7 +1996,7 @@ function fileRow(file) {
   actions.append(element("button", { type: "button", class: "small danger", onclick: () => deleteItem(file), "aria-label": `Delete ${file.name}` }, "Delete"));
   return element("tr", { "data-id": file.id, "data-name": file.name },
     element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
-    element("td", { class: "name" }, name),
+    nameCell,
     element("td", { class: "size" }, isFolder ? "—" : formatSize(file.size)),
     element("td", { class: "date" }, formatDate(file.modifiedAt)),
     actions);
@@ -2380,6 +2395,209 @@ async function signIn(event) {
   }
 }
 
+// ---------------------------------------------------------------- sharing
+
+const sharing = { file: null };
+
+/** The share dialog: people with their roles, links with their options, and forms to add either. */
+async function openShare(file) {
+  sharing.file = file;
+  $("share-title").textContent = `Share “${file.name}”`;
+  $("link-new").hidden = true;
+  $("link-access").querySelector('option[value="upload"]').disabled = file.mimeType !== FOLDER;
+  await renderShare();
+  if (!$("share-dialog").open) $("share-dialog").showModal();
+  $("share-user").focus();
+}
+
+async function renderShare() {
+  const file = sharing.file;
+  let list;
+  try { list = await api("GET", `/v1/files/${file.id}/grants`); } catch (error) { reportError(error); return; }
+  const people = $("share-people");
+  people.replaceChildren();
+  for (const grant of list.grants) {
+    const role = element("select", { "aria-label": `Role of ${grant.grantee.username}`, onchange: (event) => changeRole(grant, event.target.value) },
+      ...["viewer", "editor", "manager"].map((value) => element("option", value === grant.role ? { value, selected: "" } : { value }, value)));
+    const state = grant.state === "accepted" ? "" : ` (${grant.state})`;
+    const until = grant.expiresAt ? `, until ${formatDate(grant.expiresAt)}` : "";
+    people.append(element("li", { "data-name": grant.grantee.username },
+      element("span", { class: "who" }, `${grant.grantee.username}${state}${until}`), role,
+      element("button", { type: "button", class: "small danger", onclick: () => removeGrant(grant), "aria-label": `Stop sharing with ${grant.grantee.username}` }, "Remove")));
+  }
+  if (!list.grants.length) people.append(element("li", { class: "muted" }, "Only you (and whoever shares the folders above it)."));
+  const links = $("share-links");
+  links.replaceChildren();
+  for (const link of list.links) {
+    const details = [`anyone can ${link.access === "upload" ? "only upload" : link.access}`];
+    if (link.passwordSet) details.push("password");
+    if (link.expiresAt) details.push(`until ${formatDate(link.expiresAt)}`);
+    if (link.maxDownloads) details.push(`${link.downloads}/${link.maxDownloads} downloads`);
+    links.append(element("li", { "data-id": link.id },
+      element("span", { class: "who" }, details.join(", ")),
+      element("button", { type: "button", class: "small", onclick: () => showLink(link.id), "aria-label": "Show the link" }, "Show"),
+      element("button", { type: "button", class: "small danger", onclick: () => revokeLink(link), "aria-label": "Turn the link off" }, "Turn off")));
+  }
+  if (!list.links.length) links.append(element("li", { class: "muted" }, "No links."));
+}
+
+/** The end of the day chosen in a date field, or null. */
+function endOfDay(value) {
+  if (!value) return null;
+  const date = new Date(`${value}T23:59:59`);
+  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+async function addGrant(event) {
+  event.preventDefault();
+  const body = { user: $("share-user").value.trim(), role: $("share-role").value };
+  const expiresAt = endOfDay($("share-expires").value);
+  if (expiresAt) body.expiresAt = expiresAt;
+  try {
+    await api("POST", `/v1/files/${sharing.file.id}/grants`, { json: body });
+    $("share-user").value = "";
+    showAlert(`Shared with ${body.user}; they will see it under “Shared with me”.`, "info");
+    await renderShare();
+    await reloadFolder();
+  } catch (error) {
+    // An unknown user answers as an invisible item would: say it in the user's words.
+    if (error instanceof APIError && error.status === 404) showAlert(`There is no user “${body.user}” here (or you cannot share this).`);
+    else reportError(error);
+  }
+}
+
+async function changeRole(grant, role) {
+  try { await api("PATCH", `/v1/grants/${grant.id}`, { json: { role } }); } catch (error) { reportError(error); }
+  await renderShare();
+}
+
+async function removeGrant(grant) {
+  if (!confirm(`Stop sharing “${sharing.file.name}” with ${grant.grantee.username}? Their copy leaves their drive; your files stay.`)) return;
+  try { await api("DELETE", `/v1/grants/${grant.id}`); } catch (error) { reportError(error); }
+  await renderShare();
+  await reloadFolder();
+}
+
+async function createLink(event) {
+  event.preventDefault();
+  const body = { access: $("link-access").value };
+  const password = $("link-password").value;
+  if (password) body.password = password;
+  const expiresAt = endOfDay($("link-expires").value);
+  if (expiresAt) body.expiresAt = expiresAt;
+  const max = $("link-max").value;
+  if (max) body.maxDownloads = Number(max);
+  try {
+    const link = await api("POST", `/v1/files/${sharing.file.id}/links`, { json: body });
+    $("link-password").value = "";
+    revealLink(link.url);
+    await renderShare();
+    await reloadFolder();
+  } catch (error) { reportError(error); }
+}
+
+/** One link's address (asked for by id: lists never carry it). */
+async function showLink(id) {
+  try { revealLink((await api("GET", `/v1/links/${id}`)).url); } catch (error) { reportError(error); }
+}
+
+function revealLink(url) {
+  $("link-url").textContent = url;
+  $("link-new").hidden = false;
+}
+
+async function copyLink() {
+  const url = $("link-url").textContent;
+  try {
+    await navigator.clipboard.writeText(url);
+    showAlert("Link copied.", "info");
+  } catch {
+    // No clipboard (a plain-HTTP page): select it for the user to copy.
+    const range = document.createRange();
+    range.selectNodeContents($("link-url"));
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    showAlert("Select-and-copy the link shown.", "info");
+  }
+}
+
+async function revokeLink(link) {
+  if (!confirm("Turn this link off? Anyone using it is refused from now on.")) return;
+  try { await api("DELETE", `/v1/links/${link.id}`); } catch (error) { reportError(error); }
+  $("link-new").hidden = true;
+  await renderShare();
+  await reloadFolder();
+}
+
+/** What others shared with the user: pending ones to accept or decline, accepted ones to open or leave. */
+async function openSharedWithMe() {
+  show("shared-with-me");
+  let list;
+  try { list = await api("GET", "/v1/shares/incoming"); } catch (error) { reportError(error); return; }
+  const rows = list.shares.filter((share) => share.grant.state !== "declined").map((share) => {
+    const actions = element("td", { class: "actions" });
+    const grant = share.grant;
+    if (grant.state === "pending") {
+      actions.append(
+        element("button", { type: "button", class: "small primary", onclick: () => answerShare(grant, "accept"), "aria-label": `Accept ${share.item.name}` }, "Accept"),
+        element("button", { type: "button", class: "small", onclick: () => answerShare(grant, "decline"), "aria-label": `Decline ${share.item.name}` }, "Decline"));
+    } else {
+      if (share.item.mimeType === FOLDER) {
+        actions.append(element("button", { type: "button", class: "small", onclick: () => openFolder(share.item.id, [{ id: share.item.id, name: share.item.name }]), "aria-label": `Open ${share.item.name}` }, "Open"));
+      }
+      actions.append(element("button", { type: "button", class: "small danger", onclick: () => answerShare(grant, "decline"), "aria-label": `Leave ${share.item.name}` }, "Leave"));
+    }
+    return element("tr", { "data-name": share.item.name, "data-state": grant.state },
+      element("td", { class: "icon", "aria-hidden": "true" }, iconFor(share.item)),
+      element("td", { class: "name" }, share.item.name, grant.state === "pending" ? element("span", { class: "badge shared" }, "new") : ""),
+      element("td", {}, share.owner.username),
+      element("td", {}, grant.role),
+      actions);
+  });
+  $("incoming-rows").replaceChildren(...rows);
+  $("no-incoming").hidden = rows.length > 0;
+}
+
+async function answerShare(grant, answer) {
+  if (answer === "decline" && grant.state === "accepted" && !confirm("Leave this share? It leaves your drive; its owner's files stay, and it can be accepted again.")) return;
+  try {
+    await api("POST", `/v1/shares/incoming/${grant.id}/${answer}`);
+    if (answer === "accept") showAlert("Accepted: it is in your drive now.", "info");
+  } catch (error) { reportError(error); }
+  await openSharedWithMe();
+}
+
+/** What the user shares: each grant and each link, with the item it is on. */
+async function openSharedByMe() {
+  show("shared-by-me");
+  let grants, links;
+  try {
+    grants = (await api("GET", "/v1/grants")).grants;
+    links = (await api("GET", "/v1/links")).links;
+  } catch (error) { reportError(error); return; }
+  const items = new Map();
+  const item = async (id) => {
+    if (!items.has(id)) items.set(id, await api("GET", `/v1/files/${id}`).catch(() => null));
+    return items.get(id);
+  };
+  const rows = [];
+  for (const entry of [...grants.map((grant) => ({ grant })), ...links.map((link) => ({ link }))]) {
+    const file = await item(entry.grant ? entry.grant.itemId : entry.link.itemId);
+    if (!file) continue;
+    const actions = element("td", { class: "actions" },
+      element("button", { type: "button", class: "small", onclick: () => openShare(file), "aria-label": `Manage sharing of ${file.name}` }, "Manage"));
+    rows.push(element("tr", { "data-name": file.name },
+      element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
+      element("td", { class: "name" }, file.name),
+      element("td", {}, entry.grant ? `${entry.grant.grantee.username}${entry.grant.state === "accepted" ? "" : ` (${entry.grant.state})`}` : "anyone with the link"),
+      element("td", {}, entry.grant ? entry.grant.role : `link: ${entry.link.access}`),
+      actions));
+  }
+  $("outgoing-rows").replaceChildren(...rows);
+  $("no-outgoing").hidden = rows.length > 0;
+}
+
 function setUp() {
   $("login-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", () => signOut("Signed out."));
@@ -2400,6 +2618,14 @@ function setUp() {
   $("load-more").addEventListener("click", loadPage);
   $("move-cancel").addEventListener("click", () => $("move-dialog").close());
   $("move-here").addEventListener("click", moveHere);
+  $("share-form").addEventListener("submit", addGrant);
+  $("link-form").addEventListener("submit", createLink);
+  $("link-copy").addEventListener("click", copyLink);
+  $("share-close").addEventListener("click", () => { $("share-dialog").close(); if (state.view === "shared-by-me") openSharedByMe(); });
+  $("shared-with-me-button").addEventListener("click", openSharedWithMe);
+  $("shared-by-me-button").addEventListener("click", openSharedByMe);
+  $("back-from-shared-with-me").addEventListener("click", () => openFolder("root", []));
+  $("back-from-shared-by-me").addEventListener("click", () => openFolder("root", []));
   const zone = $("drop-zone");
   zone.addEventListener("dragover", (event) => { event.preventDefault(); zone.classList.add("dragging"); });
   zone.addEventListener("dragleave", () => zone.classList.remove("dragging"));
@@ -2456,6 +2682,8 @@ document.addEventListener("DOMContentLoaded", setUp);
     <button type="button" id="upload-button" class="primary">Upload</button>
     <input type="file" id="file-input" multiple hidden>
     <span class="spacer"></span>
+    <button type="button" id="shared-with-me-button">Shared with me</button>
+    <button type="button" id="shared-by-me-button">Shared by me</button>
     <button type="button" id="trash-button">Trash</button>
   </div>
   <div id="drop-zone" class="drop-zone" tabindex="-1">
@@ -2506,6 +2734,24 @@ document.addEventListener("DOMContentLoaded", setUp);
   <p id="no-app-passwords" class="muted center" hidden>No app passwords yet.</p>
 </section>
 
+<section id="shared-with-me-view" hidden>
+  <div class="toolbar"><button type="button" id="back-from-shared-with-me">← Back to files</button><h1>Shared with me</h1></div>
+  <table class="files" aria-label="Shared with me">
+    <thead><tr><th class="icon"></th><th>Name</th><th>From</th><th>Role</th><th class="actions">Actions</th></tr></thead>
+    <tbody id="incoming-rows"></tbody>
+  </table>
+  <p id="no-incoming" class="muted center" hidden>Nobody has shared anything with you yet.</p>
+</section>
+
+<section id="shared-by-me-view" hidden>
+  <div class="toolbar"><button type="button" id="back-from-shared-by-me">← Back to files</button><h1>Shared by me</h1></div>
+  <table class="files" aria-label="Shared by me">
+    <thead><tr><th class="icon"></th><th>Name</th><th>With</th><th>Role or link</th><th class="actions">Actions</th></tr></thead>
+    <tbody id="outgoing-rows"></tbody>
+  </table>
+  <p id="no-outgoing" class="muted center" hidden>You have not shared anything yet.</p>
+</section>
+
 <section id="revisions-view" hidden>
   <div class="toolbar"><button type="button" id="back-from-revisions">← Back</button><h1>File revisions: <span id="revisions-name"></span></h1></div>
   <ul id="revision-list" class="revisions" aria-label="Revisions"></ul>
@@ -2543,6 +2789,30 @@ document.addEventListener("DOMContentLoaded", setUp);
       <button value="ok" id="prompt-ok" class="primary">OK</button>
     </div>
   </form>
+</dialog>
+
+<dialog id="share-dialog" aria-labelledby="share-title">
+  <h2 id="share-title">Share</h2>
+  <h3>People</h3>
+  <ul id="share-people" class="share-list" aria-label="People with access"></ul>
+  <form id="share-form" class="toolbar">
+    <label>User <input id="share-user" required placeholder="user name" autocomplete="off"></label>
+    <label>Role <select id="share-role"><option value="viewer">Viewer</option><option value="editor">Editor</option><option value="manager">Manager</option></select></label>
+    <label>Until <input id="share-expires" type="date"></label>
+    <button type="submit" class="primary" id="share-add">Share</button>
+  </form>
+  <h3>Links</h3>
+  <ul id="share-links" class="share-list" aria-label="Links"></ul>
+  <form id="link-form" class="toolbar">
+    <label>Anyone with the link can <select id="link-access"><option value="view">view</option><option value="edit">edit</option><option value="upload">only upload</option></select></label>
+    <label>Password <input id="link-password" type="password" minlength="8" autocomplete="new-password" placeholder="optional, 8+ characters"></label>
+    <label>Until <input id="link-expires" type="date"></label>
+    <label>Downloads <input id="link-max" type="number" min="1" placeholder="no limit"></label>
+    <button type="submit" id="link-create">Create link</button>
+  </form>
+  <p id="link-new" class="card" hidden>Link (copy it now; it is not shown in lists): <code id="link-url"></code>
+    <button type="button" id="link-copy" class="small">Copy</button></p>
+  <div class="dialog-buttons"><button type="button" id="share-close">Done</button></div>
 </dialog>
 
 <dialog id="move-dialog" aria-labelledby="move-title">
