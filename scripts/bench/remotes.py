@@ -19,6 +19,7 @@ import argparse, base64, json, os, resource, shutil, socket, subprocess, sys, te
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import rclone as rclone_program  # noqa: E402
+from sync import make_tree  # noqa: E402
 
 
 def free_port():
@@ -93,18 +94,6 @@ def timed(command, env=None, stdin=None):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU["last"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return elapsed
-
-
-def make_tree(root, files):
-    for index in range(files):
-        folder = f"{root}/d{index % 100}"
-        os.makedirs(folder, exist_ok=True)
-        with open(f"{folder}/f{index}.bin", "wb") as handle:
-            handle.write(os.urandom(4096))
-    old = time.time() - 10
-    for top, _, names in os.walk(root):
-        for name in names:
-            os.utime(os.path.join(top, name), (old, old))
 
 
 def one_run(binary, kind, run, args, tree, big, add, secret, rclone_env, rclone, target, server):

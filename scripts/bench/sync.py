@@ -49,6 +49,19 @@ def timed_cpu(command, env=None):
     return wall, children_cpu() - before
 
 
+def make_tree(tree, files):
+    """`files` files of 4 KiB of random bytes in 100 folders under `tree`, dated ten seconds ago (settled)."""
+    for index in range(files):
+        folder = f"{tree}/d{index % 100}"
+        os.makedirs(folder, exist_ok=True)
+        with open(f"{folder}/f{index}.bin", "wb") as handle:
+            handle.write(os.urandom(4096))
+    old = time.time() - 10
+    for root, _, names in os.walk(tree):
+        for name in names:
+            os.utime(os.path.join(root, name), (old, old))
+
+
 def timed(command, env=None):
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,15 +108,7 @@ def main():
 
         a = device("A")
         tree = f"{work}/tree"
-        for index in range(args.files):
-            folder = f"{tree}/d{index % 100}"
-            os.makedirs(folder, exist_ok=True)
-            with open(f"{folder}/f{index}.bin", "wb") as handle:
-                handle.write(os.urandom(4096))
-        old = time.time() - 10
-        for root, _, names in os.walk(tree):
-            for name in names:
-                os.utime(os.path.join(root, name), (old, old))
+        make_tree(tree, args.files)
 
         # rclone serving WebDAV from a local folder, on loopback.
         dav_port = free_port()
