@@ -79,6 +79,48 @@ struct NextcloudClientTests {
         #expect(try bench.dav("GET", "v.txt").text == "edited on the web")
     }
 
+    @Test("a share given as viewer: it comes down; an edit on the laptop stays there as the client's conflicted copy and the server's file stays as it is; a new file is not sent; a third run sends nothing")
+    func readOnlyShare() async throws {
+        let bench = try NextcloudBench()
+        let base = bench.server.baseURL
+        _ = try NextcloudBench.curl(["-X", "POST", base + "/v1/auth/register", "-H", "Content-Type: application/json", "-d", #"{"username":"ben","password":"correct horse"}"#])
+        let login = try NextcloudBench.curl(["-X", "POST", base + "/v1/auth/login", "-H", "Content-Type: application/json", "-d", #"{"username":"ben","password":"correct horse"}"#])
+        let ben = try #require((try JSONSerialization.jsonObject(with: login.body) as? [String: Any])?["accessToken"] as? String)
+        func asBen(_ arguments: [String], body: Data? = nil) throws -> NextcloudBench.Reply {
+            try NextcloudBench.curl(arguments + ["-H", "Authorization: Bearer \(ben)"], body: body)
+        }
+        let folder = try JSONSerialization.jsonObject(
+            with: try asBen(["-X", "POST", base + "/v1/files", "-H", "Content-Type: application/json", "-d", #"{"name":"Project","mimeType":"application/vnd.nimbus.folder"}"#]).body) as? [String: Any]
+        let folderId = try #require(folder?["id"] as? String)
+        _ = try asBen(["-X", "POST", base + "/v1/upload?uploadType=media&name=plan.txt&parentId=\(folderId)", "-H", "Content-Type: text/plain"], body: Data("the plan".utf8))
+        let granted = try asBen(["-X", "POST", base + "/v1/files/\(folderId)/grants", "-H", "Content-Type: application/json", "-d", #"{"user":"ana","role":"viewer"}"#])
+        let grantId = try #require((try JSONSerialization.jsonObject(with: granted.body) as? [String: Any])?["id"] as? String, "\(granted.text)")
+        try bench.api("POST", "/v1/shares/incoming/\(grantId)/accept")
+
+        let local = try bench.folder("laptop")
+        let first = try bench.sync(local)
+        #expect(first.status == 0, "\(first.log.suffix(3000))")
+        #expect(try String(contentsOf: local.appending(path: "Project/plan.txt"), encoding: .utf8) == "the plan")
+
+        try bench.write("Project/plan.txt", "ana's edit", in: local)
+        try bench.write("Project/new.txt", "ana's file", in: local)
+        let second = try bench.sync(local)
+        let third = try bench.sync(local)
+        let listing = try asBen([base + "/v1/files?parentId=\(folderId)"])
+        #expect(!listing.text.contains("new.txt"), "nothing added to the viewer's share: \(listing.text) \(second.log.suffix(2000))")
+        let planId = try #require(((try JSONSerialization.jsonObject(with: listing.body) as? [String: Any])?["files"] as? [[String: Any]])?.first?["id"] as? String)
+        #expect(try asBen([base + "/v1/files/\(planId)/content"]).text == "the plan", "the owner's file is as it was")
+        let revisions = try asBen([base + "/v1/files/\(planId)/revisions"])
+        #expect(((try JSONSerialization.jsonObject(with: revisions.body) as? [String: Any])?["revisions"] as? [Any])?.count == 1, "\(revisions.text)")
+        // The client keeps the edit as its conflicted copy, whose upload (it sends conflict copies) is refused once and
+        // then skipped: the third run sends nothing into the share.
+        let names = try FileManager.default.contentsOfDirectory(atPath: local.appending(path: "Project").path)
+        let copy = try #require(names.first { $0.contains("conflicted copy") }, "\(names)")
+        #expect(try String(contentsOf: local.appending(path: "Project/\(copy)"), encoding: .utf8) == "ana's edit", "nothing lost on the laptop")
+        let sent = third.log.split(separator: "\n").filter { $0.contains("PUT") && $0.contains("Project") && !$0.contains("skipped due to earlier error") }
+        #expect(sent.isEmpty, "the third run sends nothing into the share: \(sent.joined(separator: "\n").suffix(3000))")
+    }
+
     @Test("a file over the quota is refused with the quota named, nothing lost on the laptop; once space is freed a later run sends it")
     func quota() async throws {
         let bench = try NextcloudBench(serverArguments: ["--default-quota", "30MiB"])
