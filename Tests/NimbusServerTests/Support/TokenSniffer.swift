@@ -15,10 +15,12 @@ enum Transcript {
 
     private static let entries = NIOLockedValueBox<[String: [Entry]]>([:])
 
-    /// Keeps an answer's head and (textual) body — the first 256 KiB, which is where a token would be.
+    /// Keeps an answer's head and, when it is text (JSON, XML, HTML, plain), its body's first 256 KiB, which is where
+    /// a token would be (a file's bytes are the test's own content, not kept).
     static func record(baseURL: String, method: HTTPMethod, path: String, status: Int, headers: HTTPHeaders, body: Data) {
-        let prefix = body.prefix(256 << 10)
-        let text = String(decoding: prefix, as: UTF8.self)
+        let type = headers.first(name: "Content-Type")?.lowercased() ?? ""
+        let textual = type.isEmpty || ["json", "xml", "text", "html", "javascript"].contains { type.contains($0) }
+        let text = textual ? String(decoding: body.prefix(256 << 10), as: UTF8.self) : ""
         let entry = Entry(
             method: method.rawValue, path: path, status: status, headers: headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n"), body: text)
         entries.withLockedValue { $0[baseURL, default: []].append(entry) }
