@@ -193,37 +193,39 @@ extension SQLMetadataStore {
 
     // MARK: Transaction helpers
 
-    /// How `userId` reaches `itemId`, someone else's: the nearest accepted, live grant on it or a folder above it.
+    /// How `userId` reaches `itemId`, someone else's: the nearest accepted, live grant on it or a folder above it —
+    /// one query (the item's ancestors, recursively, against the user's grants).
     static func reach(_ db: any SQLTransaction, userId: String, itemId: String, now: Date) throws -> Reach? {
-        let path = try ancestors(db, of: itemId)
-        guard !path.isEmpty else { return nil }
-        let rows = try db.fetchAll(
+        let row = try db.fetchOne(
             """
+            WITH RECURSIVE up(id, parent_id, depth) AS (
+                SELECT id, parent_id, 0 FROM files WHERE id = ?
+                UNION ALL SELECT f.id, f.parent_id, up.depth + 1 FROM files f JOIN up ON f.id = up.parent_id WHERE up.depth < 10000
+            )
             SELECT g.*, m.id AS m_id, m.parent_id AS m_parent_id, m.name AS m_name, m.created_at AS m_created_at
-            FROM grants g JOIN mounts m ON m.grant_id = g.id
-            WHERE g.grantee_id = ? AND g.state = 'accepted' AND (g.expires_at IS NULL OR g.expires_at > ?) AND g.item_id IN (\(sqlPlaceholders(path.count)))
-            """, [userId, now.millis] + path)
-        let found = try rows.map { row in
-            let grant = try Self.grant(row)
-            let mount = MountRecord(
-                id: try row.get("m_id"), userId: userId, grantId: grant.id, itemId: grant.itemId, parentId: try row.get("m_parent_id"),
-                name: try row.get("m_name"), createdAt: Date(millis: try row.get("m_created_at")))
-            return Reach(grant: grant, mount: mount, isRoot: grant.itemId == itemId)
-        }
-        // The nearest grant (there is one at most: grants to one user never nest).
-        return found.min { (path.firstIndex(of: $0.grant.itemId) ?? 0) < (path.firstIndex(of: $1.grant.itemId) ?? 0) }
+            FROM up JOIN grants g ON g.item_id = up.id JOIN mounts m ON m.grant_id = g.id
+            WHERE g.grantee_id = ? AND g.state = 'accepted' AND (g.expires_at IS NULL OR g.expires_at > ?)
+            ORDER BY up.depth LIMIT 1
+            """, [itemId, userId, now.millis])
+        // (Grants to one user never nest: there is one at most; the nearest, were there more.)
+        guard let row else { return nil }
+        let grant = try Self.grant(row)
+        let mount = MountRecord(
+            id: try row.get("m_id"), userId: userId, grantId: grant.id, itemId: grant.itemId, parentId: try row.get("m_parent_id"),
+            name: try row.get("m_name"), createdAt: Date(millis: try row.get("m_created_at")))
+        return Reach(grant: grant, mount: mount, isRoot: grant.itemId == itemId)
     }
 
-    /// The item and the folders above it, nearest first (empty: no such item).
+    /// The item and the folders above it, nearest first (empty: no such item) — one recursive query, whatever the
+    /// depth (every request on a shared item asks it: a first sync of a share asks it once per file).
     static func ancestors(_ db: any SQLTransaction, of itemId: String) throws -> [String] {
-        var path: [String] = []
-        var cursor: String? = itemId
-        while let current = cursor, path.count < 10_000 {
-            guard let row = try db.fetchOne("SELECT parent_id FROM files WHERE id = ?", [current]) else { break }
-            path.append(current)
-            cursor = try row.get("parent_id", as: String?.self)
-        }
-        return path
+        try db.values(
+            """
+            WITH RECURSIVE up(id, parent_id, depth) AS (
+                SELECT id, parent_id, 0 FROM files WHERE id = ?
+                UNION ALL SELECT f.id, f.parent_id, up.depth + 1 FROM files f JOIN up ON f.id = up.parent_id WHERE up.depth < 10000
+            ) SELECT id FROM up ORDER BY depth
+            """, [itemId], as: String.self)
     }
 
     /// Takes a grant's mount out of its grantee's tree (their feed says the mount root went; the rows of the share's
