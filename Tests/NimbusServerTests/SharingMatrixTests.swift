@@ -309,6 +309,90 @@ struct SharingMatrixTests {
         }
     }
 
+    @Test("every public-link route answers each kind of link — view, edit, upload, a wrong password, a dead link — as the table says, on targets inside the linked folder, trashed, beside it and above it")
+    func linkMatrix() async throws {
+        try await TestServer.run { server in
+            let owner = try await server.signUp("owner")
+            let share = try await owner.mkdir("Share")
+            let inner = try await owner.mkdir("Inner", in: share.id)
+            let file = try await owner.upload("file.txt", Data("one".utf8), in: share.id)
+            let trashed = try await owner.upload("trashed.txt", Data("t".utf8), in: share.id)
+            #expect(try await owner.send(.DELETE, "/v1/files/\(trashed.id)").status == 204)
+            let trashedFolder = try await owner.mkdir("Gone", in: share.id)
+            #expect(try await owner.send(.DELETE, "/v1/files/\(trashedFolder.id)").status == 204)
+            let sibling = try await owner.mkdir("Sibling")
+            let siblingFile = try await owner.upload("sibling.txt", Data("s".utf8), in: sibling.id)
+            let root = try await owner.root()
+            func token(_ request: LinkRequest) async throws -> String {
+                let made = try await owner.send(.POST, "/v1/files/\(share.id)/links", json: request)
+                return try #require(try made.decode(Link.self).token)
+            }
+            let kinds: [(String, String, Link.Access?)] = [
+                ("view", try await token(LinkRequest(access: .view)), .view),
+                ("edit", try await token(LinkRequest(access: .edit)), .edit),
+                ("upload", try await token(LinkRequest(access: .upload)), .upload),
+                ("wrong password", try await token(LinkRequest(access: .view, password: "the right one")), nil),
+            ]
+            let deadToken = try await token(LinkRequest(access: .view))
+            let links: LinkList = try await owner.get("/v1/links").decode()
+            let dead = try #require(links.links.first { $0.createdAt == links.links.map(\.createdAt).max() && $0.access == .view && !$0.passwordSet })
+            #expect(try await owner.send(.DELETE, "/v1/links/\(dead.id)").status == 204)
+            let anyone = APIClient(baseURL: server.baseURL)
+            // The wrong password's session is asked for and refused; its calls then go without one.
+            let wrong = try await anyone.send(.POST, "/v1/public/\(kinds[3].1)/session", json: ["password": "not it at all"])
+            #expect(wrong.status == 401)
+
+            struct Target {
+                var name: String
+                var id: String
+                var isFolder: Bool
+                var inside: Bool
+            }
+            let targets = [
+                Target(name: "the linked folder", id: share.id, isFolder: true, inside: true),
+                Target(name: "folder inside", id: inner.id, isFolder: true, inside: true),
+                Target(name: "file inside", id: file.id, isFolder: false, inside: true),
+                Target(name: "trashed file inside", id: trashed.id, isFolder: false, inside: false),
+                Target(name: "trashed folder inside", id: trashedFolder.id, isFolder: true, inside: false),
+                Target(name: "sibling folder", id: sibling.id, isFolder: true, inside: false),
+                Target(name: "sibling file", id: siblingFile.id, isFolder: false, inside: false),
+                Target(name: "ancestor (root)", id: root.id, isFolder: true, inside: false),
+            ]
+            var mismatches: [String] = []
+            var cells = 0
+            for (name, token, access) in kinds + [("dead", deadToken, Link.Access?.none)] {
+                for target in targets {
+                    for (route, path) in [
+                        ("list", "/v1/public/\(token)/items?parentId=\(target.id)"),
+                        ("content", "/v1/public/\(token)/items/\(target.id)/content"),
+                    ] {
+                        let reply = try await anyone.get(path)
+                        cells += 1
+                        let expected: String
+                        if name == "dead" {
+                            expected = "410"
+                        } else if access == nil {
+                            expected = "401"
+                        } else if !target.inside {
+                            expected = "404"
+                        } else if access == .upload {
+                            expected = "403"
+                        } else if (route == "list") != target.isFolder {
+                            expected = "400"  // a file has no listing, a folder no content
+                        } else {
+                            expected = "200"
+                        }
+                        if String(reply.status) != expected {
+                            mismatches.append("\(route) of \(target.name) by a \(name) link: \(reply.status), expected \(expected) \(reply.text.prefix(100))")
+                        }
+                    }
+                }
+            }
+            #expect(mismatches.isEmpty, "\(mismatches.count) of \(cells) cells:\n\(mismatches.joined(separator: "\n"))")
+            #expect(try await owner.content(siblingFile.id) == Data("s".utf8))
+        }
+    }
+
     /// Allowed cells where the route itself answers 404 for the target (a folder has no content or revision).
     static func notFoundForOtherReasons(_ route: Route, _ target: Target) -> Bool {
         (route.name.contains("revision") || route.name.contains("content")) && (target.isFolder || target.revisionId == nil)

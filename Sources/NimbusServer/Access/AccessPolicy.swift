@@ -63,7 +63,8 @@ struct AccessPolicy: Sendable {
 
     /// Whether `principal` may see `item` at all.
     func sees(_ principal: Principal, _ item: FileRecord, reach: Reach? = nil, link: LinkScope? = nil) -> Bool {
-        if let link { return link.inside && item.userId == link.link.ownerId }
+        // A link reaches what is live beneath its item: never what is in the trash (its owner's to restore or purge).
+        if let link { return link.inside && item.userId == link.link.ownerId && !item.isTrashed }
         return item.userId == principal.userId || reach != nil
     }
 
