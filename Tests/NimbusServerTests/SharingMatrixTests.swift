@@ -326,7 +326,8 @@ struct SharingMatrixTests {
             func token(_ request: LinkRequest) async throws -> String {
                 let made = try await owner.send(.POST, "/v1/files/\(share.id)/links", json: request)
                 let link: Link = try made.decode()
-                return try #require(link.token)
+                #expect(link.token != nil, "the answer that makes a link shows its token")
+                return link.token ?? ""
             }
             let kinds: [(String, String, Link.Access?)] = [
                 ("view", try await token(LinkRequest(access: .view)), .view),
