@@ -77,9 +77,10 @@ struct Dependencies: Sendable {
     /// deleting that acts on the mount.
     func item(_ id: String, for principal: Principal, _ action: Action) async throws -> FileRecord {
         let resolved = try await resolve(id, for: principal)
-        guard let found = try await files.item(id: resolved) else { throw access.notFound(principal, itemId: resolved, action) }
+        guard let (found, reach) = try await shares.item(id: resolved, reachedBy: principal.userId, now: now) else {
+            throw access.notFound(principal, itemId: resolved, action)
+        }
         guard found.userId != principal.userId else { return try access.authorize(principal, found, action) }
-        let reach = try await shares.reach(userId: principal.userId, itemId: found.id, now: now)
         try access.authorize(principal, found, action, reach: reach)
         return found.seen(through: reach)
     }

@@ -7,8 +7,9 @@
 Ana has a folder of N small files (4 KiB, in 100 folders) and shares it with Ben; Ben has as many files of his own.
 Then, in alternating rounds, a fresh device of Ben's makes its first sync (`nimbus sync DIR REMOTE --once`) of his own
 folder and of the accepted share, each into a new local folder. Printed: each first sync's wall time and client CPU,
-the server's CPU for it, and the share/own ratios (goal: the share costs no more than the own folder, every round);
-also what accepting costs the server (the grantee's feed gets a row per item of the share).
+the server's CPU for it, the database read transactions it made per file (from `/metrics`: where the difference
+comes from), and the share/own ratios (goal: the share costs no more than the own folder, every round); also what
+accepting costs the server (the grantee's feed gets a row per item of the share).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -23,6 +24,20 @@ def call(base, method, path, body=None, token=None):
         request.add_header("Authorization", "Bearer " + token)
     with urllib.request.urlopen(request) as response:
         return json.loads(response.read() or b"{}")
+
+
+def db_reads(base):
+    """Read transactions the server has run so far, and the seconds spent in them (from /metrics)."""
+    text = urllib.request.urlopen(base + "/metrics").read().decode()
+    count = total = 0.0
+    for line in text.splitlines():
+        if 'kind="read"' not in line or line.startswith("#"):
+            continue
+        if line.startswith("nimbus_db_transaction_seconds_count"):
+            count += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("nimbus_db_transaction_seconds_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+    return count, total
 
 
 def main():
@@ -73,14 +88,17 @@ def main():
                 env = device("ben")
                 target = f"{work}/ben-{kind}-{round_index}"
                 remote = "/Mine" if kind == "own" else "/Project"
+                reads_before, read_seconds_before = db_reads(base)
                 server_before, client_before, start = process_cpu(server.pid), children_cpu(), time.perf_counter()
                 subprocess.run([binary, "sync", target, remote, "--once", "--quiet"], check=True, env=env)
                 wall = time.perf_counter() - start
                 client, served = children_cpu() - client_before, process_cpu(server.pid) - server_before
+                reads, read_seconds = (now - before for now, before in zip(db_reads(base), (reads_before, read_seconds_before)))
                 count = sum(len(names) for _, _, names in os.walk(target))
                 assert count >= args.files, f"{kind}: {count} files synced"
                 results[kind].append((wall, client, served))
-                print(f"round {round_index + 1} first sync of {args.files} files, {kind:5}: {wall:.1f} s, client CPU {client:.1f} s, server CPU {served:.1f} s")
+                print(f"round {round_index + 1} first sync of {args.files} files, {kind:5}: {wall:.1f} s, client CPU {client:.1f} s, server CPU {served:.1f} s; "
+                      f"{reads / args.files:.2f} database reads per file ({read_seconds:.1f} s in them)")
         for index, name in enumerate(["wall time", "client CPU", "server CPU"]):
             ratios = [share[index] / own[index] for own, share in zip(results["own"], results["share"])]
             verdict = "no more than own in every round" if all(r <= 1.0 for r in ratios) else "more than own in some round"

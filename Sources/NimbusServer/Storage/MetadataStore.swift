@@ -242,6 +242,9 @@ protocol ShareStore: Sendable {
     func updateMount(userId: String, mountId: String, name: String?, parentId: String?, now: Date) async throws -> FileRecord
     /// How `userId` reaches `itemId`, someone else's item, if at all: the accepted, live grant on it or above it.
     func reach(userId: String, itemId: String, now: Date) async throws -> Reach?
+    /// The item with this id and, when it is not `userId`'s, how they reach it — in one read (the access decision's
+    /// question on every request).
+    func item(id: String, reachedBy userId: String, now: Date) async throws -> (item: FileRecord, reach: Reach?)?
     /// Those of `ids` (the owner's items) that have grants of their own.
     func sharedItems(ownerId: String, among ids: [String]) async throws -> Set<String>
     /// Takes the mounts of grants past their expiry out of their grantees' trees; returns how many.

@@ -164,6 +164,14 @@ extension SQLMetadataStore {
         try await database.read { db in try Self.reach(db, userId: userId, itemId: itemId, now: now) }
     }
 
+    func item(id: String, reachedBy userId: String, now: Date) async throws -> (item: FileRecord, reach: Reach?)? {
+        try await database.read { db in
+            guard let item = try db.fetchOne("SELECT * FROM files WHERE id = ?", [id]).map(Self.file) else { return nil }
+            guard item.userId != userId else { return (item, nil) }
+            return (item, try Self.reach(db, userId: userId, itemId: id, now: now))
+        }
+    }
+
     func sharedItems(ownerId: String, among ids: [String]) async throws -> Set<String> {
         guard !ids.isEmpty else { return [] }
         return try await database.read { db in
