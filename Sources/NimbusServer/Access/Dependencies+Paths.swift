@@ -16,11 +16,7 @@ extension Dependencies {
         for name in names {
             guard current.isFolder else { return nil }
             if var child = try await files.child(named: name, in: current.id, userId: current.userId) {
-                child.seenThrough = current.seenThrough.map { reach in
-                    var inside = reach
-                    inside.isRoot = false
-                    return inside
-                }
+                child.seenThrough = current.seenThrough?.beneath
                 current = child
             } else if current.seenThrough == nil,
                 let mounted = try await shares.mountedChild(named: name, in: current.id, userId: current.userId, now: now),

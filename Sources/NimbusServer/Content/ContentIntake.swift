@@ -85,6 +85,30 @@ struct ContentIntake: Sendable {
         }
     }
 
+    /// Content already in the block store staged anew for `owner`, whose quota pays: a file made in someone else's tree
+    /// (a share) from blocks its sender keeps in their own store (blocks are kept per user). `sources[i]` is the user
+    /// whose store holds `blocks[i]`; each run of blocks from one store is read as one, in order, once.
+    func restage(_ blocks: [BlockRef], from sources: [String], for owner: String, mimeType: String) async throws -> StagedContent {
+        try await checkQuota(owner: owner, adding: blocks.reduce(Int64(0)) { $0 + $1.size })
+        var stager = dependencies.blobs.makeStager(runningHash: SHA256())
+        do {
+            var start = 0
+            while start < blocks.count {
+                var end = start + 1
+                while end < blocks.count, sources[end] == sources[start] { end += 1 }
+                let run = Array(blocks[start..<end])
+                let length = run.reduce(Int64(0)) { $0 + $1.size }
+                try await dependencies.blobs.read(run, user: sources[start], range: 0..<length) { buffer in try await stager.append(buffer) }
+                start = end
+            }
+            let (staged, checksum, _, size) = try await stager.finish()
+            return StagedContent(blocks: staged, checksum: checksum, size: size, mimeType: mimeType)
+        } catch {
+            await stager.abandon()
+            throw error
+        }
+    }
+
     /// Refuses content whose SHA-256 is not `expected` (422 `checksum_mismatch`), discarding what was staged.
     func verify(_ content: StagedContent, expected: String?) throws {
         guard let expected, content.checksum != expected else { return }

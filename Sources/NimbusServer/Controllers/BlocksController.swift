@@ -372,7 +372,11 @@ struct BlocksController: Sendable {
             throw DriveError.badRequest("The blocks add up to \(total) bytes, not the 'size' of \(body.size); nothing was changed.")
         }
         if sources.contains(me.userId), owner != me.userId {
-            let file = try await copyCommit(blocks, from: sources, checksum: checksum, mimeType: mimeType, modifiedAt: modifiedAt, target: target, owner: owner)
+            // Some blocks are the asker's: the bytes are staged anew for the owner; the client's checksum is checked on them.
+            var content = try await dependencies.intake.restage(blocks, from: sources, for: owner, mimeType: mimeType)
+            try dependencies.intake.verify(content, expected: checksum)
+            content.modifiedAt = modifiedAt
+            let file = try await dependencies.intake.commit(content, to: target, owner: owner)
             return try JSONResponse.make(try await dependencies.present(file, for: me), status: .created, etag: file.etag)
         }
         // The content must be what the client says: its bytes are read back once and hashed.
@@ -385,37 +389,5 @@ struct BlocksController: Sendable {
         content.modifiedAt = modifiedAt
         let file = try await dependencies.content.commitStoredContent(userId: owner, target: target, content: content, now: dependencies.now)
         return try JSONResponse.make(try await dependencies.present(file, for: me), status: .created, etag: file.etag)
-    }
-
-    /// A commit into someone else's tree from blocks some of which are the asker's (`sources[i]` holds `blocks[i]`):
-    /// the bytes are read in order and staged anew for the owner — whose quota pays — then committed as any content
-    /// is. The checksum is the client's promise, checked on the staged bytes.
-    func copyCommit(
-        _ blocks: [BlockRef], from sources: [String], checksum: String, mimeType: String, modifiedAt: Date?, target: ContentTarget, owner: String
-    ) async throws -> FileRecord {
-        let total = blocks.reduce(Int64(0)) { $0 + $1.size }
-        try await dependencies.intake.checkQuota(owner: owner, adding: total)
-        var stager = dependencies.blobs.makeStager(runningHash: SHA256())
-        var content: StagedContent
-        do {
-            var start = 0
-            while start < blocks.count {
-                // Runs of blocks from one store, read as one.
-                var end = start + 1
-                while end < blocks.count, sources[end] == sources[start] { end += 1 }
-                let run = Array(blocks[start..<end])
-                let length = run.reduce(Int64(0)) { $0 + $1.size }
-                try await dependencies.blobs.read(run, user: sources[start], range: 0..<length) { buffer in try await stager.append(buffer) }
-                start = end
-            }
-            let (staged, actual, _, size) = try await stager.finish()
-            content = StagedContent(blocks: staged, checksum: actual, size: size, mimeType: mimeType)
-        } catch {
-            await stager.abandon()
-            throw error
-        }
-        try dependencies.intake.verify(content, expected: checksum)
-        content.modifiedAt = modifiedAt
-        return try await dependencies.intake.commit(content, to: target, owner: owner)
     }
 }

@@ -92,7 +92,7 @@ struct OCSShares {
         // The owner and managers see everyone's shares on an item; anyone else, none but their own grant.
         var shares: [OCSValue] = []
         for item in items {
-            let reach = item.seenThrough ?? found.seenThrough.map { var inside = $0; inside.isRoot = false; return inside }
+            let reach = item.seenThrough ?? found.seenThrough?.beneath
             guard dependencies.access.allows(me, item, .share, reach: reach) else { continue }
             for grant in try await dependencies.shares.grants(ownerId: item.userId, itemId: item.id) { shares.append(try await share(grant, seen: nil)) }
             if dependencies.access.allows(me, item, .link, reach: reach) {

@@ -195,6 +195,13 @@ struct Reach: Sendable, Equatable {
     var role: ShareRole { grant.role }
     /// Whether the item is the share's root (the mount's own item).
     var isRoot: Bool
+
+    /// The same grant, for an item beneath the one this reach is of (a folder's children, a path's next name).
+    var beneath: Reach {
+        var inside = self
+        inside.isRoot = false
+        return inside
+    }
 }
 
 /// One content version of a file.

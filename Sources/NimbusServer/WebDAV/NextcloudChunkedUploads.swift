@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Hummingbird
 import NimbusAPI
@@ -158,21 +157,11 @@ extension DAVRequest {
     }
 
     /// An upload into a share someone gave the uploader: the chunks are the uploader's (their blocks, staged under
-    /// them), the file is the share owner's, whose quota pays. The bytes are staged again for the owner and committed
-    /// as any content is; the upload is dropped after (left behind by a crash, it expires like any other).
+    /// them), the file is the share owner's, whose quota pays — the bytes are staged again for the owner
+    /// (``ContentIntake/restage(_:from:for:mimeType:)``). The upload is dropped after (left behind by a crash, it
+    /// expires like any other).
     func assemble(_ blocks: [BlockRef], into target: ContentTarget, of fileOwner: String, mimeType: String, modifiedAt: Date?) async throws -> FileRecord {
-        let total = blocks.reduce(Int64(0)) { $0 + $1.size }
-        try await dependencies.intake.checkQuota(owner: fileOwner, adding: total)
-        var stager = dependencies.blobs.makeStager(runningHash: SHA256())
-        var content: StagedContent
-        do {
-            try await dependencies.blobs.read(blocks, user: owner, range: 0..<total) { buffer in try await stager.append(buffer) }
-            let (staged, checksum, _, size) = try await stager.finish()
-            content = StagedContent(blocks: staged, checksum: checksum, size: size, mimeType: mimeType)
-        } catch {
-            await stager.abandon()
-            throw error
-        }
+        var content = try await dependencies.intake.restage(blocks, from: Array(repeating: owner, count: blocks.count), for: fileOwner, mimeType: mimeType)
         if let modifiedAt { content.modifiedAt = modifiedAt }
         return try await dependencies.intake.commit(content, to: target, owner: fileOwner)
     }

@@ -44,9 +44,8 @@ extension DAVRequest {
         for index in children.indices {
             if children[index].mountId != nil {
                 children[index].seenThrough = try await dependencies.shares.reach(userId: me.userId, itemId: children[index].id, now: dependencies.now)
-            } else if var reach = folder.seenThrough {
-                reach.isRoot = false
-                children[index].seenThrough = reach
+            } else if let reach = folder.seenThrough {
+                children[index].seenThrough = reach.beneath
             }
         }
         return children
