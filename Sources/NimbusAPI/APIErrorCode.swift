@@ -27,6 +27,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case passwordIncorrect = "password_incorrect"
     case forbidden
     case notFound = "not_found"
+    /// The item has no thumbnail (a folder, a type none is made of, or one the worker could not read).
+    case noThumbnail = "no_thumbnail"
     case methodNotAllowed = "method_not_allowed"
     // 409
     /// Another item holds the name (`existingId` names it).

@@ -30,6 +30,10 @@ public struct File: Codable, Sendable, Hashable {
     public var capabilities: Capabilities?
     /// The mount an item of someone else's reaches this user's tree through (the mount root and everything below).
     public var mountId: String?
+    /// Where the item is in the asking user's tree, e.g. `/Work/notes.txt` (search results).
+    public var path: String?
+    /// Whether the asking user starred it (listings, search, starred and recent say).
+    public var starred: Bool?
 
     public init(
         id: String, name: String, mimeType: String, parentId: String?, size: Int64, checksum: String?,
@@ -52,7 +56,7 @@ public struct File: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case id, name, mimeType, parentId, size, checksum, revisionId, createdAt, modifiedAt, downloadUrl, trashed
-        case owner, shared, capabilities, mountId
+        case owner, shared, capabilities, mountId, path, starred
     }
 
     /// Like the synthesized encoding, except that `parentId` is always present (`null` for the root folder).
@@ -73,6 +77,8 @@ public struct File: Codable, Sendable, Hashable {
         try container.encodeIfPresent(shared, forKey: .shared)
         try container.encodeIfPresent(capabilities, forKey: .capabilities)
         try container.encodeIfPresent(mountId, forKey: .mountId)
+        try container.encodeIfPresent(path, forKey: .path)
+        try container.encodeIfPresent(starred, forKey: .starred)
     }
 }
 

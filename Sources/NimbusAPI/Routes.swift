@@ -66,6 +66,18 @@ public enum Routes {
     public static let pausedDeletions = Endpoint<NoBody, DeletionPauseList>("GET", "/v1/trash/paused")
     public static let confirmDeletions = Endpoint<NoBody, DeletionPauseList>("POST", "/v1/trash/confirm")
 
+    // MARK: Finding and seeing files
+    /// Items whose names contain `q` (case, accents and width ignored), in the user's tree and accepted shares.
+    public static let search = Endpoint<NoBody, FileList>("GET", "/v1/search")
+    public static let thumbnail = Endpoint<NoBody, Data>("GET", "/v1/files/{fileId}/thumbnail")
+    public static let star = Endpoint<NoBody, NoBody>("PUT", "/v1/files/{fileId}/star")
+    public static let unstar = Endpoint<NoBody, NoBody>("DELETE", "/v1/files/{fileId}/star")
+    public static let starred = Endpoint<NoBody, FileList>("GET", "/v1/starred")
+    public static let recent = Endpoint<NoBody, FileList>("GET", "/v1/recent")
+    public static let activity = Endpoint<NoBody, ActivityList>("GET", "/v1/activity")
+    /// A streamed zip of `ids` (files and folders, comma-separated).
+    public static let zip = Endpoint<NoBody, Data>("GET", "/v1/zip")
+
     // MARK: Sharing
     public static let createGrant = Endpoint<GrantRequest, Grant>("POST", "/v1/files/{fileId}/grants")
     public static let grants = Endpoint<NoBody, GrantList>("GET", "/v1/files/{fileId}/grants")

@@ -84,6 +84,9 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         notifier = local
         secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
     }
+    // Names written before search existed get their folded form (once: later writes fold their own).
+    let folded = try await store.foldNames()
+    if folded > 0 { logger.info("Folded \(folded) names for search.") }
     let tokens = await TokenService(secret: secret, lifetime: min(configuration.accessTokenLifetime, .seconds(900)).timeInterval)
     let access = AccessPolicy(log: configuration.recordsAccessDecisions ? AccessLog() : nil)
     let dependencies = Dependencies(store: store, blobs: blobs, tokens: tokens, notifier: notifier, configuration: configuration, access: access)
@@ -94,6 +97,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     router.add(middleware: LingeringCloseMiddleware())
     router.add(middleware: SecurityHeadersMiddleware())
     router.add(middleware: RequestLimitsMiddleware())
+    router.add(middleware: ActingMiddleware())
     // WebDAV (/dav/) answers its own methods and paths before the /v1 router and its 405 logic.
     router.add(middleware: DAVMiddleware(dependencies: dependencies))
     // Nextcloud's own routes (status.php, OCS, the login flows, previews) for its apps.
@@ -111,6 +115,8 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     ContentController(dependencies: dependencies).register(&routes)
     UploadController(dependencies: dependencies, resumable: ResumableUploadController(dependencies: dependencies, hashes: RunningHashes())).register(&routes)
     ChangesController(dependencies: dependencies).register(&routes)
+    FindingController(dependencies: dependencies, thumbnailer: Thumbnailer(logger: logger)).register(&routes)
+    ZipController(dependencies: dependencies).register(&routes)
     BlocksController(dependencies: dependencies).register(&routes)
     ServiceController(dependencies: dependencies, registry: registry).register(&routes)
     WebController().register(&routes)

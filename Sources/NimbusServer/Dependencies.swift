@@ -30,6 +30,8 @@ struct Dependencies: Sendable {
     var shares: any ShareStore { store }
     /// Public links.
     var links: any LinkStore { store }
+    /// Search, stars, recent files, the activity history, thumbnails.
+    var finding: any FindingStore { store }
     private let rootIds = NIOLockedValueBox<[String: String]>([:])
     /// Usernames by user id (a username never changes), for what answers show of owners and grantees.
     private let usernames = NIOLockedValueBox<[String: String]>([:])
@@ -60,6 +62,7 @@ struct Dependencies: Sendable {
         guard let device = try await accounts.device(id: identity.deviceId), device.revokedAt == nil, device.userId == identity.userId else {
             throw DriveError.unauthorized("This device was signed out; log in again.")
         }
+        Acting.current?.record(identity)
         return identity
     }
 

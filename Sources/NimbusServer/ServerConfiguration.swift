@@ -38,6 +38,8 @@ public struct ServerConfiguration: Sendable {
     public var uploadExpiry: Duration = .seconds(24 * 3600)
     /// Change-feed rows for deleted files are compacted after this long; older cursors get 410.
     public var changeRetention: Duration = .seconds(30 * 24 * 3600)
+    /// How long the activity history and "recent" remember what happened.
+    public var activityRetention: Duration = .seconds(90 * 24 * 3600)
     /// Blocks nothing references any more are deleted from the blob store this long after (an upload in flight
     /// may still adopt them meanwhile; a re-upload of recently deleted content is deduplicated).
     public var blockGracePeriod: Duration = .seconds(24 * 3600)

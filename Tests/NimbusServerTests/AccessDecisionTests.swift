@@ -121,6 +121,17 @@ struct AccessDecisionTests {
                 ],
                 "DELETE /v1/links/{linkId}": [Probe(method: .DELETE, path: "/v1/links/\(alicesLink.id)", expected: .refused(folder.id))],
                 "GET /v1/grants": [Probe(method: .GET, path: "/v1/grants", expected: .ownAccount)],
+                "GET /v1/search": [Probe(method: .GET, path: "/v1/search?q=a", expected: .ownAccount)],
+                "GET /v1/starred": [Probe(method: .GET, path: "/v1/starred", expected: .ownAccount)],
+                "GET /v1/recent": [Probe(method: .GET, path: "/v1/recent", expected: .ownAccount)],
+                "GET /v1/activity": [Probe(method: .GET, path: "/v1/activity", expected: .ownAccount)],
+                "PUT /v1/files/{fileId}/star": [Probe(method: .PUT, path: fileRoute + "/star", expected: .refused(file.id))],
+                "DELETE /v1/files/{fileId}/star": [Probe(method: .DELETE, path: fileRoute + "/star", expected: .refused(file.id))],
+                "GET /v1/files/{fileId}/thumbnail": [Probe(method: .GET, path: fileRoute + "/thumbnail", expected: .refused(file.id))],
+                "GET /v1/zip": [
+                    Probe(method: .GET, path: "/v1/zip?ids=\(file.id)", expected: .refused(file.id)),
+                    Probe(method: .GET, path: "/v1/zip?ids=\(folder.id)", expected: .refused(folder.id)),
+                ],
                 "GET /v1/shares/incoming": [Probe(method: .GET, path: "/v1/shares/incoming", expected: .ownAccount)],
                 "POST /v1/shares/incoming/{grantId}/accept": [
                     Probe(method: .POST, path: "/v1/shares/incoming/\(carolsGrant.id)/accept", json: AcceptShareRequest(), expected: .ownAccount)

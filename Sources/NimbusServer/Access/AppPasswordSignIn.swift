@@ -25,7 +25,9 @@ extension Dependencies {
             return Principal(userId: user.id, deviceId: Principal.appPasswordPrefix + record.id)
         }
         switch outcome {
-        case .signedIn(let principal): return .signedIn(principal, username: username)
+        case .signedIn(let principal):
+            Acting.current?.record(principal)
+            return .signedIn(principal, username: username)
         case .lockedOut(let wait): return .lockedOut(retryAfter: wait)
         case .refused: return .refused
         }

@@ -32,6 +32,7 @@ public enum StoreCopier {
     static let tables = [
         "users", "devices", "login_failures", "files", "revisions", "revision_blocks", "packs", "blocks", "changes", "uploads", "dav_uploads", "dav_upload_chunks",
         "upload_blocks", "settings", "app_passwords", "login_flows", "dav_properties", "dav_locks", "deletion_log", "deletion_guard", "grants", "mounts", "links",
+        "stars", "activity", "opened", "thumbnails",
     ]
 
     /// Tables without a key (so `ON CONFLICT DO NOTHING` cannot skip rows copied before): copied whole again each run.
@@ -145,6 +146,7 @@ public enum StoreCopier {
         // The change feed goes on from where it was; the signing key is the one clients' tokens were signed with.
         _ = try await target.write { db in
             try db.execute("SELECT setval(pg_get_serial_sequence('changes', 'seq'), GREATEST((SELECT MAX(seq) FROM changes), 1))", [])
+            try db.execute("SELECT setval(pg_get_serial_sequence('activity', 'seq'), GREATEST((SELECT MAX(seq) FROM activity), 1))", [])
         }
         let secretFile = dataDirectory.appending(path: "jwt-secret")
         if let secret = try? String(contentsOf: secretFile, encoding: .utf8) {

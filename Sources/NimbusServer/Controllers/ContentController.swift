@@ -21,7 +21,16 @@ struct ContentController: Sendable {
             throw DriveError.badRequest("'\(file.name)' is a folder; it has no content.", code: .isAFolder)
         }
         let revision = try await dependencies.content.revision(userId: file.userId, fileId: file.id, revisionId: revisionId)
+        if Self.isOpening(request) { try await dependencies.finding.noteOpened(userId: me.userId, fileId: file.id, now: dependencies.now) }
         return try await stream(revision, name: file.name, request: request, userId: file.userId)
+    }
+
+    /// A browser fetching a file's content from its start (it sends `Sec-Fetch-Site`; sync clients, WebDAV apps and
+    /// scripts do not): the user opened it, for their recent files. A video's later ranges are the same opening.
+    static func isOpening(_ request: Request) -> Bool {
+        guard request.headers[.init("Sec-Fetch-Site")!] != nil else { return false }
+        guard let range = request.headers[.range] else { return true }
+        return range.replacingOccurrences(of: " ", with: "").hasPrefix("bytes=0-")
     }
 
     @Sendable func revisions(_ request: Request, context: NimbusRequestContext) async throws -> Response {

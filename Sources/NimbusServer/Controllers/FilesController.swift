@@ -22,11 +22,12 @@ struct FilesController: Sendable {
     @Sendable func list(_ request: Request, context: NimbusRequestContext) async throws -> Response {
         let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
+        let order = try ListingOrder.parse(sort: request.query("sort"), order: request.query("order"))
         let parent = try await dependencies.item(request.query("parentId") ?? "root", for: me, .list)
-        let (files, total) = try await dependencies.files.children(of: parent.id, userId: parent.userId, paging: paging,
+        let (files, total) = try await dependencies.files.children(of: parent.id, userId: parent.userId, paging: paging, order: order,
             // Shares are mounted in their grantee's tree only: a folder someone shares shows no mounts of theirs.
             mountsAt: parent.userId == me.userId ? dependencies.now : nil)
-        let shown = try await dependencies.present(files, for: me, through: parent.seenThrough)
+        let shown = try await dependencies.starring(try await dependencies.present(files, for: me, through: parent.seenThrough), for: me)
         return try JSONResponse.make(FileList(files: shown, pagination: page(paging, total)))
     }
 

@@ -61,7 +61,7 @@ struct PublicController: Sendable {
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let folder = try await item(request.query("parentId") ?? link.itemId, of: link, .list)
         guard folder.isFolder else { throw DriveError.badRequest("'\(folder.name)' is a file, not a folder.", code: .notAFolder) }
-        let (files, total) = try await dependencies.files.children(of: folder.id, userId: folder.userId, paging: paging, mountsAt: nil)
+        let (files, total) = try await dependencies.files.children(of: folder.id, userId: folder.userId, paging: paging, order: .byName, mountsAt: nil)
         // What anyone with the link sees: names, sizes, times — no owner, and the linked item has no parent.
         let shown = files.map { record -> File in
             var file = record.api
@@ -139,6 +139,7 @@ struct PublicController: Sendable {
     /// `id`, through the access decision as the link's principal (the linked item or beneath it).
     private func item(_ id: String, of link: LinkRecord, _ action: Action, orAction other: Action? = nil) async throws -> FileRecord {
         let principal = Principal.link(link.id)
+        Acting.current?.record(principal)
         guard let found = try await dependencies.files.item(id: id) else { throw dependencies.access.notFound(principal, itemId: id, action) }
         var inside = false
         if found.userId == link.ownerId { inside = try await dependencies.links.ancestors(of: found.id).contains(link.itemId) }

@@ -28,6 +28,7 @@ tags:
   - name: uploads
   - name: blocks
   - name: sharing
+  - name: finding
   - name: changes
   - name: service
   - name: web
@@ -161,9 +162,11 @@ paths:
   /v1/files:
     get:
       tags: [files]
-      summary: List a folder (folders first, then by name)
+      summary: List a folder (folders first, then by name, or as sort and order say)
       parameters:
         - { name: parentId, in: query, required: false, schema: { type: string }, description: "The folder; the root folder when absent." }
+        - { name: sort, in: query, required: false, schema: { type: string, enum: [name, modified, size], default: name }, description: "Folders stay first; names break ties." }
+        - { name: order, in: query, required: false, schema: { type: string, enum: [asc, desc], default: asc } }
         - { $ref: "#/components/parameters/Page" }
         - { $ref: "#/components/parameters/Limit" }
       responses:
@@ -648,6 +651,123 @@ paths:
         "413": { $ref: "#/components/responses/Error" }
         "429": { $ref: "#/components/responses/RateLimited" }
         "507": { $ref: "#/components/responses/Error" }
+  /v1/search:
+    get:
+      tags: [finding]
+      summary: Items whose names contain q (case, accents and width ignored), in my tree and the shares I accepted
+      description: "Names starting with q first, then the newest. Each hit carries its path in my tree (a share's items under my mount's name)."
+      parameters:
+        - { name: q, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 255 }, description: Any part of a name }
+        - { name: type, in: query, required: false, schema: { type: string, enum: [folder, image, video, audio, pdf, text, document, spreadsheet, presentation, archive] } }
+        - { name: modifiedAfter, in: query, required: false, schema: { type: string, format: date-time } }
+        - { $ref: "#/components/parameters/Page" }
+        - { $ref: "#/components/parameters/Limit" }
+      responses:
+        "200":
+          description: One page of hits (each File has path)
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/FileList" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/files/{fileId}/star:
+    parameters:
+      - { $ref: "#/components/parameters/FileId" }
+    put:
+      tags: [finding]
+      summary: Star an item (mine, or one shared with me)
+      responses:
+        "204": { description: Starred }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+    delete:
+      tags: [finding]
+      summary: Unstar an item
+      responses:
+        "204": { description: Not starred }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
+  /v1/starred:
+    get:
+      tags: [finding]
+      summary: My starred items (not those in the trash), newest star first
+      parameters:
+        - { $ref: "#/components/parameters/Page" }
+        - { $ref: "#/components/parameters/Limit" }
+      responses:
+        "200":
+          description: One page
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/FileList" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/recent:
+    get:
+      tags: [finding]
+      summary: Files I (any of my devices) changed or opened in a browser lately, newest first
+      parameters:
+        - { $ref: "#/components/parameters/Page" }
+        - { $ref: "#/components/parameters/Limit" }
+      responses:
+        "200":
+          description: One page
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/FileList" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/activity:
+    get:
+      tags: [finding]
+      summary: What happened in my tree, and what I did in shares, newest first
+      parameters:
+        - { $ref: "#/components/parameters/Page" }
+        - { $ref: "#/components/parameters/Limit" }
+      responses:
+        "200":
+          description: One page of events
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/ActivityList" }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+  /v1/files/{fileId}/thumbnail:
+    parameters:
+      - { $ref: "#/components/parameters/FileId" }
+    get:
+      tags: [finding]
+      summary: A thumbnail of an image, a PDF's first page or a video's frame (made once per revision and size)
+      parameters:
+        - { name: size, in: query, required: false, schema: { type: integer, enum: [64, 256, 1024], default: 256 }, description: Pixels, the longer side }
+        - { $ref: "#/components/parameters/IfNoneMatch" }
+      responses:
+        "200":
+          description: The thumbnail (WebP or JPEG)
+          headers:
+            ETag: { $ref: "#/components/headers/ETag" }
+          content:
+            image/webp: { schema: { type: string, format: binary } }
+            image/jpeg: { schema: { type: string, format: binary } }
+        "304": { description: Not modified (If-None-Match matched) }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { description: "No such item, or no_thumbnail (a folder, another type, or one no thumbnail could be made of)", content: { application/json: { schema: { $ref: "#/components/schemas/Error" } } } }
+  /v1/zip:
+    get:
+      tags: [finding]
+      summary: A zip of files and folders (paths inside as in the tree), streamed
+      parameters:
+        - { name: ids, in: query, required: true, schema: { type: string }, description: "Item ids, comma-separated (at most 1000; at most 100,000 items in all)" }
+      responses:
+        "200":
+          description: The archive (stored entries, UTF-8 names, ZIP64 where needed)
+          content:
+            application/zip: { schema: { type: string, format: binary } }
+        "400": { $ref: "#/components/responses/Error" }
+        "401": { $ref: "#/components/responses/Error" }
+        "404": { $ref: "#/components/responses/Error" }
   /v1/files/{fileId}/content:
     parameters:
       - { $ref: "#/components/parameters/FileId" }
@@ -1362,6 +1482,29 @@ components:
         shared: { type: boolean, description: "The item has grants of its own (to me, when it is a share's root I hold)" }
         capabilities: { $ref: "#/components/schemas/Capabilities", description: What I may do with it }
         mountId: { type: string, description: "Someone else's item: the mount it reaches my tree through" }
+        path: { type: string, description: "Where it is in my tree, e.g. /Work/notes.txt (search hits)" }
+        starred: { type: boolean, description: "I starred it (listings, search, starred, recent)" }
+    ActivityEvent:
+      type: object
+      required: [at, action, file, by, summary]
+      properties:
+        at: { type: string, format: date-time }
+        action: { type: string, enum: [created, uploaded, edited, renamed, moved, copied, trashed, restored, deleted, restoredVersion] }
+        file: { $ref: "#/components/schemas/File", description: "The item now; as it was when it is gone (trashed: true)" }
+        by:
+          type: object
+          properties:
+            userId: { type: [string, "null"] }
+            username: { type: [string, "null"] }
+            deviceId: { type: [string, "null"], description: "A device, app-password:ID, or link:ID" }
+            deviceName: { type: [string, "null"] }
+        summary: { type: string, description: 'In words, e.g. "alice (Laptop) edited notes.txt"' }
+    ActivityList:
+      type: object
+      required: [events, pagination]
+      properties:
+        events: { type: array, items: { $ref: "#/components/schemas/ActivityEvent" } }
+        pagination: { $ref: "#/components/schemas/Pagination" }
     UserRef:
       type: object
       required: [userId, username]

@@ -87,7 +87,7 @@ struct OCSShares {
         var items = [item]
         if Self.flag(parameters["subfiles"]) {
             guard item.isFolder else { throw DriveError.badRequest("Not a directory.") }
-            items = try await dependencies.files.children(of: item.id, userId: item.userId, paging: Paging(page: 1, limit: Paging.maxLimit), mountsAt: nil).files
+            items = try await dependencies.files.children(of: item.id, userId: item.userId, paging: Paging(page: 1, limit: Paging.maxLimit), order: .byName, mountsAt: nil).files
         }
         // The owner and managers see everyone's shares on an item; anyone else, none but their own grant.
         var shares: [OCSValue] = []

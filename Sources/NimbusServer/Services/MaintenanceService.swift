@@ -77,6 +77,7 @@ struct MaintenanceService: Service {
             let purged = try await store.purgeTrash(trashedBefore: now.addingTimeInterval(-configuration.trashRetention.timeInterval), now: now)
             let compacted = try await store.compactChanges(before: now.addingTimeInterval(-configuration.changeRetention.timeInterval))
             _ = try await store.pruneDeletionLog(before: now.addingTimeInterval(-configuration.massDeletion.window.timeInterval))
+            _ = try await store.pruneActivity(before: now.addingTimeInterval(-configuration.activityRetention.timeInterval))
             _ = try await store.pruneLoginFlows(now: now)
             // Grants past their expiry stop working at once (the access decision reads the expiry); here their mounts
             // leave their grantees' trees, and feeds.

@@ -9,7 +9,7 @@ import NimbusAPI
 ///
 /// A failure throws ``DriveError`` and leaves the store unchanged. `SQLMetadataStore` implements all four over the
 /// ``SQLDatabase`` seam (SQLite and PostgreSQL), one file per aggregate.
-typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore & ShareStore & LinkStore
+typealias MetadataStore = AccountStore & FileStore & ContentStore & WebDAVStore & ShareStore & LinkStore & FindingStore
 
 /// Users, devices and their refresh tokens, login failures, app passwords, settings every replica shares.
 protocol AccountStore: Sendable {
@@ -75,7 +75,7 @@ protocol FileStore: Sendable {
     func file(id: String, userId: String) async throws -> FileRecord
     /// A page of the folder's items, folders first, then by name; with `mountsAt`, the shares mounted in it whose
     /// grant is live at that time are among them (``FileRecord/mountId``).
-    func children(of parentId: String, userId: String, paging: Paging, mountsAt now: Date?) async throws -> (files: [FileRecord], total: Int)
+    func children(of parentId: String, userId: String, paging: Paging, order: ListingOrder, mountsAt now: Date?) async throws -> (files: [FileRecord], total: Int)
     /// The live item named `name` in the folder `parentId`, if any (WebDAV walks paths with this).
     func child(named name: String, in parentId: String, userId: String) async throws -> FileRecord?
     func trashed(userId: String, paging: Paging) async throws -> (files: [FileRecord], total: Int)

@@ -318,17 +318,19 @@ extension SQLMetadataStore {
         for (index, block) in blocks.enumerated() {
             try db.insert(into: "revision_blocks", ["revision_id", "idx", "user_id", "hash", "size"], [revisionId, index, file.userId, block.hash, block.size])
         }
+        let isNew = effects.inserted.contains(file.id)
+        Self.noteActivity(&effects, isNew ? (size > 0 ? .uploaded : .created) : .edited, file, at: now)
         if let unplaced = effects.unplaced.removeValue(forKey: file.id) {
             // A new file: its row, written once, is what inserting it (version 1) and then updating its head gave.
             try db.insert(
                 into: "files",
                 [
                     "id", "user_id", "parent_id", "name", "mime_type", "is_folder", "size", "checksum", "head_revision_id", "version", "created_at",
-                    "modified_at", "request_id",
+                    "modified_at", "request_id", "search_name",
                 ],
                 [
                     file.id, file.userId, file.parentId, file.name, mimeType, false, size, checksum, revisionId, file.version + 1,
-                    file.createdAt.millis, modified.millis, unplaced.requestId,
+                    file.createdAt.millis, modified.millis, unplaced.requestId, SearchText.fold(file.name),
                 ])
         } else {
             try db.perform("""
@@ -361,6 +363,7 @@ extension SQLMetadataStore {
         for id in doomed {
             hashes.formUnion(try db.values("SELECT hash FROM revision_blocks WHERE revision_id = ?", [id], as: String.self))
             try db.perform("DELETE FROM revision_blocks WHERE revision_id = ?", [id])
+            try db.perform("DELETE FROM thumbnails WHERE revision_id = ?", [id])
             try db.perform("DELETE FROM revisions WHERE id = ?", [id])
         }
         try collectGarbage(db, &effects, userId: userId, hashes: hashes, now: now)
@@ -378,8 +381,10 @@ extension SQLMetadataStore {
                 hashes.formUnion(try db.values("SELECT hash FROM revision_blocks WHERE revision_id = ?", [revisionId], as: String.self))
                 try db.perform("DELETE FROM revision_blocks WHERE revision_id = ?", [revisionId])
             }
+            try db.perform("DELETE FROM thumbnails WHERE revision_id IN (SELECT id FROM revisions WHERE file_id = ?)", [id])
             try db.perform("DELETE FROM revisions WHERE file_id = ?", [id])
             try db.perform("DELETE FROM dav_properties WHERE file_id = ?", [id])
+            try db.perform("DELETE FROM stars WHERE file_id = ?", [id])
             try db.perform("DELETE FROM files WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .delete, now: now)
         }

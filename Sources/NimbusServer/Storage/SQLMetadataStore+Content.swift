@@ -234,6 +234,7 @@ extension SQLMetadataStore {
             let revision = try Self.revision(row)
             let blocks = try db.fetchAll("SELECT hash, size FROM revision_blocks WHERE revision_id = ? ORDER BY idx", [revisionId]
             ).map { BlockRef(hash: try $0.get("hash"), size: try $0.get("size")) }
+            Self.noteActivity(&effects, .restoredVersion, file, at: now)
             return try self.commitRevision(
                 db, &effects, file: file, blocks: blocks, checksum: revision.checksum, size: revision.size, mimeType: revision.mimeType, now: now)
         }
@@ -310,9 +311,9 @@ extension SQLMetadataStore {
     ) throws -> FileRecord {
         let id = "f" + randomToken()
         try db.perform("""
-                INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId])
+                INSERT INTO files (id, user_id, parent_id, name, mime_type, is_folder, created_at, modified_at, request_id, search_name)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [id, userId, parentId, name, mimeType, isFolder, now.millis, now.millis, requestId, SearchText.fold(name)])
         effects.inserted.insert(id)
         return FileRecord(
             id: id, userId: userId, parentId: parentId, name: name, mimeType: mimeType, isFolder: isFolder, size: 0, checksum: nil,

@@ -44,20 +44,20 @@ extension SQLMetadataStore {
         try await database.read { db in try Self.file(db, id: id, userId: userId) }
     }
 
-    func children(of parentId: String, userId: String, paging: Paging, mountsAt now: Date?) async throws -> (files: [FileRecord], total: Int) {
+    func children(of parentId: String, userId: String, paging: Paging, order: ListingOrder, mountsAt now: Date?) async throws -> (files: [FileRecord], total: Int) {
         try await database.read { db in
             let parent = try Self.file(db, id: parentId, userId: userId)
             guard parent.isFolder else { throw DriveError.badRequest("'\(parent.name)' is a file, not a folder.", code: .notAFolder) }
             // Inside a trashed folder, list what went to the trash with it; elsewhere, only live items.
             let trashFilter = parent.isTrashed ? "trash_root IS NOT NULL" : "trash_root IS NULL"
             if let now, !parent.isTrashed, try db.fetchOne("SELECT 1 FROM mounts WHERE user_id = ? AND parent_id = ?", [userId, parentId]) != nil {
-                return try Self.childrenWithMounts(db, parentId: parentId, userId: userId, paging: paging, now: now)
+                return try Self.childrenWithMounts(db, parentId: parentId, userId: userId, paging: paging, order: order, now: now)
             }
             try db.preferIndexOrder()
             let total = try db.value("SELECT COUNT(*) FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)", [parentId, userId], as: Int.self) ?? 0
             let rows = try db.fetchAll("""
                     SELECT * FROM files WHERE parent_id = ? AND user_id = ? AND \(trashFilter)
-                    ORDER BY is_folder DESC, name ASC LIMIT ? OFFSET ?
+                    ORDER BY \(order.sql()) LIMIT ? OFFSET ?
                     """, [parentId, userId, paging.limit, paging.offset])
             return (try rows.map(Self.file), total)
         }
@@ -124,6 +124,7 @@ extension SQLMetadataStore {
         } else {
             file = try Self.insertFile(
                 db, &effects, userId: userId, parentId: parent.id, name: finalName, mimeType: mimeType, isFolder: true, requestId: requestId, now: now)
+            Self.noteActivity(&effects, .created, file, at: now)
             try Self.recordChange(db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now)
         }
         Self.touchFolder(&effects, parent.id)
@@ -150,7 +151,13 @@ extension SQLMetadataStore {
                     over = existing
                 }
             }
-            return .done(try self.copy(db, &effects, userId: userId, source: source, parentId: parentId, name: name, over: over, deep: deep, now: now))
+            // One action for the history: the copy (not each item it made).
+            let noted = effects.activity.count
+            let copied = try self.copy(db, &effects, userId: userId, source: source, parentId: parentId, name: name, over: over, deep: deep, now: now)
+            effects.activity.removeSubrange(noted...)
+            effects.noted = Set(effects.activity.map(\.fileId))
+            Self.noteActivity(&effects, .copied, copied, at: now)
+            return .done(copied)
         }.get()
     }
 
@@ -240,10 +247,13 @@ extension SQLMetadataStore {
         // A file keeps the time of its content's last change (a rename or move is not one: WebDAV clients,
         // rclone and Nextcloud expect a MOVE to keep a file's time); a folder's time is its last change.
         try db.perform(
-            "UPDATE files SET name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
-            [newName, newParent, file.isFolder ? now.millis : file.modifiedAt.millis, file.id])
+            "UPDATE files SET name = ?, search_name = ?, parent_id = ?, version = version + 1, modified_at = ? WHERE id = ?",
+            [newName, SearchText.fold(newName), newParent, file.isFolder ? now.millis : file.modifiedAt.millis, file.id])
         try Self.recordChange(
             db, &effects, userId: userId, fileId: file.id, kind: .upsert, now: now, formerParent: newParent == oldParent ? nil : oldParent)
+        var moved = file
+        moved.name = newName
+        Self.noteActivity(&effects, newParent == oldParent ? .renamed : .moved, moved, at: now)
         Self.touchFolder(&effects, oldParent)
         if newParent != oldParent { Self.touchFolder(&effects, newParent) }
         return try Self.file(db, id: file.id, userId: userId)
@@ -264,6 +274,7 @@ extension SQLMetadataStore {
             try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == nil
         }
         if let refusal = try Self.admitDeletion(db, userId: userId, deleter: deleter, items: ids.count, now: now) { return .paused(refusal) }
+        Self.noteActivity(&effects, .trashed, file, at: now)
         for id in ids {
             try db.perform("UPDATE files SET trash_root = ?, trashed_at = ?, version = version + 1 WHERE id = ?", [file.id, now.millis, id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
@@ -297,8 +308,11 @@ extension SQLMetadataStore {
         let ids = try Self.subtree(db, rootId: file.id).filter { id in
             try db.value("SELECT trash_root FROM files WHERE id = ?", [id], as: String.self) == trashRoot
         }
+        var restored = file
+        restored.name = name
+        Self.noteActivity(&effects, .restored, restored, at: now)
         // Name and place first, while the row is still trashed and outside the live-name index.
-        try db.perform("UPDATE files SET name = ?, parent_id = ? WHERE id = ?", [name, parentId, file.id])
+        try db.perform("UPDATE files SET name = ?, search_name = ?, parent_id = ? WHERE id = ?", [name, SearchText.fold(name), parentId, file.id])
         for id in ids {
             try db.perform("UPDATE files SET trash_root = NULL, trashed_at = NULL, version = version + 1 WHERE id = ?", [id])
             try Self.recordChange(db, &effects, userId: userId, fileId: id, kind: .upsert, now: now)
@@ -315,6 +329,7 @@ extension SQLMetadataStore {
                 let items = try Self.subtree(db, rootId: file.id).count
                 if let refusal = try Self.admitDeletion(db, userId: userId, deleter: deleter, items: items, now: now) { return .paused(refusal) }
             }
+            Self.noteActivity(&effects, .deleted, file, at: now)
             try self.purge(db, &effects, userId: userId, rootId: file.id, now: now)
             Self.touchFolder(&effects, parentId)
             return .done(())
@@ -372,6 +387,7 @@ extension SQLMetadataStore {
             purged += try await write(user: candidate.userId) { db, effects in
                 guard let row = try db.fetchOne("SELECT parent_id FROM files WHERE id = ? AND trash_root = id AND trashed_at < ?", [candidate.id, before.millis])
                 else { return 0 }
+                if let file = try Self.existingFile(db, id: candidate.id, userId: candidate.userId) { Self.noteActivity(&effects, .deleted, file, at: now) }
                 let count = try self.purge(db, &effects, userId: candidate.userId, rootId: candidate.id, now: now)
                 if let parentId = try row.get("parent_id", as: String?.self) { Self.touchFolder(&effects, parentId) }
                 return count

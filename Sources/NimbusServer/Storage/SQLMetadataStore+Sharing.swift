@@ -283,7 +283,7 @@ extension SQLMetadataStore {
     }
 
     /// A page of a folder holding mounts: its items and its mounts' items, folders first, then by name.
-    static func childrenWithMounts(_ db: any SQLTransaction, parentId: String, userId: String, paging: Paging, now: Date) throws -> (files: [FileRecord], total: Int) {
+    static func childrenWithMounts(_ db: any SQLTransaction, parentId: String, userId: String, paging: Paging, order: ListingOrder, now: Date) throws -> (files: [FileRecord], total: Int) {
         let union = """
             SELECT f.*, NULL AS m_id, NULL AS m_parent_id, NULL AS m_name, f.name AS shown FROM files f
             WHERE f.parent_id = ? AND f.user_id = ? AND f.trash_root IS NULL
@@ -293,7 +293,7 @@ extension SQLMetadataStore {
             """
         let arguments: [any SQLArgument] = [parentId, userId, parentId, userId, now.millis]
         let total = try db.value("SELECT COUNT(*) FROM (\(union)) listing", arguments, as: Int.self) ?? 0
-        let rows = try db.fetchAll("SELECT * FROM (\(union)) listing ORDER BY is_folder DESC, shown ASC LIMIT ? OFFSET ?", arguments + [paging.limit, paging.offset])
+        let rows = try db.fetchAll("SELECT * FROM (\(union)) listing ORDER BY \(order.sql(name: "shown")) LIMIT ? OFFSET ?", arguments + [paging.limit, paging.offset])
         return (try rows.map { row in try row.get("m_id", as: String?.self) == nil ? try file(row) : try mountedFile(row) }, total)
     }
 

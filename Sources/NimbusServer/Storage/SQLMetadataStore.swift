@@ -45,9 +45,11 @@ final class SQLMetadataStore: MetadataStore {
     /// need their writers serialized, a refresh token or a login key, are locked the same way under a prefix).
     @discardableResult
     func write<T: Sendable>(user: String? = nil, _ body: @escaping @Sendable (any SQLTransaction, inout Effects) throws -> T) async throws -> T {
+        let actor = Acting.current?.principal
         let transaction: @Sendable (any SQLTransaction) throws -> (T, Effects) = { db in
             if let user { try db.lockUser(user) }
             var effects = Effects()
+            effects.actor = actor
             let value = try body(db, &effects)
             try Self.applyDeferred(db, &effects)
             return (value, effects)
@@ -101,6 +103,32 @@ final class SQLMetadataStore: MetadataStore {
         var knownChildren: [ChildKey: Known<FileRecord>] = [:]
         var knownRequests: [String: Known<FileRecord>] = [:]
         var knownBlocks: [String: BlockState] = [:]
+        /// Who the transaction acts for (the request's principal; nil: the server itself), for the activity history.
+        var actor: Principal?
+        /// What the transaction did, a row each for the activity history (an item's first action in it only).
+        var activity: [ActivityNote] = []
+        /// The items `activity` has a row for.
+        var noted: Set<String> = []
+    }
+
+    /// One action for the activity history, written at the end of the transaction.
+    struct ActivityNote: Sendable {
+        var ownerId: String
+        var fileId: String
+        var action: ActivityEvent.Action
+        var name: String
+        var mimeType: String
+        var isFolder: Bool
+        var at: Date
+    }
+
+    /// Notes `action` on `file` for the activity history, unless the transaction noted the item already (restoring a
+    /// version commits a revision: the history says "restored a version", not "edited").
+    static func noteActivity(_ effects: inout Effects, _ action: ActivityEvent.Action, _ file: FileRecord, at now: Date) {
+        guard effects.noted.insert(file.id).inserted else { return }
+        effects.activity.append(
+            ActivityNote(
+                ownerId: file.userId, fileId: file.id, action: action, name: file.name, mimeType: file.mimeType, isFolder: file.isFolder, at: now))
     }
 
     struct ChildKey: Hashable, Sendable {
@@ -152,6 +180,16 @@ final class SQLMetadataStore: MetadataStore {
             try db.perform("UPDATE files SET version = version + 1 WHERE id = ?", [folderId])
         }
         try bumpTreeVersions(db, effects)
+        // Someone with a public link has no account: the row names the link (as its device), and no user.
+        let actorId = effects.actor.flatMap { $0.deviceId.hasPrefix(Principal.linkPrefix) ? nil : $0.userId }
+        for note in effects.activity {
+            try db.insert(
+                into: "activity", ["user_id", "file_id", "action", "at", "actor_id", "device_id", "name", "mime_type", "is_folder"],
+                [
+                    note.ownerId, note.fileId, note.action.rawValue, note.at.millis, actorId, effects.actor?.deviceId, note.name, note.mimeType,
+                    note.isFolder,
+                ])
+        }
         for (userId, seq) in effects.changed { try db.announce(userId: userId, seq: seq) }
     }
 }

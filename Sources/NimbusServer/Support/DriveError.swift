@@ -13,6 +13,8 @@ public enum DriveError: Error, Sendable {
     case unauthorizedCode(String, code: APIErrorCode)
     case forbidden(String)
     case notFound(String = "No such file or folder.")
+    /// 404 `no_thumbnail`.
+    case noThumbnail(String)
     case nameConflict(name: String, existingId: String)
     case versionConflict(String, current: File?)
     case conflict(String, code: APIErrorCode = .conflict)
@@ -44,7 +46,7 @@ public enum DriveError: Error, Sendable {
         case .badRequest: .badRequest
         case .unauthorized, .unauthorizedCode: .unauthorized
         case .forbidden: .forbidden
-        case .notFound: .notFound
+        case .notFound, .noThumbnail: .notFound
         case .nameConflict, .versionConflict, .conflict, .requestIdReused: .conflict
         case .gone: .gone
         case .preconditionFailed: .preconditionFailed
@@ -70,6 +72,7 @@ public enum DriveError: Error, Sendable {
         case .unauthorizedCode(let message, let code): APIErrorBody(code, message: message)
         case .forbidden(let message): APIErrorBody(.forbidden, message: message)
         case .notFound(let message): APIErrorBody(.notFound, message: message)
+        case .noThumbnail(let message): APIErrorBody(.noThumbnail, message: message)
         case .nameConflict(let name, let existingId):
             APIErrorBody(
                 .nameConflict,

@@ -32,3 +32,42 @@ struct Paging: Equatable, Sendable {
         offset + limit < totalItems ? page + 1 : nil
     }
 }
+
+/// How a folder listing is sorted (`sort=name|modified|size`, `order=asc|desc`): folders always first, then by the
+/// key, names breaking ties (and ids, for the listings where names repeat).
+struct ListingOrder: Equatable, Sendable {
+    enum Key: String, Sendable {
+        case name, modified, size
+    }
+
+    var key: Key = .name
+    var descending = false
+
+    static let byName = ListingOrder()
+
+    static func parse(sort: String?, order: String?) throws(DriveError) -> ListingOrder {
+        var result = ListingOrder()
+        if let sort {
+            guard let key = Key(rawValue: sort) else { throw .badRequest("'sort' must be name, modified or size.") }
+            result.key = key
+        }
+        if let order {
+            switch order {
+            case "asc": result.descending = false
+            case "desc": result.descending = true
+            default: throw .badRequest("'order' must be asc or desc.")
+            }
+        }
+        return result
+    }
+
+    /// The `ORDER BY` terms, with `name` the column the names are shown from.
+    func sql(name: String = "name") -> String {
+        let direction = descending ? "DESC" : "ASC"
+        switch key {
+        case .name: return "is_folder DESC, \(name) \(direction)"
+        case .modified: return "is_folder DESC, modified_at \(direction), \(name) ASC, id"
+        case .size: return "is_folder DESC, size \(direction), \(name) ASC, id"
+        }
+    }
+}

@@ -58,7 +58,7 @@ extension DAVRequest {
         var page = 1
         while true {
             let batch = try await dependencies.files.children(
-                of: folder.id, userId: folder.userId, paging: Paging(page: page, limit: Paging.maxLimit), mountsAt: mountsAt)
+                of: folder.id, userId: folder.userId, paging: Paging(page: page, limit: Paging.maxLimit), order: .byName, mountsAt: mountsAt)
             result += batch.files
             if batch.files.count < Paging.maxLimit || result.count >= batch.total { return result }
             page += 1

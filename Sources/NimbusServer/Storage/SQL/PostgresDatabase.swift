@@ -15,6 +15,7 @@ import PostgresNIO
 /// a unique violation (two replicas creating the same row at once) is rolled back and run again; the next attempt
 /// sees the other's row and answers as one replica would.
 final class PostgresDatabase: SQLDatabase {
+    var dialect: SchemaMigrations.Dialect { .postgres }
     /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&pool=N]`; the password may come from `PGPASSWORD`.
     struct Location: Sendable, Equatable {
         var host: String

@@ -319,7 +319,7 @@ enum PostgresSchema {
             }
         }
         for migration in SchemaMigrations.pending(applied: applied, legacyComplete: legacyStarted) {
-            for statement in migration.statements { try db.execute(SchemaMigrations.render(statement, for: .postgres), []) }
+            for statement in migration.statements(for: .postgres) { try db.execute(SchemaMigrations.render(statement, for: .postgres), []) }
             try db.execute("INSERT INTO nimbus_migrations (id) VALUES (?)", [migration.id])
         }
     }

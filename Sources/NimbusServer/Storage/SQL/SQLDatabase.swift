@@ -161,6 +161,8 @@ extension SQLTransaction {
 /// `write` runs its body as one transaction, retrying it from the start when the database reports a
 /// serialization failure (so a body must do nothing outside the transaction); `read` sees one snapshot.
 protocol SQLDatabase: Sendable {
+    /// Which SQL it speaks, where the two differ (the search index).
+    var dialect: SchemaMigrations.Dialect { get }
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLTransaction) throws -> T) async throws -> T
     /// Lets go of connections and threads (a server that stops; tests that start many).

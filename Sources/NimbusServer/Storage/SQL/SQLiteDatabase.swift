@@ -5,6 +5,7 @@ import Metrics
 /// The embedded ``SQLDatabase``: one SQLite file through GRDB — WAL, `synchronous=FULL`, one serialized writer,
 /// concurrent readers. The schema is ``SchemaMigrations`` (``migrate(_:)``).
 struct SQLiteDatabase: SQLDatabase {
+    var dialect: SchemaMigrations.Dialect { .sqlite }
     let pool: DatabasePool
 
     init(path: String) throws {
@@ -37,7 +38,7 @@ struct SQLiteDatabase: SQLDatabase {
         }
         for migration in SchemaMigrations.pending(applied: applied, legacyComplete: legacy) {
             try pool.write { db in
-                for statement in migration.statements { try db.execute(sql: SchemaMigrations.render(statement, for: .sqlite)) }
+                for statement in migration.statements(for: .sqlite) { try db.execute(sql: SchemaMigrations.render(statement, for: .sqlite)) }
                 try db.execute(sql: "INSERT INTO nimbus_migrations (id, applied_at) VALUES (?, ?)", arguments: [migration.id, Date().millis])
             }
         }

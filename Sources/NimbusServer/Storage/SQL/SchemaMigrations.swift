@@ -19,6 +19,14 @@ enum SchemaMigrations {
     struct Migration: Sendable {
         var id: String
         var statements: [String]
+        /// Statements one dialect alone runs, after `statements`: what the other does another way (a search index).
+        var sqliteOnly: [String] = []
+        var postgresOnly: [String] = []
+
+        /// What `dialect` runs, in order, its placeholders still to render.
+        func statements(for dialect: Dialect) -> [String] {
+            statements + (dialect == .sqlite ? sqliteOnly : postgresOnly)
+        }
     }
 
     /// The id a database made before this list reaches once its legacy history has run to the end.
@@ -369,6 +377,96 @@ enum SchemaMigrations {
                 )
                 """,
                 "CREATE INDEX links_item ON links(owner_id, item_id)",
+            ]
+        ),
+        Migration(
+            id: "schema-5-finding",
+            statements: [
+                // The name as search compares it: case, accents and width folded (`SearchText.fold`, in Swift, so both
+                // databases find the same). NULL until written: rows from before it are folded when the store opens.
+                "ALTER TABLE files ADD COLUMN search_name TEXT",
+                // A user's stars on items they see (their own, or a share's).
+                """
+                CREATE TABLE stars (
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    created_at {int} NOT NULL,
+                    PRIMARY KEY (user_id, file_id)
+                )
+                """,
+                "CREATE INDEX stars_file ON stars(file_id)",
+                // Who did what to which item, in the tree's owner's history: one row per action a person took (a
+                // folder trashed is one row, not one per item in it), with the item's name and kind as they were,
+                // so a row outlives its item. `device_id`: the device or app password that did it (NULL: the server).
+                """
+                CREATE TABLE activity (
+                    seq {serial},
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    action TEXT NOT NULL,
+                    at {int} NOT NULL,
+                    actor_id TEXT,
+                    device_id TEXT,
+                    name TEXT NOT NULL,
+                    mime_type TEXT NOT NULL,
+                    is_folder {int} NOT NULL
+                )
+                """,
+                "CREATE INDEX activity_user ON activity(user_id, seq)",
+                "CREATE INDEX activity_actor ON activity(actor_id, seq)",
+                "CREATE INDEX activity_file ON activity(file_id)",
+                "CREATE INDEX activity_at ON activity(at)",
+                // When the user last opened a file (a preview, a download for viewing): with what they changed, "recent".
+                """
+                CREATE TABLE opened (
+                    user_id TEXT NOT NULL,
+                    file_id TEXT NOT NULL,
+                    at {int} NOT NULL,
+                    PRIMARY KEY (user_id, file_id)
+                )
+                """,
+                "CREATE INDEX opened_user ON opened(user_id, at)",
+                // Thumbnails, per revision and size: the image (`data`), or NULL when none can be made (the worker
+                // failed or the type has none), so a hostile file costs one attempt. Removed with their revision.
+                """
+                CREATE TABLE thumbnails (
+                    revision_id TEXT NOT NULL,
+                    size {int} NOT NULL,
+                    user_id TEXT NOT NULL,
+                    mime_type TEXT,
+                    data {bytes},
+                    created_at {int} NOT NULL,
+                    PRIMARY KEY (revision_id, size)
+                )
+                """,
+            ],
+            // SQLite: an FTS5 trigram index over the folded names (substring search of three characters or more),
+            // kept by triggers; its rows are `files`' rowids (`files` is never VACUUMed: that renumbers rowids — after
+            // one, `INSERT INTO files_search(files_search) VALUES ('rebuild')` makes it whole again).
+            sqliteOnly: [
+                "CREATE VIRTUAL TABLE files_search USING fts5(search_name, content='files', content_rowid='rowid', tokenize='trigram')",
+                """
+                CREATE TRIGGER files_search_insert AFTER INSERT ON files WHEN new.search_name IS NOT NULL BEGIN
+                    INSERT INTO files_search(rowid, search_name) VALUES (new.rowid, new.search_name);
+                END
+                """,
+                """
+                CREATE TRIGGER files_search_delete AFTER DELETE ON files WHEN old.search_name IS NOT NULL BEGIN
+                    INSERT INTO files_search(files_search, rowid, search_name) VALUES ('delete', old.rowid, old.search_name);
+                END
+                """,
+                """
+                CREATE TRIGGER files_search_update AFTER UPDATE OF search_name ON files BEGIN
+                    INSERT INTO files_search(files_search, rowid, search_name) SELECT 'delete', old.rowid, old.search_name WHERE old.search_name IS NOT NULL;
+                    INSERT INTO files_search(rowid, search_name) SELECT new.rowid, new.search_name WHERE new.search_name IS NOT NULL;
+                END
+                """,
+            ],
+            // PostgreSQL: pg_trgm's GIN index, which serves `LIKE '%text%'` (the extension in `public`, where every
+            // schema of the database finds its operator class).
+            postgresOnly: [
+                "CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public",
+                "CREATE INDEX files_search ON files USING gin (search_name public.gin_trgm_ops)",
             ]
         ),
     ]
