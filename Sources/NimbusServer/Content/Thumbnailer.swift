@@ -115,7 +115,7 @@ struct Thumbnailer: Sendable {
                 command = [
                     ffmpeg ?? "", "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "1", "-protocol_whitelist", "file",
                     "-format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi", "-ss", "1", "-i", source.path, "-frames:v", "1",
-                    "-vf", "scale=\(size):\(size):force_original_aspect_ratio=decrease", "-y", output.path,
+                    "-vf", "scale=w=min(iw\\,\(size)):h=min(ih\\,\(size)):force_original_aspect_ratio=decrease", "-y", output.path,
                 ]
             }
             var status = await run(command, in: folder)
