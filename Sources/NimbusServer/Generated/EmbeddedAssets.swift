@@ -1212,16 +1212,19 @@ paths:
           description: HTML
           content:
             text/html: { schema: { type: string } }
-  /app.js:
+  /js/{module}:
     get:
       tags: [web]
-      summary: The web app's script
+      summary: One of the web app's ES modules (main.js, api.js, list.js, …)
       security: []
+      parameters:
+        - { name: module, in: path, required: true, schema: { type: string } }
       responses:
         "200":
           description: JavaScript
           content:
             text/javascript: { schema: { type: string } }
+        "404": { $ref: "#/components/responses/Error" }
   /app.css:
     get:
       tags: [web]
@@ -1781,51 +1784,152 @@ components:
     /// Files under `web/`, by path relative to it.
     static let web: [String: String] = [
         "app.css": #"""
-:root { --fg: #1f2328; --muted: #656d76; --line: #d0d7de; --bg: #fff; --accent: #0969da; --danger: #cf222e; --soft: #f6f8fa; }
+:root { --fg: #1f2328; --muted: #57606a; --line: #d0d7de; --bg: #fff; --accent: #0969da; --danger: #cf222e; --soft: #f6f8fa; --select: #ddf4ff; --nav: 220px; --preview: 380px; }
 * { box-sizing: border-box; }
-body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); }
-.bar { display: flex; align-items: center; gap: .75rem; padding: .6rem 1rem; border-bottom: 1px solid var(--line); background: var(--soft); }
+[hidden] { display: none !important; }
+html { -webkit-text-size-adjust: 100%; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); overflow-x: hidden; }
+.visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
+.skip { position: absolute; left: -999px; top: 0; background: var(--bg); padding: .5rem; z-index: 50; }
+.skip:focus { left: .5rem; }
+.bar { position: sticky; top: 0; z-index: 20; display: flex; align-items: center; gap: .6rem; padding: .5rem 1rem; border-bottom: 1px solid var(--line); background: var(--soft); }
 .brand { font-weight: 700; color: var(--fg); text-decoration: none; font-size: 1.1rem; }
+#search-form { flex: 0 1 36rem; min-width: 0; }
+#search { width: 100%; border-radius: 2rem; padding: .45rem 1rem; background: var(--bg); }
 .spacer { flex: 1; }
 .muted { color: var(--muted); }
+.small { font-size: .85rem; }
 .center { text-align: center; }
-main { max-width: 1100px; margin: 0 auto; padding: 1rem; }
-h1 { font-size: 1.25rem; margin: 0 0 .5rem; }
+body:not(.signed-in) .signed-in-only { display: none !important; }
+.only-phone { display: none; }
+h1 { font-size: 1.25rem; margin: .25rem 0 .75rem; }
 h2 { font-size: 1.1rem; margin: 0 0 .75rem; }
-button { font: inherit; padding: .4rem .8rem; border: 1px solid var(--line); border-radius: 6px; background: var(--soft); color: var(--fg); cursor: pointer; }
-button:hover { background: #eaeef2; }
-button:focus-visible, a:focus-visible, input:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+button, a.button { white-space: nowrap; font: inherit; padding: .4rem .8rem; border: 1px solid var(--line); border-radius: 6px; background: var(--soft); color: var(--fg); cursor: pointer; text-decoration: none; display: inline-block; }
+button:hover, a.button:hover { background: #eaeef2; }
+button:disabled { opacity: .5; cursor: default; }
+button:focus-visible, a:focus-visible, input:focus-visible, select:focus-visible, [tabindex]:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
 button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
-button.danger { color: var(--danger); }
+button.danger, .menu button.danger { color: var(--danger); }
 button.small { padding: .15rem .5rem; font-size: .85rem; }
-input { font: inherit; padding: .4rem .5rem; border: 1px solid var(--line); border-radius: 6px; width: 100%; }
+button[aria-pressed="true"] { background: var(--select); border-color: var(--accent); }
+input, select { font: inherit; padding: .4rem .5rem; border: 1px solid var(--line); border-radius: 6px; width: 100%; max-width: 100%; }
+input[type=checkbox], input[type=radio] { width: auto; }
 label { display: block; margin: .5rem 0; }
-label input[type=radio] { width: auto; margin-right: .4rem; }
+label input[type=radio] { margin-right: .4rem; }
 .card { border: 1px solid var(--line); border-radius: 10px; padding: 1.25rem; background: var(--bg); }
 .narrow { max-width: 360px; margin: 3rem auto; }
-.alert { max-width: 1100px; margin: .75rem auto 0; padding: .6rem 1rem; border: 1px solid var(--danger); color: var(--danger); background: #ffebe9; border-radius: 6px; }
+.alert { position: sticky; top: 3.2rem; z-index: 15; max-width: 1100px; margin: .75rem auto 0; padding: .6rem 1rem; border: 1px solid var(--danger); color: var(--danger); background: #ffebe9; border-radius: 6px; }
 .alert.info { border-color: var(--accent); color: var(--accent); background: #ddf4ff; }
-.toolbar { display: flex; flex-wrap: wrap; align-items: center; gap: .5rem; margin: .5rem 0 1rem; }
+
+/* Layout: places on the left, the page, the preview on the right. */
+.layout { display: flex; align-items: flex-start; min-height: calc(100vh - 3.2rem); }
+#nav { position: sticky; top: 3.2rem; flex: 0 0 var(--nav); display: flex; flex-direction: column; gap: .15rem; padding: .75rem .5rem; max-height: calc(100vh - 3.2rem); overflow-y: auto; }
+#nav a { padding: .45rem .75rem; border-radius: 2rem; color: var(--fg); text-decoration: none; }
+#nav a:hover { background: var(--soft); }
+#nav a[aria-current="page"] { background: var(--select); font-weight: 600; }
+#nav .new { margin-bottom: .5rem; border-radius: 1rem; padding: .6rem 1rem; align-self: flex-start; }
+.quota { margin-top: 1rem; padding: 0 .75rem; }
+.quota progress { width: 100%; height: .5rem; }
+main { flex: 1; min-width: 0; padding: .5rem 1rem 2rem; }
+body:not(.signed-in) main { max-width: none; }
+.toolbar { display: flex; flex-wrap: wrap; align-items: center; gap: .5rem; margin: .25rem 0 .5rem; }
 .toolbar h1 { margin: 0 0 0 .5rem; }
-.breadcrumbs { display: flex; flex-wrap: wrap; gap: .25rem; align-items: center; font-size: 1.05rem; }
+.segmented { display: inline-flex; }
+.segmented button { border-radius: 0; }
+.segmented button:first-child { border-radius: 6px 0 0 6px; }
+.segmented button:last-child { border-radius: 0 6px 6px 0; border-left: 0; }
+.breadcrumbs { display: flex; flex-wrap: wrap; gap: .25rem; align-items: center; font-size: 1.05rem; margin: .25rem 0; }
 .breadcrumbs a { color: var(--accent); text-decoration: none; }
 .breadcrumbs span.sep { color: var(--muted); }
+.bulk-bar { position: sticky; top: 3.3rem; z-index: 10; display: flex; flex-wrap: wrap; align-items: center; gap: .4rem; padding: .4rem .6rem; margin-bottom: .5rem; border-radius: 8px; background: var(--select); }
+.bulk-bar #bulk-count { font-weight: 600; margin-right: .5rem; }
+.chips { display: flex; flex-wrap: wrap; gap: .35rem; margin-bottom: .5rem; }
+.chips button { border-radius: 1rem; padding: .2rem .7rem; }
+.drop-zone { min-height: 12rem; border-radius: 8px; }
+.drop-zone.dragging { outline: 3px dashed var(--accent); outline-offset: 4px; background: #ddf4ff55; }
+
+/* The file list: a window of absolutely placed rows (or cards) over the whole list's height. */
+.file-list { width: 100%; }
+.list-header, .file-list .row { display: grid; grid-template-columns: 2rem 2.5rem minmax(0, 1fr) 6.5rem 8rem 2.75rem; align-items: center; }
+.list-header { border-bottom: 1px solid var(--line); font-size: .85rem; color: var(--muted); font-weight: 600; height: 2.4rem; }
+.list-header .sort { border: 0; background: none; padding: .2rem .3rem; font-weight: 600; color: var(--muted); }
+.mode-grid .list-header .cell.size, .mode-grid .list-header .cell.date, .mode-grid .list-header .cell.icon { visibility: hidden; }
+.list-body { position: relative; }
+.file-list .row, .file-list .card { position: absolute; left: 0; top: 0; will-change: transform; }
+.file-list .row { right: 0; height: 48px; border-bottom: 1px solid var(--line); cursor: default; }
+.file-list .row:hover { background: var(--soft); }
+.file-list .selected, .file-list .selected:hover { background: var(--select); }
+.cell { padding: 0 .35rem; overflow: hidden; white-space: nowrap; text-overflow: ellipsis; }
+.cell.check { text-align: center; }
+.cell.icon { display: flex; align-items: center; justify-content: center; }
+.cell.icon img { width: 32px; height: 32px; object-fit: cover; border-radius: 4px; }
+.cell.name a { color: var(--fg); text-decoration: none; font-weight: 500; }
+.cell.name a:hover { text-decoration: underline; }
+.cell.name .path { display: block; font-size: .78rem; line-height: 1.1; overflow: hidden; text-overflow: ellipsis; }
+.file-list .row .cell.name { line-height: 1.25; }
+.marks { margin-left: .35rem; }
+.star { color: #bf8700; }
+.more { border: 0; background: none; font-size: 1.1rem; line-height: 1; padding: .2rem .5rem; }
+.mode-grid .list-body { margin-top: .5rem; }
+.file-list .card { width: 164px; height: 188px; display: flex; flex-direction: column; border: 1px solid var(--line); border-radius: 10px; overflow: hidden; background: var(--bg); }
+.card .picture { flex: 0 0 120px; display: flex; align-items: center; justify-content: center; background: var(--soft); }
+.card .picture img { width: 100%; height: 120px; object-fit: cover; }
+.card-name { display: flex; align-items: center; padding: .3rem .5rem 0; font-weight: 500; min-width: 0; }
+.card-name .label, .suggestion .label { overflow: hidden; white-space: nowrap; text-overflow: ellipsis; }
+.card-meta { padding: 0 .5rem; font-size: .78rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.card-actions { position: absolute; right: .2rem; top: .2rem; }
+.card-actions .more { background: #fffc; border-radius: 6px; }
+
+/* Row and card menus. */
+.menu { position: absolute; z-index: 40; display: flex; flex-direction: column; padding: .3rem 0; border: 1px solid var(--line); border-radius: 8px; background: var(--bg); box-shadow: 0 8px 24px #0002; }
+.menu button { border: 0; border-radius: 0; background: none; text-align: left; padding: .45rem 1rem; }
+.menu button:hover, .menu button:focus { background: var(--select); outline: none; }
+
+/* Home: suggested files as cards. */
+.suggestions { list-style: none; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(160px, 1fr)); gap: .75rem; }
+.suggestion { width: 100%; display: flex; flex-direction: column; align-items: stretch; gap: .2rem; padding: 0 0 .5rem; border-radius: 10px; background: var(--bg); text-align: left; overflow: hidden; }
+.suggestion .picture { height: 110px; display: flex; align-items: center; justify-content: center; background: var(--soft); }
+.suggestion .picture img { width: 100%; height: 110px; object-fit: cover; }
+.suggestion .label, .suggestion .muted { padding: 0 .6rem; }
+.activity { list-style: none; padding: 0; }
+.activity li { display: flex; align-items: center; gap: .6rem; padding: .5rem .25rem; border-bottom: 1px solid var(--line); }
+.activity .what { flex: 1; min-width: 0; overflow-wrap: anywhere; }
+.activity a { color: var(--fg); }
+
+/* The preview pane. */
+.preview { position: sticky; top: 3.2rem; flex: 0 0 var(--preview); max-height: calc(100vh - 3.2rem); overflow-y: auto; border-left: 1px solid var(--line); padding: .75rem 1rem; background: var(--bg); }
+.preview-head { display: flex; align-items: flex-start; gap: .5rem; }
+.preview-head h2 { flex: 1; overflow-wrap: anywhere; }
+#preview-close { border: 0; background: none; font-size: 1.1rem; }
+.stage { display: flex; align-items: center; justify-content: center; min-height: 8rem; background: var(--soft); border-radius: 8px; overflow: hidden; }
+.preview-image { max-width: 100%; max-height: 60vh; display: block; }
+.preview-pdf { width: 100%; height: 60vh; border: 0; }
+.preview-video { width: 100%; max-height: 60vh; background: #000; }
+.preview-audio { width: 100%; margin: 1rem 0; }
+.preview-text { width: 100%; max-height: 60vh; overflow: auto; margin: 0; padding: .75rem; white-space: pre-wrap; overflow-wrap: anywhere; font-size: .85rem; background: var(--bg); }
+.no-preview { text-align: center; padding: 1rem; }
+.preview-actions { display: flex; flex-wrap: wrap; gap: .4rem; margin: .75rem 0; }
+.details { display: grid; grid-template-columns: auto 1fr; gap: .25rem .75rem; font-size: .9rem; }
+.details dt { color: var(--muted); }
+.details dd { margin: 0; overflow-wrap: anywhere; }
+
+/* Tables (trash, shares, app passwords). */
+.scroll-x { max-width: 100%; overflow-x: auto; }
 table.files { width: 100%; border-collapse: collapse; }
 table.files th, table.files td { text-align: left; padding: .45rem .5rem; border-bottom: 1px solid var(--line); vertical-align: middle; }
 table.files th { font-size: .85rem; color: var(--muted); font-weight: 600; }
-td.icon, th.icon { width: 2rem; text-align: center; font-size: 1.1rem; }
+td.icon, th.icon { width: 2rem; text-align: center; }
 td.size, th.size { width: 7rem; white-space: nowrap; }
 td.date, th.date { width: 11rem; white-space: nowrap; }
 td.actions, th.actions { width: 1%; white-space: nowrap; }
 td.actions button { margin-left: .25rem; }
-td.name a { color: var(--fg); text-decoration: none; font-weight: 500; }
-td.name a:hover { text-decoration: underline; }
-.drop-zone { min-height: 12rem; border-radius: 8px; }
-.drop-zone.dragging { outline: 3px dashed var(--accent); outline-offset: 4px; background: #ddf4ff55; }
-dialog { border: 1px solid var(--line); border-radius: 10px; padding: 1.25rem; width: min(560px, 94vw); }
+dialog { border: 1px solid var(--line); border-radius: 10px; padding: 1.25rem; width: min(560px, 94vw); max-height: 90vh; overflow-y: auto; }
 dialog::backdrop { background: #0006; }
+dialog.uploads-panel { position: fixed; inset: auto 1rem 1rem auto; margin: 0; width: min(420px, calc(100vw - 2rem)); z-index: 30; box-shadow: 0 8px 24px #0003; }
 .dialog-buttons { display: flex; justify-content: flex-end; gap: .5rem; margin-top: 1rem; }
-.uploads { list-style: none; padding: 0; margin: 0; max-height: 50vh; overflow: auto; }
+.sheet { display: grid; gap: .5rem; }
+.sheet button { text-align: left; padding: .7rem 1rem; }
+.uploads { list-style: none; padding: 0; margin: 0; max-height: 40vh; overflow: auto; }
 .uploads li { padding: .5rem 0; border-bottom: 1px solid var(--line); }
 .uploads .row { display: flex; gap: .5rem; align-items: center; }
 .uploads .name { flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
@@ -1834,957 +1938,39 @@ progress { width: 100%; height: .8rem; }
 .revisions li { display: flex; flex-wrap: wrap; gap: .75rem; align-items: center; padding: .6rem .25rem; border-bottom: 1px solid var(--line); }
 .revisions .when { flex: 1; min-width: 12rem; }
 .badge { font-size: .75rem; padding: .1rem .45rem; border-radius: 1rem; background: #dafbe1; color: #1a7f37; margin-left: .5rem; }
+.badge.shared { background: #ddf4ff; color: #0969da; }
 .folder-picker { list-style: none; padding: 0; max-height: 40vh; overflow: auto; }
 .folder-picker li button { width: 100%; text-align: left; border: 0; border-bottom: 1px solid var(--line); border-radius: 0; background: none; }
-@media (max-width: 640px) {
-  th.size, td.size, th.date, td.date { display: none; }
-  td.actions button { padding: .2rem .4rem; font-size: .8rem; }
-  main { padding: .5rem; }
-}
+.shortcuts th { text-align: left; padding: .25rem 1rem .25rem 0; white-space: nowrap; font-weight: normal; }
+kbd { font: .85rem ui-monospace, monospace; padding: .05rem .35rem; border: 1px solid var(--line); border-bottom-width: 2px; border-radius: 4px; background: var(--soft); }
 svg.ico { vertical-align: middle; }
-.folder-picker li button svg { margin-right: .3rem; }
-
-/* Trash: "Restore everything trashed since [time] [Restore all]" on one line. */
 #restore-since-form { display: flex; align-items: center; gap: 0.5rem; flex-wrap: wrap; }
 #restore-since-form label { margin: 0; }
 #restore-since-form input { width: auto; margin: 0; }
 .share-list { list-style: none; padding: 0; margin: .25rem 0 .5rem; }
 .share-list li { display: flex; align-items: center; gap: .5rem; padding: .25rem 0; border-bottom: 1px solid var(--line); flex-wrap: wrap; }
 .share-list li .who { flex: 1; }
-.badge.shared { background: #ddf4ff; color: #0969da; }
 #link-url { word-break: break-all; }
 
-"""#,
-        "app.js": #"""
-// Nimbus web app: plain JavaScript, no build step, no external assets.
-// Tokens live in sessionStorage (never in URLs); every API call sends them in the Authorization header.
-"use strict";
-
-const FOLDER = "application/vnd.nimbus.folder";
-const $ = (id) => document.getElementById(id);
-
-// ---------------------------------------------------------------- session and API
-
-const session = {
-  get tokens() { try { return JSON.parse(sessionStorage.getItem("nimbus.tokens")); } catch { return null; } },
-  set tokens(value) { value ? sessionStorage.setItem("nimbus.tokens", JSON.stringify(value)) : sessionStorage.removeItem("nimbus.tokens"); },
-  username: () => sessionStorage.getItem("nimbus.username") || "",
-};
-
-class APIError extends Error {
-  constructor(status, body) {
-    super((body && body.error && body.error.message) || `The server answered ${status}.`);
-    this.status = status;
-    this.code = body && body.error && body.error.code;
-    this.body = body;
-  }
+/* Phones: places behind the ☰ button, the preview over the page, fewer columns; nothing wider than the screen. */
+@media (max-width: 760px) {
+  .only-phone { display: inline-block; }
+  .only-wide { display: none; }
+  .bar { gap: .4rem; padding: .5rem; }
+  .bar button, .bar a.button { padding: .35rem .55rem; }
+  #settings-button { display: none !important; }
+  #nav { position: fixed; z-index: 25; top: 3rem; left: 0; bottom: 0; width: min(80vw, 280px); background: var(--bg); border-right: 1px solid var(--line); transform: translateX(-105%); transition: transform .15s; max-height: none; }
+  body.nav-open #nav { transform: none; box-shadow: 0 0 0 100vmax #0005; }
+  #nav a[href="#/settings"] { display: block; }
+  main { padding: .5rem; }
+  .list-header, .file-list .row { grid-template-columns: 2rem 2.5rem minmax(0, 1fr) 2.75rem; }
+  .cell.size, .cell.date { display: none; }
+  .preview { position: fixed; inset: 3rem 0 0 0; z-index: 22; max-height: none; border: 0; }
+  .fab { position: fixed; right: 1rem; bottom: 1rem; z-index: 21; width: 3.5rem; height: 3.5rem; border-radius: 50%; font-size: 1.6rem; line-height: 1; box-shadow: 0 4px 12px #0004; }
+  body.previewing .fab { display: none; }
+  td.size, th.size, td.date, th.date { display: none; }
+  td.actions button { padding: .2rem .4rem; font-size: .8rem; }
 }
-
-let refreshing = null;
-async function refreshTokens() {
-  const tokens = session.tokens;
-  if (!tokens) throw new APIError(401, null);
-  if (!refreshing) {
-    refreshing = fetch("/v1/auth/refresh", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ refreshToken: tokens.refreshToken }),
-    }).then(async (response) => {
-      if (!response.ok) throw new APIError(response.status, await response.json().catch(() => null));
-      session.tokens = await response.json();
-    }).finally(() => { refreshing = null; });
-  }
-  return refreshing;
-}
-
-/** Calls the API; refreshes the access token once on 401; throws APIError with the server's message. */
-async function api(method, path, { json, body, headers = {}, raw = false, signal } = {}, retried = false) {
-  const tokens = session.tokens;
-  const init = { method, headers: { ...headers }, signal };
-  if (tokens) init.headers.Authorization = `Bearer ${tokens.accessToken}`;
-  if (json !== undefined) { init.headers["Content-Type"] = "application/json"; init.body = JSON.stringify(json); }
-  else if (body !== undefined) init.body = body;
-  const response = await fetch(path, init);
-  if (response.status === 401 && tokens && !retried) {
-    try { await refreshTokens(); } catch { signOut("Your session ended; sign in again."); throw new APIError(401, null); }
-    return api(method, path, { json, body, headers, raw, signal }, true);
-  }
-  if (raw) return response;
-  if (response.status === 204) return null;
-  const data = await response.json().catch(() => null);
-  if (!response.ok && response.status !== 308) throw new APIError(response.status, data);
-  return data;
-}
-
-// ---------------------------------------------------------------- small helpers
-
-function showAlert(message, kind = "error") {
-  const alert = $("alert");
-  alert.textContent = message;
-  alert.className = kind === "info" ? "alert info" : "alert";
-  alert.hidden = false;
-  clearTimeout(showAlert.timer);
-  showAlert.timer = setTimeout(() => { alert.hidden = true; }, 8000);
-}
-
-function reportError(error) {
-  if (error && error.name === "AbortError") return;
-  showAlert(error instanceof APIError ? error.message : `Something went wrong: ${error && error.message || error}`);
-}
-
-function formatSize(bytes) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let value = bytes, unit = 0;
-  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
-}
-
-function formatDate(text) {
-  const date = new Date(text);
-  return isNaN(date) ? "" : date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
-}
-
-/** A small SVG icon by type (no emoji: fonts differ; no image files: nothing to fetch). */
-function iconFor(file) {
-  const type = file.mimeType || "";
-  const kinds = [
-    [type === FOLDER, "folder", "#54aeff"], [type.startsWith("image/"), "image", "#8250df"], [type.startsWith("video/"), "video", "#cf222e"],
-    [type.startsWith("audio/"), "audio", "#bf3989"], [type === "application/pdf", "pdf", "#cf222e"],
-    [/zip|tar|gzip|7z/.test(type), "archive", "#9a6700"], [/sheet|excel|csv/.test(type), "sheet", "#1a7f37"],
-    [/presentation|powerpoint/.test(type), "slides", "#bc4c00"], [type.startsWith("text/") || /json|xml|yaml/.test(type), "text", "#57606a"],
-  ];
-  const [, kind, color] = kinds.find(([match]) => match) || [true, "file", "#6e7781"];
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", "0 0 24 24");
-  svg.setAttribute("width", "22");
-  svg.setAttribute("height", "22");
-  svg.setAttribute("class", `ico ico-${kind}`);
-  svg.setAttribute("aria-hidden", "true");
-  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
-  path.setAttribute("fill", color);
-  path.setAttribute("d", kind === "folder"
-    ? "M2 5.5A1.5 1.5 0 0 1 3.5 4h5l2 2h10A1.5 1.5 0 0 1 22 7.5v11a1.5 1.5 0 0 1-1.5 1.5h-17A1.5 1.5 0 0 1 2 18.5z"
-    : "M6 2h8l5 5v13.5A1.5 1.5 0 0 1 17.5 22h-11A1.5 1.5 0 0 1 5 20.5v-17A1.5 1.5 0 0 1 6.5 2zM13.5 3v4.5H18");
-  svg.append(path);
-  if (kind !== "folder") {
-    const label = document.createElementNS("http://www.w3.org/2000/svg", "text");
-    label.setAttribute("x", "12");
-    label.setAttribute("y", "18");
-    label.setAttribute("text-anchor", "middle");
-    label.setAttribute("font-size", "6");
-    label.setAttribute("font-family", "sans-serif");
-    label.setAttribute("fill", "#fff");
-    label.textContent = { image: "IMG", video: "VID", audio: "AUD", pdf: "PDF", archive: "ZIP", sheet: "XLS", slides: "PPT", text: "TXT", file: "" }[kind];
-    svg.append(label);
-  }
-  return svg;
-}
-
-function element(tag, attributes = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attributes)) {
-    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
-  }
-  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  return node;
-}
-
-/** Asks for a line of text in a dialog; resolves to the text, or null when cancelled. */
-function ask(title, label, value = "") {
-  return new Promise((resolve) => {
-    const dialog = $("prompt-dialog");
-    $("prompt-title").textContent = title;
-    $("prompt-label").textContent = label;
-    const input = $("prompt-input");
-    input.value = value;
-    dialog.onclose = () => resolve(dialog.returnValue === "ok" && input.value.trim() ? input.value.trim() : null);
-    dialog.showModal();
-    input.focus();
-    input.select();
-  });
-}
-
-/** Downloads bytes with the Authorization header (no token in URLs) and saves them under `name`. */
-async function download(url, name) {
-  const response = await api("GET", url, { raw: true });
-  if (!response.ok) throw new APIError(response.status, await response.json().catch(() => null));
-  const blob = await response.blob();
-  const link = element("a", { href: URL.createObjectURL(blob), download: name });
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
-}
-
-// ---------------------------------------------------------------- views
-
-const state = { folderId: "root", path: [], page: 0, nextPage: 1, loading: false, view: "files", revisionsOf: null };
-
-function show(view) {
-  state.view = view;
-  for (const id of ["login-view", "files-view", "trash-view", "revisions-view", "settings-view", "shared-with-me-view", "shared-by-me-view"]) {
-    $(id).hidden = id !== `${view}-view`;
-  }
-  const signedIn = Boolean(session.tokens);
-  $("sign-out").hidden = !signedIn;
-  $("settings-button").hidden = !signedIn;
-  $("whoami").textContent = signedIn ? session.username() : "";
-}
-
-function signOut(message) {
-  const tokens = session.tokens;
-  if (tokens) fetch("/v1/auth/logout", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ refreshToken: tokens.refreshToken }) }).catch(() => {});
-  session.tokens = null;
-  events.stop();
-  show("login");
-  if (message) showAlert(message, "info");
-  $("login-username").focus();
-}
-
-async function openFolder(folderId, path) {
-  state.folderId = folderId;
-  state.path = path;
-  state.page = 0;
-  renderBreadcrumbs();
-  show("files");
-  $("file-rows").replaceChildren();
-  await reloadFolder();
-}
-
-function renderBreadcrumbs() {
-  const nav = $("breadcrumbs");
-  nav.replaceChildren();
-  const crumbs = [{ id: "root", name: "My Drive" }, ...state.path];
-  crumbs.forEach((crumb, index) => {
-    if (index > 0) nav.append(element("span", { class: "sep", "aria-hidden": "true" }, "›"));
-    if (index === crumbs.length - 1) nav.append(element("span", { "aria-current": "page" }, crumb.name));
-    else nav.append(element("a", { href: "#", onclick: (event) => { event.preventDefault(); openFolder(crumb.id, state.path.slice(0, index)); } }, crumb.name));
-  });
-}
-
-/** Bumped by every reload: a page that arrives for an older generation is dropped, never appended twice. */
-let listingGeneration = 0;
-
-/**
- * Reloads the pages already shown (after a change here or elsewhere). The new rows replace the old ones in one
- * step once every page has arrived, so the list is never seen empty halfway through (the upload dialog reads it
- * to spot name clashes).
- */
-async function reloadFolder() {
-  const generation = ++listingGeneration;
-  const folderId = state.folderId;
-  const pages = Math.max(state.page, 1);
-  const rows = [];
-  let page = 0;
-  let nextPage = 1;
-  try {
-    while (page < pages && nextPage) {
-      const list = await api("GET", `/v1/files?parentId=${encodeURIComponent(folderId)}&page=${nextPage}&limit=200`);
-      if (generation !== listingGeneration) return;
-      for (const file of list.files) rows.push(fileRow(file));
-      page = list.pagination.page;
-      nextPage = list.pagination.nextPage || null;
-    }
-  } catch (error) {
-    if (generation === listingGeneration) reportError(error);
-    return;
-  }
-  if (generation !== listingGeneration || folderId !== state.folderId) return;
-  state.page = page;
-  state.nextPage = nextPage;
-  $("file-rows").replaceChildren(...rows);
-  $("empty-folder").hidden = rows.length > 0;
-  $("load-more").hidden = !nextPage;
-}
-
-/** Appends the next page (the "Load more" button and scrolling to the end). */
-async function loadPage() {
-  if (state.loading || !state.nextPage) return;
-  state.loading = true;
-  const generation = listingGeneration;
-  try {
-    const list = await api("GET", `/v1/files?parentId=${encodeURIComponent(state.folderId)}&page=${state.nextPage}&limit=200`);
-    if (generation !== listingGeneration) return;
-    state.page = list.pagination.page;
-    state.nextPage = list.pagination.nextPage || null;
-    const rows = $("file-rows");
-    for (const file of list.files) rows.append(fileRow(file));
-    $("empty-folder").hidden = rows.children.length > 0;
-    $("load-more").hidden = !state.nextPage;
-  } catch (error) {
-    reportError(error);
-  } finally {
-    state.loading = false;
-  }
-}
-
-function fileRow(file) {
-  const isFolder = file.mimeType === FOLDER;
-  const name = isFolder
-    ? element("a", { href: "#", onclick: (event) => { event.preventDefault(); openFolder(file.id, [...state.path, { id: file.id, name: file.name }]); } }, file.name)
-    : element("a", { href: "#", title: "Show revisions", onclick: (event) => { event.preventDefault(); openRevisions(file); } }, file.name);
-  const nameCell = element("td", { class: "name" }, name);
-  // Marked: what the user shares (with people or a link), and the share someone gave them (its owner named).
-  const mine = !file.owner || file.owner.username === session.username();
-  if (file.shared && mine) nameCell.append(element("span", { class: "badge shared" }, "Shared"));
-  if (file.shared && !mine) nameCell.append(element("span", { class: "badge shared", title: `Shared with you by ${file.owner.username}` }, `from ${file.owner.username}`));
-  const actions = element("td", { class: "actions" });
-  const can = file.capabilities || {};
-  if (can.canShare) actions.append(element("button", { type: "button", class: "small", onclick: () => openShare(file), "aria-label": `Share ${file.name}` }, "Share"));
-  if (!isFolder) actions.append(element("button", { type: "button", class: "small", onclick: () => download(file.downloadUrl, file.name).catch(reportError), "aria-label": `Download ${file.name}` }, "Download"));
-  actions.append(
-    element("button", { type: "button", class: "small", onclick: () => renameItem(file), "aria-label": `Rename ${file.name}` }, "Rename"),
-    element("button", { type: "button", class: "small", onclick: () => moveItem(file), "aria-label": `Move ${file.name}` }, "Move"),
-  );
-  if (!isFolder) actions.append(element("button", { type: "button", class: "small", onclick: () => openRevisions(file), "aria-label": `Revisions of ${file.name}` }, "Revisions"));
-  actions.append(element("button", { type: "button", class: "small danger", onclick: () => deleteItem(file), "aria-label": `Delete ${file.name}` }, "Delete"));
-  return element("tr", { "data-id": file.id, "data-name": file.name },
-    element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
-    nameCell,
-    element("td", { class: "size" }, isFolder ? "—" : formatSize(file.size)),
-    element("td", { class: "date" }, formatDate(file.modifiedAt)),
-    actions);
-}
-
-async function createFolder() {
-  const name = await ask("New folder", "Name");
-  if (!name) return;
-  try {
-    await api("POST", "/v1/files", { json: { name, mimeType: FOLDER, parentId: state.folderId } });
-    await reloadFolder();
-  } catch (error) { reportError(error); }
-}
-
-async function renameItem(file) {
-  const name = await ask(`Rename ${file.name}`, "New name", file.name);
-  if (!name || name === file.name) return;
-  try {
-    await api("PATCH", `/v1/files/${file.id}`, { json: { name } });
-    await reloadFolder();
-  } catch (error) { reportError(error); }
-}
-
-async function deleteItem(file, confirmed = false) {
-  try {
-    await api("DELETE", `/v1/files/${file.id}`);
-    showAlert(`Moved “${file.name}” to the trash.`, "info");
-    await reloadFolder();
-  } catch (error) {
-    // The server's mass-deletion breaker paused this browser's deletions: ask once, then go on.
-    if (error instanceof APIError && error.code === "mass_deletion_paused" && !confirmed) {
-      if (!confirm(`You have deleted many files in a short time, so the server paused deletions.\n\nDelete “${file.name}” and go on deleting?`)) return;
-      try { await api("POST", "/v1/trash/confirm"); } catch (confirmError) { reportError(confirmError); return; }
-      return deleteItem(file, true);
-    }
-    reportError(error);
-  }
-}
-
-// Move: a small folder browser.
-const mover = { file: null, folderId: "root", path: [] };
-async function moveItem(file) {
-  mover.file = file;
-  mover.folderId = "root";
-  mover.path = [];
-  await renderMover();
-  $("move-dialog").showModal();
-}
-
-async function renderMover() {
-  const crumbs = $("move-breadcrumbs");
-  crumbs.replaceChildren();
-  [{ id: "root", name: "My Drive" }, ...mover.path].forEach((crumb, index, all) => {
-    if (index > 0) crumbs.append(element("span", { class: "sep" }, "›"));
-    crumbs.append(index === all.length - 1 ? element("span", {}, crumb.name)
-      : element("a", { href: "#", onclick: (event) => { event.preventDefault(); mover.folderId = crumb.id; mover.path = mover.path.slice(0, index); renderMover(); } }, crumb.name));
-  });
-  const list = $("move-folders");
-  list.replaceChildren();
-  try {
-    const folders = await api("GET", `/v1/files?parentId=${encodeURIComponent(mover.folderId)}&limit=1000`);
-    for (const folder of folders.files.filter((f) => f.mimeType === FOLDER && f.id !== mover.file.id)) {
-      list.append(element("li", {}, element("button", { type: "button", onclick: () => { mover.folderId = folder.id; mover.path.push({ id: folder.id, name: folder.name }); renderMover(); } }, iconFor(folder), ` ${folder.name}`)));
-    }
-  } catch (error) { reportError(error); }
-}
-
-async function moveHere() {
-  $("move-dialog").close();
-  try {
-    await api("PATCH", `/v1/files/${mover.file.id}`, { json: { parentId: mover.folderId } });
-    await reloadFolder();
-  } catch (error) { reportError(error); }
-}
-
-// ---------------------------------------------------------------- trash
-
-async function openTrash() {
-  show("trash");
-  const rows = $("trash-rows");
-  rows.replaceChildren();
-  try {
-    const list = await api("GET", "/v1/trash?limit=1000");
-    for (const file of list.files) {
-      rows.append(element("tr", { "data-id": file.id, "data-name": file.name },
-        element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
-        element("td", { class: "name" }, file.name),
-        element("td", { class: "size" }, file.mimeType === FOLDER ? "—" : formatSize(file.size)),
-        element("td", { class: "date" }, formatDate(file.modifiedAt)),
-        element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => restoreFromTrash(file), "aria-label": `Restore ${file.name}` }, "Restore"))));
-    }
-    $("empty-trash").hidden = list.files.length > 0;
-    await showDeletionPauses();
-  } catch (error) { reportError(error); }
-  if (!$("restore-since").value) $("restore-since").value = localInputValue(new Date(Date.now() - 3600 * 1000));
-}
-
-// The mass-deletion breaker: devices whose deletions the server paused until the user confirms.
-async function showDeletionPauses() {
-  const { paused } = await api("GET", "/v1/trash/paused");
-  $("deletion-paused").hidden = paused.length === 0;
-  $("deletion-paused-text").textContent = paused.map((pause) =>
-    `${pause.deviceName ? `“${pause.deviceName}”` : "A device"} deleted ${pause.deletions} items within an hour, so the server paused its deletions (${formatDate(pause.pausedAt)}).`).join(" ");
-}
-
-async function confirmDeletions() {
-  try {
-    const { paused } = await api("POST", "/v1/trash/confirm");
-    showAlert(paused.length ? "Confirmed: those devices' deletions go on." : "No deletions were paused.", "info");
-    await showDeletionPauses();
-  } catch (error) { reportError(error); }
-}
-
-async function restoreSince(event) {
-  event.preventDefault();
-  const since = new Date($("restore-since").value);
-  if (isNaN(since)) { showAlert("Pick a date and time."); return; }
-  if (!confirm(`Restore everything trashed since ${since.toLocaleString()}?`)) return;
-  try {
-    const result = await api("POST", "/v1/trash/restore", { json: { since: since.toISOString().replace(/\.\d{3}Z$/, "Z") } });
-    showAlert(result.restored ? `Restored ${result.restored} item${result.restored === 1 ? "" : "s"} (${result.items} in all).` : "Nothing was trashed since then.", "info");
-    await openTrash();
-  } catch (error) { reportError(error); }
-}
-
-/** A date as a datetime-local input takes it (local time, to the minute). */
-function localInputValue(date) {
-  const pad = (n) => String(n).padStart(2, "0");
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
-}
-
-async function restoreFromTrash(file) {
-  try {
-    await api("POST", `/v1/files/${file.id}/untrash`);
-    showAlert(`Restored “${file.name}”.`, "info");
-    await openTrash();
-  } catch (error) { reportError(error); }
-}
-
-// ---------------------------------------------------------------- settings: app passwords
-
-async function openSettings() {
-  show("settings");
-  $("app-password-new").hidden = true;
-  await loadAppPasswords();
-}
-
-async function loadAppPasswords() {
-  const rows = $("app-password-rows");
-  try {
-    const list = await api("GET", "/v1/auth/app-passwords");
-    rows.replaceChildren(...list.appPasswords.map((entry) => element("tr", { "data-id": entry.id, "data-name": entry.label },
-      element("td", { class: "name" }, entry.label),
-      element("td", { class: "date" }, formatDate(entry.createdAt)),
-      element("td", { class: "date" }, entry.lastUsedAt ? formatDate(entry.lastUsedAt) : "never"),
-      element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => revokeAppPassword(entry), "aria-label": `Revoke ${entry.label}` }, "Revoke")))));
-    $("no-app-passwords").hidden = list.appPasswords.length > 0;
-  } catch (error) { reportError(error); }
-}
-
-async function createAppPassword(event) {
-  event.preventDefault();
-  const label = $("app-password-label").value.trim();
-  if (!label) { showAlert("Give the app password a label: what it is for."); return; }
-  $("app-password-create").disabled = true;
-  try {
-    const made = await api("POST", "/v1/auth/app-passwords", { json: { label } });
-    $("app-password-new-label").textContent = made.label;
-    $("app-password-secret").textContent = made.password;
-    $("app-password-new").hidden = false;
-    $("app-password-label").value = "";
-    await loadAppPasswords();
-  } catch (error) { reportError(error); } finally { $("app-password-create").disabled = false; }
-}
-
-async function revokeAppPassword(entry) {
-  if (!confirm(`Revoke the app password “${entry.label}”? Apps using it will be refused.`)) return;
-  try {
-    await api("DELETE", `/v1/auth/app-passwords/${encodeURIComponent(entry.id)}`);
-    showAlert(`Revoked “${entry.label}”.`, "info");
-    $("app-password-new").hidden = true;
-    await loadAppPasswords();
-  } catch (error) { reportError(error); }
-}
-
-// ---------------------------------------------------------------- revisions
-
-async function openRevisions(file) {
-  state.revisionsOf = file;
-  $("revisions-name").textContent = file.name;
-  show("revisions");
-  const list = $("revision-list");
-  list.replaceChildren();
-  try {
-    const [current, revisions] = await Promise.all([api("GET", `/v1/files/${file.id}`), api("GET", `/v1/files/${file.id}/revisions?limit=1000`)]);
-    state.revisionsOf = current;
-    for (const revision of revisions.revisions) {
-      const isCurrent = revision.revisionId === current.revisionId;
-      list.append(element("li", { "data-revision": revision.revisionId },
-        element("span", { class: "when" }, `Modified ${formatDate(revision.modifiedAt)}`, isCurrent ? element("span", { class: "badge" }, "Current version") : ""),
-        element("span", { class: "muted" }, formatSize(revision.size)),
-        element("button", { type: "button", class: "small", onclick: () => download(revision.downloadUrl, current.name).catch(reportError) }, "Open"),
-        isCurrent ? "" : element("button", { type: "button", class: "small", onclick: () => restoreRevision(current, revision) }, "Restore")));
-    }
-  } catch (error) { reportError(error); }
-}
-
-async function restoreRevision(file, revision) {
-  try {
-    await api("POST", `/v1/files/${file.id}/revisions/${revision.revisionId}/restore`);
-    showAlert("Restored; it is now the current version.", "info");
-    await openRevisions(file);
-  } catch (error) { reportError(error); }
-}
-
-// ---------------------------------------------------------------- uploads (the seed's resumable protocol)
-
-const uploads = [];
-let uploading = false;
-
-/** A stable key per picked file, so picking the same file again after a reload resumes its session. */
-function fingerprint(file, parentId) { return `nimbus.upload:${parentId}:${file.name}:${file.size}:${file.lastModified}`; }
-
-async function enqueue(files) {
-  const existing = new Set([...$("file-rows").children].map((row) => row.dataset.name));
-  for (const file of files) {
-    let onConflict = "fail";
-    if (existing.has(file.name)) {
-      onConflict = await askClash(file.name);
-      if (!onConflict) continue;
-    }
-    const entry = { file, parentId: state.folderId, onConflict, controller: new AbortController(), uploadId: null, cancelled: false };
-    entry.progress = element("progress", { max: 1, value: 0, "aria-label": `Progress of ${file.name}` });
-    entry.status = element("span", { class: "muted" }, "Waiting…");
-    entry.cancel = element("button", { type: "button", class: "small", onclick: () => cancelUpload(entry), "aria-label": `Cancel ${file.name}` }, "Cancel");
-    entry.item = element("li", { "data-name": file.name },
-      element("div", { class: "row" }, element("span", { class: "name" }, file.name), entry.cancel), entry.progress, entry.status);
-    $("upload-list").append(entry.item);
-    uploads.push(entry);
-  }
-  if (!$("upload-dialog").open) $("upload-dialog").showModal();
-  runUploads();
-}
-
-function askClash(name) {
-  return new Promise((resolve) => {
-    const dialog = $("clash-dialog");
-    $("clash-text").textContent = `“${name}” already exists in this location. Replacing it keeps the old content as a revision.`;
-    dialog.onclose = () => {
-      if (dialog.returnValue !== "upload") return resolve(null);
-      resolve(dialog.querySelector("input[name=clash]:checked").value);
-    };
-    dialog.showModal();
-  });
-}
-
-async function runUploads() {
-  if (uploading) return;
-  uploading = true;
-  try {
-    while (uploads.length) {
-      const entry = uploads.shift();
-      if (!entry.cancelled) await upload(entry).catch((error) => {
-        if (entry.cancelled) return;
-        entry.status.textContent = error instanceof APIError ? error.message : `Failed: ${error.message}`;
-        entry.cancel.hidden = true;
-      });
-    }
-  } finally { uploading = false; }
-}
-
-async function upload(entry) {
-  const { file, parentId } = entry;
-  const key = fingerprint(file, parentId);
-  let requestId = localStorage.getItem(key);
-  if (!requestId) { requestId = crypto.randomUUID(); localStorage.setItem(key, requestId); }
-  entry.status.textContent = "Starting…";
-  const begin = () => api("POST", `/v1/upload?uploadType=resumable&onConflict=${entry.onConflict}`, {
-    json: { requestId, name: file.name, mimeType: file.type || "application/octet-stream", parentId, size: file.size },
-    signal: entry.controller.signal,
-  });
-  let session;
-  try {
-    session = await begin();
-  } catch (error) {
-    // The name appeared after the list was read (another device, another tab): ask now, as for a listed clash.
-    if (!(error instanceof APIError) || error.code !== "name_conflict" || entry.onConflict !== "fail") throw error;
-    const choice = await askClash(file.name);
-    if (!choice) { entry.cancelled = true; entry.cancel.hidden = true; entry.status.textContent = "Skipped"; localStorage.removeItem(key); return; }
-    entry.onConflict = choice;
-    session = await begin();
-  }
-  entry.uploadId = session.uploadId;
-  const resumed = session.chunksProcessed > 0 && !session.file ? ` · resumed from chunk ${session.chunksProcessed + 1}` : "";
-  if (resumed) entry.status.textContent = `Resuming from chunk ${session.chunksProcessed + 1} of ${session.totalChunks}`;
-  while (!session.file) {
-    const k = session.chunksProcessed;
-    const start = k * session.chunkSize;
-    const end = Math.min(start + session.chunkSize, file.size);
-    const response = await api("PUT", session.uploadUrl, {
-      body: file.slice(start, end), headers: { "Content-Range": `bytes ${start}-${end - 1}/${file.size}` }, raw: true, signal: entry.controller.signal,
-    });
-    const data = await response.json().catch(() => null);
-    if (response.status !== 308 && response.status !== 201) throw new APIError(response.status, data);
-    session = data;
-    entry.progress.value = session.totalChunks ? session.chunksProcessed / session.totalChunks : 1;
-    const sent = Math.min(session.chunksProcessed * session.chunkSize, file.size);
-    entry.status.textContent = `${session.chunksProcessed} of ${session.totalChunks} chunks · ${formatSize(sent)} of ${formatSize(file.size)}${resumed}`;
-  }
-  localStorage.removeItem(key);
-  entry.progress.value = 1;
-  entry.status.textContent = `Done · ${formatSize(file.size)}${resumed}`;
-  entry.cancel.hidden = true;
-  if (state.view === "files" && state.folderId === parentId) await reloadFolder();
-}
-
-async function cancelUpload(entry) {
-  entry.cancelled = true;
-  entry.controller.abort();
-  entry.cancel.hidden = true;
-  entry.status.textContent = "Cancelled";
-  localStorage.removeItem(fingerprint(entry.file, entry.parentId));
-  if (entry.uploadId) await api("DELETE", `/v1/upload/${entry.uploadId}`).catch(() => {});
-}
-
-// ---------------------------------------------------------------- live updates from /v1/events
-
-const events = {
-  controller: null,
-  async start() {
-    this.stop();
-    const controller = new AbortController();
-    this.controller = controller;
-    let delay = 1000;
-    while (!controller.signal.aborted && session.tokens) {
-      try {
-        const response = await api("GET", "/v1/events", { raw: true, signal: controller.signal });
-        if (!response.ok || !response.body) throw new Error(`events ${response.status}`);
-        delay = 1000;
-        const reader = response.body.getReader();
-        const decoder = new TextDecoder();
-        let buffer = "";
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buffer += decoder.decode(value, { stream: true });
-          let boundary;
-          while ((boundary = buffer.indexOf("\n\n")) >= 0) {
-            const message = buffer.slice(0, boundary);
-            buffer = buffer.slice(boundary + 2);
-            if (message.split("\n").includes("event: change")) changed();
-          }
-        }
-      } catch (error) {
-        if (controller.signal.aborted) return;
-      }
-      await new Promise((resolve) => setTimeout(resolve, delay));
-      delay = Math.min(delay * 2, 30000);
-    }
-  },
-  stop() { if (this.controller) this.controller.abort(); this.controller = null; },
-};
-
-let changeTimer = null;
-function changed() {
-  clearTimeout(changeTimer);
-  changeTimer = setTimeout(() => {
-    if (state.view === "files") reloadFolder();
-    else if (state.view === "trash") openTrash();
-  }, 150);
-}
-
-// ---------------------------------------------------------------- wiring
-
-async function signIn(event) {
-  event.preventDefault();
-  const username = $("login-username").value.trim();
-  const password = $("login-password").value;
-  $("login-submit").disabled = true;
-  try {
-    const response = await fetch("/v1/auth/login", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ username, password, deviceName: "Web browser" }),
-    });
-    const data = await response.json().catch(() => null);
-    if (!response.ok) throw new APIError(response.status, data);
-    session.tokens = data;
-    sessionStorage.setItem("nimbus.username", username);
-    $("alert").hidden = true;
-    $("login-password").value = "";
-    await openFolder("root", []);
-    events.start();
-  } catch (error) {
-    reportError(error);
-  } finally {
-    $("login-submit").disabled = false;
-  }
-}
-
-// ---------------------------------------------------------------- sharing
-
-const sharing = { file: null };
-
-/** The share dialog: people with their roles, links with their options, and forms to add either. */
-async function openShare(file) {
-  sharing.file = file;
-  $("share-title").textContent = `Share “${file.name}”`;
-  $("link-new").hidden = true;
-  $("link-access").querySelector('option[value="upload"]').disabled = file.mimeType !== FOLDER;
-  await renderShare();
-  if (!$("share-dialog").open) $("share-dialog").showModal();
-  $("share-user").focus();
-}
-
-async function renderShare() {
-  const file = sharing.file;
-  let list;
-  try { list = await api("GET", `/v1/files/${file.id}/grants`); } catch (error) { reportError(error); return; }
-  const people = $("share-people");
-  people.replaceChildren();
-  for (const grant of list.grants) {
-    const role = element("select", { "aria-label": `Role of ${grant.grantee.username}`, onchange: (event) => changeRole(grant, event.target.value) },
-      ...["viewer", "editor", "manager"].map((value) => element("option", value === grant.role ? { value, selected: "" } : { value }, value)));
-    const state = grant.state === "accepted" ? "" : ` (${grant.state})`;
-    const until = grant.expiresAt ? `, until ${formatDate(grant.expiresAt)}` : "";
-    people.append(element("li", { "data-name": grant.grantee.username },
-      element("span", { class: "who" }, `${grant.grantee.username}${state}${until}`), role,
-      element("button", { type: "button", class: "small danger", onclick: () => removeGrant(grant), "aria-label": `Stop sharing with ${grant.grantee.username}` }, "Remove")));
-  }
-  if (!list.grants.length) people.append(element("li", { class: "muted" }, "Only you (and whoever shares the folders above it)."));
-  const links = $("share-links");
-  links.replaceChildren();
-  for (const link of list.links) {
-    const details = [`anyone can ${link.access === "upload" ? "only upload" : link.access}`];
-    if (link.passwordSet) details.push("password");
-    if (link.expiresAt) details.push(`until ${formatDate(link.expiresAt)}`);
-    if (link.maxDownloads) details.push(`${link.downloads}/${link.maxDownloads} downloads`);
-    links.append(element("li", { "data-id": link.id },
-      element("span", { class: "who" }, details.join(", ")),
-      element("button", { type: "button", class: "small", onclick: () => showLink(link.id), "aria-label": "Show the link" }, "Show"),
-      element("button", { type: "button", class: "small danger", onclick: () => revokeLink(link), "aria-label": "Turn the link off" }, "Turn off")));
-  }
-  if (!list.links.length) links.append(element("li", { class: "muted" }, "No links."));
-}
-
-/** The end of the day chosen in a date field, or null. */
-function endOfDay(value) {
-  if (!value) return null;
-  const date = new Date(`${value}T23:59:59`);
-  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
-}
-
-async function addGrant(event) {
-  event.preventDefault();
-  const body = { user: $("share-user").value.trim(), role: $("share-role").value };
-  const expiresAt = endOfDay($("share-expires").value);
-  if (expiresAt) body.expiresAt = expiresAt;
-  try {
-    await api("POST", `/v1/files/${sharing.file.id}/grants`, { json: body });
-    $("share-user").value = "";
-    showAlert(`Shared with ${body.user}; they will see it under “Shared with me”.`, "info");
-    await renderShare();
-    await reloadFolder();
-  } catch (error) {
-    // An unknown user answers as an invisible item would: say it in the user's words.
-    if (error instanceof APIError && error.status === 404) showAlert(`There is no user “${body.user}” here (or you cannot share this).`);
-    else reportError(error);
-  }
-}
-
-async function changeRole(grant, role) {
-  try { await api("PATCH", `/v1/grants/${grant.id}`, { json: { role } }); } catch (error) { reportError(error); }
-  await renderShare();
-}
-
-async function removeGrant(grant) {
-  if (!confirm(`Stop sharing “${sharing.file.name}” with ${grant.grantee.username}? Their copy leaves their drive; your files stay.`)) return;
-  try { await api("DELETE", `/v1/grants/${grant.id}`); } catch (error) { reportError(error); }
-  await renderShare();
-  await reloadFolder();
-}
-
-async function createLink(event) {
-  event.preventDefault();
-  const body = { access: $("link-access").value };
-  const password = $("link-password").value;
-  if (password) body.password = password;
-  const expiresAt = endOfDay($("link-expires").value);
-  if (expiresAt) body.expiresAt = expiresAt;
-  const max = $("link-max").value;
-  if (max) body.maxDownloads = Number(max);
-  try {
-    const link = await api("POST", `/v1/files/${sharing.file.id}/links`, { json: body });
-    $("link-password").value = "";
-    revealLink(link.url);
-    await renderShare();
-    await reloadFolder();
-  } catch (error) { reportError(error); }
-}
-
-/** One link's address (asked for by id: lists never carry it). */
-async function showLink(id) {
-  try { revealLink((await api("GET", `/v1/links/${id}`)).url); } catch (error) { reportError(error); }
-}
-
-function revealLink(url) {
-  $("link-url").textContent = url;
-  $("link-new").hidden = false;
-}
-
-async function copyLink() {
-  const url = $("link-url").textContent;
-  try {
-    await navigator.clipboard.writeText(url);
-    showAlert("Link copied.", "info");
-  } catch {
-    // No clipboard (a plain-HTTP page): select it for the user to copy.
-    const range = document.createRange();
-    range.selectNodeContents($("link-url"));
-    const selection = window.getSelection();
-    selection.removeAllRanges();
-    selection.addRange(range);
-    showAlert("Select-and-copy the link shown.", "info");
-  }
-}
-
-async function revokeLink(link) {
-  if (!confirm("Turn this link off? Anyone using it is refused from now on.")) return;
-  try { await api("DELETE", `/v1/links/${link.id}`); } catch (error) { reportError(error); }
-  $("link-new").hidden = true;
-  await renderShare();
-  await reloadFolder();
-}
-
-/** What others shared with the user: pending ones to accept or decline, accepted ones to open or leave. */
-async function openSharedWithMe() {
-  show("shared-with-me");
-  let list;
-  try { list = await api("GET", "/v1/shares/incoming"); } catch (error) { reportError(error); return; }
-  const rows = list.shares.filter((share) => share.grant.state !== "declined").map((share) => {
-    const actions = element("td", { class: "actions" });
-    const grant = share.grant;
-    if (grant.state === "pending") {
-      actions.append(
-        element("button", { type: "button", class: "small primary", onclick: () => answerShare(grant, "accept"), "aria-label": `Accept ${share.item.name}` }, "Accept"),
-        element("button", { type: "button", class: "small", onclick: () => answerShare(grant, "decline"), "aria-label": `Decline ${share.item.name}` }, "Decline"));
-    } else {
-      if (share.item.mimeType === FOLDER) {
-        actions.append(element("button", { type: "button", class: "small", onclick: () => openFolder(share.item.id, [{ id: share.item.id, name: share.item.name }]), "aria-label": `Open ${share.item.name}` }, "Open"));
-      }
-      actions.append(element("button", { type: "button", class: "small danger", onclick: () => answerShare(grant, "decline"), "aria-label": `Leave ${share.item.name}` }, "Leave"));
-    }
-    return element("tr", { "data-name": share.item.name, "data-state": grant.state },
-      element("td", { class: "icon", "aria-hidden": "true" }, iconFor(share.item)),
-      element("td", { class: "name" }, share.item.name, grant.state === "pending" ? element("span", { class: "badge shared" }, "new") : ""),
-      element("td", {}, share.owner.username),
-      element("td", {}, grant.role),
-      actions);
-  });
-  $("incoming-rows").replaceChildren(...rows);
-  $("no-incoming").hidden = rows.length > 0;
-}
-
-async function answerShare(grant, answer) {
-  if (answer === "decline" && grant.state === "accepted" && !confirm("Leave this share? It leaves your drive; its owner's files stay, and it can be accepted again.")) return;
-  try {
-    await api("POST", `/v1/shares/incoming/${grant.id}/${answer}`);
-    if (answer === "accept") showAlert("Accepted: it is in your drive now.", "info");
-  } catch (error) { reportError(error); }
-  await openSharedWithMe();
-}
-
-/** What the user shares: each grant and each link, with the item it is on. */
-async function openSharedByMe() {
-  show("shared-by-me");
-  let grants, links;
-  try {
-    grants = (await api("GET", "/v1/grants")).grants;
-    links = (await api("GET", "/v1/links")).links;
-  } catch (error) { reportError(error); return; }
-  const items = new Map();
-  const item = async (id) => {
-    if (!items.has(id)) items.set(id, await api("GET", `/v1/files/${id}`).catch(() => null));
-    return items.get(id);
-  };
-  const rows = [];
-  for (const entry of [...grants.map((grant) => ({ grant })), ...links.map((link) => ({ link }))]) {
-    const file = await item(entry.grant ? entry.grant.itemId : entry.link.itemId);
-    if (!file) continue;
-    const actions = element("td", { class: "actions" },
-      element("button", { type: "button", class: "small", onclick: () => openShare(file), "aria-label": `Manage sharing of ${file.name}` }, "Manage"));
-    rows.push(element("tr", { "data-name": file.name },
-      element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
-      element("td", { class: "name" }, file.name),
-      element("td", {}, entry.grant ? `${entry.grant.grantee.username}${entry.grant.state === "accepted" ? "" : ` (${entry.grant.state})`}` : "anyone with the link"),
-      element("td", {}, entry.grant ? entry.grant.role : `link: ${entry.link.access}`),
-      actions));
-  }
-  $("outgoing-rows").replaceChildren(...rows);
-  $("no-outgoing").hidden = rows.length > 0;
-}
-
-function setUp() {
-  $("login-form").addEventListener("submit", signIn);
-  $("sign-out").addEventListener("click", () => signOut("Signed out."));
-  $("home-link").addEventListener("click", (event) => { event.preventDefault(); if (session.tokens) openFolder("root", []); });
-  $("new-folder").addEventListener("click", createFolder);
-  $("upload-button").addEventListener("click", () => $("file-input").click());
-  $("upload-more").addEventListener("click", () => $("file-input").click());
-  $("upload-close").addEventListener("click", () => $("upload-dialog").close());
-  $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files); });
-  $("trash-button").addEventListener("click", openTrash);
-  $("confirm-deletions").addEventListener("click", confirmDeletions);
-  $("restore-since-form").addEventListener("submit", restoreSince);
-  $("settings-button").addEventListener("click", openSettings);
-  $("back-from-settings").addEventListener("click", () => openFolder(state.folderId, state.path));
-  $("app-password-form").addEventListener("submit", createAppPassword);
-  $("back-to-files").addEventListener("click", () => openFolder(state.folderId, state.path));
-  $("back-from-revisions").addEventListener("click", () => openFolder(state.folderId, state.path));
-  $("load-more").addEventListener("click", loadPage);
-  $("move-cancel").addEventListener("click", () => $("move-dialog").close());
-  $("move-here").addEventListener("click", moveHere);
-  $("share-form").addEventListener("submit", addGrant);
-  $("link-form").addEventListener("submit", createLink);
-  $("link-copy").addEventListener("click", copyLink);
-  $("share-close").addEventListener("click", () => { $("share-dialog").close(); if (state.view === "shared-by-me") openSharedByMe(); });
-  $("shared-with-me-button").addEventListener("click", openSharedWithMe);
-  $("shared-by-me-button").addEventListener("click", openSharedByMe);
-  $("back-from-shared-with-me").addEventListener("click", () => openFolder("root", []));
-  $("back-from-shared-by-me").addEventListener("click", () => openFolder("root", []));
-  const zone = $("drop-zone");
-  zone.addEventListener("dragover", (event) => { event.preventDefault(); zone.classList.add("dragging"); });
-  zone.addEventListener("dragleave", () => zone.classList.remove("dragging"));
-  zone.addEventListener("drop", (event) => {
-    event.preventDefault();
-    zone.classList.remove("dragging");
-    const files = [...(event.dataTransfer && event.dataTransfer.files || [])];
-    if (files.length) enqueue(files);
-  });
-  // Incremental loading for big folders: the next page loads as the end of the list comes into view.
-  new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting) && state.view === "files") loadPage(); })
-    .observe($("load-more-sentinel"));
-  if (session.tokens) { openFolder("root", []); events.start(); } else { show("login"); $("login-username").focus(); }
-}
-
-document.addEventListener("DOMContentLoaded", setUp);
 
 """#,
         "index.html": #"""
@@ -2796,19 +1982,42 @@ document.addEventListener("DOMContentLoaded", setUp);
 <title>Nimbus</title>
 <link rel="icon" href="data:,">
 <link rel="stylesheet" href="/app.css">
-<script src="/app.js" defer></script>
+<script type="module" src="/js/main.js"></script>
 </head>
 <body>
+<a class="skip" href="#main">Skip to the files</a>
 <header class="bar">
-  <a class="brand" href="#/" id="home-link">Nimbus</a>
+  <button id="menu-button" type="button" class="only-phone" aria-label="Places" aria-expanded="false" aria-controls="nav">☰</button>
+  <a class="brand" href="#/files">Nimbus</a>
+  <form id="search-form" role="search" class="signed-in-only">
+    <input type="search" id="search" placeholder="Search in Drive" aria-label="Search in Drive (press /)" maxlength="255">
+  </form>
   <span class="spacer"></span>
-  <span id="whoami" class="muted"></span>
-  <button id="settings-button" type="button" hidden>Settings</button>
-  <button id="sign-out" type="button" hidden>Sign out</button>
+  <span id="whoami" class="muted only-wide"></span>
+  <button id="help-button" type="button" class="signed-in-only" aria-label="Keyboard shortcuts" title="Keyboard shortcuts (?)">?</button>
+  <a id="settings-button" class="button signed-in-only" href="#/settings">Settings</a>
+  <button id="sign-out" type="button" class="signed-in-only">Sign out</button>
 </header>
 <div id="alert" role="alert" class="alert" hidden></div>
+<div id="live" class="visually-hidden" aria-live="polite"></div>
 
-<main>
+<div class="layout">
+<nav id="nav" aria-label="Places" class="signed-in-only">
+  <button id="new-button" type="button" class="primary new">+ New</button>
+  <a href="#/home" data-place="home">Home</a>
+  <a href="#/files" data-place="files">My Drive</a>
+  <a href="#/starred" data-place="starred">Starred</a>
+  <a href="#/shared" data-place="shared">Shared</a>
+  <a href="#/activity" data-place="activity">Activity</a>
+  <a href="#/trash" data-place="trash">Trash</a>
+  <a href="#/settings" data-place="settings" class="only-phone">Settings</a>
+  <div class="quota" id="quota">
+    <progress id="quota-bar" max="1" value="0" aria-label="Storage used" hidden></progress>
+    <span id="quota-text" class="muted small"></span>
+  </div>
+</nav>
+
+<main id="main" tabindex="-1">
 <section id="login-view" hidden>
   <form id="login-form" class="card narrow" autocomplete="on">
     <h1>Sign in</h1>
@@ -2818,30 +2027,82 @@ document.addEventListener("DOMContentLoaded", setUp);
   </form>
 </section>
 
-<section id="files-view" hidden>
+<section id="files-view" class="drop-zone" hidden>
   <nav aria-label="Breadcrumbs" id="breadcrumbs" class="breadcrumbs"></nav>
   <div class="toolbar">
-    <button type="button" id="new-folder">New folder</button>
-    <button type="button" id="upload-button" class="primary">Upload</button>
-    <input type="file" id="file-input" multiple hidden>
+    <span id="list-status" class="muted small" aria-live="polite"></span>
     <span class="spacer"></span>
-    <button type="button" id="shared-with-me-button">Shared with me</button>
-    <button type="button" id="shared-by-me-button">Shared by me</button>
-    <button type="button" id="trash-button">Trash</button>
+    <span class="segmented" role="group" aria-label="View">
+      <button type="button" id="view-list" aria-pressed="true">List</button>
+      <button type="button" id="view-grid" aria-pressed="false">Grid</button>
+    </span>
   </div>
-  <div id="drop-zone" class="drop-zone" tabindex="-1">
-    <table class="files" aria-label="Files">
-      <thead><tr><th class="icon"></th><th>Name</th><th class="size">Size</th><th class="date">Modified</th><th class="actions">Actions</th></tr></thead>
-      <tbody id="file-rows"></tbody>
-    </table>
-    <p id="empty-folder" class="muted center" hidden>This folder is empty. Drop files here or use Upload.</p>
-    <div id="load-more-sentinel"></div>
-    <p class="muted center"><button type="button" id="load-more" hidden>Load more</button></p>
+  <div id="bulk-bar" class="bulk-bar" role="toolbar" aria-label="Selected items" hidden>
+    <span id="bulk-count"></span>
+    <button type="button" id="bulk-download">Download</button>
+    <button type="button" id="bulk-move">Move</button>
+    <button type="button" id="bulk-star">Star</button>
+    <button type="button" id="bulk-delete" class="danger">Delete</button>
+    <button type="button" id="bulk-clear">Clear</button>
   </div>
+  <div id="files-list"></div>
+  <p id="empty-folder" class="muted center" hidden>This folder is empty. Drop files or folders here, or use + New.</p>
+</section>
+
+<section id="home-view" hidden>
+  <h1>Suggested</h1>
+  <ul id="home-recent" class="suggestions" aria-label="Recent files"></ul>
+  <p id="no-recent" class="muted" hidden>Files you change or open show up here.</p>
+</section>
+
+<section id="starred-view" hidden>
+  <h1>Starred</h1>
+  <div id="starred-list"></div>
+  <p id="no-starred" class="muted center" hidden>Nothing starred yet: press s on a file, or use its menu.</p>
+</section>
+
+<section id="search-view" hidden>
+  <h1 id="search-heading">Search</h1>
+  <div id="search-types" class="chips" role="group" aria-label="Kind">
+    <button type="button" data-type="">Anything</button>
+    <button type="button" data-type="folder">Folders</button>
+    <button type="button" data-type="document">Documents</button>
+    <button type="button" data-type="image">Images</button>
+    <button type="button" data-type="video">Videos</button>
+    <button type="button" data-type="audio">Audio</button>
+    <button type="button" data-type="pdf">PDFs</button>
+  </div>
+  <p id="search-status" class="muted" aria-live="polite"></p>
+  <div id="search-list"></div>
+</section>
+
+<section id="shared-view" hidden>
+  <h1>Shared with me</h1>
+  <div class="scroll-x">
+  <table class="files" aria-label="Shared with me">
+    <thead><tr><th class="icon"></th><th>Name</th><th>From</th><th>Role</th><th class="actions">Actions</th></tr></thead>
+    <tbody id="incoming-rows"></tbody>
+  </table>
+  </div>
+  <p id="no-incoming" class="muted center" hidden>Nobody has shared anything with you yet.</p>
+  <h1>Shared by me</h1>
+  <div class="scroll-x">
+  <table class="files" aria-label="Shared by me">
+    <thead><tr><th class="icon"></th><th>Name</th><th>With</th><th>Role or link</th><th class="actions">Actions</th></tr></thead>
+    <tbody id="outgoing-rows"></tbody>
+  </table>
+  </div>
+  <p id="no-outgoing" class="muted center" hidden>You have not shared anything yet.</p>
+</section>
+
+<section id="activity-view" hidden>
+  <h1>Activity</h1>
+  <ul id="activity-list" class="activity" aria-label="Activity"></ul>
+  <p id="no-activity" class="muted" hidden>Nothing has happened yet.</p>
 </section>
 
 <section id="trash-view" hidden>
-  <div class="toolbar"><button type="button" id="back-to-files">← Back to files</button><h1>Trash</h1></div>
+  <h1>Trash</h1>
   <div id="deletion-paused" class="alert" role="alert" hidden>
     <p id="deletion-paused-text"></p>
     <button type="button" id="confirm-deletions" class="small">Confirm these deletions</button>
@@ -2852,15 +2113,17 @@ document.addEventListener("DOMContentLoaded", setUp);
     <input type="datetime-local" id="restore-since" required>
     <button type="submit" class="small">Restore all</button>
   </form>
+  <div class="scroll-x">
   <table class="files" aria-label="Trash">
     <thead><tr><th class="icon"></th><th>Name</th><th class="size">Size</th><th class="date">Deleted from</th><th class="actions">Actions</th></tr></thead>
     <tbody id="trash-rows"></tbody>
   </table>
+  </div>
   <p id="empty-trash" class="muted center" hidden>The trash is empty.</p>
 </section>
 
 <section id="settings-view" hidden>
-  <div class="toolbar"><button type="button" id="back-from-settings">← Back to files</button><h1>Settings</h1></div>
+  <h1>Settings</h1>
   <h2>App passwords</h2>
   <p class="muted">For apps that sign in with a user name and password (WebDAV: Finder, Windows Explorer, GNOME Files,
     davfs2, rclone) — never give them your account password. Each is shown once; revoke one and that app is refused.</p>
@@ -2870,29 +2133,13 @@ document.addEventListener("DOMContentLoaded", setUp);
   </form>
   <p id="app-password-new" class="card" hidden>Your new app password for <strong id="app-password-new-label"></strong>
     (copy it now; it is not shown again): <code id="app-password-secret"></code></p>
+  <div class="scroll-x">
   <table class="files" aria-label="App passwords">
     <thead><tr><th>Label</th><th class="date">Created</th><th class="date">Last used</th><th class="actions">Actions</th></tr></thead>
     <tbody id="app-password-rows"></tbody>
   </table>
+  </div>
   <p id="no-app-passwords" class="muted center" hidden>No app passwords yet.</p>
-</section>
-
-<section id="shared-with-me-view" hidden>
-  <div class="toolbar"><button type="button" id="back-from-shared-with-me">← Back to files</button><h1>Shared with me</h1></div>
-  <table class="files" aria-label="Shared with me">
-    <thead><tr><th class="icon"></th><th>Name</th><th>From</th><th>Role</th><th class="actions">Actions</th></tr></thead>
-    <tbody id="incoming-rows"></tbody>
-  </table>
-  <p id="no-incoming" class="muted center" hidden>Nobody has shared anything with you yet.</p>
-</section>
-
-<section id="shared-by-me-view" hidden>
-  <div class="toolbar"><button type="button" id="back-from-shared-by-me">← Back to files</button><h1>Shared by me</h1></div>
-  <table class="files" aria-label="Shared by me">
-    <thead><tr><th class="icon"></th><th>Name</th><th>With</th><th>Role or link</th><th class="actions">Actions</th></tr></thead>
-    <tbody id="outgoing-rows"></tbody>
-  </table>
-  <p id="no-outgoing" class="muted center" hidden>You have not shared anything yet.</p>
 </section>
 
 <section id="revisions-view" hidden>
@@ -2901,7 +2148,32 @@ document.addEventListener("DOMContentLoaded", setUp);
 </section>
 </main>
 
-<dialog id="upload-dialog" aria-labelledby="upload-title">
+<aside id="preview" class="preview" aria-labelledby="preview-title" hidden>
+  <div class="preview-head">
+    <h2 id="preview-title"></h2>
+    <button type="button" id="preview-close" aria-label="Close the preview">✕</button>
+  </div>
+  <div id="preview-body"></div>
+</aside>
+</div>
+
+<button id="new-fab" type="button" class="primary fab only-phone signed-in-only" aria-label="New: upload, take a photo, new folder">+</button>
+<input type="file" id="file-input" multiple hidden>
+<input type="file" id="folder-input" webkitdirectory multiple hidden>
+<input type="file" id="camera-input" accept="image/*" capture="environment" hidden>
+
+<dialog id="new-dialog" aria-labelledby="new-title">
+  <h2 id="new-title">New</h2>
+  <div class="sheet">
+    <button type="button" id="upload-files">Upload files</button>
+    <button type="button" id="upload-folder">Upload a folder</button>
+    <button type="button" id="take-photo">Take a photo</button>
+    <button type="button" id="new-folder">New folder</button>
+  </div>
+  <div class="dialog-buttons"><button type="button" id="new-close">Cancel</button></div>
+</dialog>
+
+<dialog id="upload-dialog" class="uploads-panel" aria-labelledby="upload-title">
   <h2 id="upload-title">Uploads</h2>
   <ul id="upload-list" class="uploads"></ul>
   <div class="dialog-buttons">
@@ -2967,8 +2239,1899 @@ document.addEventListener("DOMContentLoaded", setUp);
     <button type="button" id="move-here" class="primary">Move here</button>
   </div>
 </dialog>
+
+<dialog id="help-dialog" aria-labelledby="help-title">
+  <h2 id="help-title">Keyboard shortcuts</h2>
+  <table class="shortcuts">
+    <tbody>
+      <tr><th><kbd>/</kbd></th><td>Search</td></tr>
+      <tr><th><kbd>↑</kbd> <kbd>↓</kbd> (<kbd>k</kbd> <kbd>j</kbd>)</th><td>Move through the list (with <kbd>Shift</kbd>: select on the way)</td></tr>
+      <tr><th><kbd>Enter</kbd></th><td>Open a folder, preview a file</td></tr>
+      <tr><th><kbd>Space</kbd></th><td>Select or unselect</td></tr>
+      <tr><th><kbd>Ctrl</kbd>/<kbd>⌘</kbd> <kbd>A</kbd></th><td>Select all</td></tr>
+      <tr><th><kbd>Esc</kbd></th><td>Close the preview, clear the selection</td></tr>
+      <tr><th><kbd>p</kbd></th><td>Preview</td></tr>
+      <tr><th><kbd>d</kbd></th><td>Download (several: as a zip)</td></tr>
+      <tr><th><kbd>m</kbd></th><td>Move</td></tr>
+      <tr><th><kbd>s</kbd></th><td>Star or unstar</td></tr>
+      <tr><th><kbd>F2</kbd></th><td>Rename</td></tr>
+      <tr><th><kbd>Delete</kbd> or <kbd>#</kbd></th><td>Move to the trash</td></tr>
+      <tr><th><kbd>u</kbd></th><td>Upload files</td></tr>
+      <tr><th><kbd>Shift</kbd> <kbd>N</kbd></th><td>New folder</td></tr>
+      <tr><th><kbd>?</kbd></th><td>This list</td></tr>
+    </tbody>
+  </table>
+  <div class="dialog-buttons"><button type="button" id="help-close">Close</button></div>
+</dialog>
 </body>
 </html>
+
+"""#,
+        "js/account.js": #"""
+// The account's own pages: the trash (with the mass-deletion breaker), app passwords, a file's revisions.
+import { api, download, FOLDER } from "./api.js";
+import { $, element, formatDate, formatSize, iconFor, reportError, showAlert } from "./dom.js";
+
+export async function showTrash() {
+  const rows = $("trash-rows");
+  rows.replaceChildren();
+  try {
+    const list = await api("GET", "/v1/trash?limit=1000");
+    for (const file of list.files) {
+      rows.append(element("tr", { "data-id": file.id, "data-name": file.name },
+        element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
+        element("td", { class: "name" }, file.name),
+        element("td", { class: "size" }, file.mimeType === FOLDER ? "—" : formatSize(file.size)),
+        element("td", { class: "date" }, formatDate(file.modifiedAt)),
+        element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => restoreFromTrash(file), "aria-label": `Restore ${file.name}` }, "Restore"))));
+    }
+    $("empty-trash").hidden = list.files.length > 0;
+    await showDeletionPauses();
+  } catch (error) { reportError(error); }
+  if (!$("restore-since").value) $("restore-since").value = localInputValue(new Date(Date.now() - 3600 * 1000));
+}
+
+// The mass-deletion breaker: devices whose deletions the server paused until the user confirms.
+async function showDeletionPauses() {
+  const { paused } = await api("GET", "/v1/trash/paused");
+  $("deletion-paused").hidden = paused.length === 0;
+  $("deletion-paused-text").textContent = paused.map((pause) =>
+    `${pause.deviceName ? `“${pause.deviceName}”` : "A device"} deleted ${pause.deletions} items within an hour, so the server paused its deletions (${formatDate(pause.pausedAt)}).`).join(" ");
+}
+
+async function confirmDeletions() {
+  try {
+    const { paused } = await api("POST", "/v1/trash/confirm");
+    showAlert(paused.length ? "Confirmed: those devices' deletions go on." : "No deletions were paused.", "info");
+    await showDeletionPauses();
+  } catch (error) { reportError(error); }
+}
+
+async function restoreSince(event) {
+  event.preventDefault();
+  const since = new Date($("restore-since").value);
+  if (isNaN(since)) { showAlert("Pick a date and time."); return; }
+  if (!confirm(`Restore everything trashed since ${since.toLocaleString()}?`)) return;
+  try {
+    const result = await api("POST", "/v1/trash/restore", { json: { since: since.toISOString().replace(/\.\d{3}Z$/, "Z") } });
+    showAlert(result.restored ? `Restored ${result.restored} item${result.restored === 1 ? "" : "s"} (${result.items} in all).` : "Nothing was trashed since then.", "info");
+    await showTrash();
+  } catch (error) { reportError(error); }
+}
+
+/** A date as a datetime-local input takes it (local time, to the minute). */
+function localInputValue(date) {
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
+}
+
+async function restoreFromTrash(file) {
+  try {
+    await api("POST", `/v1/files/${file.id}/untrash`);
+    showAlert(`Restored “${file.name}”.`, "info");
+    await showTrash();
+  } catch (error) { reportError(error); }
+}
+
+export async function showSettings() {
+  $("app-password-new").hidden = true;
+  await loadAppPasswords();
+}
+
+async function loadAppPasswords() {
+  const rows = $("app-password-rows");
+  try {
+    const list = await api("GET", "/v1/auth/app-passwords");
+    rows.replaceChildren(...list.appPasswords.map((entry) => element("tr", { "data-id": entry.id, "data-name": entry.label },
+      element("td", { class: "name" }, entry.label),
+      element("td", { class: "date" }, formatDate(entry.createdAt)),
+      element("td", { class: "date" }, entry.lastUsedAt ? formatDate(entry.lastUsedAt) : "never"),
+      element("td", { class: "actions" }, element("button", { type: "button", class: "small", onclick: () => revokeAppPassword(entry), "aria-label": `Revoke ${entry.label}` }, "Revoke")))));
+    $("no-app-passwords").hidden = list.appPasswords.length > 0;
+  } catch (error) { reportError(error); }
+}
+
+async function createAppPassword(event) {
+  event.preventDefault();
+  const label = $("app-password-label").value.trim();
+  if (!label) { showAlert("Give the app password a label: what it is for."); return; }
+  $("app-password-create").disabled = true;
+  try {
+    const made = await api("POST", "/v1/auth/app-passwords", { json: { label } });
+    $("app-password-new-label").textContent = made.label;
+    $("app-password-secret").textContent = made.password;
+    $("app-password-new").hidden = false;
+    $("app-password-label").value = "";
+    await loadAppPasswords();
+  } catch (error) { reportError(error); } finally { $("app-password-create").disabled = false; }
+}
+
+async function revokeAppPassword(entry) {
+  if (!confirm(`Revoke the app password “${entry.label}”? Apps using it will be refused.`)) return;
+  try {
+    await api("DELETE", `/v1/auth/app-passwords/${encodeURIComponent(entry.id)}`);
+    showAlert(`Revoked “${entry.label}”.`, "info");
+    $("app-password-new").hidden = true;
+    await loadAppPasswords();
+  } catch (error) { reportError(error); }
+}
+
+export async function showRevisions(fileId) {
+  const list = $("revision-list");
+  list.replaceChildren();
+  try {
+    const [current, revisions] = await Promise.all([api("GET", `/v1/files/${fileId}`), api("GET", `/v1/files/${fileId}/revisions?limit=1000`)]);
+    $("revisions-name").textContent = current.name;
+    for (const revision of revisions.revisions) {
+      const isCurrent = revision.revisionId === current.revisionId;
+      list.append(element("li", { "data-revision": revision.revisionId },
+        element("span", { class: "when" }, `Modified ${formatDate(revision.modifiedAt)}`, isCurrent ? element("span", { class: "badge" }, "Current version") : ""),
+        element("span", { class: "muted" }, formatSize(revision.size)),
+        element("button", { type: "button", class: "small", onclick: () => download(revision.downloadUrl, current.name).catch(reportError) }, "Open"),
+        isCurrent ? "" : element("button", { type: "button", class: "small", onclick: () => restoreRevision(current, revision) }, "Restore")));
+    }
+  } catch (error) { reportError(error); }
+}
+
+async function restoreRevision(file, revision) {
+  try {
+    await api("POST", `/v1/files/${file.id}/revisions/${revision.revisionId}/restore`);
+    showAlert("Restored; it is now the current version.", "info");
+    await showRevisions(file.id);
+  } catch (error) { reportError(error); }
+}
+
+export function setUpAccount() {
+  $("confirm-deletions").addEventListener("click", confirmDeletions);
+  $("restore-since-form").addEventListener("submit", restoreSince);
+  $("app-password-form").addEventListener("submit", createAppPassword);
+}
+
+"""#,
+        "js/api.js": #"""
+// The API client: tokens in sessionStorage (never in URLs), one refresh on a 401, errors as APIError with the
+// server's message. Everything else in the app talks to the server through `api` and `fetchBlob`.
+
+export const FOLDER = "application/vnd.nimbus.folder";
+
+export const session = {
+  get tokens() { try { return JSON.parse(sessionStorage.getItem("nimbus.tokens")); } catch { return null; } },
+  set tokens(value) { value ? sessionStorage.setItem("nimbus.tokens", JSON.stringify(value)) : sessionStorage.removeItem("nimbus.tokens"); },
+  get username() { return sessionStorage.getItem("nimbus.username") || ""; },
+  set username(value) { sessionStorage.setItem("nimbus.username", value); },
+};
+
+export class APIError extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || `The server answered ${status}.`);
+    this.status = status;
+    this.code = body && body.error && body.error.code;
+    this.body = body;
+  }
+}
+
+/** Called when the session cannot be refreshed (set by main.js: back to the sign-in page). */
+export const hooks = { sessionEnded: () => {} };
+
+let refreshing = null;
+async function refreshTokens() {
+  const tokens = session.tokens;
+  if (!tokens) throw new APIError(401, null);
+  if (!refreshing) {
+    refreshing = fetch("/v1/auth/refresh", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ refreshToken: tokens.refreshToken }),
+    }).then(async (response) => {
+      if (!response.ok) throw new APIError(response.status, await response.json().catch(() => null));
+      session.tokens = await response.json();
+    }).finally(() => { refreshing = null; });
+  }
+  return refreshing;
+}
+
+/** Calls the API; refreshes the access token once on 401; throws APIError with the server's message. */
+export async function api(method, path, { json, body, headers = {}, raw = false, signal } = {}, retried = false) {
+  const tokens = session.tokens;
+  const init = { method, headers: { ...headers }, signal };
+  if (tokens) init.headers.Authorization = `Bearer ${tokens.accessToken}`;
+  if (json !== undefined) { init.headers["Content-Type"] = "application/json"; init.body = JSON.stringify(json); }
+  else if (body !== undefined) init.body = body;
+  const response = await fetch(path, init);
+  if (response.status === 401 && tokens && !retried) {
+    try { await refreshTokens(); } catch { hooks.sessionEnded("Your session ended; sign in again."); throw new APIError(401, null); }
+    return api(method, path, { json, body, headers, raw, signal }, true);
+  }
+  if (raw) return response;
+  if (response.status === 204) return null;
+  const data = await response.json().catch(() => null);
+  if (!response.ok && response.status !== 308) throw new APIError(response.status, data);
+  return data;
+}
+
+/** Fetches bytes with the Authorization header (no token in URLs) as a Blob of `type` (default: as served). */
+export async function fetchBlob(path, { signal, type } = {}) {
+  const response = await api("GET", path, { raw: true, signal });
+  if (!response.ok) throw new APIError(response.status, await response.json().catch(() => null));
+  const blob = await response.blob();
+  return type ? new Blob([blob], { type }) : blob;
+}
+
+/** Saves a blob under `name` (the browser's download). */
+export function saveBlob(blob, name) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+}
+
+/** Downloads a path's bytes and saves them under `name`. */
+export async function download(path, name) { saveBlob(await fetchBlob(path), name); }
+
+/** Every page of a listing path (`…?…`), `limit` items a page; `onPage(files, pagination)` as each arrives. */
+export async function allPages(path, onPage, { limit = 1000, signal, isCurrent = () => true } = {}) {
+  let page = 1;
+  for (;;) {
+    const joiner = path.includes("?") ? "&" : "?";
+    const list = await api("GET", `${path}${joiner}page=${page}&limit=${limit}`, { signal });
+    if (!isCurrent()) return;
+    onPage(list.files, list.pagination);
+    if (!list.pagination.nextPage) return;
+    page = list.pagination.nextPage;
+  }
+}
+
+"""#,
+        "js/browse.js": #"""
+// The places that list files — a folder, search results, starred — and what can be done to files there: one at a
+// time from a row's menu, or to a selection from the bulk bar (move, delete, download as zip, star).
+import { allPages, api, APIError, download, fetchBlob, FOLDER, saveBlob } from "./api.js";
+import { $, announce, ask, element, reportError, showAlert } from "./dom.js";
+import { FileList } from "./list.js";
+import { openPreview, closePreview } from "./preview.js";
+import { openShare } from "./sharing.js";
+
+export const browse = {
+  lists: {},
+  /** The list of the place shown now (for shortcuts and the bulk bar). */
+  active: null,
+  folderId: "root",
+  folder: null,
+  sort: JSON.parse(localStorage.getItem("nimbus.sort") || '{"key":"name","order":"asc"}'),
+  generation: 0,
+  /** Shows a place by its address (set by main.js). */
+  go: (hash) => { location.hash = hash; },
+  refreshAll: () => {},
+};
+
+function list(place, host, label, extra = {}) {
+  if (!browse.lists[place]) {
+    browse.lists[place] = new FileList($(host), {
+      label, open, menu, changed: bulkBar, ...extra,
+    });
+  }
+  return browse.lists[place];
+}
+
+/** Opens an item: a folder's page, or a file's preview. */
+export function open(file) {
+  if (file.mimeType === FOLDER) browse.go(`#/files/${encodeURIComponent(file.id)}`);
+  else openPreview(file);
+}
+
+// ---------------------------------------------------------------- a folder
+
+/** The folders from the root to `folder` (their names as the user sees them), for the breadcrumbs. */
+async function trail(folder) {
+  const crumbs = [];
+  let current = folder;
+  while (current && current.parentId) {
+    crumbs.unshift(current);
+    current = await api("GET", `/v1/files/${encodeURIComponent(current.parentId)}`).catch(() => null);
+  }
+  return crumbs;
+}
+
+function renderBreadcrumbs(crumbs) {
+  const nav = $("breadcrumbs");
+  nav.replaceChildren();
+  const all = [{ id: "root", name: "My Drive" }, ...crumbs];
+  all.forEach((crumb, index) => {
+    if (index > 0) nav.append(element("span", { class: "sep", "aria-hidden": "true" }, "›"));
+    if (index === all.length - 1) nav.append(element("span", { "aria-current": "page" }, crumb.name));
+    else nav.append(element("a", { href: `#/files/${encodeURIComponent(index === 0 ? "root" : crumb.id)}` }, crumb.name));
+  });
+}
+
+export async function showFolder(folderId) {
+  const generation = ++browse.generation;
+  const files = list("files", "files-list", "Files", {
+    sort: browse.sort,
+    onSort: (key) => {
+      browse.sort = { key, order: browse.sort.key === key && browse.sort.order === "asc" ? "desc" : "asc" };
+      localStorage.setItem("nimbus.sort", JSON.stringify(browse.sort));
+      files.options.sort = browse.sort;
+      files.renderHeader();
+      showFolder(browse.folderId);
+    },
+  });
+  browse.active = files;
+  const changedFolder = browse.folderId !== folderId;
+  browse.folderId = folderId;
+  if (changedFolder) { files.selected.clear(); files.focus = 0; files.setItems([]); window.scrollTo(0, 0); }
+  $("list-status").textContent = "Loading…";
+  try {
+    const folder = await api("GET", `/v1/files/${encodeURIComponent(folderId)}`);
+    if (generation !== browse.generation) return;
+    browse.folder = folder;
+    document.title = folder.parentId ? `${folder.name} – Nimbus` : "My Drive – Nimbus";
+    trail(folder).then((crumbs) => { if (generation === browse.generation) renderBreadcrumbs(crumbs); });
+    const canAdd = !folder.capabilities || folder.capabilities.canEdit;
+    $("new-button").disabled = !canAdd;
+    const items = [];
+    const { key, order } = browse.sort;
+    await allPages(`/v1/files?parentId=${encodeURIComponent(folder.id)}&sort=${key}&order=${order}`, (page, pagination) => {
+      items.push(...page);
+      files.setItems(items.slice());
+      $("list-status").textContent = items.length < pagination.totalItems ? `${items.length} of ${pagination.totalItems} loaded…` : "";
+    }, { isCurrent: () => generation === browse.generation });
+    if (generation !== browse.generation) return;
+    $("empty-folder").hidden = items.length > 0;
+    $("list-status").textContent = "";
+  } catch (error) {
+    if (generation === browse.generation) { $("list-status").textContent = ""; reportError(error); }
+  }
+}
+
+// ---------------------------------------------------------------- search
+
+let searchController = null;
+
+/** Results for `query` (and `type`), as the user types: an older request still running is dropped. */
+export async function showSearch(query, type) {
+  const results = list("search", "search-list", "Search results", { showPath: true });
+  browse.active = results;
+  $("search-heading").textContent = query ? `Results for “${query}”` : "Search";
+  for (const chip of document.querySelectorAll("#search-types button")) chip.setAttribute("aria-pressed", String((chip.dataset.type || "") === (type || "")));
+  if (!query) { results.setItems([]); $("search-status").textContent = "Type part of a name."; return; }
+  searchController?.abort();
+  const controller = new AbortController();
+  searchController = controller;
+  $("search-status").textContent = "Searching…";
+  try {
+    const page = await api("GET", `/v1/search?q=${encodeURIComponent(query)}${type ? `&type=${type}` : ""}&limit=200`, { signal: controller.signal });
+    if (controller.signal.aborted) return;
+    results.setItems(page.files);
+    const total = page.pagination.totalItems;
+    $("search-status").textContent = total === 0 ? "Nothing has that in its name." : `${total} item${total === 1 ? "" : "s"}${total > page.files.length ? ` (the first ${page.files.length} shown)` : ""}`;
+    announce($("search-status").textContent);
+  } catch (error) {
+    if (!controller.signal.aborted) { $("search-status").textContent = ""; reportError(error); }
+  }
+}
+
+// ---------------------------------------------------------------- starred
+
+export async function showStarred() {
+  const starred = list("starred", "starred-list", "Starred");
+  browse.active = starred;
+  const items = [];
+  try {
+    await allPages("/v1/starred", (page) => { items.push(...page); starred.setItems(items.slice()); });
+    $("no-starred").hidden = items.length > 0;
+  } catch (error) { reportError(error); }
+}
+
+// ---------------------------------------------------------------- actions
+
+/** The row menu: what can be done with one item. */
+function menu(file, button) {
+  const can = file.capabilities || {};
+  const entries = [
+    ["Open", () => open(file)],
+    file.mimeType !== FOLDER ? ["Download", () => downloadItems([file])] : ["Download as zip", () => downloadItems([file])],
+    can.canShare ? ["Share", () => openShare(file, () => browse.refreshAll())] : null,
+    can.canRename ? ["Rename", () => rename(file)] : null,
+    can.canRename ? ["Move", () => moveItems([file])] : null,
+    [file.starred ? "Unstar" : "Star", () => star([file], !file.starred)],
+    file.mimeType !== FOLDER ? ["Revisions", () => browse.go(`#/revisions/${encodeURIComponent(file.id)}`)] : null,
+    can.canDelete ? ["Delete", () => trash([file])] : null,
+  ].filter(Boolean);
+  popup(button, entries, file.name);
+}
+
+/** A menu of `entries` ([label, action]) by `anchor`; arrows move, Enter picks, Escape closes. */
+export function popup(anchor, entries, name) {
+  document.querySelector(".menu")?.remove();
+  const close = () => { holder.remove(); document.removeEventListener("click", outside, true); anchor.focus(); };
+  const outside = (event) => { if (!holder.contains(event.target)) close(); };
+  const holder = element("div", { class: "menu", role: "menu", "aria-label": `Actions for ${name}` },
+    ...entries.map(([label, action]) => element("button", { type: "button", role: "menuitem", tabindex: "-1", class: label === "Delete" ? "danger" : "",
+      onclick: () => { close(); action(); } }, label)));
+  holder.addEventListener("keydown", (event) => {
+    const items = [...holder.querySelectorAll("[role=menuitem]")];
+    const at = items.indexOf(document.activeElement);
+    if (event.key === "ArrowDown") { event.preventDefault(); items[(at + 1) % items.length].focus(); }
+    else if (event.key === "ArrowUp") { event.preventDefault(); items[(at - 1 + items.length) % items.length].focus(); }
+    else if (event.key === "Escape" || event.key === "Tab") { event.preventDefault(); close(); }
+  });
+  document.body.append(holder);
+  const box = anchor.getBoundingClientRect();
+  const width = Math.min(220, window.innerWidth - 16);
+  holder.style.left = `${Math.max(8, Math.min(box.right - width, window.innerWidth - width - 8))}px`;
+  holder.style.top = `${Math.min(box.bottom + window.scrollY + 4, window.scrollY + window.innerHeight - holder.offsetHeight - 8)}px`;
+  holder.style.width = `${width}px`;
+  setTimeout(() => document.addEventListener("click", outside, true));
+  holder.querySelector("[role=menuitem]").focus();
+}
+
+export async function rename(file) {
+  const name = await ask(`Rename ${file.name}`, "New name", file.name);
+  if (!name || name === file.name) return;
+  try {
+    await api("PATCH", `/v1/files/${file.id}`, { json: { name } });
+    announce(`Renamed to ${name}`);
+    await browse.refreshAll();
+  } catch (error) { reportError(error); }
+}
+
+/** Moves items to the trash; the mass-deletion breaker's pause is asked about once. */
+export async function trash(files) {
+  if (!files.length) return;
+  if (files.length > 1 && !confirm(`Move ${files.length} items to the trash?`)) return;
+  let confirmed = false;
+  let moved = 0;
+  for (const file of files) {
+    for (;;) {
+      try {
+        await api("DELETE", `/v1/files/${file.id}`);
+        moved++;
+        break;
+      } catch (error) {
+        if (error instanceof APIError && error.code === "mass_deletion_paused" && !confirmed) {
+          if (!confirm(`You have deleted many files in a short time, so the server paused deletions.\n\nDelete “${file.name}” and go on deleting?`)) return finish();
+          confirmed = true;
+          try { await api("POST", "/v1/trash/confirm"); } catch (confirmError) { reportError(confirmError); return finish(); }
+          continue;
+        }
+        reportError(error);
+        break;
+      }
+    }
+  }
+  return finish();
+  async function finish() {
+    if (moved) showAlert(moved === 1 ? `Moved “${files[0].name}” to the trash.` : `Moved ${moved} items to the trash.`, "info");
+    browse.active?.clearSelection();
+    closePreview();
+    await browse.refreshAll();
+  }
+}
+
+export async function star(files, on) {
+  try {
+    await Promise.all(files.map((file) => api(on ? "PUT" : "DELETE", `/v1/files/${file.id}/star`)));
+    announce(on ? `Starred ${files.length === 1 ? files[0].name : `${files.length} items`}` : "Unstarred");
+    await browse.refreshAll();
+  } catch (error) { reportError(error); }
+}
+
+/** One file: its bytes. Anything else (a folder, several items): one zip, named after the folder or "Nimbus". */
+export async function downloadItems(files) {
+  if (!files.length) return;
+  try {
+    if (files.length === 1 && files[0].mimeType !== FOLDER) return await download(files[0].downloadUrl, files[0].name);
+    showAlert(`Preparing a zip of ${files.length === 1 ? `“${files[0].name}”` : `${files.length} items`}…`, "info");
+    const blob = await fetchBlob(`/v1/zip?ids=${files.map((file) => encodeURIComponent(file.id)).join(",")}`);
+    saveBlob(blob, files.length === 1 ? `${files[0].name}.zip` : "Nimbus.zip");
+  } catch (error) { reportError(error); }
+}
+
+// Move: a small folder browser.
+const mover = { files: [], folderId: "root", path: [] };
+
+export async function moveItems(files) {
+  if (!files.length) return;
+  mover.files = files;
+  mover.folderId = "root";
+  mover.path = [];
+  $("move-title").textContent = files.length === 1 ? `Move “${files[0].name}” to…` : `Move ${files.length} items to…`;
+  await renderMover();
+  $("move-dialog").showModal();
+}
+
+async function renderMover() {
+  const crumbs = $("move-breadcrumbs");
+  crumbs.replaceChildren();
+  [{ id: "root", name: "My Drive" }, ...mover.path].forEach((crumb, index, all) => {
+    if (index > 0) crumbs.append(element("span", { class: "sep" }, "›"));
+    crumbs.append(index === all.length - 1 ? element("span", {}, crumb.name)
+      : element("a", { href: "#", onclick: (event) => { event.preventDefault(); mover.folderId = crumb.id; mover.path = mover.path.slice(0, index); renderMover(); } }, crumb.name));
+  });
+  const holder = $("move-folders");
+  holder.replaceChildren();
+  const moving = new Set(mover.files.map((file) => file.id));
+  try {
+    const folders = await api("GET", `/v1/files?parentId=${encodeURIComponent(mover.folderId)}&limit=1000`);
+    for (const folder of folders.files.filter((f) => f.mimeType === FOLDER && !moving.has(f.id))) {
+      holder.append(element("li", {}, element("button", { type: "button", onclick: () => { mover.folderId = folder.id; mover.path.push({ id: folder.id, name: folder.name }); renderMover(); } }, folder.name)));
+    }
+  } catch (error) { reportError(error); }
+}
+
+async function moveHere() {
+  $("move-dialog").close();
+  try {
+    for (const file of mover.files) await api("PATCH", `/v1/files/${file.id}`, { json: { parentId: mover.folderId } });
+    announce(`Moved ${mover.files.length === 1 ? mover.files[0].name : `${mover.files.length} items`}`);
+    browse.active?.clearSelection();
+    await browse.refreshAll();
+  } catch (error) { reportError(error); }
+}
+
+/** The bar of what can be done to the selection, shown while anything is selected. */
+export function bulkBar() {
+  const bar = $("bulk-bar");
+  const chosen = browse.active ? browse.active.selection() : [];
+  bar.hidden = chosen.length === 0;
+  if (!chosen.length) return;
+  $("bulk-count").textContent = `${chosen.length} selected`;
+}
+
+export function setUpBrowse() {
+  $("move-cancel").addEventListener("click", () => $("move-dialog").close());
+  $("move-here").addEventListener("click", moveHere);
+  const chosen = () => (browse.active ? browse.active.selection() : []);
+  $("bulk-download").addEventListener("click", () => downloadItems(chosen()));
+  $("bulk-move").addEventListener("click", () => moveItems(chosen()));
+  $("bulk-star").addEventListener("click", () => { const files = chosen(); star(files, !files.every((file) => file.starred)); });
+  $("bulk-delete").addEventListener("click", () => trash(chosen()));
+  $("bulk-clear").addEventListener("click", () => browse.active?.clearSelection());
+  $("view-list").addEventListener("click", () => setMode("list"));
+  $("view-grid").addEventListener("click", () => setMode("grid"));
+  setMode(localStorage.getItem("nimbus.view") || "list");
+}
+
+function setMode(mode) {
+  for (const item of Object.values(browse.lists)) item.setMode(mode);
+  localStorage.setItem("nimbus.view", mode);
+  $("view-list").setAttribute("aria-pressed", String(mode === "list"));
+  $("view-grid").setAttribute("aria-pressed", String(mode === "grid"));
+}
+
+"""#,
+        "js/dom.js": #"""
+// Small DOM helpers shared by every view: building elements, icons, formatting, alerts, the prompt dialog.
+import { APIError, FOLDER } from "./api.js";
+
+export const $ = (id) => document.getElementById(id);
+
+export function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === "") continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+export function showAlert(message, kind = "error") {
+  const alert = $("alert");
+  alert.textContent = message;
+  alert.className = kind === "info" ? "alert info" : "alert";
+  alert.hidden = false;
+  clearTimeout(showAlert.timer);
+  showAlert.timer = setTimeout(() => { alert.hidden = true; }, 8000);
+}
+
+/** Says something to screen readers (the polite live region). */
+export function announce(message) {
+  const live = $("live");
+  live.textContent = "";
+  setTimeout(() => { live.textContent = message; }, 30);
+}
+
+export function reportError(error) {
+  if (error && error.name === "AbortError") return;
+  showAlert(error instanceof APIError ? error.message : `Something went wrong: ${error && error.message || error}`);
+}
+
+export function formatSize(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+export function formatDate(text) {
+  const date = new Date(text);
+  return isNaN(date) ? "" : date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
+/** "Apr 25" this year, "Apr 25, 2025" before, "14:05" today. */
+export function shortDate(text) {
+  const date = new Date(text);
+  if (isNaN(date)) return "";
+  const now = new Date();
+  if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+  const options = { month: "short", day: "numeric" };
+  if (date.getFullYear() !== now.getFullYear()) options.year = "numeric";
+  return date.toLocaleDateString(undefined, options);
+}
+
+/** The kind of an item by its type, for icons and previews. */
+export function kindOf(file) {
+  const type = (file.mimeType || "").toLowerCase();
+  if (type === FOLDER) return "folder";
+  if (type === "image/svg+xml") return "drawing";
+  if (type.startsWith("image/")) return "image";
+  if (type.startsWith("video/")) return "video";
+  if (type.startsWith("audio/")) return "audio";
+  if (type === "application/pdf") return "pdf";
+  if (/zip|tar|gzip|7z|rar|bzip|xz|zstd/.test(type)) return "archive";
+  if (/sheet|excel|csv/.test(type)) return "sheet";
+  if (/presentation|powerpoint/.test(type)) return "slides";
+  if (type.startsWith("text/") || /json|xml|yaml|javascript|markdown/.test(type)) return "text";
+  return "file";
+}
+
+const colors = { folder: "#54aeff", image: "#8250df", drawing: "#8250df", video: "#cf222e", audio: "#bf3989", pdf: "#cf222e", archive: "#9a6700", sheet: "#1a7f37", slides: "#bc4c00", text: "#57606a", file: "#6e7781" };
+const labels = { image: "IMG", drawing: "SVG", video: "VID", audio: "AUD", pdf: "PDF", archive: "ZIP", sheet: "XLS", slides: "PPT", text: "TXT", file: "" };
+
+/** A small SVG icon by kind (no emoji: fonts differ; no image files: nothing to fetch). */
+export function iconFor(file, size = 22) {
+  const kind = kindOf(file);
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("width", String(size));
+  svg.setAttribute("height", String(size));
+  svg.setAttribute("class", `ico ico-${kind}`);
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("fill", colors[kind]);
+  path.setAttribute("d", kind === "folder"
+    ? "M2 5.5A1.5 1.5 0 0 1 3.5 4h5l2 2h10A1.5 1.5 0 0 1 22 7.5v11a1.5 1.5 0 0 1-1.5 1.5h-17A1.5 1.5 0 0 1 2 18.5z"
+    : "M6 2h8l5 5v13.5A1.5 1.5 0 0 1 17.5 22h-11A1.5 1.5 0 0 1 5 20.5v-17A1.5 1.5 0 0 1 6.5 2zM13.5 3v4.5H18");
+  svg.append(path);
+  if (kind !== "folder" && labels[kind]) {
+    const label = document.createElementNS(ns, "text");
+    label.setAttribute("x", "12");
+    label.setAttribute("y", "18");
+    label.setAttribute("text-anchor", "middle");
+    label.setAttribute("font-size", "6");
+    label.setAttribute("font-family", "sans-serif");
+    label.setAttribute("fill", "#fff");
+    label.textContent = labels[kind];
+    svg.append(label);
+  }
+  return svg;
+}
+
+/** Asks for a line of text in a dialog; resolves to the text, or null when cancelled. */
+export function ask(title, label, value = "") {
+  return new Promise((resolve) => {
+    const dialog = $("prompt-dialog");
+    $("prompt-title").textContent = title;
+    $("prompt-label").textContent = label;
+    const input = $("prompt-input");
+    input.value = value;
+    dialog.onclose = () => resolve(dialog.returnValue === "ok" && input.value.trim() ? input.value.trim() : null);
+    dialog.returnValue = "";
+    dialog.showModal();
+    input.focus();
+    // The name without its extension selected, as file managers do.
+    const dot = value.lastIndexOf(".");
+    input.setSelectionRange(0, dot > 0 ? dot : value.length);
+  });
+}
+
+/** Whether keys typed now go into a text field (shortcuts stay out of its way). */
+export function typing(target) {
+  return target instanceof HTMLElement && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));
+}
+
+"""#,
+        "js/list.js": #"""
+// The file list every place shows (a folder, search results, starred, recent): a window of rows over any number of
+// items (only what is on screen is in the page, so 10,000 items open and scroll like 10), in a list or a grid of
+// thumbnails, with multi-select (click, shift, ctrl/cmd, select all) and a roving keyboard focus.
+import { FOLDER, session } from "./api.js";
+import { element, formatSize, iconFor, shortDate } from "./dom.js";
+import { thumbnail } from "./thumbs.js";
+
+const ROW = 48;
+const CARD = 196;
+const CARD_WIDTH = 172;
+const OVERSCAN = 6;
+
+export class FileList {
+  /**
+   * `host`: the element the list lives in. `options.open(file)`, `options.menu(file, button)`, `options.changed()`
+   * (the selection changed), `options.showPath` (search results), `options.sort`/`options.onSort(key)`.
+   */
+  constructor(host, options) {
+    this.host = host;
+    this.options = options;
+    this.items = [];
+    this.selected = new Set();
+    this.anchor = -1;
+    this.focus = 0;
+    this.mode = localStorage.getItem("nimbus.view") || "list";
+    this.header = element("div", { class: "list-header", role: "row" });
+    this.body = element("div", { class: "list-body", role: "rowgroup" });
+    this.grid = element("div", { class: `file-list mode-${this.mode}`, role: "grid", "aria-multiselectable": "true", "aria-label": options.label || "Files", "aria-rowcount": "0" },
+      this.header, this.body);
+    host.replaceChildren(this.grid);
+    this.renderHeader();
+    this.scheduled = false;
+    this.onScroll = () => this.schedule();
+    window.addEventListener("scroll", this.onScroll, { passive: true });
+    window.addEventListener("resize", this.onScroll);
+    this.body.addEventListener("keydown", (event) => this.key(event));
+  }
+
+  destroy() {
+    window.removeEventListener("scroll", this.onScroll);
+    window.removeEventListener("resize", this.onScroll);
+  }
+
+  setMode(mode) {
+    this.mode = mode;
+    localStorage.setItem("nimbus.view", mode);
+    this.grid.className = `file-list mode-${mode}`;
+    this.render(true);
+  }
+
+  setItems(items) {
+    this.items = items;
+    const ids = new Set(items.map((file) => file.id));
+    for (const id of [...this.selected]) if (!ids.has(id)) this.selected.delete(id);
+    this.focus = Math.min(this.focus, Math.max(items.length - 1, 0));
+    this.grid.setAttribute("aria-rowcount", String(items.length + 1));
+    this.render(true);
+    this.options.changed?.();
+  }
+
+  append(items) { this.setItems(this.items.concat(items)); }
+
+  /** The selected items, in list order. */
+  selection() { return this.items.filter((file) => this.selected.has(file.id)); }
+
+  selectAll() {
+    for (const file of this.items) this.selected.add(file.id);
+    this.render(true);
+    this.options.changed?.();
+  }
+
+  clearSelection() {
+    if (!this.selected.size) return false;
+    this.selected.clear();
+    this.render(true);
+    this.options.changed?.();
+    return true;
+  }
+
+  renderHeader() {
+    const sort = this.options.sort;
+    const column = (key, label, className) => {
+      if (!sort) return element("span", { class: `cell ${className}`, role: "columnheader" }, label);
+      const active = sort.key === key;
+      const arrow = active ? (sort.order === "desc" ? " ↓" : " ↑") : "";
+      return element("span", { class: `cell ${className}`, role: "columnheader", "aria-sort": active ? (sort.order === "desc" ? "descending" : "ascending") : "none" },
+        element("button", { type: "button", class: "sort", "data-sort": key, onclick: () => this.options.onSort(key) }, label + arrow));
+    };
+    const all = element("input", { type: "checkbox", "aria-label": "Select all", onchange: (event) => (event.target.checked ? this.selectAll() : this.clearSelection()) });
+    this.header.replaceChildren(
+      element("span", { class: "cell check", role: "columnheader" }, all),
+      element("span", { class: "cell icon", role: "columnheader", "aria-label": "Type" }),
+      column("name", "Name", "name"),
+      column("size", "Size", "size"),
+      column("modified", "Modified", "date"),
+      element("span", { class: "cell actions", role: "columnheader", "aria-label": "Actions" }));
+    this.selectAllBox = all;
+  }
+
+  /** Lines (a row, or a line of cards) and how many items each holds. */
+  geometry() {
+    if (this.mode === "grid") {
+      const perLine = Math.max(1, Math.floor((this.body.clientWidth || window.innerWidth) / CARD_WIDTH));
+      return { perLine, height: CARD, lines: Math.ceil(this.items.length / perLine) };
+    }
+    return { perLine: 1, height: ROW, lines: this.items.length };
+  }
+
+  schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    requestAnimationFrame(() => { this.scheduled = false; this.render(false); });
+  }
+
+  /** Puts the rows that are on screen (and a few either side) in the page. */
+  render(force) {
+    const { perLine, height, lines } = this.geometry();
+    this.body.style.height = `${lines * height}px`;
+    const top = this.body.getBoundingClientRect().top;
+    const first = Math.max(0, Math.floor(-top / height) - OVERSCAN);
+    const last = Math.min(lines, Math.ceil((window.innerHeight - top) / height) + OVERSCAN);
+    const range = `${first}-${last}-${perLine}-${this.mode}`;
+    if (!force && range === this.range) return;
+    this.range = range;
+    const nodes = [];
+    for (let line = first; line < last; line++) {
+      for (let column = 0; column < perLine; column++) {
+        const index = line * perLine + column;
+        if (index >= this.items.length) break;
+        const node = this.mode === "grid" ? this.card(this.items[index], index) : this.row(this.items[index], index);
+        node.style.transform = `translate(${this.mode === "grid" ? column * CARD_WIDTH : 0}px, ${line * height}px)`;
+        nodes.push(node);
+      }
+    }
+    const hadFocus = this.body.contains(document.activeElement);
+    this.body.replaceChildren(...nodes);
+    if (hadFocus) this.body.querySelector(`[data-index="${this.focus}"]`)?.focus();
+    if (this.selectAllBox) {
+      this.selectAllBox.checked = this.items.length > 0 && this.selected.size === this.items.length;
+      this.selectAllBox.indeterminate = this.selected.size > 0 && this.selected.size < this.items.length;
+    }
+  }
+
+  attributes(file, index, className) {
+    return {
+      class: className + (this.selected.has(file.id) ? " selected" : ""), role: "row", "aria-rowindex": String(index + 2),
+      "aria-selected": this.selected.has(file.id) ? "true" : "false", tabindex: index === this.focus ? "0" : "-1",
+      "data-id": file.id, "data-name": file.name, "data-index": String(index),
+      onclick: (event) => this.click(event, file, index), ondblclick: () => this.options.open(file),
+    };
+  }
+
+  row(file, index) {
+    const isFolder = file.mimeType === FOLDER;
+    const check = element("input", { type: "checkbox", tabindex: "-1", "aria-label": `Select ${file.name}`, onclick: (event) => { event.stopPropagation(); this.toggle(file, index); } });
+    check.checked = this.selected.has(file.id);
+    const icon = element("span", { class: "cell icon", role: "gridcell" }, iconFor(file));
+    this.thumb(file, icon, 64);
+    const name = element("span", { class: "cell name", role: "gridcell" },
+      element("a", { href: isFolder ? `#/files/${encodeURIComponent(file.id)}` : "#", tabindex: "-1", onclick: (event) => { event.preventDefault(); event.stopPropagation(); this.options.open(file); } }, file.name),
+      this.badges(file));
+    if (this.options.showPath && file.path) name.append(element("span", { class: "path muted" }, file.path.slice(0, file.path.length - file.name.length - 1) || "/"));
+    return element("div", this.attributes(file, index, "row"),
+      element("span", { class: "cell check", role: "gridcell" }, check),
+      icon, name,
+      element("span", { class: "cell size", role: "gridcell" }, isFolder ? "—" : formatSize(file.size)),
+      element("span", { class: "cell date", role: "gridcell" }, shortDate(file.modifiedAt)),
+      element("span", { class: "cell actions", role: "gridcell" }, this.menuButton(file)));
+  }
+
+  card(file, index) {
+    const picture = element("span", { class: "picture" }, iconFor(file, 64));
+    this.thumb(file, picture, 256);
+    return element("div", this.attributes(file, index, "card"),
+      picture,
+      element("span", { class: "card-name" }, element("span", { class: "label", title: file.name }, file.name), this.badges(file)),
+      element("span", { class: "card-meta muted" }, file.mimeType === FOLDER ? "Folder" : `${formatSize(file.size)} · ${shortDate(file.modifiedAt)}`),
+      element("span", { class: "card-actions" }, this.menuButton(file)));
+  }
+
+  badges(file) {
+    const marks = element("span", { class: "marks" });
+    if (file.starred) marks.append(element("span", { class: "star", title: "Starred", "aria-label": "Starred" }, "★"));
+    const mine = !file.owner || file.owner.username === session.username;
+    if (file.shared && mine) marks.append(element("span", { class: "badge shared" }, "Shared"));
+    if (!mine) marks.append(element("span", { class: "badge shared", title: `Shared with you by ${file.owner.username}` }, `from ${file.owner.username}`));
+    return marks;
+  }
+
+  menuButton(file) {
+    return element("button", { type: "button", class: "small more", tabindex: "-1", "aria-haspopup": "menu", "aria-label": `Actions for ${file.name}`,
+      onclick: (event) => { event.stopPropagation(); this.options.menu(file, event.currentTarget); } }, "⋯");
+  }
+
+  thumb(file, holder, size) {
+    thumbnail(file, size).then((url) => {
+      if (!url || !holder.isConnected) return;
+      holder.replaceChildren(element("img", { src: url, alt: "", loading: "lazy", decoding: "async" }));
+      holder.classList.add("has-thumb");
+    });
+  }
+
+  toggle(file, index) {
+    if (this.selected.has(file.id)) this.selected.delete(file.id); else this.selected.add(file.id);
+    this.anchor = index;
+    this.focus = index;
+    this.render(true);
+    this.options.changed?.();
+  }
+
+  click(event, file, index) {
+    if (event.shiftKey && this.anchor >= 0) {
+      const [from, to] = [Math.min(this.anchor, index), Math.max(this.anchor, index)];
+      if (!(event.ctrlKey || event.metaKey)) this.selected.clear();
+      for (let i = from; i <= to; i++) this.selected.add(this.items[i].id);
+      this.focus = index;
+      this.render(true);
+      this.options.changed?.();
+    } else if (event.ctrlKey || event.metaKey) {
+      this.toggle(file, index);
+    } else {
+      this.selected.clear();
+      this.selected.add(file.id);
+      this.anchor = index;
+      this.focus = index;
+      this.render(true);
+      this.options.changed?.();
+      this.options.select?.(file);
+    }
+    this.body.querySelector(`[data-index="${index}"]`)?.focus();
+  }
+
+  /** Moves the keyboard focus to item `index`, scrolling it into view. */
+  focusIndex(index) {
+    if (!this.items.length) return;
+    this.focus = Math.max(0, Math.min(index, this.items.length - 1));
+    const { perLine, height } = this.geometry();
+    const line = Math.floor(this.focus / perLine);
+    const top = this.body.getBoundingClientRect().top + window.scrollY + line * height;
+    if (top < window.scrollY + 120) window.scrollTo(0, top - 120);
+    else if (top + height > window.scrollY + window.innerHeight) window.scrollTo(0, top + height - window.innerHeight + 8);
+    this.render(true);
+    this.body.querySelector(`[data-index="${this.focus}"]`)?.focus();
+  }
+
+  focused() { return this.items[this.focus]; }
+
+  key(event) {
+    const { perLine } = this.geometry();
+    const moves = { ArrowDown: perLine, j: perLine, ArrowUp: -perLine, k: -perLine, ArrowRight: this.mode === "grid" ? 1 : 0, ArrowLeft: this.mode === "grid" ? -1 : 0 };
+    if (event.key in moves && moves[event.key] && !event.altKey) {
+      event.preventDefault();
+      const from = this.focus;
+      this.focusIndex(from + moves[event.key]);
+      if (event.shiftKey) {
+        this.selected.add(this.items[from].id);
+        this.selected.add(this.items[this.focus].id);
+        this.render(true);
+        this.options.changed?.();
+      }
+    } else if (event.key === "Home" || event.key === "End") {
+      event.preventDefault();
+      this.focusIndex(event.key === "Home" ? 0 : this.items.length - 1);
+    } else if (event.key === " ") {
+      event.preventDefault();
+      const file = this.focused();
+      if (file) this.toggle(file, this.focus);
+    } else if (event.key === "Enter") {
+      event.preventDefault();
+      const file = this.focused();
+      if (file) this.options.open(file);
+    }
+  }
+}
+
+"""#,
+        "js/main.js": #"""
+// Nimbus web app: plain ES modules, no build step, no external assets. This module wires the page: signing in,
+// the places and their addresses (#/files/ID, #/search?q=…), the search field, uploads, keyboard shortcuts, live
+// updates from /v1/events and the quota bar.
+import { api, APIError, FOLDER, hooks, session } from "./api.js";
+import { $, announce, ask, formatSize, reportError, showAlert, typing } from "./dom.js";
+import { showRevisions, showSettings, showTrash, setUpAccount } from "./account.js";
+import { browse, downloadItems, moveItems, open, rename, setUpBrowse, showFolder, showSearch, showStarred, star, trash } from "./browse.js";
+import { showActivity, showHome } from "./places.js";
+import { closePreview, openPreview, previewActions, previewing } from "./preview.js";
+import { openShare, setUpSharing, showShared } from "./sharing.js";
+import { dropped, enqueue, pickedFolder, uploadHooks } from "./uploads.js";
+
+const views = ["login", "files", "home", "starred", "shared", "activity", "search", "trash", "settings", "revisions"];
+let place = null;
+
+function show(view) {
+  place = view;
+  for (const name of views) $(`${name}-view`).hidden = name !== view;
+  const signedIn = Boolean(session.tokens);
+  document.body.classList.toggle("signed-in", signedIn);
+  $("whoami").textContent = signedIn ? session.username : "";
+  for (const link of document.querySelectorAll("#nav a[data-place]")) {
+    if (link.dataset.place === view) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
+  }
+  $("bulk-bar").hidden = true;
+  if (!["files", "search", "starred"].includes(view)) browse.active = null;
+  closeNav();
+}
+
+/** Shows the place the address names. */
+async function route() {
+  if (!session.tokens) { show("login"); $("login-username").focus(); return; }
+  const hash = location.hash || "#/files";
+  const [path, query = ""] = hash.slice(1).split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const params = new URLSearchParams(query);
+  closePreview();
+  switch (parts[0]) {
+    case "home": show("home"); document.title = "Home – Nimbus"; return showHome(open);
+    case "starred": show("starred"); document.title = "Starred – Nimbus"; return showStarred();
+    case "shared": show("shared"); document.title = "Shared – Nimbus"; return showShared(open);
+    case "activity": show("activity"); document.title = "Activity – Nimbus"; return showActivity(open);
+    case "trash": show("trash"); document.title = "Trash – Nimbus"; return showTrash();
+    case "settings": show("settings"); document.title = "Settings – Nimbus"; return showSettings();
+    case "revisions": show("revisions"); document.title = "Revisions – Nimbus"; return showRevisions(parts[1]);
+    case "search": {
+      show("search");
+      const q = params.get("q") || "";
+      if (document.activeElement !== $("search")) $("search").value = q;
+      document.title = `${q || "Search"} – Nimbus`;
+      return showSearch(q, params.get("type") || "");
+    }
+    default: show("files"); return showFolder(parts[1] || "root");
+  }
+}
+
+/** Shows the current place again (after a change here or elsewhere), keeping scroll and selection. */
+async function refresh() {
+  switch (place) {
+    case "files": return showFolder(browse.folderId);
+    case "search": return route();
+    case "starred": return showStarred();
+    case "home": return showHome(open);
+    case "activity": return showActivity(open);
+    case "shared": return showShared(open);
+    case "trash": return showTrash();
+    default: return undefined;
+  }
+}
+browse.refreshAll = async () => { await refresh(); await showQuota(); };
+browse.go = (hash) => { if (location.hash === hash) route(); else location.hash = hash; };
+
+async function showQuota() {
+  try {
+    const about = await api("GET", "/v1/about");
+    const { used, limit } = about.quota;
+    const bar = $("quota-bar");
+    bar.max = limit || Math.max(used, 1);
+    bar.value = used;
+    bar.hidden = !limit;
+    $("quota-text").textContent = limit ? `${formatSize(used)} of ${formatSize(limit)} used` : `${formatSize(used)} used`;
+  } catch { /* the bar stays as it was */ }
+}
+
+// ---------------------------------------------------------------- signing in and out
+
+async function signIn(event) {
+  event.preventDefault();
+  const username = $("login-username").value.trim();
+  const password = $("login-password").value;
+  $("login-submit").disabled = true;
+  try {
+    const response = await fetch("/v1/auth/login", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ username, password, deviceName: "Web browser" }),
+    });
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new APIError(response.status, data);
+    session.tokens = data;
+    session.username = username;
+    $("alert").hidden = true;
+    $("login-password").value = "";
+    await route();
+    showQuota();
+    events.start();
+  } catch (error) {
+    reportError(error);
+  } finally {
+    $("login-submit").disabled = false;
+  }
+}
+
+function signOut(message) {
+  const tokens = session.tokens;
+  if (tokens) fetch("/v1/auth/logout", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ refreshToken: tokens.refreshToken }) }).catch(() => {});
+  session.tokens = null;
+  events.stop();
+  show("login");
+  if (message) showAlert(message, "info");
+  $("login-username").focus();
+}
+hooks.sessionEnded = signOut;
+
+// ---------------------------------------------------------------- live updates from /v1/events
+
+const events = {
+  controller: null,
+  async start() {
+    this.stop();
+    const controller = new AbortController();
+    this.controller = controller;
+    let delay = 1000;
+    while (!controller.signal.aborted && session.tokens) {
+      try {
+        const response = await api("GET", "/v1/events", { raw: true, signal: controller.signal });
+        if (!response.ok || !response.body) throw new Error(`events ${response.status}`);
+        delay = 1000;
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let boundary;
+          while ((boundary = buffer.indexOf("\n\n")) >= 0) {
+            const message = buffer.slice(0, boundary);
+            buffer = buffer.slice(boundary + 2);
+            if (message.split("\n").includes("event: change")) changed();
+          }
+        }
+      } catch (error) {
+        if (controller.signal.aborted) return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 30000);
+    }
+  },
+  stop() { if (this.controller) this.controller.abort(); this.controller = null; },
+};
+
+let changeTimer = null;
+function changed() {
+  clearTimeout(changeTimer);
+  changeTimer = setTimeout(() => { if (["files", "trash", "starred", "home", "activity"].includes(place)) browse.refreshAll(); }, 150);
+}
+
+// ---------------------------------------------------------------- creating and uploading
+
+async function createFolder() {
+  $("new-dialog").close();
+  const name = await ask("New folder", "Name");
+  if (!name) return;
+  try {
+    await api("POST", "/v1/files", { json: { name, mimeType: FOLDER, parentId: browse.folderId } });
+    announce(`Made the folder ${name}`);
+    await browse.refreshAll();
+  } catch (error) { reportError(error); }
+}
+
+/** Where uploads go: the folder shown, or the root from any other place. */
+function uploadTarget() { return place === "files" ? browse.folderId : "root"; }
+
+uploadHooks.names = () => new Set(place === "files" && browse.lists.files ? browse.lists.files.items.map((file) => file.name) : []);
+uploadHooks.finished = async (parentId) => { if (place === "files" && browse.folderId === parentId) await browse.refreshAll(); else showQuota(); };
+
+function pick(input) { $("new-dialog").close(); $(input).click(); }
+
+// ---------------------------------------------------------------- the navigation on phones
+
+function closeNav() {
+  document.body.classList.remove("nav-open");
+  $("menu-button").setAttribute("aria-expanded", "false");
+}
+
+function toggleNav() {
+  const open = !document.body.classList.contains("nav-open");
+  document.body.classList.toggle("nav-open", open);
+  $("menu-button").setAttribute("aria-expanded", String(open));
+  if (open) document.querySelector("#nav a")?.focus();
+}
+
+// ---------------------------------------------------------------- keyboard shortcuts (listed under ?)
+
+function targets() {
+  const list = browse.active;
+  if (!list) return [];
+  const chosen = list.selection();
+  return chosen.length ? chosen : (list.focused() ? [list.focused()] : []);
+}
+
+function shortcut(event) {
+  if (event.defaultPrevented || event.altKey) return;
+  if (document.querySelector("dialog[open]:not(#upload-dialog)") || document.querySelector(".menu")) return;
+  if (typing(event.target)) {
+    if (event.key === "Escape" && event.target === $("search")) { $("search").blur(); browse.active?.focusIndex(browse.active.focus); }
+    return;
+  }
+  const command = event.ctrlKey || event.metaKey;
+  const list = browse.active;
+  if (command && event.key.toLowerCase() === "a" && list) { event.preventDefault(); list.selectAll(); return; }
+  if (command) return;
+  const actions = {
+    "/": () => { $("search").focus(); $("search").select(); },
+    "?": () => $("help-dialog").showModal(),
+    Escape: () => { if (!closePreview() && !list?.clearSelection()) closeNav(); },
+    Delete: () => trash(targets()),
+    "#": () => trash(targets()),
+    s: () => { const files = targets(); if (files.length) star(files, !files.every((file) => file.starred)); },
+    F2: () => { const [file] = targets(); if (file) rename(file); },
+    d: () => downloadItems(targets()),
+    m: () => moveItems(targets()),
+    p: () => { const [file] = targets(); if (file) openPreview(file); },
+    u: () => $("file-input").click(),
+    N: () => createFolder(),
+    ArrowDown: () => list?.focusIndex(list.focus),
+    j: () => list?.focusIndex(list.focus),
+  };
+  const action = actions[event.key];
+  if (!action) return;
+  event.preventDefault();
+  action();
+}
+
+// ---------------------------------------------------------------- wiring
+
+function setUp() {
+  setUpAccount();
+  setUpBrowse();
+  setUpSharing();
+  $("login-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", () => signOut("Signed out."));
+  $("menu-button").addEventListener("click", toggleNav);
+  // A place picked (even the one shown) puts the phone's places away.
+  $("nav").addEventListener("click", (event) => { if (event.target.closest("a")) closeNav(); });
+  $("new-button").addEventListener("click", () => $("new-dialog").showModal());
+  $("new-fab").addEventListener("click", () => $("new-dialog").showModal());
+  $("new-close").addEventListener("click", () => $("new-dialog").close());
+  $("new-folder").addEventListener("click", createFolder);
+  $("upload-files").addEventListener("click", () => pick("file-input"));
+  $("upload-folder").addEventListener("click", () => pick("folder-input"));
+  $("take-photo").addEventListener("click", () => pick("camera-input"));
+  $("file-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files, uploadTarget()); });
+  $("camera-input").addEventListener("change", (event) => { const files = [...event.target.files]; event.target.value = ""; enqueue(files, uploadTarget()); });
+  $("folder-input").addEventListener("change", (event) => { const files = pickedFolder(event.target.files); event.target.value = ""; enqueue(files, uploadTarget()); });
+  $("upload-more").addEventListener("click", () => $("file-input").click());
+  $("upload-close").addEventListener("click", () => $("upload-dialog").close());
+  $("help-button").addEventListener("click", () => $("help-dialog").showModal());
+  $("help-close").addEventListener("click", () => $("help-dialog").close());
+  $("preview-close").addEventListener("click", () => closePreview());
+  previewActions.download = (file) => downloadItems([file]);
+  previewActions.share = (file) => openShare(file, () => browse.refreshAll());
+  previewActions.star = async (file) => { await star([file], !file.starred); file.starred = !file.starred; openPreview(file); };
+  previewActions.revisions = (file) => browse.go(`#/revisions/${encodeURIComponent(file.id)}`);
+  $("back-from-revisions").addEventListener("click", () => history.back());
+
+  // Search as you type: the results place follows the field (one history entry per search, not per key).
+  let typingTimer = null;
+  $("search").addEventListener("input", () => {
+    clearTimeout(typingTimer);
+    typingTimer = setTimeout(() => {
+      const q = $("search").value.trim();
+      const hash = `#/search?q=${encodeURIComponent(q)}`;
+      if (place === "search") history.replaceState(null, "", hash); else history.pushState(null, "", hash);
+      route();
+    }, 150);
+  });
+  $("search-form").addEventListener("submit", (event) => { event.preventDefault(); clearTimeout(typingTimer); browse.go(`#/search?q=${encodeURIComponent($("search").value.trim())}`); });
+  for (const chip of document.querySelectorAll("#search-types button")) {
+    chip.addEventListener("click", () => {
+      const q = $("search").value.trim();
+      browse.go(`#/search?q=${encodeURIComponent(q)}${chip.dataset.type ? `&type=${chip.dataset.type}` : ""}`);
+    });
+  }
+
+  // Drop files or whole folders anywhere on a folder's page.
+  const zone = $("files-view");
+  zone.addEventListener("dragover", (event) => { event.preventDefault(); zone.classList.add("dragging"); });
+  zone.addEventListener("dragleave", (event) => { if (!zone.contains(event.relatedTarget)) zone.classList.remove("dragging"); });
+  zone.addEventListener("drop", async (event) => {
+    event.preventDefault();
+    zone.classList.remove("dragging");
+    const entries = await dropped(event.dataTransfer);
+    if (entries.length) enqueue(entries, browse.folderId);
+  });
+  document.addEventListener("keydown", shortcut);
+  window.addEventListener("hashchange", route);
+  if (session.tokens) { route(); showQuota(); events.start(); } else { show("login"); $("login-username").focus(); }
+}
+
+document.addEventListener("DOMContentLoaded", setUp);
+
+"""#,
+        "js/places.js": #"""
+// Home (suggested: what I changed or opened lately, as the seed draws it: "You edited · Apr 25") and Activity (who
+// did what, with which device, in words).
+import { api, session } from "./api.js";
+import { $, element, formatDate, iconFor, reportError, shortDate } from "./dom.js";
+import { thumbnail } from "./thumbs.js";
+
+const verbs = { created: "created", uploaded: "uploaded", edited: "edited", renamed: "renamed", moved: "moved", copied: "copied", trashed: "trashed", restored: "restored", deleted: "deleted", restoredVersion: "restored a version of" };
+
+/** "You edited · Apr 25" for a file, from the newest event about it (or its modification time). */
+function line(file, event) {
+  if (!event) return `Modified · ${shortDate(file.modifiedAt)}`;
+  const who = event.by.username === session.username ? "You" : event.by.username || "Someone";
+  return `${who} ${verbs[event.action] || event.action} · ${shortDate(event.at)}`;
+}
+
+export async function showHome(open) {
+  let recent, activity;
+  try {
+    [recent, activity] = await Promise.all([api("GET", "/v1/recent?limit=24"), api("GET", "/v1/activity?limit=200")]);
+  } catch (error) { reportError(error); return; }
+  const latest = new Map();
+  for (const event of activity.events) if (!latest.has(event.file.id)) latest.set(event.file.id, event);
+  const cards = recent.files.map((file) => {
+    const picture = element("span", { class: "picture" }, iconFor(file, 56));
+    thumbnail(file, 256).then((url) => { if (url) { picture.replaceChildren(element("img", { src: url, alt: "" })); picture.classList.add("has-thumb"); } });
+    return element("li", { "data-name": file.name },
+      element("button", { type: "button", class: "suggestion", onclick: () => open(file), "aria-label": `${file.name}, ${line(file, latest.get(file.id))}` },
+        picture,
+        element("span", { class: "label" }, file.name),
+        element("span", { class: "muted small" }, line(file, latest.get(file.id)))));
+  });
+  $("home-recent").replaceChildren(...cards);
+  $("no-recent").hidden = cards.length > 0;
+}
+
+export async function showActivity(open) {
+  let list;
+  try { list = await api("GET", "/v1/activity?limit=200"); } catch (error) { reportError(error); return; }
+  const me = session.username;
+  const rows = list.events.map((event) => {
+    // Said in the second person for the user's own devices.
+    const summary = event.by.username === me ? event.summary.replace(new RegExp(`^${me.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\b`), "You") : event.summary;
+    const target = event.file.trashed ? element("span", {}, summary)
+      : element("a", { href: "#", onclick: (e) => { e.preventDefault(); open(event.file); } }, summary);
+    return element("li", { "data-action": event.action, "data-name": event.file.name },
+      element("span", { class: "icon", "aria-hidden": "true" }, iconFor(event.file)),
+      element("span", { class: "what" }, target),
+      element("time", { datetime: event.at, class: "muted", title: formatDate(event.at) }, shortDate(event.at)));
+  });
+  $("activity-list").replaceChildren(...rows);
+  $("no-activity").hidden = rows.length > 0;
+}
+
+"""#,
+        "js/preview.js": #"""
+// The preview pane: an image, a PDF in the browser's own viewer, text and Markdown as text (never rendered: HTML
+// and SVG are shown as their source), audio and video players with seeking; details and actions beside them.
+// Content is fetched with the Authorization header into a blob of a type chosen here, never the server's.
+import { api, fetchBlob, FOLDER } from "./api.js";
+import { $, element, formatDate, formatSize, iconFor, kindOf, reportError } from "./dom.js";
+import { thumbnail } from "./thumbs.js";
+
+const LARGEST_TEXT = 1 << 20;
+const LARGEST_MEDIA = 1 << 30;
+const LARGEST_IMAGE = 40 << 20;
+let current = null;
+let urls = [];
+
+/** Actions the pane offers (set by main.js). */
+export const previewActions = { download: () => {}, share: () => {}, star: () => {}, revisions: () => {} };
+
+export function previewing() { return current; }
+
+export function closePreview() {
+  const pane = $("preview");
+  if (pane.hidden) return false;
+  pane.hidden = true;
+  document.body.classList.remove("previewing");
+  $("preview-body").replaceChildren();
+  for (const url of urls) URL.revokeObjectURL(url);
+  urls = [];
+  const returnTo = current && document.querySelector(`.file-list [data-id="${CSS.escape(current.id)}"]`);
+  current = null;
+  returnTo?.focus();
+  return true;
+}
+
+function blobURL(blob) {
+  const url = URL.createObjectURL(blob);
+  urls.push(url);
+  return url;
+}
+
+export async function openPreview(file) {
+  closePreview();
+  current = file;
+  const pane = $("preview");
+  pane.hidden = false;
+  document.body.classList.add("previewing");
+  $("preview-title").textContent = file.name;
+  const body = $("preview-body");
+  const stage = element("div", { class: "stage" }, element("span", { class: "muted" }, "Loading…"));
+  const can = file.capabilities || {};
+  const actions = element("div", { class: "preview-actions" });
+  if (file.mimeType !== FOLDER) actions.append(element("button", { type: "button", class: "primary", onclick: () => previewActions.download(file) }, "Download"));
+  if (can.canShare) actions.append(element("button", { type: "button", onclick: () => previewActions.share(file) }, "Share"));
+  actions.append(element("button", { type: "button", "aria-pressed": file.starred ? "true" : "false", onclick: () => previewActions.star(file) }, file.starred ? "Unstar" : "Star"));
+  if (file.mimeType !== FOLDER) actions.append(element("button", { type: "button", onclick: () => previewActions.revisions(file) }, "Revisions"));
+  const details = element("dl", { class: "details" },
+    element("dt", {}, "Type"), element("dd", {}, file.mimeType),
+    element("dt", {}, "Size"), element("dd", {}, file.mimeType === FOLDER ? "—" : formatSize(file.size)),
+    element("dt", {}, "Modified"), element("dd", {}, formatDate(file.modifiedAt)),
+    element("dt", {}, "Owner"), element("dd", {}, file.owner ? file.owner.username : "you"));
+  if (file.path) details.append(element("dt", {}, "Where"), element("dd", {}, file.path));
+  body.replaceChildren(stage, actions, details);
+  $("preview-close").focus();
+  try {
+    stage.replaceChildren(await content(file));
+  } catch (error) {
+    if (current === file) stage.replaceChildren(fallback(file, "No preview of this file."));
+    reportError(error);
+  }
+}
+
+function fallback(file, message) {
+  return element("div", { class: "no-preview" }, iconFor(file, 96), element("p", { class: "muted" }, message));
+}
+
+/** What the stage shows for `file`. */
+async function content(file) {
+  const kind = kindOf(file);
+  const path = `/v1/files/${encodeURIComponent(file.id)}/content`;
+  const type = (file.mimeType || "").toLowerCase();
+  if (kind === "image") {
+    if (file.size <= LARGEST_IMAGE) return element("img", { src: blobURL(await fetchBlob(path, { type })), alt: file.name, class: "preview-image" });
+    const url = await thumbnail(file, 1024);
+    return url ? element("img", { src: url, alt: file.name, class: "preview-image" }) : fallback(file, "Too large to preview; download it.");
+  }
+  if (kind === "pdf") {
+    return element("iframe", { src: blobURL(await fetchBlob(path, { type: "application/pdf" })), title: `PDF: ${file.name}`, class: "preview-pdf" });
+  }
+  if (kind === "video" || kind === "audio") {
+    if (file.size > LARGEST_MEDIA) return fallback(file, "Too large to play here; download it.");
+    const player = element(kind, { controls: true, preload: "metadata", src: blobURL(await fetchBlob(path, { type })), class: `preview-${kind}` });
+    player.setAttribute("aria-label", `${kind === "video" ? "Video" : "Audio"}: ${file.name}`);
+    return player;
+  }
+  if (kind === "text" || kind === "drawing" || type === "text/html") {
+    if (file.size > LARGEST_TEXT) return fallback(file, "Too long to show here; download it.");
+    const blob = await fetchBlob(path, { type: "text/plain" });
+    return element("pre", { class: "preview-text", tabindex: "0", "aria-label": `Text of ${file.name}` }, await blob.text());
+  }
+  if (file.mimeType === FOLDER) {
+    const list = await api("GET", `/v1/files?parentId=${encodeURIComponent(file.id)}&limit=1`);
+    return fallback(file, `A folder with ${list.pagination.totalItems} item${list.pagination.totalItems === 1 ? "" : "s"}.`);
+  }
+  return fallback(file, "No preview of this type; download it.");
+}
+
+"""#,
+        "js/sharing.js": #"""
+// Sharing: the share dialog (people with their roles, links with their options), and the Shared place — what
+// others shared with me (to accept, open or leave) and what I share.
+import { api, APIError, FOLDER } from "./api.js";
+import { $, element, formatDate, iconFor, reportError, showAlert } from "./dom.js";
+
+const sharing = { file: null, changed: () => {} };
+
+/** Opens the share dialog for `file`; `changed()` is called after anything changed. */
+export async function openShare(file, changed = () => {}) {
+  sharing.file = file;
+  sharing.changed = changed;
+  $("share-title").textContent = `Share “${file.name}”`;
+  $("link-new").hidden = true;
+  $("link-access").querySelector('option[value="upload"]').disabled = file.mimeType !== FOLDER;
+  await renderShare();
+  if (!$("share-dialog").open) $("share-dialog").showModal();
+  $("share-user").focus();
+}
+
+async function renderShare() {
+  const file = sharing.file;
+  let list;
+  try { list = await api("GET", `/v1/files/${file.id}/grants`); } catch (error) { reportError(error); return; }
+  const people = $("share-people");
+  people.replaceChildren();
+  for (const grant of list.grants) {
+    const role = element("select", { "aria-label": `Role of ${grant.grantee.username}`, onchange: (event) => changeRole(grant, event.target.value) },
+      ...["viewer", "editor", "manager"].map((value) => element("option", value === grant.role ? { value, selected: "" } : { value }, value)));
+    const state = grant.state === "accepted" ? "" : ` (${grant.state})`;
+    const until = grant.expiresAt ? `, until ${formatDate(grant.expiresAt)}` : "";
+    people.append(element("li", { "data-name": grant.grantee.username },
+      element("span", { class: "who" }, `${grant.grantee.username}${state}${until}`), role,
+      element("button", { type: "button", class: "small danger", onclick: () => removeGrant(grant), "aria-label": `Stop sharing with ${grant.grantee.username}` }, "Remove")));
+  }
+  if (!list.grants.length) people.append(element("li", { class: "muted" }, "Only you (and whoever shares the folders above it)."));
+  const links = $("share-links");
+  links.replaceChildren();
+  for (const link of list.links) {
+    const details = [`anyone can ${link.access === "upload" ? "only upload" : link.access}`];
+    if (link.passwordSet) details.push("password");
+    if (link.expiresAt) details.push(`until ${formatDate(link.expiresAt)}`);
+    if (link.maxDownloads) details.push(`${link.downloads}/${link.maxDownloads} downloads`);
+    links.append(element("li", { "data-id": link.id },
+      element("span", { class: "who" }, details.join(", ")),
+      element("button", { type: "button", class: "small", onclick: () => showLink(link.id), "aria-label": "Show the link" }, "Show"),
+      element("button", { type: "button", class: "small danger", onclick: () => revokeLink(link), "aria-label": "Turn the link off" }, "Turn off")));
+  }
+  if (!list.links.length) links.append(element("li", { class: "muted" }, "No links."));
+}
+
+/** The end of the day chosen in a date field, or null. */
+function endOfDay(value) {
+  if (!value) return null;
+  const date = new Date(`${value}T23:59:59`);
+  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+async function addGrant(event) {
+  event.preventDefault();
+  const body = { user: $("share-user").value.trim(), role: $("share-role").value };
+  const expiresAt = endOfDay($("share-expires").value);
+  if (expiresAt) body.expiresAt = expiresAt;
+  try {
+    await api("POST", `/v1/files/${sharing.file.id}/grants`, { json: body });
+    $("share-user").value = "";
+    showAlert(`Shared with ${body.user}; they will see it under “Shared with me”.`, "info");
+    await renderShare();
+    sharing.changed();
+  } catch (error) {
+    // An unknown user answers as an invisible item would: say it in the user's words.
+    if (error instanceof APIError && error.status === 404) showAlert(`There is no user “${body.user}” here (or you cannot share this).`);
+    else reportError(error);
+  }
+}
+
+async function changeRole(grant, role) {
+  try { await api("PATCH", `/v1/grants/${grant.id}`, { json: { role } }); } catch (error) { reportError(error); }
+  await renderShare();
+}
+
+async function removeGrant(grant) {
+  if (!confirm(`Stop sharing “${sharing.file.name}” with ${grant.grantee.username}? Their copy leaves their drive; your files stay.`)) return;
+  try { await api("DELETE", `/v1/grants/${grant.id}`); } catch (error) { reportError(error); }
+  await renderShare();
+  sharing.changed();
+}
+
+async function createLink(event) {
+  event.preventDefault();
+  const body = { access: $("link-access").value };
+  const password = $("link-password").value;
+  if (password) body.password = password;
+  const expiresAt = endOfDay($("link-expires").value);
+  if (expiresAt) body.expiresAt = expiresAt;
+  const max = $("link-max").value;
+  if (max) body.maxDownloads = Number(max);
+  try {
+    const link = await api("POST", `/v1/files/${sharing.file.id}/links`, { json: body });
+    $("link-password").value = "";
+    revealLink(link.url);
+    await renderShare();
+    sharing.changed();
+  } catch (error) { reportError(error); }
+}
+
+/** One link's address (asked for by id: lists never carry it). */
+async function showLink(id) {
+  try { revealLink((await api("GET", `/v1/links/${id}`)).url); } catch (error) { reportError(error); }
+}
+
+function revealLink(url) {
+  $("link-url").textContent = url;
+  $("link-new").hidden = false;
+}
+
+async function copyLink() {
+  const url = $("link-url").textContent;
+  try {
+    await navigator.clipboard.writeText(url);
+    showAlert("Link copied.", "info");
+  } catch {
+    // No clipboard (a plain-HTTP page): select it for the user to copy.
+    const range = document.createRange();
+    range.selectNodeContents($("link-url"));
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    showAlert("Select-and-copy the link shown.", "info");
+  }
+}
+
+async function revokeLink(link) {
+  if (!confirm("Turn this link off? Anyone using it is refused from now on.")) return;
+  try { await api("DELETE", `/v1/links/${link.id}`); } catch (error) { reportError(error); }
+  $("link-new").hidden = true;
+  await renderShare();
+  sharing.changed();
+}
+
+/** The Shared place: what others shared with me, then what I share. `open(file)` opens an accepted share. */
+export async function showShared(open) {
+  let incoming, grants, links;
+  try {
+    [incoming, grants, links] = await Promise.all([api("GET", "/v1/shares/incoming"), api("GET", "/v1/grants"), api("GET", "/v1/links")]);
+  } catch (error) { reportError(error); return; }
+  const rows = incoming.shares.filter((share) => share.grant.state !== "declined").map((share) => {
+    const actions = element("td", { class: "actions" });
+    const grant = share.grant;
+    if (grant.state === "pending") {
+      actions.append(
+        element("button", { type: "button", class: "small primary", onclick: () => answerShare(grant, "accept", open), "aria-label": `Accept ${share.item.name}` }, "Accept"),
+        element("button", { type: "button", class: "small", onclick: () => answerShare(grant, "decline", open), "aria-label": `Decline ${share.item.name}` }, "Decline"));
+    } else {
+      actions.append(element("button", { type: "button", class: "small", onclick: () => open(share.item), "aria-label": `Open ${share.item.name}` }, "Open"));
+      actions.append(element("button", { type: "button", class: "small danger", onclick: () => answerShare(grant, "decline", open), "aria-label": `Leave ${share.item.name}` }, "Leave"));
+    }
+    return element("tr", { "data-name": share.item.name, "data-state": grant.state },
+      element("td", { class: "icon", "aria-hidden": "true" }, iconFor(share.item)),
+      element("td", { class: "name" }, share.item.name, grant.state === "pending" ? element("span", { class: "badge shared" }, "new") : ""),
+      element("td", {}, share.owner.username),
+      element("td", {}, grant.role),
+      actions);
+  });
+  $("incoming-rows").replaceChildren(...rows);
+  $("no-incoming").hidden = rows.length > 0;
+
+  const items = new Map();
+  const item = async (id) => {
+    if (!items.has(id)) items.set(id, await api("GET", `/v1/files/${id}`).catch(() => null));
+    return items.get(id);
+  };
+  const outgoing = [];
+  for (const entry of [...grants.grants.map((grant) => ({ grant })), ...links.links.map((link) => ({ link }))]) {
+    const file = await item(entry.grant ? entry.grant.itemId : entry.link.itemId);
+    if (!file) continue;
+    outgoing.push(element("tr", { "data-name": file.name },
+      element("td", { class: "icon", "aria-hidden": "true" }, iconFor(file)),
+      element("td", { class: "name" }, file.name),
+      element("td", {}, entry.grant ? `${entry.grant.grantee.username}${entry.grant.state === "accepted" ? "" : ` (${entry.grant.state})`}` : "anyone with the link"),
+      element("td", {}, entry.grant ? entry.grant.role : `link: ${entry.link.access}`),
+      element("td", { class: "actions" },
+        element("button", { type: "button", class: "small", onclick: () => openShare(file, () => showShared(open)), "aria-label": `Manage sharing of ${file.name}` }, "Manage"))));
+  }
+  $("outgoing-rows").replaceChildren(...outgoing);
+  $("no-outgoing").hidden = outgoing.length > 0;
+}
+
+async function answerShare(grant, answer, open) {
+  if (answer === "decline" && grant.state === "accepted" && !confirm("Leave this share? It leaves your drive; its owner's files stay, and it can be accepted again.")) return;
+  try {
+    await api("POST", `/v1/shares/incoming/${grant.id}/${answer}`);
+    if (answer === "accept") showAlert("Accepted: it is in your drive now.", "info");
+  } catch (error) { reportError(error); }
+  await showShared(open);
+}
+
+export function setUpSharing() {
+  $("share-form").addEventListener("submit", addGrant);
+  $("link-form").addEventListener("submit", createLink);
+  $("link-copy").addEventListener("click", copyLink);
+  $("share-close").addEventListener("click", () => $("share-dialog").close());
+}
+
+"""#,
+        "js/thumbs.js": #"""
+// Thumbnails: fetched with the Authorization header (so as blobs), a few at a time, each once per revision and
+// size; a 404 (no_thumbnail) is remembered too, and the icon stays.
+import { fetchBlob } from "./api.js";
+import { kindOf } from "./dom.js";
+
+const cache = new Map();
+const queue = [];
+let running = 0;
+const MOST = 4;
+
+/** Whether the server may have a thumbnail of this item (images but SVG, PDFs, videos). */
+export function mayHaveThumbnail(file) { return ["image", "pdf", "video"].includes(kindOf(file)) && Boolean(file.revisionId); }
+
+/** An object URL of the item's thumbnail at `size`, or null. */
+export function thumbnail(file, size) {
+  if (!mayHaveThumbnail(file)) return Promise.resolve(null);
+  const key = `${file.id}:${file.revisionId}:${size}`;
+  if (!cache.has(key)) {
+    cache.set(key, new Promise((resolve) => {
+      queue.push(async () => {
+        try { resolve(URL.createObjectURL(await fetchBlob(`/v1/files/${encodeURIComponent(file.id)}/thumbnail?size=${size}`))); } catch { resolve(null); }
+      });
+      pump();
+    }));
+  }
+  return cache.get(key);
+}
+
+function pump() {
+  while (running < MOST && queue.length) {
+    const job = queue.shift();
+    running++;
+    job().finally(() => { running--; pump(); });
+  }
+}
+
+"""#,
+        "js/uploads.js": #"""
+// Uploads with the resumable protocol: files, whole folders (picked or dropped: their folders are made first), a
+// photo from the phone's camera. A picked file's session survives a reload (its requestId is kept per file), so
+// picking it again resumes where the chunks stopped.
+import { api, APIError, FOLDER } from "./api.js";
+import { $, announce, element, formatSize } from "./dom.js";
+
+const queue = [];
+let running = false;
+/** Called after each finished upload with the folder it went into (main.js refreshes what is shown). */
+export const uploadHooks = { finished: () => {}, names: () => new Set() };
+
+/** A stable key per picked file, so picking the same file again after a reload resumes its session. */
+function fingerprint(file, parentId) { return `nimbus.upload:${parentId}:${file.name}:${file.size}:${file.lastModified}`; }
+
+/** The folder `names` (a path under `parentId`), made where missing; ids kept in `made` for the batch. */
+async function folderFor(parentId, names, made) {
+  let current = parentId;
+  for (let depth = 0; depth < names.length; depth++) {
+    const key = `${parentId}/${names.slice(0, depth + 1).join("/")}`;
+    if (!made.has(key)) {
+      made.set(key, (async () => {
+        try {
+          return (await api("POST", "/v1/files", { json: { name: names[depth], mimeType: FOLDER, parentId: current } })).id;
+        } catch (error) {
+          // There already: upload into it (a file of that name is a clash the user sees).
+          if (error instanceof APIError && error.code === "name_conflict" && error.body.error.existingId) {
+            const existing = await api("GET", `/v1/files/${error.body.error.existingId}`);
+            if (existing.mimeType === FOLDER) return existing.id;
+          }
+          throw error;
+        }
+      })());
+    }
+    current = await made.get(key);
+  }
+  return current;
+}
+
+/**
+ * Queues files for `parentId`. Each entry is a File, or `{ file, path }` with the folders (names) it goes in
+ * beneath `parentId` (a dropped or picked folder).
+ */
+export async function enqueue(entries, parentId) {
+  const existing = uploadHooks.names();
+  const made = new Map();
+  for (const entry of entries) {
+    const file = entry instanceof File ? entry : entry.file;
+    const path = entry instanceof File ? [] : entry.path;
+    let onConflict = "fail";
+    if (!path.length && existing.has(file.name)) {
+      onConflict = await askClash(file.name);
+      if (!onConflict) continue;
+    }
+    const job = { file, path, parentId, made, onConflict, controller: new AbortController(), uploadId: null, cancelled: false };
+    const label = [...path, file.name].join("/");
+    job.progress = element("progress", { max: 1, value: 0, "aria-label": `Progress of ${label}` });
+    job.status = element("span", { class: "muted" }, "Waiting…");
+    job.cancel = element("button", { type: "button", class: "small", onclick: () => cancel(job), "aria-label": `Cancel ${label}` }, "Cancel");
+    job.item = element("li", { "data-name": file.name }, element("div", { class: "row" }, element("span", { class: "name" }, label), job.cancel), job.progress, job.status);
+    $("upload-list").append(job.item);
+    queue.push(job);
+  }
+  if (!$("upload-dialog").open) $("upload-dialog").show();
+  run();
+}
+
+export function askClash(name) {
+  return new Promise((resolve) => {
+    const dialog = $("clash-dialog");
+    $("clash-text").textContent = `“${name}” already exists in this location. Replacing it keeps the old content as a revision.`;
+    dialog.onclose = () => {
+      if (dialog.returnValue !== "upload") return resolve(null);
+      resolve(dialog.querySelector("input[name=clash]:checked").value);
+    };
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+async function run() {
+  if (running) return;
+  running = true;
+  try {
+    while (queue.length) {
+      const job = queue.shift();
+      if (!job.cancelled) await upload(job).catch((error) => {
+        if (job.cancelled) return;
+        job.status.textContent = error instanceof APIError ? error.message : `Failed: ${error.message}`;
+        job.cancel.hidden = true;
+      });
+    }
+  } finally { running = false; }
+}
+
+async function upload(job) {
+  const { file } = job;
+  const parentId = job.path.length ? await folderFor(job.parentId, job.path, job.made) : job.parentId;
+  const key = fingerprint(file, parentId);
+  let requestId = localStorage.getItem(key);
+  if (!requestId) { requestId = crypto.randomUUID(); localStorage.setItem(key, requestId); }
+  job.status.textContent = "Starting…";
+  const begin = () => api("POST", `/v1/upload?uploadType=resumable&onConflict=${job.onConflict}`, {
+    json: { requestId, name: file.name, mimeType: file.type || "application/octet-stream", parentId, size: file.size },
+    signal: job.controller.signal,
+  });
+  let session;
+  try {
+    session = await begin();
+  } catch (error) {
+    // The name appeared after the list was read (another device, another tab): ask now, as for a listed clash.
+    if (!(error instanceof APIError) || error.code !== "name_conflict" || job.onConflict !== "fail") throw error;
+    const choice = await askClash(file.name);
+    if (!choice) { job.cancelled = true; job.cancel.hidden = true; job.status.textContent = "Skipped"; localStorage.removeItem(key); return; }
+    job.onConflict = choice;
+    session = await begin();
+  }
+  job.uploadId = session.uploadId;
+  const resumed = session.chunksProcessed > 0 && !session.file ? ` · resumed from chunk ${session.chunksProcessed + 1}` : "";
+  if (resumed) job.status.textContent = `Resuming from chunk ${session.chunksProcessed + 1} of ${session.totalChunks}`;
+  while (!session.file) {
+    const k = session.chunksProcessed;
+    const start = k * session.chunkSize;
+    const end = Math.min(start + session.chunkSize, file.size);
+    const response = await api("PUT", session.uploadUrl, {
+      body: file.slice(start, end), headers: { "Content-Range": `bytes ${start}-${end - 1}/${file.size}` }, raw: true, signal: job.controller.signal,
+    });
+    const data = await response.json().catch(() => null);
+    if (response.status !== 308 && response.status !== 201) throw new APIError(response.status, data);
+    session = data;
+    job.progress.value = session.totalChunks ? session.chunksProcessed / session.totalChunks : 1;
+    const sent = Math.min(session.chunksProcessed * session.chunkSize, file.size);
+    job.status.textContent = `${session.chunksProcessed} of ${session.totalChunks} chunks · ${formatSize(sent)} of ${formatSize(file.size)}${resumed}`;
+  }
+  localStorage.removeItem(key);
+  job.progress.value = 1;
+  job.status.textContent = `Done · ${formatSize(file.size)}${resumed}`;
+  job.cancel.hidden = true;
+  announce(`Uploaded ${file.name}`);
+  await uploadHooks.finished(job.parentId);
+}
+
+async function cancel(job) {
+  job.cancelled = true;
+  job.controller.abort();
+  job.cancel.hidden = true;
+  job.status.textContent = "Cancelled";
+  localStorage.removeItem(fingerprint(job.file, job.parentId));
+  if (job.uploadId) await api("DELETE", `/v1/upload/${job.uploadId}`).catch(() => {});
+}
+
+/** What a drop holds: files, and the files inside dropped folders with their paths. */
+export async function dropped(dataTransfer) {
+  const items = [...(dataTransfer.items || [])].filter((item) => item.kind === "file");
+  const entries = items.map((item) => item.webkitGetAsEntry && item.webkitGetAsEntry()).filter(Boolean);
+  if (!entries.length) return [...(dataTransfer.files || [])];
+  const found = [];
+  const walk = async (entry, path) => {
+    if (entry.isFile) {
+      const file = await new Promise((resolve, reject) => entry.file(resolve, reject));
+      found.push(path.length ? { file, path } : file);
+    } else if (entry.isDirectory) {
+      const reader = entry.createReader();
+      for (;;) {
+        const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
+        if (!batch.length) break;
+        for (const child of batch) await walk(child, [...path, entry.name]);
+      }
+    }
+  };
+  for (const entry of entries) await walk(entry, []);
+  return found;
+}
+
+/** A picked folder's files (`webkitdirectory`) with their paths. */
+export function pickedFolder(files) {
+  return [...files].map((file) => {
+    const parts = (file.webkitRelativePath || file.name).split("/");
+    return { file, path: parts.slice(0, -1) };
+  });
+}
 
 """#,
         "link.html": #"""
