@@ -263,14 +263,35 @@ def test_upload_a_whole_folder(browser, server):
     browser.find_element(By.ID, "folder-input").send_keys(str(folder))
     wait(browser, lambda d: len(d.find_elements(By.XPATH, "//ul[@id='upload-list']/li[contains(., 'Done')][@data-name='día.txt' or @data-name='cover.txt']")) == 2, timeout=60)
     browser.find_element(By.ID, "upload-close").click()
-    album = row(browser, "Álbum")
-    album_id = album.get_attribute("data-id")
+    album_id = retrying(lambda: row(browser, "Álbum").get_attribute("data-id"))
     inside = {f["name"]: f for f in listing(server, album_id)}
     assert set(inside) == {"2026", "cover.txt"}
     march = next(f for f in listing(server, inside["2026"]["id"]) if f["name"] == "März")
     day = next(f for f in listing(server, march["id"]) if f["name"] == "día.txt")
     _, _, content = call(server["base"], "GET", day["downloadUrl"], token=server["token"])
     assert content.decode() == "día uno"
+
+
+def test_drop_files_onto_the_folder(browser, server):
+    """Files dropped onto a folder's page upload there (a drop made in the page: WebDriver cannot drag from the desktop)."""
+    projects = retrying(lambda: row(browser, "Projects").get_attribute("data-id"))
+    browser.get(server["base"] + f"/#/files/{projects}")
+    wait(browser, lambda d: "Projects" in d.find_element(By.ID, "breadcrumbs").text)
+    browser.execute_script("""
+        const transfer = new DataTransfer();
+        transfer.items.add(new File(["dropped one"], "dropped.txt", { type: "text/plain" }));
+        const zone = document.getElementById("files-view");
+        zone.dispatchEvent(new DragEvent("dragover", { dataTransfer: transfer, bubbles: true, cancelable: true }));
+        zone.dispatchEvent(new DragEvent("drop", { dataTransfer: transfer, bubbles: true, cancelable: true }));
+    """)
+    wait(browser, lambda d: len(d.find_elements(By.XPATH, "//ul[@id='upload-list']/li[@data-name='dropped.txt'][contains(., 'Done')]")) == 1)
+    browser.find_element(By.ID, "upload-close").click()
+    row(browser, "dropped.txt")
+    dropped = next(f for f in listing(server, projects) if f["name"] == "dropped.txt")
+    _, _, content = call(server["base"], "GET", dropped["downloadUrl"], token=server["token"])
+    assert content == b"dropped one"
+    retrying(lambda: browser.find_element(By.CSS_SELECTOR, "#breadcrumbs a").click())
+    row(browser, "Projects")
 
 
 def test_rename(browser):
@@ -390,7 +411,7 @@ def test_multi_select_and_bulk_actions(browser, server):
     gone(browser, "a.txt")
     gone(browser, "c.txt")
     projects = next(f for f in listing(server) if f["name"] == "Projects")
-    assert sorted(f["name"] for f in listing(server, projects["id"])) == ["a.txt", "c.txt"]
+    assert sorted(f["name"] for f in listing(server, projects["id"])) == ["a.txt", "c.txt", "dropped.txt"]
     place(browser, "starred")
     row(browser, "a.txt", "starred-list")
     screenshot(browser, "starred")
@@ -557,7 +578,16 @@ def test_home_activity_and_quota(browser, server):
     assert "You (test) created the folder Made elsewhere" in text, text
     screenshot(browser, "activity")
     quota = browser.find_element(By.ID, "quota-text").text
-    assert quota.endswith("used"), quota
+    assert quota.endswith("used") and not browser.find_element(By.ID, "quota-bar").is_displayed(), quota
+    # With a quota (an account the admin command made while the server runs): a bar, and how much of it is used.
+    subprocess.run([BINARY, "user", "add", "quotaed", "--quota", "1GiB", "--password-stdin", "--data", str(server["work"] / "server")],
+                   input="correct horse\n", text=True, check=True, capture_output=True)
+    sign_in_as(browser, "quotaed")
+    upload_done(browser, make_file(server, "some.bin", 3 << 20))
+    wait(browser, lambda d: "3.0 MiB of 1.0 GiB used" in d.find_element(By.ID, "quota-text").text)
+    bar = browser.find_element(By.ID, "quota-bar")
+    assert bar.is_displayed() and 0 < float(bar.get_attribute("value")) < float(bar.get_attribute("max"))
+    sign_in_as(browser, "webby")
 
 
 def row_text_home(browser, name):

@@ -49,8 +49,11 @@ async function trail(folder) {
 
 function renderBreadcrumbs(crumbs) {
   const nav = $("breadcrumbs");
-  nav.replaceChildren();
   const all = [{ id: "root", name: "My Drive" }, ...crumbs];
+  const key = JSON.stringify(all.map((crumb) => [crumb.id, crumb.name]));
+  if (nav.dataset.key === key) return;
+  nav.dataset.key = key;
+  nav.replaceChildren();
   all.forEach((crumb, index) => {
     if (index > 0) nav.append(element("span", { class: "sep", "aria-hidden": "true" }, "›"));
     if (index === all.length - 1) nav.append(element("span", { "aria-current": "page" }, crumb.name));

@@ -2555,8 +2555,11 @@ async function trail(folder) {
 
 function renderBreadcrumbs(crumbs) {
   const nav = $("breadcrumbs");
-  nav.replaceChildren();
   const all = [{ id: "root", name: "My Drive" }, ...crumbs];
+  const key = JSON.stringify(all.map((crumb) => [crumb.id, crumb.name]));
+  if (nav.dataset.key === key) return;
+  nav.dataset.key = key;
+  nav.replaceChildren();
   all.forEach((crumb, index) => {
     if (index > 0) nav.append(element("span", { class: "sep", "aria-hidden": "true" }, "›"));
     if (index === all.length - 1) nav.append(element("span", { "aria-current": "page" }, crumb.name));
@@ -3082,18 +3085,26 @@ export class FileList {
     const range = `${first}-${last}-${perLine}-${this.mode}`;
     if (!force && range === this.range) return;
     this.range = range;
+    // A row whose item, place and state did not change keeps its node (and its thumbnail): a live update that
+    // changed nothing on screen changes nothing in the page.
     const nodes = [];
+    const kept = new Map();
+    const built = this.built || new Map();
     for (let line = first; line < last; line++) {
       for (let column = 0; column < perLine; column++) {
         const index = line * perLine + column;
         if (index >= this.items.length) break;
-        const node = this.mode === "grid" ? this.card(this.items[index], index) : this.row(this.items[index], index);
+        const file = this.items[index];
+        const key = [this.mode, index, index === this.focus, this.selected.has(file.id), this.options.showPath, JSON.stringify(file)].join("|");
+        const node = built.get(key) || (this.mode === "grid" ? this.card(file, index) : this.row(file, index));
         node.style.transform = `translate(${this.mode === "grid" ? column * CARD_WIDTH : 0}px, ${line * height}px)`;
+        kept.set(key, node);
         nodes.push(node);
       }
     }
+    this.built = kept;
     const hadFocus = this.body.contains(document.activeElement);
-    this.body.replaceChildren(...nodes);
+    if (nodes.length !== this.body.children.length || nodes.some((node, at) => this.body.children[at] !== node)) this.body.replaceChildren(...nodes);
     if (hadFocus) this.body.querySelector(`[data-index="${this.focus}"]`)?.focus();
     if (this.selectAllBox) {
       this.selectAllBox.checked = this.items.length > 0 && this.selected.size === this.items.length;
