@@ -71,9 +71,14 @@ struct PreviewTests {
             try Self.tool(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=5"] + extra + [name], in: folder)
         }
         try Self.tool(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=duration=3:size=320x240:rate=10", "-pix_fmt", "yuv420p", "clip.mp4"], in: folder)
+        // HEIC, as phones take photos (libvips writes it through Debian's libheif).
+        try Self.tool(["vips", "copy", "photo.png", "photo.heic"], in: folder)
         try await TestServer.run { server in
             let alice = try await server.signUp()
-            let types = ["photo.png": "image/png", "photo.jpg": "image/jpeg", "anim.gif": "image/gif", "photo.webp": "image/webp", "clip.mp4": "video/mp4"]
+            let types = [
+                "photo.png": "image/png", "photo.jpg": "image/jpeg", "anim.gif": "image/gif", "photo.webp": "image/webp", "photo.heic": "image/heic",
+                "clip.mp4": "video/mp4",
+            ]
             for (name, type) in types.sorted(by: { $0.key < $1.key }) {
                 let file = try await alice.upload(name, try Data(contentsOf: folder.appending(path: name)), query: "&mimeType=\(type)")
                 for size in [64, 256, 1024] {

@@ -113,9 +113,13 @@ extension SQLMetadataStore {
                 let reach = Reach(grant: grant, mount: mount, isRoot: false)
                 found += inside.map { ($0.seen(through: reach), reach) }
             }
-            // Merged as each database query ordered its own: names starting with the text, then the newest.
-            let keyed = found.map { (hit: $0, prefix: SearchText.fold($0.file.name).hasPrefix(query.text)) }.sorted { a, b in
-                if a.prefix != b.prefix { return a.prefix }
+            // Merged as each database query ordered its own: names starting with the text, then the newest (a short
+            // text: every hit starts with it, in name order).
+            let short = Self.isShort(query.text)
+            let keyed = found.map { (hit: $0, folded: SearchText.fold($0.file.name)) }.sorted { a, b in
+                if short { return a.folded != b.folded ? a.folded < b.folded : a.hit.file.id < b.hit.file.id }
+                let pa = a.folded.hasPrefix(query.text), pb = b.folded.hasPrefix(query.text)
+                if pa != pb { return pa }
                 if a.hit.file.modifiedAt != b.hit.file.modifiedAt { return a.hit.file.modifiedAt > b.hit.file.modifiedAt }
                 if a.hit.file.name != b.hit.file.name { return a.hit.file.name < b.hit.file.name }
                 return a.hit.file.id < b.hit.file.id
@@ -126,16 +130,35 @@ extension SQLMetadataStore {
         }
     }
 
-    /// The owner's live matches (their root never), and how many there are.
+    /// Whether a search text is short: one or two characters find names starting with them, in name order.
+    static func isShort(_ text: String) -> Bool { text.unicodeScalars.count < 3 }
+
+    /// The owner's live matches (their root never: its folded name is NULL), in the order of ``SearchQuery`` results,
+    /// and how many there are.
+    ///
+    /// Three characters or more: any part of a name — SQLite's trigram index finds the candidates and the join starts
+    /// from them; PostgreSQL's pg_trgm index serves the `LIKE`. The matches are sorted by their ids and sort keys only
+    /// and counted in the same pass; only the page's rows are then read whole (sorting whole rows cost twice as much).
+    /// One or two characters: names starting with the text, a range of `files_search_prefix` read in its own order and
+    /// counted from the index alone (any part would match most of a tree and find nothing a person looks for).
     static func matches(
         _ db: any SQLTransaction, _ dialect: SchemaMigrations.Dialect, ownerId: String, query: SearchQuery, limit: Int
     ) throws -> (files: [FileRecord], total: Int) {
-        var conditions = ["f.user_id = ?", "f.trash_root IS NULL", "f.parent_id IS NOT NULL", "f.search_name LIKE ? ESCAPE '\\'"]
-        var arguments: [any SQLArgument] = [ownerId, SearchText.pattern(query.text)]
-        if dialect == .sqlite, query.text.unicodeScalars.count >= 3 {
-            // The trigram index finds the candidates (every user's); the conditions above keep this user's live ones.
-            conditions.append("f.rowid IN (SELECT rowid FROM files_search WHERE files_search MATCH ?)")
-            arguments.append(SearchText.phrase(query.text))
+        var from = "files f"
+        var conditions = ["f.user_id = ?", "f.trash_root IS NULL"]
+        var arguments: [any SQLArgument] = [ownerId]
+        let short = isShort(query.text)
+        if short {
+            conditions += ["f.search_name >= ?", "f.search_name < ?"]
+            arguments += [query.text, query.text + "\u{10FFFF}"]
+        } else {
+            conditions.append("f.search_name LIKE ? ESCAPE '\\'")
+            arguments.append(SearchText.pattern(query.text))
+            if dialect == .sqlite {
+                // The trigram index finds the candidates (every user's); the conditions keep this user's live ones.
+                from = "(SELECT rowid AS hit FROM files_search WHERE files_search MATCH ?) m CROSS JOIN files f ON f.rowid = m.hit"
+                arguments.insert(SearchText.phrase(query.text), at: 0)
+            }
         }
         if let kind = query.kind { conditions.append(kindCondition(kind)) }
         if let after = query.modifiedAfter {
@@ -143,14 +166,28 @@ extension SQLMetadataStore {
             arguments.append(after.millis)
         }
         let filter = conditions.joined(separator: " AND ")
-        let total = try db.value("SELECT COUNT(*) FROM files f WHERE \(filter)", arguments, as: Int.self) ?? 0
-        guard total > 0 else { return ([], 0) }
-        let rows = try db.fetchAll(
+        if short {
+            let total = try db.value("SELECT COUNT(*) FROM files f WHERE \(filter)", arguments, as: Int.self) ?? 0
+            guard total > 0 else { return ([], 0) }
+            let rows = try db.fetchAll("SELECT f.* FROM files f WHERE \(filter) ORDER BY f.search_name, f.id LIMIT ?", arguments + [limit])
+            return (try rows.map(file), total)
+        }
+        let ranked = try db.fetchAll(
             """
-            SELECT f.* FROM files f WHERE \(filter)
+            SELECT f.id, COUNT(*) OVER () AS matched FROM \(from) WHERE \(filter)
             ORDER BY CASE WHEN f.search_name LIKE ? ESCAPE '\\' THEN 0 ELSE 1 END, f.modified_at DESC, f.name, f.id LIMIT ?
             """, arguments + [SearchText.pattern(query.text, prefix: true), limit])
-        return (try rows.map(file), total)
+        guard let first = ranked.first else { return ([], 0) }
+        let ids = try ranked.map { try $0.get("id", as: String.self) }
+        var byId: [String: FileRecord] = [:]
+        for start in stride(from: 0, to: ids.count, by: 500) {
+            let part = Array(ids[start..<min(start + 500, ids.count)])
+            for row in try db.fetchAll("SELECT * FROM files WHERE id IN (\(sqlPlaceholders(part.count)))", part) {
+                let record = try file(row)
+                byId[record.id] = record
+            }
+        }
+        return (ids.compactMap { byId[$0] }, try first.get("matched", as: Int.self))
     }
 
     /// The SQL condition for items of `kind` (the same rule as ``FileKind/matches(mimeType:)``).

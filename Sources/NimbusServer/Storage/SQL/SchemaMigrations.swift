@@ -383,8 +383,13 @@ enum SchemaMigrations {
             id: "schema-5-finding",
             statements: [
                 // The name as search compares it: case, accents and width folded (`SearchText.fold`, in Swift, so both
-                // databases find the same). NULL until written: rows from before it are folded when the store opens.
-                "ALTER TABLE files ADD COLUMN search_name TEXT",
+                // databases find the same), compared byte-wise on both. NULL until written (and for a root folder): rows
+                // from before it are folded when the store opens.
+                "ALTER TABLE files ADD COLUMN search_name {name}",
+                // Names that start with a text: a range of this index, in name order, counted from the index alone
+                // (one- and two-character searches). Not partial: a partial one on live rows turned SQLite's plan for
+                // a batch's name lookups into a scan.
+                "CREATE INDEX files_search_prefix ON files(user_id, search_name, trash_root)",
                 // A user's stars on items they see (their own, or a share's).
                 """
                 CREATE TABLE stars (
