@@ -1,6 +1,6 @@
 import Foundation
 import NimbusAPI
-import NimbusServer
+@testable import NimbusServer
 import NimbusTestSupport
 import Testing
 
@@ -134,6 +134,12 @@ struct PreviewTests {
             #expect(try await alice.get("/v1/files/\(photo.id)/thumbnail?size=big").status == 400)
             // The server is well after all that.
             #expect(try await alice.get("/v1/files/\(photo.id)/thumbnail").status == 200)
+            // Thumbnails go with their revision: the file deleted for good, nothing of them is left.
+            let kept = try #require(fresh.header("ETag")?.trimmingCharacters(in: CharacterSet(charactersIn: "\"")).split(separator: "-").first)
+            let finding = server.parts.dependencies.finding
+            #expect(try await finding.thumbnail(revisionId: String(kept), size: 256) != nil)
+            #expect(try await alice.send(.DELETE, "/v1/files/\(photo.id)?permanent=true").status == 204)
+            #expect(try await finding.thumbnail(revisionId: String(kept), size: 256) == nil)
         }
     }
 

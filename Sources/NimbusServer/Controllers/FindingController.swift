@@ -66,19 +66,21 @@ struct FindingController: Sendable {
     }
 
     @Sendable func starred(_ request: Request, context: NimbusRequestContext) async throws -> Response {
-        let me = try await dependencies.principal(request)
-        let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
-        let root = try await dependencies.root(for: me, .list)
-        let (records, total) = try await dependencies.finding.starred(userId: root.userId, offset: paging.offset, limit: paging.limit)
-        let files = try await dependencies.present(try await visible(records, to: me), for: me)
-        return try JSONResponse.make(FileList(files: files.map { var file = $0; file.starred = true; return file }, pagination: page(paging, total)))
+        try await listing(request) { userId, paging in try await dependencies.finding.starred(userId: userId, offset: paging.offset, limit: paging.limit) }
     }
 
     @Sendable func recent(_ request: Request, context: NimbusRequestContext) async throws -> Response {
+        try await listing(request) { userId, paging in try await dependencies.finding.recent(userId: userId, offset: paging.offset, limit: paging.limit) }
+    }
+
+    /// A page of the user's own list of items (starred, recent): those they still see, as they see them, starred marked.
+    private func listing(
+        _ request: Request, _ fetch: (String, Paging) async throws -> (files: [FileRecord], total: Int)
+    ) async throws -> Response {
         let me = try await dependencies.principal(request)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let root = try await dependencies.root(for: me, .list)
-        let (records, total) = try await dependencies.finding.recent(userId: root.userId, offset: paging.offset, limit: paging.limit)
+        let (records, total) = try await fetch(root.userId, paging)
         let files = try await dependencies.present(try await visible(records, to: me), for: me)
         return try JSONResponse.make(FileList(files: try await dependencies.starring(files, for: me), pagination: page(paging, total)))
     }
