@@ -38,8 +38,7 @@ struct ContentController: Sendable {
         let file = try await dependencies.item(try context.parameter("fileId"), for: me, .read)
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let (revisions, total) = try await dependencies.content.revisions(userId: file.userId, fileId: file.id, paging: paging)
-        let pagination = Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
-        return try JSONResponse.make(RevisionList(revisions: revisions.map(\.api), pagination: pagination))
+        return try JSONResponse.make(RevisionList(revisions: revisions.map(\.api), pagination: paging.pagination(totalItems: total)))
     }
 
     @Sendable func revision(_ request: Request, context: NimbusRequestContext) async throws -> Response {

@@ -28,7 +28,7 @@ struct FilesController: Sendable {
             // Shares are mounted in their grantee's tree only: a folder someone shares shows no mounts of theirs.
             mountsAt: parent.userId == me.userId ? dependencies.now : nil)
         let shown = try await dependencies.starring(try await dependencies.present(files, for: me, through: parent.seenThrough), for: me)
-        return try JSONResponse.make(FileList(files: shown, pagination: page(paging, total)))
+        return try JSONResponse.make(FileList(files: shown, pagination: paging.pagination(totalItems: total)))
     }
 
     @Sendable func get(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -107,7 +107,7 @@ struct FilesController: Sendable {
         let paging = try Paging.parse(page: request.query("page"), limit: request.query("limit"))
         let root = try await dependencies.root(for: me, .list)
         let (files, total) = try await dependencies.files.trashed(userId: root.userId, paging: paging)
-        return try JSONResponse.make(FileList(files: try await dependencies.present(files, for: me), pagination: page(paging, total)))
+        return try JSONResponse.make(FileList(files: try await dependencies.present(files, for: me), pagination: paging.pagination(totalItems: total)))
     }
 
     /// Everything trashed at or after `since` back where it was (`nimbus untrash --since TIME`).
@@ -134,9 +134,6 @@ struct FilesController: Sendable {
         return try JSONResponse.make(DeletionPauseList(paused: lifted))
     }
 
-    func page(_ paging: Paging, _ total: Int) -> Pagination {
-        Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
-    }
 
     static func validName(_ raw: String) throws -> String {
         do {

@@ -47,7 +47,7 @@ struct FindingController: Sendable {
         let (hits, total) = try await dependencies.finding.search(userId: root.userId, query: query, offset: paging.offset, limit: paging.limit, now: dependencies.now)
         var files = try await dependencies.present(hits.map(\.file), for: me)
         for index in files.indices { files[index].path = "/" + hits[index].names.joined(separator: "/") }
-        return try JSONResponse.make(FileList(files: try await dependencies.starring(files, for: me), pagination: page(paging, total)))
+        return try JSONResponse.make(FileList(files: try await dependencies.starring(files, for: me), pagination: paging.pagination(totalItems: total)))
     }
 
     @Sendable func star(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -82,7 +82,7 @@ struct FindingController: Sendable {
         let root = try await dependencies.root(for: me, .list)
         let (records, total) = try await fetch(root.userId, paging)
         let files = try await dependencies.present(try await visible(records, to: me), for: me)
-        return try JSONResponse.make(FileList(files: try await dependencies.starring(files, for: me), pagination: page(paging, total)))
+        return try JSONResponse.make(FileList(files: try await dependencies.starring(files, for: me), pagination: paging.pagination(totalItems: total)))
     }
 
     @Sendable func activity(_ request: Request, context: NimbusRequestContext) async throws -> Response {
@@ -108,7 +108,7 @@ struct FindingController: Sendable {
             let by = Actor(userId: record.actorId, username: username, deviceId: record.deviceId, deviceName: deviceName)
             events.append(ActivityEvent(at: record.at, action: record.action, file: file, by: by, summary: Self.summary(record, by: by)))
         }
-        return try JSONResponse.make(ActivityList(events: events, pagination: page(paging, total)))
+        return try JSONResponse.make(ActivityList(events: events, pagination: paging.pagination(totalItems: total)))
     }
 
     /// The event in words: "alice (Laptop) edited notes.txt".
@@ -219,9 +219,6 @@ struct FindingController: Sendable {
         return ThumbnailRecord(mimeType: mimeType, data: data)
     }
 
-    func page(_ paging: Paging, _ total: Int) -> Pagination {
-        Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))
-    }
 }
 
 extension Dependencies {

@@ -69,7 +69,7 @@ struct PublicController: Sendable {
             return file
         }
         return try JSONResponse.make(
-            FileList(files: shown, pagination: Pagination(page: paging.page, limit: paging.limit, totalItems: total, nextPage: paging.nextPage(totalItems: total))))
+            FileList(files: shown, pagination: paging.pagination(totalItems: total)))
     }
 
     @Sendable func content(_ request: Request, context: NimbusRequestContext) async throws -> Response {

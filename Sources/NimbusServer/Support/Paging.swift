@@ -1,4 +1,5 @@
 import Foundation
+import NimbusAPI
 
 /// `page` (1-based) and `limit` query parameters, checked and clamped.
 struct Paging: Equatable, Sendable {
@@ -30,6 +31,11 @@ struct Paging: Equatable, Sendable {
     /// The next page number, if items remain after this page.
     func nextPage(totalItems: Int) -> Int? {
         offset + limit < totalItems ? page + 1 : nil
+    }
+
+    /// Where this page sits among `totalItems`, as listings answer it.
+    func pagination(totalItems: Int) -> Pagination {
+        Pagination(page: page, limit: limit, totalItems: totalItems, nextPage: nextPage(totalItems: totalItems))
     }
 }
 
