@@ -17,7 +17,7 @@ struct Nimbus: AsyncParsableCommand {
         subcommands: [
             Serve.self, User.self, Login.self, Logout.self, PassphraseCommand.self, UnlockCommand.self, LockCommand.self, WhoAmI.self, AboutCommand.self, List.self, MakeDirectory.self, Remove.self,
             Move.self, Put.self, Get.self, Versions.self, Restore.self, Trash.self, Untrash.self, Uploads.self, Status.self,
-            Conflicts.self, SyncCommand.self, ShareCommand.self, SharesCommand.self, AcceptCommand.self, DeclineCommand.self, LeaveCommand.self, LinkCommand.self,
+            Conflicts.self, SyncCommand.self, SelectCommand.self, FreeCommand.self, HydrateCommand.self, PinCommand.self, UnpinCommand.self, OpenCommand.self, ShareCommand.self, SharesCommand.self, AcceptCommand.self, DeclineCommand.self, LeaveCommand.self, LinkCommand.self,
             RemoteCommand.self, AppPasswordCommand.self, AdminCommand.self,
         ])
 

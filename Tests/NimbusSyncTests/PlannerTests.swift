@@ -773,6 +773,18 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                         return "deletes \(gone), which holds changes (\(l.content))"
                     }
                 }
+            case .placeholder(let id):
+                guard let r = trees.remote[id], !r.isFolder else { return "no file there" }
+                if let l = trees.local[id] {
+                    guard let s = trees.synced[id], l.content != .changing, l.holdsContent(of: s) else { return "frees a file holding changes" }
+                } else {
+                    guard isFreeHere(r.parent, r.name, except: id) else { return "name taken here" }
+                }
+            case .evict(let id):
+                if let l = trees.local[id] {
+                    guard let s = trees.synced[id], l.isFolder || (l.content != .changing && l.holdsContent(of: s)) else { return "evicts changes" }
+                    guard !trees.local.values.contains(where: { $0.parent == id }) else { return "evicts a folder holding items" }
+                }
             case .record(let id):
                 if (trees.remote[id] == nil) != (trees.local[id] == nil) { return "only one side has it" }
             case .link(let id, let other):

@@ -9,6 +9,7 @@ extension SyncEngine {
     /// is left that can run now. Steps waiting for a retry later stay pending.
     public func syncOnce() async throws {
         let provider = try requireProvider()
+        if disk != nil { selection = try await store.read { tx in try tx.selection() } }
         do {
             do {
                 try await refreshRemote(provider)
@@ -180,6 +181,7 @@ extension SyncEngine {
             if let node = row.syncedNode { trees.synced[id] = node }
             if localPaths[row.luid] != nil, let node = row.localNode { trees.local[id] = node }
             if let node = row.doubtNode { trees.doubts[id] = node }
+            if disk != nil, row.pin != .inherited { trees.pins[id] = row.pin }
         }
         return trees
     }
@@ -191,11 +193,24 @@ extension SyncEngine {
         let guards = Admission.Guards(
             threshold: configuration.massDeletionThreshold, deletionsHereConfirmed: massDeletionConfirmed || (disk != nil && confirmsLocalDeletions),
             guardsDeletionsThere: disk != nil && !confirmsLocalDeletions)
-        let admission = Admission.admit(
+        var admission = Admission.admit(
             plan, trees: trees, retries: failures.mapValues { Admission.RetryGate(failedForGood: $0.failed, due: $0.nextAttemptAt, kind: $0.kind) },
             now: now.millis, guards: guards, running: running)
+        if allowance == .metadataOnly {
+            // A metered network delays content, not metadata: transfers wait — but a file the user asked for comes.
+            let held = admission.steps.filter { step in
+                guard step.isTransfer else { return false }
+                if case .download(let id) = step, trees.pins[id] == .requested { return false }
+                return true
+            }
+            waitingForNetwork = held.count
+            if !held.isEmpty { admission.steps.removeAll { held.contains($0) } }
+        } else {
+            waitingForNetwork = 0
+        }
         if !admission.finishedRetries.isEmpty {
-            try await store.write { tx in try tx.clearFailures(admission.finishedRetries) }
+            let finished = admission.finishedRetries
+            try await store.write { tx in try tx.clearFailures(finished) }
         }
         knownFailures = Set(failures.keys).subtracting(admission.finishedRetries)
         switch admission.deletionsHere {
@@ -269,6 +284,8 @@ extension PlannedOperation {
         case .record, .link, .forget, .release: .record
         case .fork: .conflict
         case .hold: .hold
+        case .placeholder: .free
+        case .evict: .evict
         }
     }
 }
@@ -276,6 +293,10 @@ extension PlannedOperation {
 /// What a queued step does.
 public enum OperationKind: String, Sendable, CustomStringConvertible {
     case createFolder, upload, download, compare, move, delete, record, conflict, hold
+    /// A file becomes (or stays) a placeholder here: cloud-only.
+    case free
+    /// An item leaves this device, outside the selection (nothing is deleted there).
+    case evict
     /// Deleted there but changed here: waits for the user.
     case unsynced
 

@@ -65,6 +65,18 @@ public actor SyncEngine {
     /// How many steps have failed because the remote could not be reached: a batch of steps stops starting new ones
     /// when this grows (an outage would otherwise try — and wait for — every one of 10,000 queued uploads).
     var unreachableFailures = 0
+    /// A synced folder's selective sync (kept in the library, read again at each round: `nimbus select` may change it
+    /// while a sync runs).
+    var selection = SyncSelection()
+    /// A synced folder's cache limit (``PlannerPolicy/cacheLimit``).
+    var cacheLimit: Int64?
+    /// The network policy, who tells the network's state (nil: no constraints), and what it let run at the last look.
+    var networkPolicy = NetworkPolicy()
+    var constraintsProvider: (any NetworkConstraintsProvider)?
+    var allowance = NetworkAllowance.everything
+    var lastConstraints: NetworkConstraints?
+    /// Content transfers the last admission held for the network.
+    var waitingForNetwork = 0
 
     struct Observer {
         var folder: String?
@@ -146,7 +158,8 @@ public actor SyncEngine {
     var policy: PlannerPolicy {
         PlannerPolicy(
             conflictStrategy: configuration.conflictStrategy, keepsDeletedThere: disk != nil, deviceName: configuration.deviceName, date: now,
-            remoteKeepsRevisions: provider.map { $0.features.revisions != nil } ?? true)
+            remoteKeepsRevisions: provider.map { $0.features.revisions != nil } ?? true, selection: disk == nil ? SyncSelection() : selection,
+            cacheLimit: disk == nil ? nil : cacheLimit)
     }
 
     // MARK: Account

@@ -44,8 +44,10 @@ extension SyncEngine {
             }
             relative = above.isEmpty ? name : above + "/" + name
         }
+        // A placeholder is replaced by the file: it is what is checked and taken aside.
+        let replaced = row.lPlaceholder ? relative + Placeholder.suffix : relative
         // The file it replaces likely holds much of the new content: a provider that can reuse it fetches the rest.
-        let seeds = row.lPresent && provider.features.deltaDownloads != nil ? [try? disk.fileSystem.exportFile(disk.absolute(relative))].compactMap { $0 } : []
+        let seeds = row.lPresent && !row.lPlaceholder && provider.features.deltaDownloads != nil ? [try? disk.fileSystem.exportFile(disk.absolute(relative))].compactMap { $0 } : []
         let partial = try await fetch(
             fileId: fileId, revision: revision, size: row.rSize ?? 0, checksum: row.rChecksum, luid: row.luid, provider, seeds: seeds)
         let target = disk.absolute(relative)
@@ -57,15 +59,15 @@ extension SyncEngine {
             defer { try? FileManager.default.removeItem(at: plain) }
             try copyOut(partial.url.path, to: plain, checksum: partial.checksum)
             try? FileManager.default.removeItem(at: partial.url)
-            try disk.fileSystem.importFile(plain, to: temporary, modeOf: row.lPresent ? target : nil, modified: modified)
+            try disk.fileSystem.importFile(plain, to: temporary, modeOf: row.lPresent && !row.lPlaceholder ? target : nil, modified: modified)
         } else {
-            try disk.fileSystem.importFile(partial.url, to: temporary, modeOf: row.lPresent ? target : nil, modified: modified)
+            try disk.fileSystem.importFile(partial.url, to: temporary, modeOf: row.lPresent && !row.lPlaceholder ? target : nil, modified: modified)
         }
         // The last check: the file it replaces is still what the plan saw (nothing unsent is replaced), and nothing
         // that appeared at the path meanwhile is.
         var aside: String?
         if row.lPresent {
-            aside = try disk.takeAside(row, at: relative)
+            aside = try disk.takeAside(row, at: replaced)
             if aside == nil {
                 try? disk.fileSystem.removeFile(temporary)
                 throw LocalChanged()
@@ -74,11 +76,13 @@ extension SyncEngine {
         // The file as placed: its stat, taken before it is visible (a save right after must show as a change).
         let stat = disk.fileSystem.stat(temporary)
         let placed = try disk.fileSystem.renameNoReplace(temporary, to: target)
-        if let aside { try? disk.fileSystem.removeFile(aside) }  // the replaced version: synced, on the remote
         guard placed else {
+            // (A file appeared at the place: what was taken aside goes back.)
+            if let aside, try !disk.fileSystem.renameNoReplace(aside, to: disk.absolute(replaced)) { try? disk.fileSystem.removeFile(aside) }
             try? disk.fileSystem.removeFile(temporary)
             throw LocalChanged()
         }
+        if let aside { try? disk.fileSystem.removeFile(aside) }  // the replaced version (or placeholder): synced, on the remote
         // What came, where it was put: the version the plan saw, with its checksum as read.
         guard var came = row.remoteNode else { return }
         came.checksum = partial.checksum
@@ -91,6 +95,7 @@ extension SyncEngine {
                 updated.lInode = stat.map { Int64(bitPattern: $0.inode) }
                 updated.lMtime = stat?.mtime
                 updated.lModified = stat.map { $0.mtime / 1_000_000 } ?? row.rModified
+                updated.lastAccess = self.now.millis
             }
         }
     }
@@ -254,9 +259,11 @@ extension SyncEngine {
 
     func moveLocal(_ row: ItemRow, to parent: String, name: String) async throws {
         if let disk {
-            let (from, above) = try await store.read { tx in (try tx.localPath(row.luid), try tx.localPath(parent)) }
-            guard let from, let above else { throw LocalChanged() }
-            let to = above.isEmpty ? name : above + "/" + name
+            let (logical, above) = try await store.read { tx in (try tx.localPath(row.luid), try tx.localPath(parent)) }
+            guard let logical, let above else { throw LocalChanged() }
+            let suffix = row.lPlaceholder && !row.isFolder ? Placeholder.suffix : ""  // a placeholder moves as NAME.nimbus
+            let from = logical + suffix
+            let to = (above.isEmpty ? name : above + "/" + name) + suffix
             guard disk.isStill(row, at: from), try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
         }
         try await store.write { tx in
@@ -267,11 +274,11 @@ extension SyncEngine {
 
     /// Deletes the item here (a folder with everything in it), each file checked just before it goes; a file
     /// that changed since the plan stays (and stops the rest of the folder's deletion).
-    func deleteLocal(_ row: ItemRow) async throws {
+    func deleteLocal(_ row: ItemRow, effect: @escaping @Sendable (ItemID) -> PlannedOperation = PlannedOperation.deleteLocal) async throws {
         let subtree = try await store.read { tx -> [(ItemRow, String?)] in
             try tx.localSubtree(row.luid).reversed().compactMap { luid in
                 guard let item = try tx.item(luid) else { return nil }
-                return (item, try tx.localPath(luid))
+                return (item, try tx.localPath(luid).map { item.lPlaceholder && !item.isFolder ? $0 + Placeholder.suffix : $0 })
             }
         }
         var deleted: [ItemRow] = []
@@ -304,7 +311,7 @@ extension SyncEngine {
             // Each as deleted alone (deepest first): a folder whose deletion stopped part way keeps what is left.
             for item in gone {
                 guard let stored = try tx.item(item.luid) else { continue }
-                try self.write(tx, [stored], { $0.apply(.deleteLocal(ItemID(stored.luid))) }) { updated, _ in
+                try self.write(tx, [stored], { $0.apply(effect(ItemID(stored.luid))) }) { updated, _ in
                     updated.contentPath = nil
                     updated.contentChecksum = nil
                 }

@@ -23,7 +23,7 @@ extension SyncEngine {
             case .moveRemote:
                 // Where it was: still its place there (here it has moved already).
                 path = try await store.read { tx in try tx.remotePath(step.item.rawValue) ?? tx.localPath(step.item.rawValue) }
-            case .deleteLocal, .deleteRemote, .fork, .moveLocal:
+            case .deleteLocal, .deleteRemote, .fork, .moveLocal, .evict:
                 path = try await store.read { tx in try tx.localPath(step.item.rawValue) ?? tx.remotePath(step.item.rawValue) }
             default:
                 break
@@ -111,6 +111,10 @@ extension SyncEngine {
             try await moveLocal(row, to: parent.rawValue, name: name)
         case .deleteLocal:
             try await deleteLocal(row)
+        case .placeholder:
+            try await makePlaceholder(row)
+        case .evict:
+            try await evict(row)
         case .record, .link, .forget, .hold, .release:
             break  // database only (above)
         case .fork(_, let name):

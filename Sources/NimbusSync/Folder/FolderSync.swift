@@ -19,6 +19,10 @@ public struct FolderSyncReport: Sendable, Equatable {
     public var conflicts: [String] = []
     /// Deleted on the server but changed here: kept here and sent again.
     public var kept: [String] = []
+    /// Files that became (or, changed there, stayed) placeholders here: cloud-only (``Placeholder``).
+    public var cloudOnly: [String] = []
+    /// Items that left this device because they are outside the selection (nothing is deleted there).
+    public var excluded: [String] = []
     /// Not synced this time (links, files still being written), with the reason.
     public var skipped: [String] = []
     /// Files left for a later round because they were still being written (also in ``skipped``, with the reason).
@@ -30,6 +34,10 @@ public struct FolderSyncReport: Sendable, Equatable {
     public var remoteKeepsTrash = true
     /// The remote could not be reached this round (what waits here is sent once it is back).
     public var offline = false
+    /// How much of the pair is on this device after the round (selection, cloud-only files, the network).
+    public var residency: ResidencySummary?
+    /// Nothing was synced: the network policy paused the pair (why, in words: a metered network, a low battery).
+    public var paused: String?
     /// The round could not take the remote's changes in (unreachable, or it refused: see ``errors``); only what was
     /// planned from earlier rounds ran.
     public var remoteFailed = false
@@ -47,17 +55,22 @@ public struct FolderSyncReport: Sendable, Equatable {
         deletedThere += later.deletedThere
         conflicts += later.conflicts
         kept += later.kept
+        cloudOnly += later.cloudOnly
+        excluded += later.excluded
         skipped = later.skipped
         changing = later.changing
         errors = later.errors
         offline = later.offline
         remoteFailed = later.remoteFailed
+        paused = later.paused
+        residency = later.residency ?? residency
         remoteKeepsTrash = later.remoteKeepsTrash
     }
 
     /// How many items this round changed, here or there.
     public var changed: Int {
         uploaded.count + downloaded.count + createdFolders.count + moved.count + deletedHere.count + deletedThere.count + conflicts.count + kept.count
+            + cloudOnly.count + excluded.count
     }
 }
 
@@ -110,6 +123,11 @@ public actor FolderSync {
     public func syncOnce() async throws -> FolderSyncReport {
         var report = FolderSyncReport()
         report.remoteKeepsTrash = await engine.remoteFeatures.trash
+        if case .paused(let why) = await engine.refreshAllowance() {
+            report.paused = why
+            report.residency = try? await engine.residencySummary()
+            return report
+        }
         do {
             try await engine.syncOnce()
         } catch let error as SyncError {
@@ -139,6 +157,8 @@ public actor FolderSync {
             case .deleteRemote: report.deletedHere.append(before ?? path(step.item))
             case .deleteLocal: report.deletedThere.append(before ?? path(step.item))
             case .forget: report.kept.append(path(step.item))
+            case .placeholder: report.cloudOnly.append(path(step.item))
+            case .evict: report.excluded.append(before ?? path(step.item))
             case .fork(_, let name):
                 let original = before ?? path(step.item)
                 let copy = original.lastIndex(of: "/").map { String(original[...$0]) + name } ?? name
@@ -162,6 +182,7 @@ public actor FolderSync {
             report.errors.append(
                 "\(heldThere) items are gone from \(root.path); they were not deleted there. If you meant to delete them, run again with --confirm-deletions.")
         }
+        report.residency = try? await engine.residencySummary()
         if held > 0 {
             report.errors.append(
                 "\(held) items deleted there would be deleted here; nothing was deleted. If that is what you want, run again with --confirm-deletions.")

@@ -52,7 +52,7 @@ struct DiskFolder: Sendable {
         }
         let ignore = ignoreRules
         // The disk, parents before children.
-        var entries: [(path: String, stat: FileStat)] = []
+        var entries: [(path: String, stat: FileStat, placeholder: String?)] = []
         // Folders that are there but cannot be listed (no permission, an I/O error): what they held is left as it
         // was. Taken for empty, everything in them was deleted on the remote (and on every other device).
         var unreadable: [String] = []
@@ -84,7 +84,7 @@ struct DiskFolder: Sendable {
                     break
                 }
                 if ignore.ignores(path, isDirectory: stat.kind == .folder) { continue }
-                entries.append((path, stat))
+                entries.append((path, stat, nil))
                 if stat.kind == .folder { folders.append(path) }
             }
             stack += folders.reversed()
@@ -111,11 +111,12 @@ struct DiskFolder: Sendable {
             for row in rows where row.luid != ItemID.root.rawValue {
                 if let value = path(row.luid) { atPath[value] = row.luid }
             }
+            entries = placeholders(in: entries, byLuid: byLuid, atPath: atPath)
             // 1. Same path, same kind.
             var assigned: [String: String] = [:]  // path → luid
             var claimed: Set<String> = [ItemID.root.rawValue]
             for entry in entries {
-                if let luid = atPath[entry.path], let row = byLuid[luid], row.isFolder == (entry.stat.kind == .folder) {
+                if let luid = atPath[entry.path], let row = byLuid[luid], row.isFolder == (entry.stat.kind == .folder), entry.placeholder ?? luid == luid {
                     assigned[entry.path] = luid
                     claimed.insert(luid)
                 }
@@ -124,6 +125,17 @@ struct DiskFolder: Sendable {
             var byInode: [Int64: [String]] = [:]
             for row in rows where !claimed.contains(row.luid) {
                 if let inode = row.lInode { byInode[inode, default: []].append(row.luid) }
+            }
+            // A placeholder moved (or copied across disks, the original gone) is its item's, by the id it holds; one whose
+            // item is claimed already (a copy) is an ordinary file.
+            for (index, entry) in entries.enumerated() where assigned[entry.path] == nil {
+                guard let id = entry.placeholder else { continue }
+                if !claimed.contains(id) {
+                    assigned[entry.path] = id
+                    claimed.insert(id)
+                } else {
+                    entries[index] = (entry.path + Placeholder.suffix, entry.stat, nil)
+                }
             }
             for entry in entries where assigned[entry.path] == nil {
                 let inode = Int64(bitPattern: entry.stat.inode)
@@ -175,7 +187,20 @@ struct DiskFolder: Sendable {
                 if isFolder {
                     row.lInode = Int64(bitPattern: entry.stat.inode)
                     row.lMime = folderMimeTypeValue
-                } else if stored == nil || row.lChanging || !entry.stat.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime) {
+                } else if entry.placeholder != nil {
+                    // A placeholder: the merge base's content, not here (its own inode, size and time, to see it change).
+                    if !row.lPlaceholder || row.lChanging || !entry.stat.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime) {
+                        row.lPlaceholder = true
+                        row.lChanging = false
+                        row.lUnhashed = false
+                        row.lChecksum = row.sChecksum
+                        row.lInode = Int64(bitPattern: entry.stat.inode)
+                        row.lMtime = entry.stat.mtime
+                        row.lSize = entry.stat.size
+                    }
+                } else if stored == nil || row.lChanging || row.lPlaceholder || !entry.stat.matches(inode: row.lInode, size: row.lSize, mtime: row.lMtime) {
+                    row.lPlaceholder = false
+                    row.lastAccess = max(row.lastAccess, entry.stat.mtime / 1_000_000)
                     row.lInode = Int64(bitPattern: entry.stat.inode)
                     row.lMtime = entry.stat.mtime
                     row.lSize = entry.stat.size
@@ -240,6 +265,26 @@ struct DiskFolder: Sendable {
             }
         }
         return result
+    }
+
+    /// The scan's entries with placeholders (``Placeholder``) recognised: `NAME.nimbus` that is one stands for `NAME`
+    /// (its path becomes NAME's, its `placeholder` the item's id). A placeholder beside the file it stands for goes:
+    /// the file is the item's content.
+    func placeholders(
+        in entries: [(path: String, stat: FileStat, placeholder: String?)], byLuid: [String: ItemRow], atPath: [String: String]
+    ) -> [(path: String, stat: FileStat, placeholder: String?)] {
+        let paths = Set(entries.map(\.path))
+        return entries.compactMap { entry in
+            let name = (entry.path as NSString).lastPathComponent
+            guard entry.stat.kind == .file, Placeholder.mayBe(name: name, size: entry.stat.size), let data = fileSystem.read(absolute(entry.path)),
+                let placeholder = Placeholder.parse(data), let row = byLuid[placeholder.id], !row.isFolder, row.sPresent || row.rPresent
+            else { return entry }
+            let logical = String(entry.path.dropLast(Placeholder.suffix.count))
+            guard paths.contains(logical) else { return (logical, entry.stat, placeholder.id) }
+            guard atPath[logical] == placeholder.id else { return entry }
+            try? fileSystem.removeFile(absolute(entry.path))
+            return nil
+        }
     }
 
     /// An unhashed file (``ItemRow/lUnhashed``) read now: its checksum and size, or — changed since the scan, gone or

@@ -82,6 +82,7 @@ extension Trees {
             let content = LocalContent.known(checksum: got.checksum ?? "", size: got.size)
             if local[id] != nil {
                 local[id]?.content = content
+                local[id]?.placeholder = false
                 synced[id]?.revision = got.revision
                 synced[id]?.checksum = got.checksum
             } else {
@@ -99,6 +100,22 @@ extension Trees {
                 local[gone] = nil
                 synced[gone] = nil
             }
+        case (.placeholder(let id), _):
+            guard let r = remote[id] else { return }
+            if pins[id] == .requested { pins[id] = nil }  // freed by the cache limit: the request is used up
+            let content = LocalContent.known(checksum: r.checksum ?? "", size: r.size)
+            if local[id] != nil, synced[id] != nil {
+                local[id]?.content = content
+                local[id]?.placeholder = true
+                synced[id]?.revision = r.revision
+                synced[id]?.checksum = r.checksum
+            } else {
+                local[id] = LocalNode(parent: r.parent, name: r.name, isFolder: false, content: content, placeholder: true)
+                synced[id] = r
+            }
+        case (.evict(let id), _):
+            local[id] = nil
+            synced[id] = nil
         case (.record(let id), _):
             switch (remote[id], local[id]) {
             case (nil, nil):

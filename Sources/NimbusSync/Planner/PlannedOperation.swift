@@ -41,6 +41,13 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
     /// Deletes the item here, which must still be as the plan saw it (as synced); a folder with its local
     /// subtree, every item of which is deleted there too and unchanged here.
     case deleteLocal(ItemID)
+    /// The file here becomes a placeholder of the remote version (``Placeholder``), which the merge base takes: made
+    /// where the remote has it (new here), rewritten (a placeholder whose file changed there), or put in place of the
+    /// file, which must still be as synced (freed). No content moves.
+    case placeholder(ItemID)
+    /// The item leaves this device and the merge base, and stays there (it is outside the pair's selection): a file
+    /// or placeholder as synced, a folder with nothing left in it here. Nothing is deleted there.
+    case evict(ItemID)
 
     // The merge base
     /// Both sides agree (on the content, the place, or that the item is gone): the synced tree takes it.
@@ -64,7 +71,7 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .createRemoteFolder(let id), .upload(let id, _), .uploadThenRestore(let id, _), .moveRemote(let id, _, _), .deleteRemote(let id), .createLocalFolder(let id),
             .download(let id), .moveLocal(let id, _, _), .deleteLocal(let id), .record(let id), .link(let id, _), .forget(let id),
-            .learnChecksum(let id), .settleDoubt(let id), .restoreRevision(let id, _),
+            .learnChecksum(let id), .settleDoubt(let id), .restoreRevision(let id, _), .placeholder(let id), .evict(let id),
             .fork(let id, _), .hold(let id, _), .release(let id):
             id
         }
@@ -100,6 +107,8 @@ enum PlannedOperation: Sendable, Hashable, CustomStringConvertible {
         case .download(let id): "download(\(id))"
         case .moveLocal(let id, let parent, let name): "moveLocal(\(id) → \(parent)/\(name))"
         case .deleteLocal(let id): "deleteLocal(\(id))"
+        case .placeholder(let id): "placeholder(\(id))"
+        case .evict(let id): "evict(\(id))"
         case .record(let id): "record(\(id))"
         case .link(let id, let other): "link(\(id) = \(other))"
         case .forget(let id): "forget(\(id))"

@@ -14,6 +14,10 @@ struct PlannerPolicy: Sendable, Equatable {
     /// The remote keeps older versions that can be restored: where it does not, a conflict the user settles by keeping
     /// the remote version keeps this side's as a conflict copy instead (nothing is lost).
     var remoteKeepsRevisions = true
+    /// What of the remote folder this device holds, and in which form (a synced folder's selective sync).
+    var selection = SyncSelection()
+    /// Automatic files here are freed, least recently used first, while all files here take more bytes than this.
+    var cacheLimit: Int64?
 }
 
 /// The one place that decides what happens to an item: a pure, synchronous function from the three trees to
@@ -48,8 +52,8 @@ struct Planner {
 
     let trees: Trees
     let policy: PlannerPolicy
-    private var remoteChildren: [ItemID: [ItemID]] = [:]
-    private var localChildren: [ItemID: [ItemID]] = [:]
+    private(set) var remoteChildren: [ItemID: [ItemID]] = [:]
+    private(set) var localChildren: [ItemID: [ItemID]] = [:]
     private var remoteAt: [Place: [ItemID]] = [:]
     private var localAt: [Place: [ItemID]] = [:]
     /// Where creations in doubt of items deleted here were asked for.
@@ -59,6 +63,8 @@ struct Planner {
     private var remoteCovered: [ItemID: Bool] = [:]
     private var localCovered: [ItemID: Bool] = [:]
     private var emptyingLater: [ItemID: Bool] = [:]
+    /// What ``Planner+Residency`` worked out once per plan (paths, exclusions, the cache's victims).
+    var residencyMemo = ResidencyMemo()
 
     /// The operations that bring the trees closer together; empty when they agree (or all that differs waits for
     /// the user or for a file to settle).
@@ -169,8 +175,10 @@ struct Planner {
             // Two different things under one name: this side's moves aside (it is sent under its new name).
             return .fork(occupant, name: conflictName(for: other.name, in: place.parent))
         }
+        if isExcluded(id) { return nil }  // not on this device
         if r.isFolder { return .createLocalFolder(id) }
-        return r.revision == nil ? nil : .download(id)
+        guard r.revision != nil else { return nil }
+        return residency(id, r) == .placeholder ? .placeholder(id) : .download(id)
     }
 
     /// This side's content goes there as the new head: sent, based on revision `base` — or, when it is a revision
@@ -192,6 +200,7 @@ struct Planner {
     /// it (that settles first: what it made is deleted, or it made nothing).
     mutating func newHere(_ id: ItemID, _ l: LocalNode) -> PlannedOperation? {
         if !l.isFolder, case .changing = l.content { return nil }
+        if l.placeholder { return .deleteLocal(id) }  // stands for nothing there any more (never sent: it holds no content)
         guard let parent = l.parent, let folder = trees.remote[parent], folder.isFolder else { return nil }
         // Into a share the user may only view: kept here, never sent (it would be refused, forever).
         if folder.access.contains(.readOnly) { return .hold(id, .readOnly) }
@@ -212,6 +221,8 @@ struct Planner {
 
     /// Deleted here, still there.
     mutating func deletedHere(_ id: ItemID, _ r: RemoteNode, _ s: RemoteNode) -> PlannedOperation? {
+        // Gone from an excluded path: it left the device (an eviction whose record a crash lost), never deleted there.
+        if isExcluded(id) { return .evict(id) }
         if let parent = r.parent, removesThere(parent) { return nil }  // its folder's deletion takes it along
         if remoteChanged(r, s) {
             // Changed there since: that change wins over the deletion here; it comes back.
@@ -237,6 +248,7 @@ struct Planner {
     /// Deleted there, still here.
     mutating func deletedThere(_ id: ItemID, _ s: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         if let parent = l.parent, deletesHere(parent) { return nil }  // its folder's deletion takes it along
+        if l.placeholder { return .deleteLocal(id) }  // it stood for the file, moved here or not: nothing to keep
         if s.access.contains(.shareRoot), policy.keepsDeletedThere, keepsAfterShare(id, s, l) { return noLongerShared(id, l) }
         if localChanged(l, s) {
             if !l.isFolder, l.content.isUnknown { return nil }  // kept; decided once it settles
@@ -256,6 +268,7 @@ struct Planner {
     /// parts are recorded; content that differs is a conflict.
     mutating func unrecorded(_ id: ItemID, _ r: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         if r.isFolder != l.isFolder { return fork(id, l) }
+        if l.placeholder { return .record(id) }  // it stands for this item there
         if !l.isFolder {
             if l.content.isUnknown { return nil }
             if mustLearnChecksum(r, l) { return .learnChecksum(id) }
@@ -267,6 +280,7 @@ struct Planner {
     /// Present everywhere: what changed where?
     mutating func changed(_ id: ItemID, _ r: RemoteNode, _ s: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
         if r.isFolder != l.isFolder || r.isFolder != s.isFolder { return fork(id, l) }
+        if let step = keepingHere(id, r, s, l) { return step }
         let movedThere = !r.isAt(s)
         let movedHere = !l.isAt(s)
         if !l.isFolder {
@@ -276,7 +290,7 @@ struct Planner {
                 if movedHere && !movedThere && !r.access.contains(.fixedPlace) { return followHere(id, r, l) }
                 return nil
             }
-            let changedHere = l.content.checksum != s.checksum
+            let changedHere = !l.holdsContent(of: s)
             let changedThere = remoteContentChanged(r, s)
             if changedHere && changedThere {
                 if mustLearnChecksum(r, l) { return .learnChecksum(id) }
@@ -430,7 +444,7 @@ struct Planner {
             return .moveRemote(id, parent: parent, name: takenName(for: r.name, in: parent))
         }
         guard let l = trees.local[id], let s = trees.synced[id], let parent = l.parent, l.hold == nil else { return nil }
-        if !l.isFolder, l.content.checksum != s.checksum || l.content.isUnknown { return nil }
+        if !l.isFolder, !l.holdsContent(of: s) || l.content.isUnknown { return nil }
         return .moveLocal(id, parent: parent, name: takenName(for: l.name, in: parent))
     }
 
@@ -471,11 +485,11 @@ struct Planner {
         }
         if !r.isAt(l), moveRefusedThere(r, l), let parent = r.parent {
             // Its move here cannot be made there: it is undone (once its change, if any, is sent).
-            if !l.isFolder, l.content.checksum != s.checksum { return .stays }
+            if !l.isFolder, !l.holdsContent(of: s) { return .stays }
             return .moves(Place(parent: parent, name: r.name))
         }
         if r.isAt(l) || (!l.isAt(s) && r.isAt(s)) { return .stays }  // in place, or its own move goes there
-        if !l.isFolder, l.content.checksum != s.checksum { return .stays }  // its change is sent first
+        if !l.isFolder, !l.holdsContent(of: s) { return .stays }  // its change is sent first
         guard let parent = r.parent else { return .stays }
         return .moves(Place(parent: parent, name: r.name))
     }
@@ -579,13 +593,14 @@ struct Planner {
         if !l.isAt(s) || l.isFolder != s.isFolder { return true }
         if l.isFolder { return false }
         if l.content.isUnknown { return true }
-        return l.content.checksum != s.checksum
+        return !l.holdsContent(of: s)
     }
 
     /// This item is deleted there by a deletion planned for it or a folder above it: deleted here, unchanged
     /// there, and (a folder) everything in it likewise.
     mutating func deletesThere(_ id: ItemID) -> Bool {
         guard id != Trees.root, trees.local[id] == nil, let r = trees.remote[id], let s = trees.synced[id], !remoteChanged(r, s) else { return false }
+        if isExcluded(id) { return false }  // not this device's to delete: it only left the device
         return !r.isFolder || isRemoteCovered(id)
     }
 

@@ -16,6 +16,8 @@ struct Trees: Sendable, Equatable {
     var synced: [ItemID: RemoteNode] = [:]
     var local: [ItemID: LocalNode] = [:]
     var doubts: [ItemID: LocalNode] = [:]
+    /// The user's word on keeping content here (``PinState``), per item that has one (a synced folder's).
+    var pins: [ItemID: PinState] = [:]
 
     /// The root folder: present in all three trees, never planned for.
     static let root = ItemID.root
@@ -129,8 +131,15 @@ struct LocalNode: Sendable, Equatable {
     /// This content is revision `restoring` of the file there, which the user restored: it becomes the head there by
     /// restoring that revision (its bytes are there already).
     var restoring: String?
+    /// A placeholder stands here for the file (``Placeholder``): its content is the merge base's, not on this device.
+    var placeholder = false
+    /// When the file was last used here (ms since 1970): the cache limit frees the least recently used first.
+    var lastUsed: Int64 = 0
 
     static let rootFolder = LocalNode(parent: nil, name: "", isFolder: true)
+
+    /// Holds the merge base's content: unchanged, or a placeholder of it (which can hold nothing else).
+    func holdsContent(of synced: RemoteNode) -> Bool { placeholder || content.checksum == synced.checksum }
 
     func isAt(_ other: RemoteNode) -> Bool { parent == other.parent && name == other.name }
 }

@@ -40,7 +40,13 @@ struct ItemRow: Sendable, Equatable {
     /// without a copy, the caller's file), and their SHA-256.
     var contentPath: String?
     var contentChecksum: String?
-    var pinned = false
+    /// The user's word on keeping the content here (``PinState``; the `pinned` column). The app library's
+    /// "available offline" is ``PinState/pinned``.
+    var pin = PinState.inherited
+    var pinned: Bool {
+        get { pin == .pinned }
+        set { pin = newValue ? .pinned : .inherited }
+    }
     /// Waiting for the user (``Hold``).
     var hold: Hold?
     var lastAccess: Int64 = 0
@@ -50,6 +56,9 @@ struct ItemRow: Sendable, Equatable {
     /// (``HashesWhileSending``), so a big new file is read once, not twice. `lChecksum` is nil until then; setting
     /// it (or `lChanging`) ends this state.
     var lUnhashed = false
+    /// A synced folder's cloud-only file: a placeholder (``Placeholder``, `NAME.nimbus`) stands here for it. The
+    /// inode, size and time are the placeholder's; the checksum is the merge base's (`l_state = 'placeholder'`).
+    var lPlaceholder = false
     /// A synced folder's file as last observed: inode and modification time (ns), to tell "unchanged" without
     /// reading it and to check it again immediately before anything replaces, moves or deletes it.
     var lInode: Int64?
@@ -86,8 +95,8 @@ struct ItemRow: Sendable, Equatable {
             rSize: row[7], rChecksum: row[8], rRevision: row[9], rModified: row[10], sPresent: row[11], sParent: row[12],
             sName: row[13], sChecksum: row[14], sRevision: row[15], lPresent: row[16], lParent: row[17], lName: row[18],
             lMime: row[19], lSize: row[20], lChecksum: row[21], lModified: row[22], contentPath: row[23], contentChecksum: row[24],
-            pinned: row[25], hold: (row[26] as String?).flatMap(Hold.init(rawValue:)), lastAccess: row[27], lChanging: (row[28] as String?) == "changing",
-            lUnhashed: (row[28] as String?) == "unhashed", lInode: row[29], lMtime: row[30], createRequest: row[31], createSent: row[32], uploadRequest: row[33], contentOwned: row[34],
+            pin: PinState(rawValue: row[25]) ?? .inherited, hold: (row[26] as String?).flatMap(Hold.init(rawValue:)), lastAccess: row[27],
+            lChanging: (row[28] as String?) == "changing", lUnhashed: (row[28] as String?) == "unhashed", lPlaceholder: (row[28] as String?) == "placeholder", lInode: row[29], lMtime: row[30], createRequest: row[31], createSent: row[32], uploadRequest: row[33], contentOwned: row[34],
             sourceRevision: row[35], rAccess: row[36], sAccess: row[37])
     }
 
@@ -96,8 +105,8 @@ struct ItemRow: Sendable, Equatable {
         rSize: Int64? = nil, rChecksum: String? = nil, rRevision: String? = nil, rModified: Int64? = nil, sPresent: Bool = false,
         sParent: String? = nil, sName: String? = nil, sChecksum: String? = nil, sRevision: String? = nil, lPresent: Bool = false,
         lParent: String? = nil, lName: String? = nil, lMime: String? = nil, lSize: Int64? = nil, lChecksum: String? = nil, lModified: Int64? = nil,
-        contentPath: String? = nil, contentChecksum: String? = nil, pinned: Bool = false, hold: Hold? = nil, lastAccess: Int64 = 0,
-        lChanging: Bool = false, lUnhashed: Bool = false, lInode: Int64? = nil, lMtime: Int64? = nil, createRequest: String? = nil, createSent: Bool = false,
+        contentPath: String? = nil, contentChecksum: String? = nil, pin: PinState = .inherited, hold: Hold? = nil, lastAccess: Int64 = 0,
+        lChanging: Bool = false, lUnhashed: Bool = false, lPlaceholder: Bool = false, lInode: Int64? = nil, lMtime: Int64? = nil, createRequest: String? = nil, createSent: Bool = false,
         uploadRequest: String? = nil, contentOwned: Bool = true, sourceRevision: String? = nil, rAccess: Int = 0, sAccess: Int = 0
     ) {
         self.luid = luid
@@ -125,11 +134,12 @@ struct ItemRow: Sendable, Equatable {
         self.lModified = lModified
         self.contentPath = contentPath
         self.contentChecksum = contentChecksum
-        self.pinned = pinned
+        self.pin = pin
         self.hold = hold
         self.lastAccess = lastAccess
         self.lChanging = lChanging
         self.lUnhashed = lUnhashed
+        self.lPlaceholder = lPlaceholder
         self.lInode = lInode
         self.lMtime = lMtime
         self.createRequest = createRequest
@@ -145,7 +155,7 @@ struct ItemRow: Sendable, Equatable {
     var values: [(any DatabaseValueConvertible)?] {
         [
             luid, fileId, isFolder, rPresent, rParent, rName, rMime, rSize, rChecksum, rRevision, rModified, sPresent, sParent, sName,
-            sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pinned,
+            sChecksum, sRevision, lPresent, lParent, lName, lMime, lSize, lChecksum, lModified, contentPath, contentChecksum, pin.rawValue,
             hold?.rawValue, lastAccess, localState, lInode, lMtime, createRequest, createSent, uploadRequest, contentOwned,
             sourceRevision, rAccess, sAccess,
         ]
@@ -169,8 +179,8 @@ struct ItemRow: Sendable, Equatable {
                 rMime: text(6), rSize: integer(7), rChecksum: text(8), rRevision: text(9), rModified: integer(10), sPresent: flag(11),
                 sParent: text(12), sName: try sealed(13, .name), sChecksum: text(14), sRevision: text(15), lPresent: flag(16), lParent: text(17),
                 lName: try sealed(18, .name), lMime: text(19), lSize: integer(20), lChecksum: text(21), lModified: integer(22), contentPath: text(23),
-                contentChecksum: text(24), pinned: flag(25), hold: text(26).flatMap(Hold.init(rawValue:)), lastAccess: integer(27) ?? 0,
-                lChanging: text(28) == "changing", lUnhashed: text(28) == "unhashed", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
+                contentChecksum: text(24), pin: PinState(rawValue: Int(integer(25) ?? 0)) ?? .inherited, hold: text(26).flatMap(Hold.init(rawValue:)),
+                lastAccess: integer(27) ?? 0, lChanging: text(28) == "changing", lUnhashed: text(28) == "unhashed", lPlaceholder: text(28) == "placeholder", lInode: integer(29), lMtime: integer(30), createRequest: text(31), createSent: flag(32),
                 uploadRequest: text(33), contentOwned: flag(34), sourceRevision: text(35), rAccess: Int(integer(36) ?? 0),
                 sAccess: Int(integer(37) ?? 0))
         }
@@ -350,14 +360,16 @@ struct ItemRow: Sendable, Equatable {
     var localNode: LocalNode? {
         guard lPresent, let lName else { return nil }
         let content: LocalContent
-        if lUnhashed && !lChanging && !isFolder && lChecksum == nil, let lSize {
+        if lPlaceholder && !isFolder {
+            content = .known(checksum: lChecksum ?? "", size: rSize ?? 0)
+        } else if lUnhashed && !lChanging && !isFolder && lChecksum == nil, let lSize {
             content = .unhashed(size: lSize)
         } else {
             content = lChanging || (!isFolder && lChecksum == nil) ? .changing : .known(checksum: lChecksum ?? "", size: lSize ?? 0)
         }
         return LocalNode(
             parent: lParent.map(ItemID.init), name: lName, isFolder: isFolder, content: content, hold: hold,
-            creationInDoubt: createSent && fileId == nil, restoring: sourceRevision)
+            creationInDoubt: createSent && fileId == nil, restoring: sourceRevision, placeholder: lPlaceholder && !isFolder, lastUsed: lastAccess)
     }
 
     /// Deleted here while its creation was in doubt (``Trees/doubts``): as it was here.
@@ -378,18 +390,22 @@ struct ItemRow: Sendable, Equatable {
 /// and counts), and a test holds the two to each other over random rows.
 extension ItemRow {
     /// The content here is still being written (`changing`) or was not read yet (`unhashed`): the `l_state` column.
-    var localState: String? { lChanging ? "changing" : lUnhashed && lChecksum == nil && !isFolder ? "unhashed" : nil }
+    /// A placeholder (`placeholder`) is neither: it holds the merge base's content.
+    var localState: String? {
+        lChanging ? "changing" : lUnhashed && lChecksum == nil && !isFolder ? "unhashed" : lPlaceholder && !isFolder ? "placeholder" : nil
+    }
 
     /// The local tree differs from the merge base: there or not, place, name (canonically: NFD and NFC are one name),
     /// a file's content, or content still being written or read.
     var isPending: Bool {
-        lPresent != sPresent || (lPresent && (lParent != sParent || lName != sName || (!isFolder && lChecksum != sChecksum) || localState != nil))
+        lPresent != sPresent
+            || (lPresent && (lParent != sParent || lName != sName || (!isFolder && lChecksum != sChecksum) || (localState != nil && !lPlaceholder)))
     }
 
     /// ``isPending`` in SQL (1 when pending).
     static let pendingExpression = """
         (l_present != s_present OR (l_present = 1 AND (l_parent IS NOT s_parent OR (l_name IS NOT s_name AND nimbus_names_differ(l_name, s_name)) \
-        OR (is_folder = 0 AND l_checksum IS NOT s_checksum) OR l_state IS NOT NULL)))
+        OR (is_folder = 0 AND l_checksum IS NOT s_checksum) OR (l_state IS NOT NULL AND l_state <> 'placeholder'))))
         """
 
     /// What an item shows: waiting for the user (its hold) before failed or in transfer, before pending.
@@ -497,11 +513,15 @@ extension ItemRow {
                         lUnhashed = true
                     }
                 }
+                if node.placeholder != (oldLocal?.placeholder ?? false) { lPlaceholder = node.placeholder }
                 if node.hold != oldLocal?.hold { hold = node.hold }
                 if oldLocal?.creationInDoubt == true, !node.creationInDoubt { createSent = false }
                 if node.restoring != oldLocal?.restoring { sourceRevision = node.restoring }
+            } else {
+                lPlaceholder = false
             }
         }
+        if before.pins[id] != after.pins[id] { pin = after.pins[id] ?? .inherited }
     }
 
     /// The item's three nodes as a fragment of the trees (with the root).
@@ -513,6 +533,7 @@ extension ItemRow {
             trees.synced[id] = row.syncedNode
             trees.local[id] = row.localNode
             trees.doubts[id] = row.doubtNode
+            if row.pin != .inherited { trees.pins[id] = row.pin }
         }
         return trees
     }

@@ -168,6 +168,17 @@ struct StoreTransaction {
     func meta(_ key: String) throws -> String? { try db.meta(key) }
 
     func setMeta(_ key: String, _ value: String?) throws { try db.setMeta(key, value) }
+
+    /// A synced folder's selective sync (``SyncSelection``), as JSON in `meta`.
+    func selection() throws -> SyncSelection {
+        guard let text = try db.meta("selection") else { return SyncSelection() }
+        return (try? JSONDecoder().decode(SyncSelection.self, from: Data(text.utf8))) ?? SyncSelection()
+    }
+
+    func setSelection(_ selection: SyncSelection) throws {
+        let data = try JSONEncoder().encode(selection)
+        try db.setMeta("selection", selection == SyncSelection() ? nil : String(decoding: data, as: UTF8.self))
+    }
 }
 
 extension StoreTransaction {

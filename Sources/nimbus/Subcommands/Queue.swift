@@ -145,8 +145,24 @@ struct Status: AsyncParsableCommand {
                 }
                 for error in last.errors.prefix(3) { line += "\n    error: \(error)" }
             }
+            if let residency = try? await Self.pairResidency(home, config, local, remote),
+                residency.cloudOnlyFiles > 0 || !residency.excluded.isEmpty || residency.pinned > 0
+            {
+                line += "\n    " + SelectCommand.residencyLine(residency)
+            }
             print(line)
         }
+        if !config.allPairs.isEmpty {
+            let network = await SystemNetworkConstraints().current()
+            print("Network: \(network.isMetered ? "metered" : "not metered") (\(network.source))\(network.isLowBattery ? "; battery low" : "")")
+        }
+    }
+
+    /// How much of a pair is on this device (nil when it never ran or cannot be opened now).
+    static func pairResidency(_ home: Home, _ config: Home.Config, _ local: String, _ remote: String) async throws -> ResidencySummary? {
+        guard FileManager.default.fileExists(atPath: home.pairDirectory(local: local, remote: remote).path) else { return nil }
+        let pair = try home.pairEngine(local: URL(fileURLWithPath: local), remote: remote, strategy: config.conflict)
+        return try await pair.residencySummary()
     }
 
     /// A pair's counts, from its state (nil when it never ran or cannot be opened now).

@@ -3,6 +3,20 @@ import Foundation
 import NimbusAPI
 import NimbusSync
 
+enum MeteredOption: String, ExpressibleByArgument, CaseIterable {
+    case allow
+    case metadataOnly = "metadata-only"
+    case pause
+
+    var policy: MeteredPolicy {
+        switch self {
+        case .allow: .allow
+        case .metadataOnly: .metadataOnly
+        case .pause: .pause
+        }
+    }
+}
+
 enum ConflictOption: String, ExpressibleByArgument, CaseIterable {
     case keepBoth = "keep-both"
     case lww
@@ -42,9 +56,16 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "How many transfers run at once (1 to 32).")
     var transfers = 4
 
+    @Option(help: "Free automatic files, least recently used first, while the folder's files take more than SIZE (e.g. 20G).")
+    var cacheLimit: String?
+
+    @Option(help: "On a metered network: allow, metadata-only (content waits) or pause.")
+    var onMetered: MeteredOption = .allow
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
+        if let cacheLimit, ByteCount.parse(cacheLimit) == nil { throw ValidationError("--cache-limit: not a size: \(cacheLimit)") }
         if once && watch { throw ValidationError("Choose --once or --watch, not both.") }
         if !(1...32).contains(transfers) { throw ValidationError("--transfers must be between 1 and 32.") }
     }
@@ -89,6 +110,8 @@ struct SyncCommand: AsyncParsableCommand {
                 try await makeRemoteFolder(spec, home: home)
                 let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
                 await folder.setConfirmDeletions(confirmDeletions)
+                await folder.setCacheLimit(cacheLimit.flatMap(ByteCount.parse))
+                await folder.setNetworkPolicy(NetworkPolicy(onMetered: onMetered.policy, pauseOnLowBattery: false))
                 // Running the sync again is asking again: what failed for good last time is tried once more (and
                 // reported, with a non-zero exit, if it fails again).
                 try await folder.engine.retryFailed()
@@ -278,6 +301,12 @@ struct SyncCommand: AsyncParsableCommand {
             Swift.print(report.remoteKeepsTrash ? "✗ \(path) (deleted here, now in the trash there)" : "✗ \(path) (deleted here and there)")
         }
         for path in report.deletedThere { Swift.print("✗ \(path) (deleted on the server)") }
+        for path in report.cloudOnly { Swift.print("☁ \(path) (cloud-only)") }
+        for path in report.excluded { Swift.print("− \(path) (left this device: excluded; still there)") }
+        if let paused = report.paused { Swift.print("Paused: \(paused) (--on-metered pause); nothing was synced.") }
+        if let waiting = report.residency?.waitingForNetwork, waiting > 0 {
+            Swift.print("\(waiting) transfer\(waiting == 1 ? "" : "s") wait for an unmetered network (--on-metered metadata-only)")
+        }
         for path in report.kept { Swift.print("! \(path): deleted on the server but changed here; kept and sent again") }
         for text in report.conflicts { Swift.print("! conflict \(text)") }
         for text in report.skipped { Swift.print("· skipped \(text)") }

@@ -1,0 +1,178 @@
+import Foundation
+import NimbusAPI
+
+/// What a pair keeps on this device: its selection, pin states, cache limit and network policy. Each is a fact the
+/// planner (or admission, for the network) reads at the next round; none of them deletes anything there.
+extension FolderSync {
+    /// What to do with an item's content here (``setResidency(_:at:)``).
+    public enum ResidencyAction: String, Sendable, CaseIterable {
+        /// Cloud-only: synced files become placeholders, and stay so.
+        case free
+        /// Fetched now (placeholders replaced by the files), then kept as automatic files.
+        case hydrate
+        /// Always on this device.
+        case pin
+        /// Back to automatic (the folder's word, or the selection's rules).
+        case unpin
+    }
+
+    /// What ``setResidency(_:at:)`` found and marked.
+    public struct ResidencyChange: Sendable, Equatable {
+        /// The item's path, relative to the folder (a placeholder's without `.nimbus`).
+        public var path: String
+        public var isFolder: Bool
+        /// Files under it (or it) that are placeholders now, and files that are here.
+        public var placeholders: Int
+        public var files: Int
+    }
+
+    /// Marks the item at `path` (relative to the folder, or absolute inside it; a placeholder by its `NAME.nimbus`
+    /// or by `NAME`) and everything under it; the next round carries it out. Throws ``SyncError/invalid(_:)`` when no
+    /// synced item is there.
+    public func setResidency(_ action: ResidencyAction, at path: String) async throws -> ResidencyChange {
+        try await engine.setResidency(action, at: relativePath(path))
+    }
+
+    /// The pair's selection (``SyncSelection``).
+    public func selection() async throws -> SyncSelection {
+        try await engine.store.read { tx in try tx.selection() }
+    }
+
+    /// Replaces the pair's selection; the next round carries it out (what leaves the device leaves then).
+    public func setSelection(_ selection: SyncSelection) async throws {
+        try await engine.store.write { tx in try tx.setSelection(selection) }
+    }
+
+    /// Automatic files are freed, least recently used first, while the files here take more than `bytes` (nil: no limit).
+    public func setCacheLimit(_ bytes: Int64?) async { await engine.setCacheLimit(bytes) }
+
+    /// What may move on a metered network, the bandwidth limits, pausing on a low battery — and who tells the network's
+    /// state (nil: ``SystemNetworkConstraints``).
+    public func setNetworkPolicy(_ policy: NetworkPolicy, constraints: (any NetworkConstraintsProvider)? = nil) async {
+        await engine.setNetworkPolicy(policy, constraints: constraints ?? SystemNetworkConstraints())
+    }
+
+    /// How much of the pair is on this device: for status displays.
+    public func residencySummary() async throws -> ResidencySummary {
+        try await engine.residencySummary()
+    }
+
+    /// `path` (absolute, inside the folder, or relative to it) relative to the folder, normalised.
+    public nonisolated func relativePath(_ path: String) -> String {
+        var path = path
+        if path.hasPrefix("/") {
+            let root = self.root.path
+            if path == root { return "" }
+            if path.hasPrefix(root + "/") { path = String(path.dropFirst(root.count + 1)) }
+        }
+        return SyncSelection.normalize(path)
+    }
+}
+
+/// How much of a pair is on this device.
+public struct ResidencySummary: Sendable, Equatable {
+    /// Placeholders here, and the bytes they stand for.
+    public var cloudOnlyFiles = 0
+    public var cloudOnlyBytes: Int64 = 0
+    /// Files here, and their bytes.
+    public var localFiles = 0
+    public var localBytes: Int64 = 0
+    /// Pinned items.
+    public var pinned = 0
+    /// Excluded paths, and the items under them still here (changes not sent yet, files being written).
+    public var excluded: [String] = []
+    public var excludedKept = 0
+    /// Content transfers waiting for the network (a metered one, under `metadata-only`).
+    public var waitingForNetwork = 0
+    /// The network as last asked, and what the policy let run.
+    public var network: NetworkConstraints?
+    public var paused: String?
+}
+
+extension SyncEngine {
+    func setCacheLimit(_ bytes: Int64?) { cacheLimit = bytes }
+
+    func setNetworkPolicy(_ policy: NetworkPolicy, constraints: any NetworkConstraintsProvider) {
+        networkPolicy = policy
+        constraintsProvider = constraints
+    }
+
+    /// Asks the constraints provider what the network is like, and what the policy lets run (kept for admission).
+    func refreshAllowance() async -> NetworkAllowance {
+        guard let constraintsProvider else {
+            allowance = .everything
+            return allowance
+        }
+        let constraints = await constraintsProvider.current()
+        lastConstraints = constraints
+        allowance = networkPolicy.allowance(constraints)
+        return allowance
+    }
+
+    func setResidency(_ action: FolderSync.ResidencyAction, at path: String) async throws -> FolderSync.ResidencyChange {
+        try await store.write { tx in
+            // The item: by its path here (a placeholder's name without `.nimbus`, or with it).
+            var luid = ItemID.root.rawValue
+            var names = path.isEmpty ? [] : path.split(separator: "/").map(String.init)
+            if let last = names.last, last.hasSuffix(Placeholder.suffix) {
+                var parent = ItemID.root.rawValue
+                for name in names.dropLast() { parent = try tx.luid(named: name, inLocal: parent) ?? "" }
+                if try tx.luid(named: last, inLocal: parent) == nil { names[names.count - 1] = String(last.dropLast(Placeholder.suffix.count)) }
+            }
+            for name in names {
+                guard let next = try tx.luid(named: name, inLocal: luid) else {
+                    throw SyncError.invalid("\(path) is not in the synced folder (or not synced yet: run nimbus sync first).")
+                }
+                luid = next
+            }
+            guard let item = try tx.item(luid) else { throw SyncError.invalid("\(path) is not in the synced folder.") }
+            var change = FolderSync.ResidencyChange(path: names.joined(separator: "/"), isFolder: item.isFolder, placeholders: 0, files: 0)
+            for below in try tx.localSubtree(luid) {
+                guard var row = try tx.item(below) else { continue }
+                let original = row
+                if below == luid {
+                    switch action {
+                    case .free: row.pin = .cloudOnly
+                    case .pin: row.pin = .pinned
+                    case .unpin: row.pin = .inherited
+                    case .hydrate: row.pin = row.isFolder ? .inherited : (row.lPlaceholder ? .requested : (row.pin == .cloudOnly ? .inherited : row.pin))
+                    }
+                } else {
+                    // Under it: the folder's word holds (a placeholder under a folder fetched now is asked for).
+                    row.pin = action == .hydrate && row.lPlaceholder && !row.isFolder ? .requested : .inherited
+                }
+                if !row.isFolder {
+                    if row.lPlaceholder { change.placeholders += 1 } else { change.files += 1 }
+                }
+                if row != original { try tx.update(row, from: original) }
+            }
+            return change
+        }
+    }
+
+    func residencySummary() async throws -> ResidencySummary {
+        var summary = ResidencySummary()
+        let (rows, selection) = try await store.read { tx in (try tx.itemsHere(), try tx.selection()) }
+        let paths = try paths()
+        for row in rows where row.luid != ItemID.root.rawValue {
+            if row.pin == .pinned { summary.pinned += 1 }
+            if !row.isFolder {
+                if row.lPlaceholder {
+                    summary.cloudOnlyFiles += 1
+                    summary.cloudOnlyBytes += row.rSize ?? 0
+                } else {
+                    summary.localFiles += 1
+                    summary.localBytes += row.lSize ?? 0
+                }
+            }
+            if !selection.rules.isEmpty, let path = paths[row.luid], !selection.isIncluded(path), !(row.isFolder && selection.leadsToIncluded(path)) {
+                summary.excludedKept += 1
+            }
+        }
+        summary.excluded = selection.excluded
+        summary.waitingForNetwork = waitingForNetwork
+        summary.network = lastConstraints
+        if case .paused(let why) = allowance { summary.paused = why }
+        return summary
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+import NimbusAPI
+import NimbusTestSupport
+import Testing
+
+/// Selective sync, cloud-only files and the metered policy, with the real binary on two devices: nothing a
+/// selection or a pin change does deletes anything there, and what leaves the device had been sent.
+@Suite("End to end: what lives on each device", .serialized)
+struct ResidencyTests {
+    func read(_ url: URL) throws -> String { try String(contentsOf: url, encoding: .utf8) }
+    func exists(_ url: URL) -> Bool { FileManager.default.fileExists(atPath: url.path) }
+
+    @Test("excluding a folder sends its unsent edit first, removes it here only, and including it brings it back")
+    func excludeAndInclude() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        try write("one", to: folderA.appending(path: "Docs/a.txt"))
+        try write("two", to: folderA.appending(path: "Docs/Deep/b.txt"))
+        try write("top", to: folderA.appending(path: "top.txt"))
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "/S", "--once"]).status == 0)
+
+        try write("one, edited on A", to: folderA.appending(path: "Docs/a.txt"))
+        let excluded = try a.run(["select", folderA.path, "--exclude", "Docs"])
+        #expect(excluded.status == 0, "\(excluded.stdout)\(excluded.stderr)")
+        #expect(excluded.stdout.contains("↑ Docs/a.txt"), "the unsent edit went first: \(excluded.stdout)")
+        #expect(!exists(folderA.appending(path: "Docs")), "the folder left this device")
+        #expect(exists(folderA.appending(path: "top.txt")))
+        let list = try a.run(["select", folderA.path, "--list"])
+        #expect(list.stdout.contains("excluded Docs"), "\(list.stdout)")
+        let status = try a.run(["status"])
+        #expect(status.stdout.contains("excluded: Docs"), "\(status.stdout)")
+
+        // Nothing was deleted there; the other device gets the edit.
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(try read(folderB.appending(path: "Docs/a.txt")) == "one, edited on A")
+        #expect(try read(folderB.appending(path: "Docs/Deep/b.txt")) == "two")
+
+        // A change there to an excluded file does not come here; deleting the parent here spares what is excluded.
+        try write("two, edited on B", to: folderB.appending(path: "Docs/Deep/b.txt"))
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(!exists(folderA.appending(path: "Docs")))
+
+        let included = try a.run(["select", folderA.path, "--include", "Docs"])
+        #expect(included.status == 0, "\(included.stdout)\(included.stderr)")
+        #expect(try read(folderA.appending(path: "Docs/a.txt")) == "one, edited on A")
+        #expect(try read(folderA.appending(path: "Docs/Deep/b.txt")) == "two, edited on B")
+    }
+
+    @Test("free, a remote edit of a freed file, hydrate, pin, and deleting a placeholder")
+    func cloudOnlyFiles() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        let big = String(repeating: "x", count: 200_000)
+        try write(big, to: folderA.appending(path: "Videos/v.mp4"))
+        try write("small", to: folderA.appending(path: "Videos/note.txt"))
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "/S", "--once"]).status == 0)
+
+        let freed = try a.run(["free", folderA.appending(path: "Videos").path])
+        #expect(freed.status == 0, "\(freed.stdout)\(freed.stderr)")
+        let placeholder = folderA.appending(path: "Videos/v.mp4.nimbus")
+        #expect(!exists(folderA.appending(path: "Videos/v.mp4")))
+        let text = try read(placeholder)
+        #expect(text.hasPrefix("#nimbus-placeholder v1\n"), "\(text)")
+        #expect(text.contains("size: 200000"), "\(text)")
+        #expect(try a.run(["sync", folderA.path, "--once"]).stdout.contains("0 changes"), "a freed folder is settled")
+
+        // Changed there: the placeholder follows, nothing is downloaded.
+        try write("short now", to: folderB.appending(path: "Videos/v.mp4"))
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        let synced = try a.run(["sync", folderA.path, "--once"])
+        #expect(!synced.stdout.contains("↓"), "\(synced.stdout)")
+        #expect(try read(placeholder).contains("size: 9"))
+
+        // Hydrate by the placeholder's name: the file, placeholder gone, and it stays (the folder is cloud-only).
+        let hydrated = try a.run(["hydrate", placeholder.path])
+        #expect(hydrated.status == 0, "\(hydrated.stdout)\(hydrated.stderr)")
+        #expect(try read(folderA.appending(path: "Videos/v.mp4")) == "short now")
+        #expect(!exists(placeholder))
+        #expect(try a.run(["sync", folderA.path, "--once"]).stdout.contains("0 changes"), "hydrated stays")
+
+        // Pinned: a new file there in the cloud-only folder comes as a file; unpinned it is freed again.
+        #expect(try a.run(["pin", folderA.appending(path: "Videos").path]).status == 0)
+        #expect(try read(folderA.appending(path: "Videos/note.txt")) == "small")
+        #expect(try a.run(["free", folderA.appending(path: "Videos/note.txt").path]).status == 0)
+        #expect(exists(folderA.appending(path: "Videos/note.txt.nimbus")))
+
+        // Deleting a placeholder deletes the file there, to the trash.
+        try FileManager.default.removeItem(at: folderA.appending(path: "Videos/note.txt.nimbus"))
+        let deleted = try a.run(["sync", folderA.path, "--once"])
+        #expect(deleted.stdout.contains("note.txt (deleted here, now in the trash there)"), "\(deleted.stdout)")
+        #expect(try b.run(["sync", folderB.path, "--once"]).status == 0)
+        #expect(!exists(folderB.appending(path: "Videos/note.txt")))
+        #expect(try b.run(["trash"]).stdout.contains("note.txt"))
+    }
+
+    @Test("a placeholder edited by hand is an ordinary file; the cloud-only file is not lost")
+    func placeholderEditedByHand() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let folderA = try bench.folder("A")
+        try write("the report", to: folderA.appending(path: "report.pdf"))
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        #expect(try a.run(["free", folderA.appending(path: "report.pdf").path]).status == 0)
+        try write("my own notes\n", to: folderA.appending(path: "report.pdf.nimbus"))
+        let run = try a.run(["sync", folderA.path, "--once"])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        // The inode is the placeholder's: the file renamed to report.pdf.nimbus with new content; the report stays in its history.
+        let listing = try a.run(["ls", "/S"])
+        #expect(listing.stdout.contains("report.pdf.nimbus"), "\(listing.stdout)")
+        #expect(try a.run(["get", "/S/report.pdf.nimbus", "-"]).stdout == "my own notes\n")
+        let versions = try a.run(["versions", "/S/report.pdf.nimbus"])
+        #expect(versions.stdout.split(separator: "\n").count >= 2, "\(versions.stdout)")
+    }
+
+    @Test("on a metered network, metadata-only sends folders and deletions, content waits; pause syncs nothing")
+    func metered() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let folderA = try bench.folder("A")
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        try write("content", to: folderA.appending(path: "New/file.txt"))
+        let metered = ["NIMBUS_NETWORK_METERED": "1"]
+        let paused = try a.run(["sync", folderA.path, "--once", "--on-metered", "pause"], environment: metered)
+        #expect(paused.status == 0)
+        #expect(paused.stdout.contains("Paused: the network is metered"), "\(paused.stdout)")
+        #expect(!(try a.run(["ls", "/S"]).stdout.contains("New")))
+        let metadata = try a.run(["sync", folderA.path, "--once", "--on-metered", "metadata-only"], environment: metered)
+        #expect(metadata.stdout.contains("+ New/"), "\(metadata.stdout)")
+        #expect(metadata.stdout.contains("1 transfer wait for an unmetered network"), "\(metadata.stdout)")
+        #expect(!(try a.run(["ls", "/S/New"]).stdout.contains("file.txt")))
+        let free = try a.run(["sync", folderA.path, "--once", "--on-metered", "metadata-only"], environment: ["NIMBUS_NETWORK_METERED": "0"])
+        #expect(free.stdout.contains("↑ New/file.txt"), "\(free.stdout)")
+    }
+
+    @Test("bad input: a path outside any synced folder, a folder with two remotes")
+    func badInput() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let folderA = try bench.folder("A")
+        let run = try a.run(["free", folderA.appending(path: "x").path])
+        #expect(run.status != 0)
+        #expect(run.stderr.contains("is not in a synced folder"), "\(run.stderr)")
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        let missing = try a.run(["free", folderA.appending(path: "nothing.txt").path])
+        #expect(missing.status != 0)
+        #expect(missing.stderr.contains("is not in the synced folder"), "\(missing.stderr)")
+        let select = try a.run(["select", folderA.path])
+        #expect(select.status != 0)
+    }
+}
