@@ -2,7 +2,7 @@ import Foundation
 
 /// Whether a synced folder keeps an item's content on this device: the user's word for one item (and, set on a
 /// folder, for what is in it). A file without one follows the nearest folder above it that has one, then the pair's
-/// ``SyncSelection`` rules, then ``automatic``.
+/// ``SyncSelection`` rules, then automatic (as it is).
 ///
 /// A cloud-only file is a placeholder here (``Placeholder``): a small text file `NAME.nimbus` that says what it
 /// stands for. Pin states are a fact of the local tree the planner reads: a change of pin state is never a change of
@@ -46,7 +46,7 @@ enum Residency: Sendable, Equatable {
 ///   none covers it, it is synced. Excluding `/` and including `Docs` is "only Docs". An excluded item is not on this
 ///   device at all (not even a placeholder): excluding a folder sends what it holds that is not sent yet, then removes
 ///   from the device what is synced and unmodified, and never deletes anything there.
-/// - **Kinds and sizes** make files cloud-only (placeholders) rather than excluded: `cloudOnlyKinds` (``FileKind``
+/// - **Kinds and sizes** make files cloud-only (placeholders) rather than excluded: `cloudOnlyKinds` (kind
 ///   names or extensions) and `cloudOnlyLargerThan`.
 public struct SyncSelection: Sendable, Codable, Equatable {
     /// Path → included (true) or excluded (false). Paths have no leading or trailing `/`; "" is the pair's root.
