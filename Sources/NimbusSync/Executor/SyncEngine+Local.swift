@@ -45,7 +45,7 @@ extension SyncEngine {
             relative = above.isEmpty ? name : above + "/" + name
         }
         // A placeholder is replaced by the file: it is what is checked and taken aside.
-        let replaced = row.lPlaceholder ? relative + Placeholder.suffix : relative
+        let replaced = relative + row.diskSuffix
         // The file it replaces likely holds much of the new content: a provider that can reuse it fetches the rest.
         let seeds = row.lPresent && !row.lPlaceholder && provider.features.deltaDownloads != nil ? [try? disk.fileSystem.exportFile(disk.absolute(relative))].compactMap { $0 } : []
         let partial = try await fetch(
@@ -261,9 +261,8 @@ extension SyncEngine {
         if let disk {
             let (logical, above) = try await store.read { tx in (try tx.localPath(row.luid), try tx.localPath(parent)) }
             guard let logical, let above else { throw LocalChanged() }
-            let suffix = row.lPlaceholder && !row.isFolder ? Placeholder.suffix : ""  // a placeholder moves as NAME.nimbus
-            let from = logical + suffix
-            let to = (above.isEmpty ? name : above + "/" + name) + suffix
+            let from = logical + row.diskSuffix  // a placeholder moves as NAME.nimbus
+            let to = (above.isEmpty ? name : above + "/" + name) + row.diskSuffix
             guard disk.isStill(row, at: from), try disk.fileSystem.renameNoReplace(disk.absolute(from), to: disk.absolute(to)) else { throw LocalChanged() }
         }
         try await store.write { tx in
@@ -278,7 +277,7 @@ extension SyncEngine {
         let subtree = try await store.read { tx -> [(ItemRow, String?)] in
             try tx.localSubtree(row.luid).reversed().compactMap { luid in
                 guard let item = try tx.item(luid) else { return nil }
-                return (item, try tx.localPath(luid).map { item.lPlaceholder && !item.isFolder ? $0 + Placeholder.suffix : $0 })
+                return (item, try tx.localPath(luid).map { $0 + item.diskSuffix })
             }
         }
         var deleted: [ItemRow] = []

@@ -153,7 +153,7 @@ extension SyncEngine {
     func residencySummary() async throws -> ResidencySummary {
         var summary = ResidencySummary()
         let (rows, selection) = try await store.read { tx in (try tx.itemsHere(), try tx.selection()) }
-        let paths = try paths()
+        let paths = selection.rules.isEmpty ? [:] : try paths()
         for row in rows where row.luid != ItemID.root.rawValue {
             if row.pin == .pinned { summary.pinned += 1 }
             if !row.isFolder {

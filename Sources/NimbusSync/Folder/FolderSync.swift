@@ -34,8 +34,8 @@ public struct FolderSyncReport: Sendable, Equatable {
     public var remoteKeepsTrash = true
     /// The remote could not be reached this round (what waits here is sent once it is back).
     public var offline = false
-    /// How much of the pair is on this device after the round (selection, cloud-only files, the network).
-    public var residency: ResidencySummary?
+    /// Content transfers this round held for an unmetered network (``MeteredPolicy/metadataOnly``).
+    public var waitingForNetwork = 0
     /// Nothing was synced: the network policy paused the pair (why, in words: a metered network, a low battery).
     public var paused: String?
     /// The round could not take the remote's changes in (unreachable, or it refused: see ``errors``); only what was
@@ -63,7 +63,7 @@ public struct FolderSyncReport: Sendable, Equatable {
         offline = later.offline
         remoteFailed = later.remoteFailed
         paused = later.paused
-        residency = later.residency ?? residency
+        waitingForNetwork = later.waitingForNetwork
         remoteKeepsTrash = later.remoteKeepsTrash
     }
 
@@ -125,7 +125,6 @@ public actor FolderSync {
         report.remoteKeepsTrash = await engine.remoteFeatures.trash
         if case .paused(let why) = await engine.refreshAllowance() {
             report.paused = why
-            report.residency = try? await engine.residencySummary()
             return report
         }
         do {
@@ -182,7 +181,7 @@ public actor FolderSync {
             report.errors.append(
                 "\(heldThere) items are gone from \(root.path); they were not deleted there. If you meant to delete them, run again with --confirm-deletions.")
         }
-        report.residency = try? await engine.residencySummary()
+        report.waitingForNetwork = await engine.waitingForNetwork
         if held > 0 {
             report.errors.append(
                 "\(held) items deleted there would be deleted here; nothing was deleted. If that is what you want, run again with --confirm-deletions.")

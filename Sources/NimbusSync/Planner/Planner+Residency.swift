@@ -1,7 +1,8 @@
 import Foundation
 
 /// What a synced folder keeps here, and in which form: selective sync (excluded paths), pin states and cloud-only
-/// files (placeholders), and the cache limit. The rules, each a property the planner tests check on random trees:
+/// files (placeholders), and the cache limit. The rules (each checked end to end by `ResidencyTests`; the randomized
+/// planner tests check that every operation can run as planned):
 /// - a selection or pin change never deletes anything there: what leaves the device leaves with its merge base
 ///   (``PlannedOperation/evict(_:)``), and an item gone from an excluded path is evicted, never deleted there;
 /// - only what is synced and unmodified leaves the device or becomes a placeholder: a change here is sent first (an
@@ -67,15 +68,10 @@ extension Planner {
             wanted = trees.local[id]?.placeholder != false ? .content : (policy.cacheLimit != nil && cacheVictims().contains(id) ? .placeholder : .either)
         case .cloudOnly: wanted = .placeholder
         case .inherited, nil:
-            var current = r.parent
-            var steps = 0
-            while let folder = current, steps < 10_000 {
-                if let pin = trees.pins[folder], pin == .pinned || pin == .cloudOnly {
-                    wanted = pin == .pinned ? .content : .placeholder
-                    break
-                }
-                current = trees.remote[folder]?.parent
-                steps += 1
+            switch folderPin(above: r) {
+            case .pinned: wanted = .content
+            case .cloudOnly: wanted = .placeholder
+            default: break
             }
             if wanted == .either {
                 if policy.selection.isCloudOnly(name: r.name, size: r.size) {
@@ -111,7 +107,7 @@ extension Planner {
             guard case .known(_, let size) = l.content else { continue }
             total += size
             guard l.hold == nil, trees.pins[id] == nil || trees.pins[id] == .inherited || trees.pins[id] == .requested, let s = trees.synced[id], let r = trees.remote[id],
-                !localChanged(l, s), trees.pins[id] == .requested || !pinnedAbove(r)
+                !localChanged(l, s), trees.pins[id] == .requested || folderPin(above: r) != .pinned
             else { continue }
             candidates.append((id, l.lastUsed, size))
         }
@@ -125,47 +121,45 @@ extension Planner {
         return victims
     }
 
-    /// Whether a folder above the remote item is pinned.
-    func pinnedAbove(_ r: RemoteNode) -> Bool {
+    /// The pin of the nearest folder above the remote item that is pinned or cloud-only (nil: none).
+    func folderPin(above r: RemoteNode) -> PinState? {
         var current = r.parent
         var steps = 0
         while let folder = current, steps < 10_000 {
-            if let pin = trees.pins[folder], pin == .pinned || pin == .cloudOnly { return pin == .pinned }
+            if let pin = trees.pins[folder], pin == .pinned || pin == .cloudOnly { return pin }
             current = trees.remote[folder]?.parent
             steps += 1
         }
-        return false
+        return nil
     }
 
     /// The item's path there, relative to the pair's root (nil: not under it).
     mutating func remotePath(_ id: ItemID) -> String? {
-        if id == Trees.root { return "" }
-        if let known = residencyMemo.remotePaths[id] { return known }
-        var names: [String] = []
-        var current: ItemID? = id
-        while let step = current, step != Trees.root, names.count < 10_000 {
-            guard let node = trees.remote[step] else { return nil }
-            names.append(node.name)
-            current = node.parent
-        }
-        let path = names.reversed().joined(separator: "/")
-        residencyMemo.remotePaths[id] = path
-        return path
+        let remote = trees.remote  // (shared storage, not a copy)
+        return path(id, memo: \.remotePaths) { remote[$0].map { ($0.parent, $0.name) } }
     }
 
     /// The item's path here, relative to the pair's root (nil: not under it).
     mutating func localPath(_ id: ItemID) -> String? {
+        let local = trees.local
+        return path(id, memo: \.localPaths) { local[$0].map { ($0.parent, $0.name) } }
+    }
+
+    /// The item's path in the tree `node` reads (each item's parent and name), remembered in `memo`.
+    private mutating func path(
+        _ id: ItemID, memo: WritableKeyPath<ResidencyMemo, [ItemID: String]>, node: (ItemID) -> (parent: ItemID?, name: String)?
+    ) -> String? {
         if id == Trees.root { return "" }
-        if let known = residencyMemo.localPaths[id] { return known }
+        if let known = residencyMemo[keyPath: memo][id] { return known }
         var names: [String] = []
         var current: ItemID? = id
         while let step = current, step != Trees.root, names.count < 10_000 {
-            guard let node = trees.local[step] else { return nil }
-            names.append(node.name)
-            current = node.parent
+            guard let (parent, name) = node(step) else { return nil }
+            names.append(name)
+            current = parent
         }
         let path = names.reversed().joined(separator: "/")
-        residencyMemo.localPaths[id] = path
+        residencyMemo[keyPath: memo][id] = path
         return path
     }
 }

@@ -59,6 +59,8 @@ struct ItemRow: Sendable, Equatable {
     /// A synced folder's cloud-only file: a placeholder (``Placeholder``, `NAME.nimbus`) stands here for it. The
     /// inode, size and time are the placeholder's; the checksum is the merge base's (`l_state = 'placeholder'`).
     var lPlaceholder = false
+    /// What the item's name on disk adds to its name in the local tree: `.nimbus` for a placeholder.
+    var diskSuffix: String { lPlaceholder && !isFolder ? Placeholder.suffix : "" }
     /// A synced folder's file as last observed: inode and modification time (ns), to tell "unchanged" without
     /// reading it and to check it again immediately before anything replaces, moves or deletes it.
     var lInode: Int64?

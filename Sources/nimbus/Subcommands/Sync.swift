@@ -304,7 +304,8 @@ struct SyncCommand: AsyncParsableCommand {
         for path in report.cloudOnly { Swift.print("☁ \(path) (cloud-only)") }
         for path in report.excluded { Swift.print("− \(path) (left this device: excluded; still there)") }
         if let paused = report.paused { Swift.print("Paused: \(paused) (--on-metered pause); nothing was synced.") }
-        if let waiting = report.residency?.waitingForNetwork, waiting > 0 {
+        if report.waitingForNetwork > 0 {
+            let waiting = report.waitingForNetwork
             Swift.print("\(waiting) transfer\(waiting == 1 ? "" : "s") wait for an unmetered network (--on-metered metadata-only)")
         }
         for path in report.kept { Swift.print("! \(path): deleted on the server but changed here; kept and sent again") }
