@@ -114,15 +114,13 @@ extension SyncEngine {
             // The item: by its path here (a placeholder's name without `.nimbus`, or with it).
             var luid = ItemID.root.rawValue
             var names = path.isEmpty ? [] : path.split(separator: "/").map(String.init)
-            if let last = names.last, last.hasSuffix(Placeholder.suffix) {
-                var parent = ItemID.root.rawValue
-                for name in names.dropLast() { parent = try tx.luid(named: name, inLocal: parent) ?? "" }
-                if try tx.luid(named: last, inLocal: parent) == nil { names[names.count - 1] = String(last.dropLast(Placeholder.suffix.count)) }
-            }
-            for name in names {
-                guard let next = try tx.luid(named: name, inLocal: luid) else {
-                    throw SyncError.invalid("\(path) is not in the synced folder (or not synced yet: run nimbus sync first).")
+            for (index, name) in names.enumerated() {
+                var next = try tx.luid(named: name, inLocal: luid)
+                if next == nil, index == names.count - 1, name.hasSuffix(Placeholder.suffix) {
+                    names[index] = String(name.dropLast(Placeholder.suffix.count))
+                    next = try tx.luid(named: names[index], inLocal: luid)
                 }
+                guard let next else { throw SyncError.invalid("\(path) is not in the synced folder (or not synced yet: run nimbus sync first).") }
                 luid = next
             }
             guard let item = try tx.item(luid) else { throw SyncError.invalid("\(path) is not in the synced folder.") }
