@@ -319,7 +319,8 @@ struct FolderSimulation {
             log.append("D\(index) and D\(other) write \(path)")
         case 38..<52:
             // Save a file: a new one, or (mostly) a new content of one that is there.
-            let (files, folders) = entries(device)
+            let (all, folders) = entries(device)
+            let files = all.filter { !$0.hasSuffix(Placeholder.suffix) }
             let path: String
             if !files.isEmpty && random.below(10) < 7 {
                 path = files[random.below(files.count)]
@@ -354,7 +355,7 @@ struct FolderSimulation {
             }
         case 57..<65:
             let (files, folders) = entries(device)
-            let all = files + folders
+            let all = files.filter { !$0.hasSuffix(Placeholder.suffix) } + folders
             guard !all.isEmpty else { return }
             let path = all[random.below(all.count)]
             ledger.delete(device, path)
@@ -397,6 +398,23 @@ struct FolderSimulation {
             }
             rootGate.gone.withLockedValue { $0 = !gone }
             log.append(gone ? "web: remote folder made again" : "web: remote folder deleted")
+        case 86..<91:
+            // What lives on the device: free, hydrate, pin or unpin an item, or exclude a folder (or include all again).
+            let (files, folders) = entries(device)
+            let all = files + folders
+            guard !all.isEmpty else { return }
+            let path = all[random.below(all.count)]
+            let action = random.below(5)
+            if action == 4 {
+                var selection = SyncSelection()
+                if random.below(2) == 0, let folder = folders.randomElement(using: &random) { selection.exclude(folder) }
+                try await device.folder.setSelection(selection)
+                log.append("D\(index) select \(selection.excluded)")
+            } else {
+                let what = [FolderSync.ResidencyAction.free, .hydrate, .pin, .unpin][action]
+                let done = (try? await device.folder.setResidency(what, at: path)) != nil
+                log.append("D\(index) \(what) \(path)\(done ? "" : " (not synced yet)")")
+            }
         default:
             device.clock.advance(by: Double(random.below(4)) * 0.5)
         }
@@ -474,6 +492,9 @@ struct FolderSimulation {
     mutating func quiesce() async throws {
         rootGate.gone.withLockedValue { $0 = false }
         for device in devices {
+            // Everything on every device again (the check compares each folder with the server).
+            try await device.folder.setSelection(SyncSelection())
+            _ = try? await device.folder.setResidency(.hydrate, at: "")
             device.faults.randomFaults(rate: 0, seed: 0)
             for folder in device.disk.unreadableFolders { device.disk.setUnreadable(folder, false) }
         }

@@ -303,6 +303,10 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         case create(here: Bool, ItemID, parent: ItemID, name: String, folder: Bool, content: String)
         case delete(here: Bool, ItemID)
         case move(here: Bool, ItemID, parent: ItemID, name: String)
+        /// The user's pin on an item (``PinState``).
+        case pin(ItemID, PinState)
+        /// The pair's selection becomes "everything but `path`" (nil: everything).
+        case select(exclude: String?)
 
         var description: String {
             switch self {
@@ -313,6 +317,8 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 "create\(here ? "Here" : "There")(\(id) in \(parent) \"\(name)\" \(folder ? "folder" : content))"
             case .delete(let here, let id): "delete\(here ? "Here" : "There")(\(id))"
             case .move(let here, let id, let parent, let name): "move\(here ? "Here" : "There")(\(id) → \(parent)/\"\(name)\")"
+            case .pin(let id, let state): "pin(\(id), \(state))"
+            case .select(let path): "select(exclude: \(path.map { "\"\($0)\"" } ?? "nothing"))"
             }
         }
     }
@@ -412,7 +418,38 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         var shares = SplitMix(seed: seed ^ 0x5348_4152_4544)
         let baseFolders = base.filter { $0.content == nil }.map(\.id)
         if !baseFolders.isEmpty, shares.below(3) == 0 { scenario.viewerShare = baseFolders[shares.below(baseFolders.count)] }
+        // One case in two has pins or a selection that changes while the rest happens (its own sequence too).
+        var residency = SplitMix(seed: seed ^ 0x5245_5349_4445)
+        if !base.isEmpty, residency.below(2) == 0 {
+            var added: [(round: Int, change: Change)] = []
+            for _ in 0..<(1 + residency.below(3)) {
+                let item = base[residency.below(base.count)]
+                let round = residency.below(4)
+                if residency.below(3) == 0 {
+                    added.append((round, .select(exclude: scenario.basePath(item.id))))
+                    if residency.below(2) == 0 { added.append((round + 1 + residency.below(2), .select(exclude: nil))) }
+                } else {
+                    added.append((round, .pin(item.id, PinState.allCases[residency.below(PinState.allCases.count)])))
+                }
+            }
+            for addition in added {
+                // After the changes of its round (the other changes keep their order).
+                let index = scenario.changes.firstIndex { $0.round > addition.round } ?? scenario.changes.count
+                scenario.changes.insert(addition, at: index)
+            }
+        }
         return scenario
+    }
+
+    /// An item's path in the base tree.
+    func basePath(_ id: ItemID) -> String {
+        var names: [String] = []
+        var current: ItemID? = id
+        while let step = current, step != .root, let item = base.first(where: { $0.id == step }), names.count < 100 {
+            names.append(item.name)
+            current = item.parent
+        }
+        return names.reversed().joined(separator: "/")
     }
 
     func initialTrees() -> Trees {
@@ -448,6 +485,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         case .edit(true, let id, let content):
             guard let node = trees.local[id], !node.isFolder else { return false }
             trees.local[id]?.content = .known(checksum: content, size: 2)
+            trees.local[id]?.placeholder = false  // the file written where its placeholder was
         case .edit(false, let id, let content):
             guard let node = trees.remote[id], !node.isFolder else { return false }
             let revision = "\(node.revision ?? "r")>\(content)"  // unique: a revision never comes back
@@ -456,6 +494,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         case .writing(let id):
             guard let node = trees.local[id], !node.isFolder else { return false }
             trees.local[id]?.content = .changing
+            trees.local[id]?.placeholder = false
         case .settle(let id, let content):
             guard let node = trees.local[id], case .changing = node.content else { return false }
             trees.local[id]?.content = .known(checksum: content, size: 2)
@@ -482,6 +521,11 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             else { return false }
             trees.remote[id]?.parent = parent
             trees.remote[id]?.name = name
+        case .pin(let id, let state):
+            guard trees.remote[id] != nil || trees.local[id] != nil else { return false }
+            trees.pins[id] = state == .inherited ? nil : state
+        case .select:
+            return false  // the policy's, not the trees' (``World/change(_:log:)``)
         }
         return true
     }
@@ -524,6 +568,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 }
             }
             trees = world.trees
+            policy.selection = world.selection
             var plan = Planner.plan(trees, policy: policy)
             if plan.isEmpty && pending.isEmpty {
                 // (An answered conflict the planner left undone is a failure below: nothing may stay held at the end
@@ -544,6 +589,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             // A random subset runs, in random order, each as if it succeeded.
             plan.shuffle(using: &random)
             let batch = plan.isEmpty ? [] : Array(plan.prefix(1 + random.below(plan.count)))
+            world.planned = trees
             for operation in batch {
                 log.append("round \(rounds): \(operation)")
                 if let problem = world.apply(operation, forks: &forks) {
@@ -566,6 +612,16 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
             let r = final.remote[id]
             let s = final.synced[id]
             let l = final.local[id]
+            if let r, s == nil, l == nil, world.isExcluded(id) {
+                // Outside the selection: there only. It must hold what was there (nothing of it was left out).
+                guard r.isFolder || world.history.contains(r.checksum ?? "") else { return "\(id), excluded, holds unknown content; log \(log.suffix(30))" }
+                continue
+            }
+            if r != nil, l != nil, world.isExcluded(id),
+                Trees.subtree(id, of: final.local.mapValues(\.parent)).contains(where: { keptHere.contains($0) })
+            {
+                continue  // outside the selection, but holding what is kept here (a read-only share's): it stays, as it is
+            }
             guard let r, let s, let l else {
                 return "\(id) is not on all sides at the end: remote \(String(describing: r)), synced \(String(describing: s)), local \(String(describing: l)); log \(log.suffix(30))"
             }
@@ -620,6 +676,28 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         /// Local-only contents the user replaced or deleted before they were sent (their loss is the user's doing).
         var excused: Set<String> = []
         var revisions = 0
+        /// The pair's selection now (the user changes it with ``Change/select(exclude:)``).
+        var selection = SyncSelection()
+
+        /// The trees the plan being carried out was made from.
+        var planned = Trees()
+
+        /// Whether the item is outside the selection, by its path there in `trees` (as the planner decides it).
+        func isExcluded(_ id: ItemID, in trees: Trees? = nil) -> Bool {
+            guard !selection.rules.isEmpty else { return false }
+            let trees = trees ?? self.trees
+            var names: [String] = []
+            var current: ItemID? = id
+            while let step = current, step != .root, names.count < 1000 {
+                guard let node = trees.remote[step] ?? trees.local[step].map({ RemoteNode(parent: $0.parent, name: $0.name, isFolder: $0.isFolder, revision: nil, checksum: nil) })
+                else { return false }
+                names.append(node.name)
+                current = node.parent
+            }
+            let path = names.reversed().joined(separator: "/")
+            let isFolder = trees.remote[id]?.isFolder ?? trees.local[id]?.isFolder ?? false
+            return !selection.isIncluded(path) && !(isFolder && selection.leadsToIncluded(path))
+        }
 
         init(trees: Trees) {
             self.trees = trees
@@ -627,6 +705,12 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
         }
 
         mutating func change(_ change: Change, log: inout [String]) {
+            if case .select(let path) = change {
+                selection = SyncSelection()
+                if let path { selection.exclude(path) }
+                log.append("change: \(change)")
+                return
+            }
             let before = trees
             guard PlannerScenario.apply(change, to: &trees) else { return }
             PlannerScenario.markShare(share, in: &trees)
@@ -711,6 +795,7 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 outcome = .there(RemoteNode(parent: l.parent, name: l.name, isFolder: true, revision: nil, checksum: nil))
             case .upload(let id, let base):
                 guard let l = trees.local[id], !l.isFolder, let content = l.content.checksum else { return "nothing settled to send" }
+                guard !l.placeholder else { return "sends a placeholder as the file's content" }
                 revisions += 1
                 history.insert(content)
                 if let base {
@@ -741,6 +826,10 @@ struct PlannerScenario: CustomStringConvertible, Sendable {
                 else { return "cannot move there" }
             case .deleteRemote(let id):
                 guard trees.remote[id] != nil else { return "not there" }
+                // (As the plan saw it: a move in the same plan may take the item into an excluded folder after.)
+                for gone in Trees.subtree(id, of: planned.remote.mapValues(\.parent)) where isExcluded(gone, in: planned) {
+                    return "deletes \(gone), outside the selection, there"
+                }
                 for gone in Trees.subtree(id, of: trees.remote.mapValues(\.parent)) where trees.local[gone] != nil {
                     return "\(gone), inside, is still here"
                 }

@@ -20,7 +20,8 @@ extension SyncEngine {
         }
         let modified = row.rModified.map { Date(timeIntervalSince1970: Double($0) / 1000) }
         let placeholder = Placeholder(name: (logical as NSString).lastPathComponent, size: row.rSize ?? 0, modified: modified, id: row.luid)
-        let staged = stagingDirectory.appending(path: "placeholder-" + UUID.random().uuidString.lowercased())
+        // (Named as plain staged files are: one a crash leaves is removed when the library opens.)
+        let staged = stagingDirectory.appending(path: Self.plainPrefix + UUID.random().uuidString.lowercased())
         defer { try? FileManager.default.removeItem(at: staged) }
         try Data(placeholder.text.utf8).write(to: staged, options: .atomic)
         let target = disk.absolute(logical + Placeholder.suffix)

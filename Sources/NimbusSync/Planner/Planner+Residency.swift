@@ -21,20 +21,30 @@ extension Planner {
         var victims: Set<ItemID>?
     }
 
-    /// The residency rules for an item present on both sides and in the merge base; nil when they ask for nothing
-    /// (the usual rules decide).
-    mutating func keepingHere(_ id: ItemID, _ r: RemoteNode, _ s: RemoteNode, _ l: LocalNode) -> PlannedOperation? {
+    /// The residency rules for an item present on both sides and in the merge base: a step, `.some(nil)` to wait, or
+    /// nil when they ask for nothing (the usual rules decide).
+    mutating func keepingHere(_ id: ItemID, _ r: RemoteNode, _ s: RemoteNode, _ l: LocalNode) -> PlannedOperation?? {
         if isExcluded(id) {
-            // Its change is sent first; what is in a folder leaves before it.
-            guard l.hold == nil, !localChanged(l, s) else { return nil }
-            if l.isFolder, !(localChildren[id] ?? []).isEmpty { return nil }
+            // Its change is sent first (the usual rules) — but a move here that does not go there (moved there too:
+            // the remote's move stands; or refused there) leaves the device with the item: the content is as synced.
+            let contentSynced = l.isFolder || (!l.content.isUnknown && l.holdsContent(of: s))
+            guard l.hold == nil, !localChanged(l, s) || (contentSynced && (!r.isAt(s) || moveRefusedThere(r, l))) else { return nil }
+            // A folder leaves once nothing is in it here (until then the usual rules keep it in step: an item kept
+            // here holds it here for good), and nothing that is in it there is here elsewhere (that leaves the device,
+            // or moves in, first): it never goes while something moves into it.
+            if l.isFolder {
+                if !(localChildren[id] ?? []).isEmpty { return nil }
+                // (Not one above it here: that one moves in only once this one is gone — a cycle otherwise.)
+                if (remoteChildren[id] ?? []).contains(where: { trees.local[$0] != nil && !isLocalAncestor($0, of: id) }) { return .some(nil) }
+            }
             return .evict(id)
         }
         guard !l.isFolder, l.hold == nil, !l.content.isUnknown else { return nil }
         let wanted = residency(id, r)
         if l.placeholder {
             if wanted == .content, r.revision != nil { return .download(id) }
-            return remoteContentChanged(r, s) ? .placeholder(id) : nil
+            if remoteContentChanged(r, s) { return .placeholder(id) }
+            return nil
         }
         if wanted == .placeholder, !localChanged(l, s), r.revision != nil {
             return .placeholder(id)

@@ -169,15 +169,17 @@ struct StoreTransaction {
 
     func setMeta(_ key: String, _ value: String?) throws { try db.setMeta(key, value) }
 
-    /// A synced folder's selective sync (``SyncSelection``), as JSON in `meta`.
+    /// A synced folder's selective sync (``SyncSelection``), as JSON in `meta` — sealed in an encrypted library (its
+    /// paths are names).
     func selection() throws -> SyncSelection {
-        guard let text = try db.meta("selection") else { return SyncSelection() }
+        guard let stored = try db.meta("selection") else { return SyncSelection() }
+        let text = try db.storeCipher.map { try $0.openText(stored) } ?? stored
         return (try? JSONDecoder().decode(SyncSelection.self, from: Data(text.utf8))) ?? SyncSelection()
     }
 
     func setSelection(_ selection: SyncSelection) throws {
-        let data = try JSONEncoder().encode(selection)
-        try db.setMeta("selection", selection == SyncSelection() ? nil : String(decoding: data, as: UTF8.self))
+        let text = String(decoding: try JSONEncoder().encode(selection), as: UTF8.self)
+        try db.setMeta("selection", selection == SyncSelection() ? nil : db.storeCipher.map { $0.sealText(text) } ?? text)
     }
 }
 
