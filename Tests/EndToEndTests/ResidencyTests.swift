@@ -141,6 +141,45 @@ struct ResidencyTests {
         #expect(free.stdout.contains("↑ New/file.txt"), "\(free.stdout)")
     }
 
+    /// Seconds `body` takes.
+    func timed(_ body: () throws -> Void) rethrows -> Double {
+        let start = Date()
+        try body()
+        return Date().timeIntervalSince(start)
+    }
+
+    @Test("--bwlimit holds uploads and downloads within 10 % of the rate")
+    func bandwidthLimit() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let b = try bench.device("B")
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        #expect(try b.run(["sync", folderB.path, "/S", "--once"]).status == 0)
+        let size = 16 << 20
+        let rate = 2.0 * 1024 * 1024
+        func random() throws -> Data { try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom")).read(upToCount: size) ?? Data() }
+        func sync(_ device: CLIDevice, _ folder: URL, _ extra: [String]) throws {
+            let run = try device.run(["sync", folder.path, "--once"] + extra)
+            #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        }
+
+        // The same round without a limit: what the process, the scan and the hashing take around the transfer.
+        try random().write(to: folderA.appending(path: "free.bin"))
+        let freeUp = try timed { try sync(a, folderA, []) }
+        let freeDown = try timed { try sync(b, folderB, []) }
+        let limited = try random()
+        try limited.write(to: folderA.appending(path: "limited.bin"))
+        let up = try timed { try sync(a, folderA, ["--bwlimit", "2M:off"]) } - freeUp
+        let down = try timed { try sync(b, folderB, ["--bwlimit", "off:2M"]) } - freeDown
+        #expect(try Data(contentsOf: folderB.appending(path: "limited.bin")) == limited)
+        let expected = Double(size) / rate
+        // Never faster than the rate allows (its tolerance is a tenth of a second's worth), nor much slower.
+        #expect(up >= expected * 0.9 && up <= expected * 1.1, "upload: \(up) s for \(expected) s at the rate (\(freeUp) s unlimited)")
+        #expect(down >= expected * 0.9 && down <= expected * 1.1, "download: \(down) s for \(expected) s at the rate (\(freeDown) s unlimited)")
+    }
+
     @Test("bad input: a path outside any synced folder, a folder with two remotes")
     func badInput() throws {
         let bench = try Bench()
@@ -155,5 +194,10 @@ struct ResidencyTests {
         #expect(missing.stderr.contains("is not in the synced folder"), "\(missing.stderr)")
         let select = try a.run(["select", folderA.path])
         #expect(select.status != 0)
+        for rate in ["fast", "1M:2M:3M", "10"] {
+            let run = try a.run(["sync", folderA.path, "--once", "--bwlimit", rate])
+            #expect(run.status != 0)
+            #expect(run.stderr.contains("--bwlimit: not a rate"), "\(run.stderr)")
+        }
     }
 }

@@ -7,7 +7,12 @@ import NimbusAPI
 extension SyncEngine {
     /// One full round: observe the remote and (a synced folder) the disk, then plan and carry out until nothing
     /// is left that can run now. Steps waiting for a retry later stay pending.
+    /// Every transfer of the round keeps to the policy's bandwidth limits (``BandwidthLimits``).
     public func syncOnce() async throws {
+        try await BandwidthLimits.$current.withValue(bandwidth) { try await round() }
+    }
+
+    private func round() async throws {
         let provider = try requireProvider()
         if disk != nil { selection = try await store.read { tx in try tx.selection() } }
         do {

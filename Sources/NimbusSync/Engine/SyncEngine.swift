@@ -74,6 +74,8 @@ public actor SyncEngine {
     var networkPolicy = NetworkPolicy()
     var constraintsProvider: (any NetworkConstraintsProvider)?
     var allowance = NetworkAllowance.everything
+    /// The policy's bandwidth limits, kept across rounds (a limiter remembers what it let pass).
+    var bandwidth = BandwidthLimits()
     var lastConstraints: NetworkConstraints?
     /// Content transfers the last admission held for the network.
     var waitingForNetwork = 0

@@ -95,6 +95,16 @@ extension SyncEngine {
     func setNetworkPolicy(_ policy: NetworkPolicy, constraints: any NetworkConstraintsProvider) {
         networkPolicy = policy
         constraintsProvider = constraints
+        bandwidth.up = Self.limiter(bandwidth.up, at: policy.uploadLimit)
+        bandwidth.down = Self.limiter(bandwidth.down, at: policy.downloadLimit)
+    }
+
+    /// `current` at `rate` (a new one if there was none; none for no limit).
+    static func limiter(_ current: BandwidthLimiter?, at rate: Int64?) -> BandwidthLimiter? {
+        guard let rate, rate > 0 else { return nil }
+        guard let current else { return BandwidthLimiter(bytesPerSecond: rate) }
+        current.setBytesPerSecond(rate)
+        return current
     }
 
     /// Asks the constraints provider what the network is like, and what the policy lets run (kept for admission).

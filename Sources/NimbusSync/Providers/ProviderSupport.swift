@@ -179,6 +179,8 @@ final class HashingFileBody: @unchecked Sendable {
     private let lock = NSLock()
     private var hasher = SHA256()
     private var sentBytes: Int64 = 0
+    /// The upload limit of the task that made the body (the pieces are asked for elsewhere).
+    let limiter = BandwidthLimits.current.up
 
     init(_ source: UploadSource, progress: @escaping @Sendable (Int64) -> Void) {
         self.source = source
@@ -191,7 +193,7 @@ final class HashingFileBody: @unchecked Sendable {
     func stream() throws -> Pieces {
         let handle: ContentReader
         do { handle = try source.open() } catch { throw ProviderError.checksumMismatch }
-        let reader = Reader(handle, size: source.size)
+        let reader = Reader(handle, size: source.size, pieceSize: limiter?.pieceSize ?? Self.pieceSize)
         lock.withLock { self.reader = reader }
         return Pieces(body: self, reader: reader)
     }
@@ -207,14 +209,16 @@ final class HashingFileBody: @unchecked Sendable {
         private let lock = NSLock()
         private var handle: ContentReader?
         private var left: Int64
+        private let pieceSize: Int
         /// The file ended before the size the request announced (it shrank since it was scanned).
         private var ended = false
         private var more = false
         var grew: Bool { lock.withLock { more } }
 
-        init(_ handle: ContentReader, size: Int64) {
+        init(_ handle: ContentReader, size: Int64, pieceSize: Int) {
             self.handle = handle
             left = size
+            self.pieceSize = pieceSize
         }
         deinit { handle?.close() }
 
@@ -222,7 +226,7 @@ final class HashingFileBody: @unchecked Sendable {
         func next() throws -> ByteBuffer? {
             try lock.withLock {
                 guard let handle else { return nil }
-                let want = Int(min(Int64(HashingFileBody.pieceSize), left))
+                let want = Int(min(Int64(pieceSize), left))
                 if left > 0, !ended, let buffer = try handle.readBuffer(upToCount: want), buffer.readableBytes > 0 {
                     left -= Int64(buffer.readableBytes)
                     return buffer
@@ -255,6 +259,7 @@ final class HashingFileBody: @unchecked Sendable {
             mutating func next() async throws -> ByteBuffer? {
                 try Task.checkCancellation()
                 guard let buffer = try reader.next() else { return nil }
+                try await body.limiter?.take(buffer.readableBytes)
                 let sent = body.lock.withLock {
                     buffer.withUnsafeReadableBytes { body.hasher.update(bufferPointer: $0) }
                     body.sentBytes += Int64(buffer.readableBytes)
@@ -319,7 +324,9 @@ extension HTTPClientResponse {
 /// Writes a response body to the end of a file (a download resuming after what is there), then fsyncs it.
 func appendBody(_ response: HTTPClientResponse, to handle: ContentWriter, from offset: Int64, progress: @escaping @Sendable (Int64) -> Void) async throws {
     var written = offset
+    let limiter = BandwidthLimits.current.down
     for try await buffer in response.body {
+        try await limiter?.take(buffer.readableBytes)
         try handle.write(contentsOf: buffer.readableBytesView)
         written += Int64(buffer.readableBytes)
         progress(written)

@@ -501,6 +501,9 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches, Probes
     ) async throws -> String {
         let data = try source.readChecked()
         let what = "sending \(ProviderPath.name(of: key))"
+        // Under an upload limit, a whole object (or part) waits its turn, then goes at once: the S3 client signs
+        // and sends bodies whole.
+        try await BandwidthLimits.current.up?.take(data.count)
         let etag = try await conditionRequired
             ? call(what) {
                 try await client.put(key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: isNew, ifMatch: base)
@@ -578,6 +581,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches, Probes
                 parts.append((number, etag))  // already there, these very bytes
             } else {
                 let partNumber = number
+                try await BandwidthLimits.current.up?.take(data.count)
                 let etag = try await call("sending \(ProviderPath.name(of: key))") {
                     try await client.uploadPart(key, uploadId: session.uploadId, number: partNumber, body: ByteBuffer(data: data))
                 }
@@ -623,6 +627,7 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches, Probes
                 throw ProviderError.versionConflict(current: try await head(id).map { file(id, $0) })
             }
             guard Int64(body.readableBytes) == Int64(range.count) else { throw ProviderError.network("a short answer for \(id)") }
+            try await BandwidthLimits.current.down?.take(body.readableBytes)
             try output.write(contentsOf: body.readableBytesView)
             offset += Int64(body.readableBytes)
             progress(offset)

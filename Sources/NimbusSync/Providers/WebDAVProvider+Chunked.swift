@@ -107,7 +107,7 @@ extension WebDAVProvider {
             bytes.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
             let name = String(format: "%05d", number)
             if there?[name] != length {
-                let (put, _) = try await send("PUT", upload + name, headers: common + [("Content-Length", "\(length)")], stream: .bytes(bytes))
+                let (put, _) = try await send("PUT", upload + name, headers: common + [("Content-Length", "\(length)")], stream: BandwidthLimits.body(bytes))
                 guard (200..<300).contains(Int(put.status.code)) else {
                     throw Self.failure(Int(put.status.code), put.headers, what: "sending \(what)")
                 }

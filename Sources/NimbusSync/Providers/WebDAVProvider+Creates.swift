@@ -87,7 +87,7 @@ extension WebDAVProvider {
         let id = ProviderPath.child(try ProviderPath.validated(file.name), in: file.parentId)
         let bytes = try file.source.readChecked()
         let headers = [("Content-Length", "\(file.source.size)"), ("Content-Type", "application/octet-stream"), ("If-None-Match", "*")]
-        let (put, _) = try await send("PUT", address(id), headers: headers, stream: .bytes(ByteBuffer(data: bytes)), timeout: TimeAmount(stallLimit))
+        let (put, _) = try await send("PUT", address(id), headers: headers, stream: BandwidthLimits.body(bytes), timeout: TimeAmount(stallLimit))
         let status = Int(put.status.code)
         if status == 412 {
             // Something holds the name: this very content (a retry after a lost answer) is this file.
@@ -98,7 +98,7 @@ extension WebDAVProvider {
                 // that writes in place, as wsgidav does). Replaced, if it is still that.
                 let replacing = Array(headers.dropLast()) + [("If-Match", "\"\(revision)\"")]
                 let (again, _) = try await send(
-                    "PUT", address(id), headers: replacing, stream: .bytes(ByteBuffer(data: bytes)), timeout: TimeAmount(stallLimit))
+                    "PUT", address(id), headers: replacing, stream: BandwidthLimits.body(bytes), timeout: TimeAmount(stallLimit))
                 guard (200..<300).contains(Int(again.status.code)) else { throw ProviderError.nameTaken(existing: id) }
                 return try await placed(id, parentId: file.parentId, size: file.source.size, putTag: Self.strongTag(again.headers), checksum: file.source.checksum)
             }
@@ -244,7 +244,7 @@ extension WebDAVProvider: FillsNewFolders {
         let bytes = try file.source.readChecked()
         let headers = [("Content-Length", "\(file.source.size)"), ("Content-Type", "application/octet-stream")]
         let (answer, _) = try await send(
-            "PUT", address(ProviderPath.child(file.name, in: staging)), headers: headers, stream: .bytes(ByteBuffer(data: bytes)),
+            "PUT", address(ProviderPath.child(file.name, in: staging)), headers: headers, stream: BandwidthLimits.body(bytes),
             timeout: TimeAmount(stallLimit))
         let status = Int(answer.status.code)
         guard (200..<300).contains(status) else { throw Self.failure(status, answer.headers, what: "sending \(file.name)") }

@@ -529,7 +529,7 @@ public final class WebDAVProvider: QuotaProvider, UploadsEachInBatches, HashesWh
             let bytes = try source.readChecked()
             // Bounded by the stall limit, not the day a streamed upload may take: a server that hangs would hold it.
             (put, _) = try await send(
-                "PUT", address(temporary), headers: headers, stream: .bytes(ByteBuffer(data: bytes)),
+                "PUT", address(temporary), headers: headers, stream: BandwidthLimits.body(bytes),
                 timeout: TimeAmount(stallLimit))
             progress(source.size)
         } else {

@@ -44,7 +44,7 @@ public struct AsyncHTTPClientTransport: Transport {
         http.method = HTTPMethod(rawValue: request.method)
         for (name, value) in request.headers { http.headers.replaceOrAdd(name: name, value: value) }
         if let body = request.body {
-            http.body = .bytes(ByteBuffer(data: body))
+            http.body = BandwidthLimits.body(body)
         }
         return http
     }
@@ -55,10 +55,11 @@ public struct AsyncHTTPClientTransport: Transport {
         return TransportResponseHead(status: Int(response.status.code), headers: headers)
     }
 
-    /// Sends `request` and reads the whole answer (up to 64 MiB).
+    /// Sends `request` and reads the whole answer (up to 64 MiB). Both bodies keep to ``BandwidthLimits/current``.
     public func send(_ request: TransportRequest) async throws -> (TransportResponseHead, Data) {
         let response = try await client.execute(makeRequest(request), timeout: timeout)
         let body = try await response.body.collect(upTo: 64 * 1024 * 1024)
+        try await BandwidthLimits.current.down?.take(body.readableBytes)
         return (Self.head(response), Data(buffer: body))
     }
 
@@ -72,7 +73,10 @@ public struct AsyncHTTPClientTransport: Transport {
             let body = try await response.body.collect(upTo: 1024 * 1024)
             return (head, Data(buffer: body))
         }
+        let limiter = BandwidthLimits.current.down
         for try await buffer in response.body {
+            // Waiting here leaves the rest unread: the connection's back-pressure slows the server.
+            try await limiter?.take(buffer.readableBytes)
             try await sink(Data(buffer: buffer))
         }
         return (head, Data())

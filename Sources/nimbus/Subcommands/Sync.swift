@@ -17,6 +17,28 @@ enum MeteredOption: String, ExpressibleByArgument, CaseIterable {
     }
 }
 
+/// `--bwlimit RATE[:DOWN]`: bytes per second up and down (one rate for both, or `UP:DOWN`); `off` or `0` for none.
+struct BandwidthOption: Equatable {
+    var up: Int64?
+    var down: Int64?
+
+    init?(_ text: String) {
+        func rate(_ part: Substring) -> Int64?? {
+            let part = part.trimmingCharacters(in: .whitespaces)
+            if part.lowercased() == "off" { return .some(nil) }
+            var number = part
+            if number.lowercased().hasSuffix("/s") { number.removeLast(2) }
+            guard let bytes = ByteCount.parse(number) else { return nil }
+            if bytes == 0 { return .some(nil) }
+            return bytes >= 1024 ? .some(bytes) : nil
+        }
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), let up = rate(parts[0]), let down = rate(parts.last ?? parts[0]) else { return nil }
+        self.up = up
+        self.down = down
+    }
+}
+
 enum ConflictOption: String, ExpressibleByArgument, CaseIterable {
     case keepBoth = "keep-both"
     case lww
@@ -59,6 +81,12 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "Free automatic files, least recently used first, while the folder's files take more than SIZE (e.g. 20G).")
     var cacheLimit: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Bandwidth limit in bytes per second: one RATE for both ways, or UP:DOWN (e.g. 1M, 512K:4M; off for none).",
+            valueName: "RATE[:DOWN]"))
+    var bwlimit: String?
+
     @Option(help: "On a metered network: allow, metadata-only (content waits) or pause.")
     var onMetered: MeteredOption = .allow
 
@@ -66,6 +94,9 @@ struct SyncCommand: AsyncParsableCommand {
 
     func validate() throws {
         if let cacheLimit, ByteCount.parse(cacheLimit) == nil { throw ValidationError("--cache-limit: not a size: \(cacheLimit)") }
+        if let bwlimit, BandwidthOption(bwlimit) == nil {
+            throw ValidationError("--bwlimit: not a rate: \(bwlimit) (e.g. 1M for 1 MiB/s both ways, 512K:4M for up:down; at least 1K, or off)")
+        }
         if once && watch { throw ValidationError("Choose --once or --watch, not both.") }
         if !(1...32).contains(transfers) { throw ValidationError("--transfers must be between 1 and 32.") }
     }
@@ -111,7 +142,9 @@ struct SyncCommand: AsyncParsableCommand {
                 let folder = try home.pairEngine(local: root, remote: spec.description, strategy: conflict.strategy, transfers: transfers)
                 await folder.setConfirmDeletions(confirmDeletions)
                 await folder.setCacheLimit(cacheLimit.flatMap(ByteCount.parse))
-                await folder.setNetworkPolicy(NetworkPolicy(onMetered: onMetered.policy, pauseOnLowBattery: false))
+                let limits = bwlimit.flatMap(BandwidthOption.init)
+                await folder.setNetworkPolicy(
+                    NetworkPolicy(onMetered: onMetered.policy, uploadLimit: limits?.up, downloadLimit: limits?.down, pauseOnLowBattery: false))
                 // Running the sync again is asking again: what failed for good last time is tried once more (and
                 // reported, with a non-zero exit, if it fails again).
                 try await folder.engine.retryFailed()
