@@ -188,6 +188,32 @@ struct CloudRemotesTests {
         #expect(second.uploaded.isEmpty && second.downloaded.isEmpty && second.conflicts.isEmpty, "\(second)")
     }
 
+    @Test("--bwlimit holds a WebDAV or S3 remote's uploads and downloads to the rate", arguments: [CloudServer.webdavRclone, .s3Rclone])
+    func bandwidthLimit(server: CloudServer) async throws {
+        let bench = try Workbench()
+        let a = bench.device("A")
+        let b = bench.device("B")
+        let remote = "cloud:/Limited-\(UUID().uuidString.prefix(6))"
+        for device in [a, b] {
+            let added = try device.run(server.addArguments("cloud"), stdin: server.stdin())
+            #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        }
+        let folderA = try bench.folder("A")
+        let folderB = try bench.folder("B")
+        let size = 3 << 20
+        let content = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom")).read(upToCount: size) ?? Data()
+        try content.write(to: folderA.appending(path: "big.bin"))
+        for (device, folder) in [(a, folderA), (b, folderB)] {
+            let start = Date()
+            let run = try device.run(["sync", folder.path, remote, "--once", "--bwlimit", "1M"])
+            let seconds = Date().timeIntervalSince(start)
+            #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+            // 3 MiB at 1 MiB/s: never faster than the rate (less its tenth of a second's tolerance).
+            #expect(seconds >= 2.7, "\(seconds) s for 3 MiB at 1 MiB/s")
+        }
+        #expect(try Data(contentsOf: folderB.appending(path: "big.bin")) == content)
+    }
+
     @Test("one folder with several remotes: changes reach every remote; one remote signed out or gone pauses only that one")
     func severalRemotes() async throws {
         let bench = try Workbench()
