@@ -180,6 +180,49 @@ struct ResidencyTests {
         #expect(down >= expected * 0.9 && down <= expected * 1.1, "download: \(down) s for \(expected) s at the rate (\(freeDown) s unlimited)")
     }
 
+    @Test("the desktop handler: its install makes *.nimbus and the magic line a MIME type opened by nimbus open; its command fetches, then opens")
+    func desktopHandler() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let folderA = try bench.folder("A")
+        try write("the report", to: folderA.appending(path: "report.pdf"))
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        #expect(try a.run(["free", folderA.appending(path: "report.pdf").path]).status == 0)
+        let placeholder = folderA.appending(path: "report.pdf.nimbus")
+        #expect(exists(placeholder))
+
+        let desktop = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appending(path: "../../deploy/desktop").standardizedFileURL
+        let entry = try read(desktop.appending(path: "nimbus-open.desktop"))
+        let exec = entry.split(separator: "\n").first { $0.hasPrefix("Exec=") }.map { $0.dropFirst("Exec=".count).split(separator: " ").map(String.init) }
+        #expect(exec?.first == "nimbus" && exec?.last == "%f", "\(entry)")
+        #expect(entry.contains("MimeType=application/x-nimbus-placeholder;"))
+
+        // The double-click: the entry's command with the placeholder for %f; the opener records what it was given.
+        let opened = bench.root.appending(path: "opened.txt")
+        let opener = bench.root.appending(path: "opener.sh")
+        try write("#!/bin/sh\nprintf '%s' \"$1\" > \(opened.path)\n", to: opener)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: opener.path)
+        let arguments = (exec ?? []).dropFirst().map { $0 == "%f" ? placeholder.path : $0 }
+        let run = try a.run(Array(arguments), environment: ["NIMBUS_OPENER": opener.path])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(try read(folderA.appending(path: "report.pdf")) == "the report")
+        #expect(!exists(placeholder))
+        #expect(try read(opened) == folderA.appending(path: "report.pdf").path)
+
+        // Installed for a user: the type is known by name and by content, and nimbus-open is its default.
+        let data = bench.root.appending(path: "xdg-data")
+        let config = bench.root.appending(path: "xdg-config")
+        let install = try Spawned.run(
+            "/bin/sh", [desktop.appending(path: "install.sh").path],
+            environment: ["HOME": bench.root.path, "XDG_DATA_HOME": data.path, "XDG_CONFIG_HOME": config.path, "PATH": "/usr/bin:/bin"])
+        #expect(install.status == 0, "\(String(decoding: install.errors, as: UTF8.self))")
+        #expect(try read(data.appending(path: "mime/globs2")).contains("application/x-nimbus-placeholder:*.nimbus"))
+        let magic = try Data(contentsOf: data.appending(path: "mime/magic"))
+        #expect(magic.range(of: Data("#nimbus-placeholder v1\n".utf8)) != nil)
+        #expect(try read(config.appending(path: "mimeapps.list")).contains("application/x-nimbus-placeholder=nimbus-open.desktop"))
+        #expect(exists(data.appending(path: "applications/nimbus-open.desktop")))
+    }
+
     @Test("bad input: a path outside any synced folder, a folder with two remotes")
     func badInput() throws {
         let bench = try Bench()

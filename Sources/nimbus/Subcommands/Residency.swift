@@ -111,9 +111,26 @@ struct OpenCommand: AsyncParsableCommand {
         commandName: "open", abstract: "Open a file of a synced folder with the desktop's opener, fetching it first if it is cloud-only.")
     @Argument(help: "A file or placeholder (NAME.nimbus) in a synced folder.") var path: String
     @Flag(help: "Fetch it, print its path, and open nothing.") var printPath = false
+    @Flag(help: "Say a failure on the desktop too (notify-send): for a file manager's double-click, which shows no terminal.")
+    var notify = false
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
+        do {
+            try await fetchAndOpen()
+        } catch {
+            if notify, FileManager.default.isExecutableFile(atPath: "/usr/bin/notify-send") {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/notify-send")
+                process.arguments = ["--app-name=Nimbus", "Nimbus could not open \(URL(fileURLWithPath: path).lastPathComponent)", "\(error)"]
+                try? process.run()
+                process.waitUntilExit()
+            }
+            throw error
+        }
+    }
+
+    func fetchAndOpen() async throws {
         var target = URL(fileURLWithPath: path).standardizedFileURL.path
         if target.hasSuffix(Placeholder.suffix), let data = FileManager.default.contents(atPath: target), Placeholder.parse(data) != nil {
             try await ResidencyCLI.mark(.hydrate, target, quiet: true)
@@ -126,7 +143,8 @@ struct OpenCommand: AsyncParsableCommand {
             print(target)
             return
         }
-        let opener = ["/usr/bin/xdg-open", "/usr/bin/open"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        let chosen = ProcessInfo.processInfo.environment["NIMBUS_OPENER"].flatMap { $0.isEmpty ? nil : $0 }
+        let opener = chosen ?? ["/usr/bin/xdg-open", "/usr/bin/open"].first { FileManager.default.isExecutableFile(atPath: $0) }
         guard let opener else { throw CLIError("\(target) is here; no desktop opener (xdg-open) was found to open it.") }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: opener)
