@@ -141,6 +141,29 @@ struct ResidencyTests {
         #expect(free.stdout.contains("↑ New/file.txt"), "\(free.stdout)")
     }
 
+    @Test("--cache-limit frees the least recently used files first (opening one counts), never a pinned one")
+    func cacheLimit() throws {
+        let bench = try Bench()
+        let a = try bench.device("A")
+        let folderA = try bench.folder("A")
+        let body = String(repeating: "x", count: 100_000)
+        try write(body, to: folderA.appending(path: "old.txt"))
+        #expect(try a.run(["sync", folderA.path, "/S", "--once"]).status == 0)
+        for name in ["b.txt", "c.txt", "kept.txt"] { try write(body, to: folderA.appending(path: name)) }
+        #expect(try a.run(["sync", folderA.path, "--once"]).status == 0)
+        #expect(try a.run(["pin", folderA.appending(path: "kept.txt").path]).status == 0)
+        // old.txt, synced first, is opened now (its access time moves): the least recently used are b and c.
+        let opened = try Spawned.run("/usr/bin/touch", ["-a", "-d", "@\(Int(Date().timeIntervalSince1970) + 600)", folderA.appending(path: "old.txt").path])
+        #expect(opened.status == 0)
+        let run = try a.run(["sync", folderA.path, "--once", "--cache-limit", "250K"])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        for name in ["b.txt", "c.txt"] {
+            #expect(exists(folderA.appending(path: name + ".nimbus")) && !exists(folderA.appending(path: name)), "\(name) freed: \(run.stdout)")
+        }
+        for name in ["old.txt", "kept.txt"] { #expect(try read(folderA.appending(path: name)) == body, "\(name) stays: \(run.stdout)") }
+        #expect(try a.run(["sync", folderA.path, "--once", "--cache-limit", "250K"]).stdout.contains("0 changes"), "settled")
+    }
+
     /// Seconds `body` takes.
     func timed(_ body: () throws -> Void) rethrows -> Double {
         let start = Date()

@@ -27,13 +27,22 @@ public struct FileStat: Sendable, Equatable {
     public var size: Int64
     /// Modification time, nanoseconds since 1970.
     public var mtime: Int64
+    /// Last access, nanoseconds since 1970 (0: not known). Only a hint for the cache limit's "least recently used":
+    /// Linux's default `relatime` moves it at the first read after a change or once a day, `noatime` never; reading
+    /// a file moves it, so it is left out of `==` (a file hashed is not a file changed).
+    public var atime: Int64
 
     /// An entry as `lstat(2)` would describe it.
-    public init(kind: Kind, inode: UInt64, size: Int64, mtime: Int64) {
+    public init(kind: Kind, inode: UInt64, size: Int64, mtime: Int64, atime: Int64 = 0) {
         self.kind = kind
         self.inode = inode
         self.size = size
         self.mtime = mtime
+        self.atime = atime
+    }
+
+    public static func == (a: FileStat, b: FileStat) -> Bool {
+        a.kind == b.kind && a.inode == b.inode && a.size == b.size && a.mtime == b.mtime
     }
 
     /// Same file, same bytes as far as a stat can tell.
@@ -107,10 +116,12 @@ public struct POSIXFileSystem: FileSystem {
             }
         #if os(Linux)
             let mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+            let atime = Int64(info.st_atim.tv_sec) * 1_000_000_000 + Int64(info.st_atim.tv_nsec)
         #else
             let mtime = Int64(info.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(info.st_mtimespec.tv_nsec)
+            let atime = Int64(info.st_atimespec.tv_sec) * 1_000_000_000 + Int64(info.st_atimespec.tv_nsec)
         #endif
-        return FileStat(kind: kind, inode: UInt64(info.st_ino), size: Int64(info.st_size), mtime: mtime)
+        return FileStat(kind: kind, inode: UInt64(info.st_ino), size: Int64(info.st_size), mtime: mtime, atime: atime)
     }
 
     /// The names in the folder at `path`.

@@ -246,6 +246,10 @@ struct DiskFolder: Sendable {
                     }
                     if row.lMime == nil { row.lMime = MimeType.guess(forName: name) }
                 }
+                // Opened since (its access time, coarse as it is): used, for the cache limit's order.
+                if !isFolder, entry.placeholder == nil, entry.stat.atime / 1_000_000 > row.lastAccess + 60_000 {
+                    row.lastAccess = entry.stat.atime / 1_000_000
+                }
                 try tx.record(row, from: stored)
             }
             // Not found: deleted here.
