@@ -113,6 +113,14 @@ struct FolderDevice {
     let clock: ManualClock
     let root: String
     let state: URL
+    /// Whether its network is metered now (the simulation turns it on and off).
+    let network = SimulatedNetwork()
+}
+
+/// A device's network as the simulation sets it.
+final class SimulatedNetwork: NetworkConstraintsProvider {
+    let metered = NIOLockedValueBox(false)
+    func current() async -> NetworkConstraints { NetworkConstraints(isMetered: metered.withLockedValue { $0 }, source: "simulation") }
 }
 
 struct FolderSimulation {
@@ -154,6 +162,8 @@ struct FolderSimulation {
     /// Seeds ≡ 2 or 5 (mod 8) keep each device's sync state encrypted at rest (with 5, through the
     /// encrypted remote too): partial downloads sealed, then opened into the folder; names sealed in the database.
     var storeEncrypted: Bool { seed % 8 == 2 || seed % 8 == 5 }
+    /// What the seed's devices do on a metered network (the simulation makes it metered now and then).
+    var meteredPolicy: MeteredPolicy { [MeteredPolicy.metadataOnly, .pause, .allow][Int(seed % 3)] }
 
     /// Set up for a test that plays its steps itself: three devices with empty folders, no faults.
     static func scripted(seed: UInt64, world: SyncWorld) async throws -> FolderSimulation {
@@ -415,6 +425,10 @@ struct FolderSimulation {
                 let done = (try? await device.folder.setResidency(what, at: path)) != nil
                 log.append("D\(index) \(what) \(path)\(done ? "" : " (not synced yet)")")
             }
+        case 91..<94:
+            // The device's network becomes metered (or not any more): the seed's policy says what may move.
+            let metered = device.network.metered.withLockedValue { $0.toggle(); return $0 }
+            log.append("D\(index) network \(metered ? "metered" : "unmetered")")
         default:
             device.clock.advance(by: Double(random.below(4)) * 0.5)
         }
@@ -463,6 +477,9 @@ struct FolderSimulation {
         log.append("D\(index) sync\(crash ? " (crash at \(crashAt))" : "")")
         let unreadable = disk.unreadableFolders.map { String($0.dropFirst(root.count + 1)) }
         var report: FolderSyncReport?
+        let metered = device.network.metered.withLockedValue { $0 }
+        let placeholders = Set(disk.files(under: root).keys.filter { $0.hasSuffix(Placeholder.suffix) })
+        await device.folder.setNetworkPolicy(NetworkPolicy(onMetered: meteredPolicy, pauseOnLowBattery: false), constraints: device.network)
         do {
             report = try await device.folder.syncOnce()
         } catch is SimulatedFileSystem.Crash {
@@ -475,6 +492,20 @@ struct FolderSimulation {
         let present = disk.files(under: root)
         if let path = report?.deletedHere.first(where: { path in unreadable.contains { path.hasPrefix($0 + "/") } && present[path] != nil }) {
             throw SimulationFailure(message: "D\(index) deleted there \(path), inside a folder it could not read\n\(log.joined(separator: "\n"))")
+        }
+        if metered, let report {
+            // A metered network delays content: nothing is sent under metadata-only (a file is fetched only when
+            // asked for), and nothing at all moves under pause.
+            if meteredPolicy == .metadataOnly, !report.uploaded.isEmpty {
+                throw SimulationFailure(message: "D\(index) sent \(report.uploaded) on a metered network (metadata only)\n\(log.joined(separator: "\n"))")
+            }
+            let fetched = report.downloaded.filter { !$0.hasSuffix("/") && !placeholders.contains($0 + Placeholder.suffix) }
+            if meteredPolicy == .metadataOnly, !fetched.isEmpty {
+                throw SimulationFailure(message: "D\(index) fetched \(fetched), not asked for, on a metered network (metadata only)\n\(log.joined(separator: "\n"))")
+            }
+            if meteredPolicy == .pause, report.paused == nil || report.changed > 0 {
+                throw SimulationFailure(message: "D\(index) synced on a metered network (pause): \(report)\n\(log.joined(separator: "\n"))")
+            }
         }
         disk.crashNext.withLockedValue { $0 = false }
         if crash { try rebuild(index) }
@@ -494,6 +525,7 @@ struct FolderSimulation {
         for device in devices {
             // Everything on every device again (the check compares each folder with the server).
             try await device.folder.setSelection(SyncSelection())
+            device.network.metered.withLockedValue { $0 = false }
             _ = try? await device.folder.setResidency(.hydrate, at: "")
             device.faults.randomFaults(rate: 0, seed: 0)
             for folder in device.disk.unreadableFolders { device.disk.setUnreadable(folder, false) }
