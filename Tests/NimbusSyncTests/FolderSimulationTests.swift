@@ -51,6 +51,52 @@ struct FolderSimulationTests {
         }
     }
 
+    @Test("an item's residency through the API: here, cloud-only under a freed folder, pinned, excluded while it holds what is unsent; metadata-only waits")
+    func residencyAPI() async throws {
+        try await SyncWorld.run { world in
+            let simulation = try await FolderSimulation.scripted(seed: 4_000_011, world: world)
+            let (a, b) = (simulation.devices[0], simulation.devices[1])
+            let round = FolderSimulation.scriptedRound
+            a.disk.makeFolderDirectly(a.root + "/docs")
+            a.disk.write(a.root + "/docs/plan.txt", Data("the plan".utf8))
+            a.disk.write(a.root + "/docs/keep.txt", Data("kept".utf8))
+            _ = try await round(a)
+            #expect(try await a.folder.residency(at: "docs/plan.txt").state == .here)
+
+            _ = try await a.folder.setResidency(.free, at: "docs")
+            _ = try await a.folder.setResidency(.pin, at: "docs/keep.txt")
+            let freed = try await round(a)
+            #expect(freed.uploaded.isEmpty && freed.downloaded.isEmpty, "freeing moves no bytes: \(freed)")
+            let plan = try await a.folder.residency(at: "docs/plan.txt.nimbus")
+            #expect(plan == ItemResidency(path: "docs/plan.txt", isFolder: false, state: .cloudOnly, pin: .inherited, folderPin: .cloudOnly))
+            #expect(try await a.folder.residency(at: a.root + "/docs/keep.txt") == ItemResidency(path: "docs/keep.txt", isFolder: false, state: .here, pin: .pinned, folderPin: .cloudOnly))
+
+            // Metered, metadata only: a new file waits; a folder goes.
+            await a.folder.setNetworkPolicy(NetworkPolicy(onMetered: .metadataOnly, pauseOnLowBattery: false), constraints: a.network)
+            a.network.metered.withLockedValue { $0 = true }
+            a.disk.makeFolderDirectly(a.root + "/photos")
+            a.disk.write(a.root + "/photos/one.jpg", Data("jpeg".utf8))
+            let metered = try await round(a)
+            #expect(metered.createdFolders == ["photos"] && metered.uploaded.isEmpty && metered.waitingForNetwork == 1, "\(metered)")
+            #expect(try await a.folder.residencySummary().waitingForNetwork == 1)
+
+            // Excluded with the unsent file: it stays, said as excluded, until the network lets it go; then it leaves.
+            var selection = SyncSelection()
+            selection.exclude("photos")
+            try await a.folder.setSelection(selection)
+            _ = try await round(a)
+            #expect(try await a.folder.residency(at: "photos/one.jpg").state == .excluded)
+            #expect(try await a.folder.residencySummary().excludedKept == 2)
+            a.network.metered.withLockedValue { $0 = false }
+            let sent = try await round(a)
+            #expect(sent.uploaded == ["photos/one.jpg"], "\(sent)")
+            _ = try await round(a)
+            #expect(a.disk.files(under: a.root).keys.sorted() == ["docs/keep.txt", "docs/plan.txt.nimbus"])
+            _ = try await round(b)
+            #expect(b.disk.files(under: b.root).keys.sorted() == ["docs/keep.txt", "docs/plan.txt", "photos/one.jpg"], "nothing deleted there")
+        }
+    }
+
     @Test("the remote's folder deleted there (a web UI) pauses the pair; made again empty, the pair is linked anew: nothing here is deleted, everything is sent again")
     func remoteRootMadeAgain() async throws {
         try await SyncWorld.run { world in

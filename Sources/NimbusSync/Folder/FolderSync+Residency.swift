@@ -38,6 +38,12 @@ extension FolderSync {
         try await engine.store.read { tx in try tx.selection() }
     }
 
+    /// Where the item at `path` is (here, a placeholder, excluded) and its pin: for a badge in a file browser. Throws
+    /// ``SyncError/invalid(_:)`` when no synced item is there.
+    public func residency(at path: String) async throws -> ItemResidency {
+        try await engine.residency(at: relativePath(path))
+    }
+
     /// Replaces the pair's selection; the next round carries it out (what leaves the device leaves then).
     public func setSelection(_ selection: SyncSelection) async throws {
         try await engine.store.write { tx in try tx.setSelection(selection) }
@@ -70,6 +76,28 @@ extension FolderSync {
 }
 
 /// How much of a pair is on this device.
+/// One item's residency (``FolderSync/residency(at:)``).
+public struct ItemResidency: Sendable, Equatable {
+    public enum State: String, Sendable, Equatable {
+        /// Its content is on this device.
+        case here
+        /// A placeholder (`NAME.nimbus`) stands for it.
+        case cloudOnly
+        /// Excluded by the selection, yet still here (what it holds is being sent, or only this device keeps it).
+        case excluded
+        /// Deleted here, the deletion not carried out yet.
+        case notHere
+    }
+
+    /// Its path relative to the folder (a placeholder's without `.nimbus`).
+    public var path: String
+    public var isFolder: Bool
+    public var state: State
+    /// Its own pin state, and the nearest pinned or cloud-only folder's above it (``PinState/inherited``: none).
+    public var pin: PinState
+    public var folderPin: PinState
+}
+
 public struct ResidencySummary: Sendable, Equatable {
     /// Placeholders here, and the bytes they stand for.
     public var cloudOnlyFiles = 0
@@ -119,22 +147,47 @@ extension SyncEngine {
         return allowance
     }
 
+    /// The item at `path` here (a placeholder by its name without `.nimbus`, or with it), and its path without it.
+    static func item(at path: String, _ tx: StoreTransaction) throws -> (row: ItemRow, path: String) {
+        var luid = ItemID.root.rawValue
+        var names = path.isEmpty ? [] : path.split(separator: "/").map(String.init)
+        for (index, name) in names.enumerated() {
+            var next = try tx.luid(named: name, inLocal: luid)
+            if next == nil, index == names.count - 1, name.hasSuffix(Placeholder.suffix) {
+                names[index] = String(name.dropLast(Placeholder.suffix.count))
+                next = try tx.luid(named: names[index], inLocal: luid)
+            }
+            guard let next else { throw SyncError.invalid("\(path) is not in the synced folder (or not synced yet: run nimbus sync first).") }
+            luid = next
+        }
+        guard let item = try tx.item(luid) else { throw SyncError.invalid("\(path) is not in the synced folder.") }
+        return (item, names.joined(separator: "/"))
+    }
+
+    func residency(at path: String) async throws -> ItemResidency {
+        try await store.read { tx in
+            let (row, path) = try Self.item(at: path, tx)
+            let selection = try tx.selection()
+            // The nearest explicit pin of a folder above.
+            var inherited = PinState.inherited
+            var parent = row.lParent
+            while inherited == .inherited, let luid = parent, luid != ItemID.root.rawValue, let above = try tx.item(luid) {
+                inherited = above.pin
+                parent = above.lParent
+            }
+            let state: ItemResidency.State =
+                !row.lPresent ? .notHere
+                : !selection.isIncluded(path) && !(row.isFolder && selection.leadsToIncluded(path)) ? .excluded
+                : row.lPlaceholder ? .cloudOnly : .here
+            return ItemResidency(path: path, isFolder: row.isFolder, state: state, pin: row.pin, folderPin: inherited)
+        }
+    }
+
     func setResidency(_ action: FolderSync.ResidencyAction, at path: String) async throws -> FolderSync.ResidencyChange {
         try await store.write { tx in
-            // The item: by its path here (a placeholder's name without `.nimbus`, or with it).
-            var luid = ItemID.root.rawValue
-            var names = path.isEmpty ? [] : path.split(separator: "/").map(String.init)
-            for (index, name) in names.enumerated() {
-                var next = try tx.luid(named: name, inLocal: luid)
-                if next == nil, index == names.count - 1, name.hasSuffix(Placeholder.suffix) {
-                    names[index] = String(name.dropLast(Placeholder.suffix.count))
-                    next = try tx.luid(named: names[index], inLocal: luid)
-                }
-                guard let next else { throw SyncError.invalid("\(path) is not in the synced folder (or not synced yet: run nimbus sync first).") }
-                luid = next
-            }
-            guard let item = try tx.item(luid) else { throw SyncError.invalid("\(path) is not in the synced folder.") }
-            var change = FolderSync.ResidencyChange(path: names.joined(separator: "/"), isFolder: item.isFolder, placeholders: 0, files: 0)
+            let (item, path) = try Self.item(at: path, tx)
+            let luid = item.luid
+            var change = FolderSync.ResidencyChange(path: path, isFolder: item.isFolder, placeholders: 0, files: 0)
             for below in try tx.localSubtree(luid) {
                 guard var row = try tx.item(below) else { continue }
                 let original = row
