@@ -137,6 +137,10 @@ struct ResidencyTests {
         #expect(metadata.stdout.contains("+ New/"), "\(metadata.stdout)")
         #expect(metadata.stdout.contains("1 transfer wait for an unmetered network"), "\(metadata.stdout)")
         #expect(!(try a.run(["ls", "/S/New"]).stdout.contains("file.txt")))
+        let json = try a.run(["sync", folderA.path, "--once", "--on-metered", "metadata-only", "--json"], environment: metered)
+        let summary = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        #expect(summary?["waitingForNetwork"] as? Int == 1, "\(json.stdout)")
+        #expect(summary?["cloudOnly"] as? [String] == [], "\(json.stdout)")
         let free = try a.run(["sync", folderA.path, "--once", "--on-metered", "metadata-only"], environment: ["NIMBUS_NETWORK_METERED": "0"])
         #expect(free.stdout.contains("↑ New/file.txt"), "\(free.stdout)")
     }

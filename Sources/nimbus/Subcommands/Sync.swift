@@ -354,6 +354,11 @@ struct SyncCommand: AsyncParsableCommand {
 
 struct SyncSummary: Encodable {
     var uploaded, downloaded, createdFolders, moved, deletedHere, deletedThere, conflicts, kept, skipped, errors: [String]
+    /// Files that became placeholders, and items that left this device (excluded).
+    var cloudOnly, excluded: [String]
+    /// Transfers waiting for an unmetered network, and why nothing synced (a paused network policy).
+    var waitingForNetwork: Int
+    var paused: String?
     /// With `--watch --json`: the pair's remote, and when the round ended (absent from `--once`'s summary).
     var remote: String?
     var at: Date?
@@ -369,6 +374,10 @@ struct SyncSummary: Encodable {
         kept = report.kept
         skipped = report.skipped
         errors = report.errors + failures
+        cloudOnly = report.cloudOnly
+        excluded = report.excluded
+        waitingForNetwork = report.waitingForNetwork
+        paused = report.paused
     }
 }
 
