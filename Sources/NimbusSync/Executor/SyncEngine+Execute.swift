@@ -117,13 +117,16 @@ extension SyncEngine {
     /// ``FillsNewFolders/fillMinimum``; one in doubt goes
     /// with its request id, as it would alone: the provider finds what a lost answer made). What
     /// the planner would not send yet (a file being written, ignored, held) stays out; what is left out goes as usual
-    /// once the folder is there.
+    /// once the folder is there. None under a metadata-only network.
     func fills(for steps: [PlannedOperation], _ trees: Trees, _ provider: any RemoteProvider) async throws -> [String: [PlannedOperation]] {
         let folders = Set(steps.compactMap { step -> ItemID? in
             if case .createRemoteFolder(let id) = step { return id }
             return nil
         })
-        guard !folders.isEmpty, let filling = provider.features.newFolderFilling, await filling.fillsNewFolders() else { return [:] }
+        // Filling sends content: not while the network carries metadata only.
+        guard !folders.isEmpty, allowance != .metadataOnly, let filling = provider.features.newFolderFilling, await filling.fillsNewFolders() else {
+            return [:]
+        }
         var assumed = trees
         for id in folders {
             guard let here = trees.local[id] else { continue }
