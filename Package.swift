@@ -128,6 +128,7 @@ let package = Package(
             name: "nimbus-bench",
             dependencies: [
                 "NimbusAPI", "NimbusSync", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings
         ),

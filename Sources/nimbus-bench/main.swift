@@ -4,6 +4,7 @@
 import Crypto
 import Foundation
 import GRDB
+import Hummingbird
 import NimbusAPI
 @_spi(Benchmarks) import NimbusSync
 
@@ -18,6 +19,16 @@ func argument(_ name: String, _ fallback: Int) -> Int {
     let arguments = CommandLine.arguments
     guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count, let value = Int(arguments[index + 1]) else { return fallback }
     return value
+}
+
+// `nimbus-bench constant --port P`: one Hummingbird route, `GET /constant`, that returns a constant — the yardstick
+// scripts/bench/cpu.py sets the server's metadata requests against (the framework's own cost per request).
+if CommandLine.arguments.dropFirst().first == "constant" {
+    let router = Router()
+    router.get("/constant") { _, _ in #"{"status":"ok"}"# }
+    let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: argument("--port", 8080))))
+    try await app.runService()
+    exit(0)
 }
 
 // `nimbus-bench chunking --file F`: FastCDC alone and FastCDC + SHA-256 per chunk over F's bytes in

@@ -639,7 +639,7 @@ struct FolderSimulation {
             for (path, data) in device.disk.files(under: device.root) { disk["/" + path] = sha256(data) }
             for path in device.disk.folders(under: device.root) { disk["/" + path] = "folder" }
             if disk != server {
-                let rows = (try? await device.folder.engine.unsyncedRows()) ?? []
+                let rows = (try? await device.folder.engine.unsyncedRows(all: true)) ?? []
                 throw SimulationFailure(
                     message: """
                         device D\(index)'s folder differs from the server:

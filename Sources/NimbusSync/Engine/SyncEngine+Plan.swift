@@ -110,6 +110,7 @@ extension SyncEngine {
             repeats = runnable == previous ? repeats + 1 : 0
             if repeats > 2 { return }
             previous = runnable
+            if provider.features.treeVersions { try await forgetListings(above: runnable, trees) }
             let progressed = try await execute(runnable, provider, fills: try await fills(for: runnable, trees, provider))
             if needsScan { try await observeLocal() }
             notifyChanged()
@@ -189,6 +190,26 @@ extension SyncEngine {
             if disk != nil, row.pin != .inherited { trees.pins[id] = row.pin }
         }
         return trees
+    }
+
+    /// A folder's listed revision says its subtree is as the remote tree has it since that listing; a step that
+    /// changes the remote changes that tree without a listing, and a revision that is a digest of what is beneath (a
+    /// collection ETag) can come back to the very value it had — a folder made here, then deleted by another
+    /// device, leaves its parent as it was listed before, and the skipped listing would keep the folder forever.
+    /// So the folders above every remote step (where it is there, and where it goes) are listed again next time,
+    /// forgotten before the steps run (a crash in between costs a listing, never a missed change).
+    func forgetListings(above steps: [PlannedOperation], _ trees: Trees) async throws {
+        var folders: Set<String> = []
+        for step in steps where step.isRemote {
+            let id = step.item
+            if trees.remote[id]?.isFolder == true || trees.local[id]?.isFolder == true { folders.insert(id.rawValue) }
+            var above = [trees.remote[id]?.parent, trees.local[id]?.parent]
+            while let next = above.popLast() {
+                guard let folder = next, folders.insert(folder.rawValue).inserted else { continue }
+                above += [trees.remote[folder]?.parent, trees.local[folder]?.parent]
+            }
+        }
+        if !folders.isEmpty { try await store.write { [folders] tx in try tx.forgetListedVersions(of: folders) } }
     }
 
     /// The steps of a plan that may run now (``Admission``: retry gates and both mass-deletion guards), with what

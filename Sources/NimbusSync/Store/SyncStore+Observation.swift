@@ -80,6 +80,12 @@ extension StoreTransaction {
         for (fileId, revision) in versions { try upsert.execute(arguments: [db.storedId(fileId), revision]) }
     }
 
+    /// Forgets the listed revisions of the folders `luids` (those that have one): listed again next time.
+    func forgetListedVersions(of luids: Set<String>) throws {
+        let forget = try db.cachedStatement(sql: "DELETE FROM listed_folders WHERE file_id = (SELECT file_id FROM items WHERE luid = ?)")
+        for luid in luids { try forget.execute(arguments: [luid]) }
+    }
+
     /// A folder's provider id changed (a move where ids are paths): its listed revision follows it.
     func renameListedFolder(from old: String, to new: String) throws {
         try db.execute(sql: "UPDATE listed_folders SET file_id = ? WHERE file_id = ?", arguments: [db.storedId(new), db.storedId(old)])
