@@ -51,6 +51,26 @@ struct FolderSimulationTests {
         }
     }
 
+    @Test("a listed remote whose folder versions are digests: a folder made here and deleted on another device goes here too, though its parent's version is back to what was listed")
+    func digestVersionsComeBack() async throws {
+        try await SyncWorld.run { world in
+            // Seeds ≡ 7 (mod 8), below 16 (mod 32): listed, folder versions a digest of what is beneath, no fills.
+            let simulation = try await FolderSimulation.scripted(seed: 4_000_007, world: world)
+            let (a, b) = (simulation.devices[0], simulation.devices[1])
+            let round = FolderSimulation.scriptedRound
+            _ = try await round(a)  // the empty root listed: its version recorded
+            a.disk.makeFolderDirectly(a.root + "/docs")
+            #expect(try await round(a).createdFolders == ["docs"])
+            _ = try await round(b)
+            #expect(b.disk.folders(under: b.root) == ["docs"])
+            _ = b.disk.deleteTree(b.root + "/docs")
+            #expect(try await round(b).deletedHere == ["docs"])
+            // The root there is empty again: the digest it had when a listed it.
+            let after = try await round(a)
+            #expect(a.disk.folders(under: a.root).isEmpty, "\(after)")
+        }
+    }
+
     @Test("an item's residency through the API: here, cloud-only under a freed folder, pinned, excluded while it holds what is unsent; metadata-only waits")
     func residencyAPI() async throws {
         try await SyncWorld.run { world in
