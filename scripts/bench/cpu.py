@@ -121,7 +121,7 @@ def one_run(args, bench_binary):
         figures["metadata"] = wrk(f"http://127.0.0.1:{server.port}/v1/files/{file_id}", token)
         if bench_binary:
             port = free_port()
-            constant = subprocess.Popen([bench_binary, "constant", "--port", str(port)], stdout=subprocess.DEVNULL)
+            constant = subprocess.Popen([bench_binary, "constant", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 for _ in range(100):
                     try:

@@ -272,7 +272,7 @@ extension SyncEngine {
             try tx.itemsButRoot().filter { all || !$0.isSynced }.map {
                 "\($0.luid) \($0.isFolder ? "dir" : "file") fid=\($0.fileId ?? "-") r=\($0.rPresent ? "\($0.rParent ?? "-")/\($0.rName ?? "-")@\(($0.rRevision ?? "-").prefix(6))" : "∅") "
                     + "s=\($0.sPresent ? "\($0.sParent ?? "-")/\($0.sName ?? "-")@\(($0.sRevision ?? "-").prefix(6))" : "∅") "
-                    + "l=\($0.lPresent ? "\($0.lParent ?? "-")/\($0.lName ?? "-")#\(($0.lChecksum ?? "-").prefix(6))" : "∅") hold=\($0.hold?.rawValue ?? "-") content=\($0.contentPath != nil)"
+                    + "l=\($0.lPresent ? "\($0.lParent ?? "-")/\($0.lName ?? "-")#\(($0.lChecksum ?? "-").prefix(6))" : "∅") hold=\($0.hold?.rawValue ?? "-") content=\($0.contentPath != nil) pin=\($0.pin)\($0.lPlaceholder ? " placeholder" : "")"
             }
         }
     }

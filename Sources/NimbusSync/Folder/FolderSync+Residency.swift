@@ -188,7 +188,12 @@ extension SyncEngine {
             let (item, path) = try Self.item(at: path, tx)
             let luid = item.luid
             var change = FolderSync.ResidencyChange(path: path, isFolder: item.isFolder, placeholders: 0, files: 0)
-            for below in try tx.localSubtree(luid) {
+            // Under it here, and under it there (an item not here now — moved away and coming back, or new there —
+            // takes the folder's word as well when it arrives).
+            let here = try tx.localSubtree(luid)
+            let known = Set(here)
+            let there = item.rPresent ? try tx.remoteSubtree(luid).filter { !known.contains($0) } : []
+            for below in here + there {
                 guard var row = try tx.item(below) else { continue }
                 let original = row
                 if below == luid {
@@ -202,7 +207,7 @@ extension SyncEngine {
                     // Under it: the folder's word holds (a placeholder under a folder fetched now is asked for).
                     row.pin = action == .hydrate && row.lPlaceholder && !row.isFolder ? .requested : .inherited
                 }
-                if !row.isFolder {
+                if !row.isFolder, row.lPresent {
                     if row.lPlaceholder { change.placeholders += 1 } else { change.files += 1 }
                 }
                 if row != original { try tx.update(row, from: original) }
