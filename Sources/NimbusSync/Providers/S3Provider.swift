@@ -500,17 +500,12 @@ public final class S3Provider: TreeListingProvider, UploadsEachInBatches, Probes
         _ source: UploadSource, key: String, isNew: Bool, base: String?, conditionRequired: Bool = false, progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> String {
         let data = try source.readChecked()
-        let what = "sending \(ProviderPath.name(of: key))"
-        // Under an upload limit, a whole object (or part) waits its turn, then goes at once: the S3 client signs
-        // and sends bodies whole.
-        try await BandwidthLimits.current.up?.take(data.count)
+        try await BandwidthLimits.current.up?.take(data.count)  // whole: the S3 client signs and sends bodies whole
+        let (body, metadata, what) = (ByteBuffer(data: data), ["sha256": source.checksum], "sending \(ProviderPath.name(of: key))")
         let etag = try await conditionRequired
-            ? call(what) {
-                try await client.put(key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: isNew, ifMatch: base)
-            }
+            ? call(what) { try await client.put(key, body: body, metadata: metadata, ifNoneMatch: isNew, ifMatch: base) }
             : conditionally(what) { condition in
-                try await client.put(
-                    key, body: ByteBuffer(data: data), metadata: ["sha256": source.checksum], ifNoneMatch: condition && isNew, ifMatch: condition ? base : nil)
+                try await client.put(key, body: body, metadata: metadata, ifNoneMatch: condition && isNew, ifMatch: condition ? base : nil)
             }
         progress(source.size)
         return etag

@@ -51,7 +51,7 @@ public final class BandwidthLimiter: Sendable {
 
 /// The bandwidth limits the transfers of the current task run under: the engine sets them around a round
 /// (``NetworkPolicy/uploadLimit`` and ``NetworkPolicy/downloadLimit``), and every provider's requests take from
-/// them — the Nimbus server's through ``AsyncHTTPClientTransport``, WebDAV's and S3's in their bodies.
+/// them — the Nimbus server's through ``AsyncHTTPClientTransport``, WebDAV's bodies as they stream, S3's objects and parts whole.
 public struct BandwidthLimits: Sendable {
     /// Request bodies (uploads).
     public var up: BandwidthLimiter?
