@@ -22,21 +22,11 @@ user and a phone in battery. Each run starts a fresh server (SQLite + blob folde
 Goals (same run): put and resumable ≤ 4× the hash, get ≤ 3×; small files ≤ 0.25 ms of CPU per file and ≥ 5,000
 files/s; metadata ≥ 40 % of the constant route; no-op re-sync of 10,000 files ≤ 0.2 s.
 """
-import argparse, json, os, resource, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server import Server, Client, login, resumable_upload, free_port  # noqa: E402
-
-
-def process_cpu(pid):
-    """User + system CPU seconds of a running process and its threads (Linux /proc)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+from sync import process_cpu, children_cpu, make_tree  # noqa: E402
 
 
 def measured(server, command, env=None, stdin=None):
@@ -56,16 +46,6 @@ def hash_cpu(path):
     before = children_cpu()
     subprocess.run(["openssl", "dgst", "-sha256", path], check=True, stdout=subprocess.DEVNULL)
     return children_cpu() - before
-
-
-def make_tree(tree, files):
-    for index in range(files):
-        folder = f"{tree}/d{index % 100}"
-        os.makedirs(folder, exist_ok=True)
-        with open(f"{folder}/f{index}.bin", "wb") as handle: handle.write(os.urandom(4096))
-    old = time.time() - 10
-    for root, _, names in os.walk(tree):
-        for name in names: os.utime(os.path.join(root, name), (old, old))
 
 
 def wrk(url, token=None, seconds=10):
