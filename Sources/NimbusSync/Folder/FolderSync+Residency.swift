@@ -75,7 +75,6 @@ extension FolderSync {
     }
 }
 
-/// How much of a pair is on this device.
 /// One item's residency (``FolderSync/residency(at:)``).
 public struct ItemResidency: Sendable, Equatable {
     public enum State: String, Sendable, Equatable {
@@ -98,6 +97,7 @@ public struct ItemResidency: Sendable, Equatable {
     public var folderPin: PinState
 }
 
+/// How much of a pair is on this device.
 public struct ResidencySummary: Sendable, Equatable {
     /// Placeholders here, and the bytes they stand for.
     public var cloudOnlyFiles = 0
@@ -177,7 +177,7 @@ extension SyncEngine {
             }
             let state: ItemResidency.State =
                 !row.lPresent ? .notHere
-                : !selection.isIncluded(path) && !(row.isFolder && selection.leadsToIncluded(path)) ? .excluded
+                : selection.excludes(path, isFolder: row.isFolder) ? .excluded
                 : row.lPlaceholder ? .cloudOnly : .here
             return ItemResidency(path: path, isFolder: row.isFolder, state: state, pin: row.pin, folderPin: inherited)
         }
@@ -231,7 +231,7 @@ extension SyncEngine {
                     summary.localBytes += row.lSize ?? 0
                 }
             }
-            if !selection.rules.isEmpty, let path = paths[row.luid], !selection.isIncluded(path), !(row.isFolder && selection.leadsToIncluded(path)) {
+            if !selection.rules.isEmpty, let path = paths[row.luid], selection.excludes(path, isFolder: row.isFolder) {
                 summary.excludedKept += 1
             }
         }

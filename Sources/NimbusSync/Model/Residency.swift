@@ -102,6 +102,12 @@ public struct SyncSelection: Sendable, Codable, Equatable {
         }
     }
 
+    /// Whether the item at `path` is outside the selection: not included, and not a folder that leads to an included
+    /// path.
+    public func excludes(_ path: String, isFolder: Bool) -> Bool {
+        !isIncluded(path) && !(isFolder && leadsToIncluded(path))
+    }
+
     /// Whether `path` must be here as a folder because something included lies below it (it leads there), though
     /// a rule excludes it.
     public func leadsToIncluded(_ path: String) -> Bool {

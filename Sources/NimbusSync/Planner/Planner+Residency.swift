@@ -59,9 +59,8 @@ extension Planner {
         if let known = residencyMemo.excluded[id] { return known }
         var excluded = false
         let path = trees.remote[id] != nil ? remotePath(id) : localPath(id)
-        if let path, !policy.selection.isIncluded(path) {
-            let isFolder = trees.remote[id]?.isFolder ?? trees.local[id]?.isFolder ?? false
-            excluded = !(isFolder && policy.selection.leadsToIncluded(path))
+        if let path {
+            excluded = policy.selection.excludes(path, isFolder: trees.remote[id]?.isFolder ?? trees.local[id]?.isFolder ?? false)
         }
         residencyMemo.excluded[id] = excluded
         return excluded
