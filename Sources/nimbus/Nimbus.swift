@@ -24,6 +24,7 @@ struct Nimbus: AsyncParsableCommand {
     /// As `AsyncParsableCommand.main()`, with errors a user can act on said so (a full disk under the client's
     /// state was "SQLite error 13: database or disk is full - while executing `COMMIT TRANSACTION`").
     static func main() async {
+        MemoryTuning.keepLargeBuffers()
         do {
             var command = try parseAsRoot()
             if !(command is Serve), ProcessInfo.processInfo.environment["NIMBUS_CONCURRENCY_POOL"] == nil {
@@ -60,5 +61,29 @@ struct Nimbus: AsyncParsableCommand {
             return CLIError("Cannot use \(path)\(whose): \(LocalWriteError.reason(error)).")
         }
         return error
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// glibc's allocator, set for a process that moves blocks in buffers of 1–16 MiB (a batch of blocks, a pack being
+/// written, a download's runs).
+enum MemoryTuning {
+    /// Buffers up to 32 MiB come from the heap and, freed, stay there for the next one, instead of each being a fresh
+    /// `mmap` the kernel faults in and zeroes page by page and `munmap`s again: `perf` put that zeroing
+    /// (`clear_page_erms`) at a sixth of the client's CPU sending a big file. glibc's own adjustment never reaches
+    /// it: it raises the threshold to the size of a freed mapping, and a buffer of that same size is mapped again.
+    /// The heap keeps at most 64 MiB free at its top before giving memory back.
+    static func keepLargeBuffers() {
+        #if canImport(Glibc)
+        // `mallopt` is in <malloc.h>, which the Glibc module leaves out: looked up by name, called as C.
+        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+        guard let symbol = dlsym(nil, "mallopt") else { return }
+        let mallopt = unsafeBitCast(symbol, to: Mallopt.self)
+        _ = mallopt(-3, 32 << 20)  // M_MMAP_THRESHOLD
+        _ = mallopt(-1, 64 << 20)  // M_TRIM_THRESHOLD
+        #endif
     }
 }

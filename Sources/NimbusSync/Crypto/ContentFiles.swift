@@ -63,6 +63,28 @@ public final class ContentReader: @unchecked Sendable {
         return data
     }
 
+    /// Fills `buffer` with the bytes at `offset`; false when the file ends first. A plain file is read straight into
+    /// it (`pread`: no `Data` in between, and the read position is left alone).
+    public func read(offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
+        switch backing {
+        case .plain(let handle):
+            guard let base = buffer.baseAddress else { return true }
+            var done = 0
+            while done < buffer.count {
+                let got = pread(handle.fileDescriptor, base + done, buffer.count - done, off_t(offset) + off_t(done))
+                if got < 0 && errno == EINTR { continue }
+                if got < 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                if got == 0 { return false }
+                done += got
+            }
+            return true
+        case .sealed:
+            guard let data = try read(offset: offset, length: buffer.count) else { return false }
+            data.copyBytes(to: buffer)
+            return true
+        }
+    }
+
     /// Everything, for small files.
     public func readToEnd() throws -> Data {
         var all = Data()

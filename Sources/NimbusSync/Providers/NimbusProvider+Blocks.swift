@@ -389,17 +389,7 @@ extension NimbusProvider: DeltaDownloadProvider {
 
     /// One `POST /v1/blocks` of `batch`'s chunks, read from the file (compressed when that helps).
     func sendBatch(_ batch: [LocalChunk], from source: UploadSource, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        var body = Data()
-        body.reserveCapacity(batch.reduce(0) { $0 + $1.length + 80 })
-        guard let handle = try? source.open() else { throw ProviderError.checksumMismatch }
-        defer { handle.close() }
-        for chunk in batch {
-            guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let bytes = try? handle.read(upToCount: chunk.length),
-                bytes.count == chunk.length
-            else { throw ProviderError.checksumMismatch }
-            body.append(contentsOf: Array("\(chunk.hash) \(chunk.length)\n".utf8))
-            body.append(bytes)
-        }
+        guard let body = try? Self.framedBlocks(batch, from: source) else { throw ProviderError.checksumMismatch }
         var request = TransportRequest(Routes.putBlocks, headers: ["Content-Type": StoredBlocks.contentType], body: body)
         if self.compressesBlocks.withLock({ $0 }) != false, let encoded = BlockCompression.deflate(body, sample: batch.first?.length ?? 0) {
             request.body = encoded
@@ -417,6 +407,26 @@ extension NimbusProvider: DeltaDownloadProvider {
         self.bytesOnWire.withLock { $0 += Int64(request.body?.count ?? 0) }
         let length = batch.reduce(Int64(0)) { $0 + Int64($1.length) }
         progress(sent.withLock { $0 += length; return $0 })
+    }
+
+    /// `batch`'s chunks in the `application/x-nimbus-blocks` framing, each read from the file straight into its
+    /// place in one body (no buffer per chunk, no copy). Throws when the file is shorter than a chunk's end.
+    static func framedBlocks(_ batch: [LocalChunk], from source: UploadSource) throws -> Data {
+        let headers = batch.map { Array("\($0.hash) \($0.length)\n".utf8) }
+        var body = Data(count: zip(batch, headers).reduce(0) { $0 + $1.0.length + $1.1.count })
+        let reader = try source.open()
+        defer { reader.close() }
+        try body.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
+            var at = 0
+            for (chunk, header) in zip(batch, headers) {
+                raw[at..<at + header.count].copyBytes(from: header)
+                at += header.count
+                let place = UnsafeMutableRawBufferPointer(rebasing: raw[at..<at + chunk.length])
+                guard try reader.read(offset: Int64(chunk.offset), into: place) else { throw ProviderError.checksumMismatch }
+                at += chunk.length
+            }
+        }
+        return body
     }
 
     /// The upload as blocks; nil when the server turns out to have no block API (the caller sends the file whole).
@@ -641,24 +651,6 @@ extension NimbusProvider: DeltaDownloadProvider {
         }
         try handle.synchronize()
         rememberBlocks(id, revision: manifest.revisionId, manifest.blocks)
-    }
-}
-
-/// Compression of block uploads: `deflate` (zlib, fastest level) when a sample of the content shrinks by a tenth or
-/// more — text and documents do, photos, video and archives do not, and are sent as they are.
-enum BlockCompression {
-    static func deflate(_ body: Data, sample firstBlock: Int) -> Data? {
-        guard body.count >= 4096 else { return nil }
-        let algorithm = CompressionAlgorithm.zlib(configuration: ZlibConfiguration(compressionLevel: 1))
-        // A sample from the first block's bytes (after its header line) decides for the whole request.
-        let sampleStart = min(body.count, 80)
-        let sampleEnd = min(body.count, sampleStart + min(max(firstBlock, 4096), 64 * 1024))
-        var sample = ByteBuffer(data: body.subdata(in: body.startIndex + sampleStart..<body.startIndex + sampleEnd))
-        let sampleSize = sample.readableBytes
-        guard let compressedSample = try? sample.compress(with: algorithm), compressedSample.readableBytes < sampleSize * 9 / 10 else { return nil }
-        var whole = ByteBuffer(data: body)
-        guard let compressed = try? whole.compress(with: algorithm), compressed.readableBytes < body.count * 9 / 10 else { return nil }
-        return Data(buffer: compressed)
     }
 }
 
