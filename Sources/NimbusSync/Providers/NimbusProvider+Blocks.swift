@@ -389,8 +389,7 @@ extension NimbusProvider: DeltaDownloadProvider {
 
     /// One `POST /v1/blocks` of `batch`'s chunks, read from the file (compressed when that helps).
     func sendBatch(_ batch: [LocalChunk], from source: UploadSource, sent: LockedBox<Int64>, progress: @escaping @Sendable (Int64) -> Void) async throws {
-        guard let body = try? Self.framedBlocks(batch, from: source) else { throw ProviderError.checksumMismatch }
-        var request = TransportRequest(Routes.putBlocks, headers: ["Content-Type": StoredBlocks.contentType], body: body)
+        guard var request = try? Self.framedBlocks(batch, from: source), let body = request.body else { throw ProviderError.checksumMismatch }
         if self.compressesBlocks.withLock({ $0 }) != false, let encoded = BlockCompression.deflate(body, sample: batch.first?.length ?? 0) {
             request.body = encoded
             request.headers["Content-Encoding"] = "deflate"
@@ -409,14 +408,15 @@ extension NimbusProvider: DeltaDownloadProvider {
         progress(sent.withLock { $0 += length; return $0 })
     }
 
-    /// `batch`'s chunks in the `application/x-nimbus-blocks` framing, each read from the file straight into its
-    /// place in one body (no buffer per chunk, no copy). Throws when the file is shorter than a chunk's end.
-    static func framedBlocks(_ batch: [LocalChunk], from source: UploadSource) throws -> Data {
+    /// `POST /v1/blocks` of `batch`'s chunks in the `application/x-nimbus-blocks` framing, each read from the file
+    /// straight into its place in one buffer (no buffer per chunk, no copy). Throws when the file is shorter than a
+    /// chunk's end.
+    static func framedBlocks(_ batch: [LocalChunk], from source: UploadSource) throws -> TransportRequest {
         let headers = batch.map { Array("\($0.hash) \($0.length)\n".utf8) }
-        var body = Data(count: zip(batch, headers).reduce(0) { $0 + $1.0.length + $1.1.count })
+        let count = zip(batch, headers).reduce(0) { $0 + $1.0.length + $1.1.count }
         let reader = try source.open()
         defer { reader.close() }
-        try body.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
+        return try TransportRequest(method: Routes.putBlocks.method, path: Routes.putBlocks.path(), headers: ["Content-Type": StoredBlocks.contentType], bodyOf: count) { raw in
             var at = 0
             for (chunk, header) in zip(batch, headers) {
                 raw[at..<at + header.count].copyBytes(from: header)
@@ -426,7 +426,6 @@ extension NimbusProvider: DeltaDownloadProvider {
                 at += chunk.length
             }
         }
-        return body
     }
 
     /// The upload as blocks; nil when the server turns out to have no block API (the caller sends the file whole).

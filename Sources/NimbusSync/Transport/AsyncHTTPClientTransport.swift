@@ -43,7 +43,9 @@ public struct AsyncHTTPClientTransport: Transport {
         var http = HTTPClientRequest(url: base + request.path)
         http.method = HTTPMethod(rawValue: request.method)
         for (name, value) in request.headers { http.headers.replaceOrAdd(name: name, value: value) }
-        if let body = request.body {
+        if let buffer = request.bodyBuffer {
+            http.body = BandwidthLimits.body(buffer)
+        } else if let body = request.body {
             http.body = BandwidthLimits.body(body)
         }
         return http
