@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import JWTKit
+import NIOConcurrencyHelpers
 import NimbusAPI
 
 /// The claims of an access token: `sub` user, `did` device, `iss`/`aud` fixed, `exp` short.
@@ -101,6 +102,22 @@ struct TokenService: Sendable {
     /// The identity in a valid token, or `nil`: wrong algorithm (only `HS256` is accepted, never `none`),
     /// bad signature, wrong issuer or audience, or expired.
     func verify(_ token: String, now: Date) async -> Principal? {
+        if let known = verified.withLockedValue({ $0[token] }) { return known.expires > now ? known.principal : nil }
+        guard let (principal, expires) = await check(token, now: now) else { return nil }
+        verified.withLockedValue { tokens in
+            if tokens.count >= 10_000 { tokens.removeAll() }
+            tokens[token] = (principal, expires)
+        }
+        return principal
+    }
+
+    /// Access tokens this process has checked, by their text, with what they say: a client sends the same one with
+    /// every request for its whole lifetime, and parsing and checking it each time (two JSON documents and an HMAC)
+    /// was 4 % of the CPU of a metadata request. The same text always checks the same under the same key; its expiry
+    /// is compared with the clock each time. Bounded: emptied at 10,000.
+    private let verified = NIOLockedValueBox<[String: (principal: Principal, expires: Date)]>([:])
+
+    private func check(_ token: String, now: Date) async -> (Principal, Date)? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
             let headerData = Data(base64URLEncoded: String(parts[0])),
@@ -111,7 +128,7 @@ struct TokenService: Sendable {
         guard claims.iss.value == AccessClaims.issuer, claims.aud.value.contains(AccessClaims.audience),
             claims.exp.value > now
         else { return nil }
-        return Principal(userId: claims.sub.value, deviceId: claims.did)
+        return (Principal(userId: claims.sub.value, deviceId: claims.did), claims.exp.value)
     }
 
     /// A new opaque refresh token (256 random bits) and the hash the store keeps instead of it.
