@@ -12,7 +12,8 @@ user and a phone in battery. Each run starts a fresh server (SQLite + blob folde
 
 - the yardstick: `openssl dgst -sha256` of the same bytes (in the page cache), the same run;
 - `nimbus put` of --mib random MiB (a new file), of a new version (other bytes, same name, --on-conflict replace),
-  a resumable upload from this script (server CPU only: the client is Python), and `nimbus get` of the file —
+  a resumable upload from this script (server CPU only: the client is Python), and `nimbus get` of the file on a
+  second device (the first knows the file's blocks and would copy them from its own copy) —
   each as CPU per GiB and as a ratio to the hash, both ends together;
 - a first `nimbus sync --once` of --files files of 4 KiB: CPU per file (both ends) and files/s; then the no-op
   re-sync's wall time;
@@ -83,8 +84,12 @@ def one_run(args, bench_binary):
         wall, _ = resumable_upload(server.port, token, first, name="resumable.bin")
         resumable = process_cpu(server.proc.pid) - host
         figures["resumable"] = {"client": float("nan"), "server": resumable / gib, "ratio": resumable / sha, "mbs": args.mib * 1.048576 / wall}
+        # From another device: this one knows the file's blocks (it sent them) and would copy them from its own copy.
+        other = dict(os.environ, NIMBUS_HOME=os.path.join(work, "home-b"))
+        subprocess.run([args.binary, "login", f"http://127.0.0.1:{server.port}", "--username", "bench", "--password-stdin"],
+                       input="benchmark pw", text=True, env=other, check=True, stdout=subprocess.DEVNULL)
         out = os.path.join(work, "got.bin")
-        per_gib("get", *measured(server, [args.binary, "get", "/big.bin", out, "--quiet"], env))
+        per_gib("get", *measured(server, [args.binary, "get", "/big.bin", out, "--quiet"], other))
         os.remove(out)
         for path in (first, second): os.remove(path)
 
