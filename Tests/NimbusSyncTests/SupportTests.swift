@@ -32,6 +32,43 @@ struct SupportTests {
         #expect(throws: CocoaError.self) { try FileHasher.sha256(of: folder.appending(path: "missing")) }
     }
 
+    @Test("a download's check takes the hash made while it was written, only while the file is what was closed; a resumed or rewritten one is read back")
+    func writtenHashes() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "written-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let first = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        func download(_ name: String, _ pieces: [Data], truncateAfterFirst: Bool = false) throws -> DownloadTarget {
+            let target = DownloadTarget(url: folder.appending(path: name))
+            let writer = try target.open()
+            try writer.seekToEnd()
+            for (index, piece) in pieces.enumerated() {
+                try writer.write(contentsOf: piece)
+                if truncateAfterFirst && index == 0 { try writer.truncate(atOffset: 0) }
+            }
+            try writer.close()
+            return target
+        }
+        // Written in one go: the kept hash, taken once.
+        let whole = try download("a.bin", [first.prefix(1_000_000), first.dropFirst(1_000_000)])
+        #expect(WrittenHashes.take(whole.url.path)?.checksum == sha256(first))
+        #expect(WrittenHashes.take(whole.url.path) == nil, "taken once")
+        // Started over (truncated to 0): the hash restarts with it.
+        let restarted = try download("b.bin", [Data("thrown away".utf8), first], truncateAfterFirst: true)
+        #expect(try restarted.hash().checksum == sha256(first))
+        // Changed after it was closed (same size, other bytes): read back, never the kept hash.
+        let changed = try download("c.bin", [first])
+        var other = first
+        other[0] ^= 0xFF
+        try other.write(to: changed.url)
+        #expect(try changed.hash().checksum == sha256(other))
+        // Resumed after bytes already there: nothing kept, the whole file is read.
+        try first.prefix(10).write(to: folder.appending(path: "d.bin"))
+        let resumed = try download("d.bin", [first.dropFirst(10)])
+        #expect(WrittenHashes.take(resumed.url.path) == nil)
+        #expect(try resumed.hash().checksum == sha256(first))
+    }
+
     @Test("an upload's body reads a piece only when the HTTP client asks for it, and hashes all it sent")
     func uploadBodyPulls() async throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "nimbus-body-\(UUID.random().uuidString)")

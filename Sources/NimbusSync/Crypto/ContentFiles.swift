@@ -155,10 +155,11 @@ public struct DownloadTarget: Sendable {
         return (try? ContentWriter(url: url, sealing: sealing, readOnly: true).size) ?? 0
     }
 
-    /// SHA-256 and size of the content written.
+    /// SHA-256 and size of the content written: as hashed while it was written (``WrittenHashes``), when the file is
+    /// still what that writer closed; else read back.
     func hash() throws -> (checksum: String, size: Int64) {
         if let buffer { return buffer.withLock { (FileHasher.hex(SHA256.hash(data: $0)), Int64($0.count)) } }
-        guard sealing != nil else { return try FileHasher.sha256(of: url) }
+        guard sealing != nil else { return try WrittenHashes.take(url.path) ?? FileHasher.sha256(of: url) }
         let reader = try ContentReader(url: url, sealing: sealing)
         defer { reader.close() }
         var hasher = SHA256()
@@ -193,6 +194,8 @@ public final class ContentWriter: @unchecked Sendable {
     var index: UInt64 = 0
     var pending = Data()
     var tailSealed = false
+    /// A plain file written from its first byte on, in order: its hash so far (nil once that is not so).
+    private var written: (hasher: SHA256, size: Int64)?
 
     init(buffer: LockedBox<Data>) {
         self.buffer = buffer
@@ -208,7 +211,10 @@ public final class ContentWriter: @unchecked Sendable {
         self.durable = durable
         buffer = nil
         fileHandle = readOnly ? try FileHandle(forReadingFrom: url) : try FileHandle(forUpdating: url)
-        guard sealing != nil else { return }
+        guard sealing != nil else {
+            if !readOnly, FileHasher.regularFileSize(url.path) == 0 { written = (SHA256(), 0) }
+            return
+        }
         do {
             try resume(write: !readOnly)
         } catch {
@@ -285,14 +291,25 @@ public final class ContentWriter: @unchecked Sendable {
     @discardableResult
     public func seekToEnd() throws -> UInt64 {
         if let buffer { return UInt64(buffer.withLock { $0.count }) }
-        guard sealing != nil else { return try handle.seekToEnd() }
+        guard sealing != nil else {
+            let end = try handle.seekToEnd()
+            if let written, UInt64(written.size) != end { self.written = nil }
+            return end
+        }
         return UInt64(size)
     }
 
     /// Appends `bytes` (sealed in segments as they fill, in a sealed target).
     public func write<Bytes: DataProtocol>(contentsOf bytes: Bytes) throws {
         if let buffer { return buffer.withLock { $0.append(contentsOf: bytes) } }
-        guard sealing != nil else { return try handle.write(contentsOf: bytes) }
+        guard sealing != nil else {
+            try handle.write(contentsOf: bytes)
+            if written != nil {
+                for region in bytes.regions { region.withUnsafeBytes { written?.hasher.update(bufferPointer: $0) } }
+                written?.size += Int64(bytes.count)
+            }
+            return
+        }
         let data = bytes as? Data ?? Data(bytes)
         if tailSealed {
             // Written to after a synchronize: the last segment is opened again.
@@ -315,7 +332,11 @@ public final class ContentWriter: @unchecked Sendable {
     /// Only a restart (offset 0) for a sealed file.
     public func truncate(atOffset offset: UInt64) throws {
         if let buffer { return buffer.withLock { $0 = $0.prefix(Int(offset)) } }
-        guard sealing != nil else { return try handle.truncate(atOffset: offset) }
+        guard sealing != nil else {
+            try handle.truncate(atOffset: offset)  // (the position moves there too)
+            written = offset == 0 ? (SHA256(), 0) : nil
+            return
+        }
         guard offset == 0 else { throw EncryptionError.tampered("a sealed download can only start over") }
         try restart()
     }
@@ -338,6 +359,10 @@ public final class ContentWriter: @unchecked Sendable {
             tailSealed = true
         }
         try handle.close()
+        if let written {
+            WrittenHashes.keep(url.path, checksum: FileHasher.hex(written.hasher.finalize()), size: written.size)
+            self.written = nil
+        }
     }
 
     private func seal(_ plain: Data.SubSequence, last: Bool) throws {
@@ -348,5 +373,28 @@ public final class ContentWriter: @unchecked Sendable {
         guard let combined = box.combined else { throw EncryptionError.tampered("sealing failed") }
         try handle.write(contentsOf: combined)
         if !last { index += 1 }
+    }
+}
+
+/// The SHA-256 of plain downloads as their ``ContentWriter`` wrote them, first byte to last, by path: the check that
+/// follows a download (``DownloadTarget/hash()``) takes it instead of reading the whole file back — a third of the
+/// client's CPU for a big download. Taken only while the file is what the writer closed (same inode, size and
+/// modification time, `lstat`); otherwise, or once taken, the file is read. A few entries (a download's check comes
+/// right after it).
+enum WrittenHashes {
+    private static let kept = LockedBox([String: (checksum: String, stat: FileStat)]())
+
+    static func keep(_ path: String, checksum: String, size: Int64) {
+        guard let stat = POSIXFileSystem().stat(path), stat.kind == .file, stat.size == size else { return }
+        kept.withLock { entries in
+            if entries.count >= 64 { entries.removeAll() }
+            entries[path] = (checksum, stat)
+        }
+    }
+
+    /// The hash kept for `path`, if the file is unchanged since; forgotten either way.
+    static func take(_ path: String) -> (checksum: String, size: Int64)? {
+        guard let entry = kept.withLock({ $0.removeValue(forKey: path) }), POSIXFileSystem().stat(path) == entry.stat else { return nil }
+        return (entry.checksum, entry.stat.size)
     }
 }
