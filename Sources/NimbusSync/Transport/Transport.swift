@@ -17,7 +17,7 @@ public struct TransportRequest: Sendable {
         set { (storedBody, bodyBuffer) = (newValue, nil) }
     }
     private var storedBody: Data?
-    /// The same bytes as ``body``, held by the buffer `body` was made over (``framing(_:capacity:fill:)``): a
+    /// The same bytes as ``body``, held by the buffer `body` was made over (`init(method:path:headers:bodyOf:fill:)`): a
     /// transport that sends `ByteBuffer`s takes it as it is. Setting `body` drops it.
     private(set) var bodyBuffer: ByteBuffer?
 
