@@ -129,8 +129,7 @@ extension SQLMetadataStore {
             if adoption.hasRow, let row = try db.fetchOne("SELECT pack, pack_offset, pack_stored FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.hash]) {
                 block.pack = try Self.packLocation(row)  // where the row says the bytes are
             }
-            if let pack = block.pack?.pack, packsSeen.contains(pack) { continue }
-            if let pack = block.pack?.pack { packsSeen.insert(pack) }
+            if let pack = block.pack?.pack, !packsSeen.insert(pack).inserted { continue }
             if try !blobs.containsBlocking(block, user: userId) {
                 throw DriveError.unavailable("A block of this upload is missing from the blob store; nothing was changed, upload again.", retryAfter: 1)
             }

@@ -68,16 +68,8 @@ public final class ContentReader: @unchecked Sendable {
     public func read(offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
         switch backing {
         case .plain(let handle):
-            guard let base = buffer.baseAddress else { return true }
-            var done = 0
-            while done < buffer.count {
-                let got = pread(handle.fileDescriptor, base + done, buffer.count - done, off_t(offset) + off_t(done))
-                if got < 0 && errno == EINTR { continue }
-                if got < 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-                if got == 0 { return false }
-                done += got
-            }
-            return true
+            guard let count = FileHasher.fill(handle.fileDescriptor, buffer, at: offset) else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            return count == buffer.count
         case .sealed:
             guard let data = try read(offset: offset, length: buffer.count) else { return false }
             data.copyBytes(to: buffer)

@@ -144,12 +144,15 @@ public enum FileHasher {
         return (hex(hasher.finalize()), size)
     }
 
-    /// Fills `buffer` from `descriptor`: fewer bytes only at the end of the file; nil on an error (`errno` says which).
-    static func fill(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int? {
+    /// Fills `buffer` from `descriptor` (from its position, or from `offset` with `pread`, the position left alone):
+    /// fewer bytes only at the end of the file; nil on an error (`errno` says which).
+    static func fill(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer, at offset: Int64? = nil) -> Int? {
         guard let base = buffer.baseAddress else { return 0 }
         var count = 0
         while count < buffer.count {
-            let got = read(descriptor, base + count, buffer.count - count)
+            let got =
+                if let offset { pread(descriptor, base + count, buffer.count - count, off_t(offset) + off_t(count)) }
+                else { read(descriptor, base + count, buffer.count - count) }
             if got < 0 {
                 if errno == EINTR { continue }
                 return nil
