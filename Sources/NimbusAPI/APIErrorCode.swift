@@ -21,6 +21,8 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case cannotShareRoot = "cannot_share_root"
     // 401 / 403 / 404 / 405
     case unauthorized
+    /// The account is disabled by the server's operator (`nimbus user disable`): nothing signs in; its files are kept.
+    case accountDisabled = "account_disabled"
     /// A public link with a password: get a session with it first (`POST /v1/public/{token}/session`).
     case passwordRequired = "password_required"
     /// A public link's password was wrong.

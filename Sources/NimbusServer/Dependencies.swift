@@ -62,6 +62,7 @@ struct Dependencies: Sendable {
         guard let device = try await accounts.device(id: identity.deviceId), device.revokedAt == nil, device.userId == identity.userId else {
             throw DriveError.unauthorized("This device was signed out; log in again.")
         }
+        guard !device.userDisabled else { throw DriveError.accountDisabled }
         Acting.current?.record(identity)
         return identity
     }

@@ -22,6 +22,7 @@ extension Dependencies {
             let record = try await accounts.useAppPassword(passwordHash: AppPasswords.hash(password), now: now)
             let user = try await accounts.user(username: username)
             guard let record, let user, record.userId == user.id else { return nil }
+            guard user.disabledAt == nil else { throw DriveError.accountDisabled }
             return Principal(userId: user.id, deviceId: Principal.appPasswordPrefix + record.id)
         }
         switch outcome {

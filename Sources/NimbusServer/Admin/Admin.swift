@@ -4,7 +4,8 @@ import HummingbirdBcrypt
 import NIOPosix
 import NimbusAPI
 
-/// Offline administration of a data folder (`nimbus user add`), without a running server.
+/// Administration of a server's store (`nimbus user …`), while the server runs or not: each effect is in the database,
+/// which the server reads on every request.
 public enum Admin {
     public struct AddedUser: Sendable {
         public var id: String
@@ -20,21 +21,90 @@ public enum Admin {
     ) async throws -> AddedUser {
         try Accounts.validate(username: username)
         try Accounts.validate(password: password)
-        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        let blobs = try LocalBlobStore(root: dataDirectory)
+        if database == nil { try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true) }
+        return try await withStore(dataDirectory: dataDirectory, database: database) { store in
+            try await addUser(to: store, username: username, password: password, quota: quota, update: update, bcryptCost: bcryptCost)
+        }
+    }
+
+    /// Every account, by name.
+    public static func users(dataDirectory: URL, database: String? = nil) async throws -> [UserSummary] {
+        try await withStore(dataDirectory: dataDirectory, database: database, creating: false) { try await $0.userSummaries() }
+    }
+
+    /// A new password for `username`; every device and app password of the account is signed out.
+    public static func setPassword(dataDirectory: URL, database: String? = nil, username: String, password: String, bcryptCost: UInt8 = 10) async throws {
+        try Accounts.validate(password: password)
+        try await withUser(username, dataDirectory: dataDirectory, database: database) { store, user in
+            let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: bcryptCost) }
+            try await store.setPassword(userId: user.id, passwordHash: hash)
+        }
+    }
+
+    /// Sets the account's quota in bytes (`nil`: unlimited).
+    public static func setQuota(dataDirectory: URL, database: String? = nil, username: String, quota: Int64?) async throws -> UserSummary {
+        try await withUser(username, dataDirectory: dataDirectory, database: database) { store, user in
+            try await store.setQuota(userId: user.id, quota: quota)
+            return try await summary(store, user.id)
+        }
+    }
+
+    /// Disables or enables the account; whether that changed anything (it may be so already).
+    public static func setDisabled(dataDirectory: URL, database: String? = nil, username: String, _ disabled: Bool) async throws -> Bool {
+        try await withUser(username, dataDirectory: dataDirectory, database: database) { store, user in
+            try await store.setDisabled(userId: user.id, disabled, now: Date())
+        }
+    }
+
+    /// Removes the account and its data: what it held (for the message) and how many items went.
+    public static func removeUser(dataDirectory: URL, database: String? = nil, username: String) async throws -> (UserSummary, items: Int) {
+        try await withUser(username, dataDirectory: dataDirectory, database: database) { store, user in
+            let before = try await summary(store, user.id)
+            return (before, try await store.removeUser(userId: user.id, now: Date()))
+        }
+    }
+
+    static func summary(_ store: SQLMetadataStore, _ id: String) async throws -> UserSummary {
+        guard let found = try await store.userSummaries().first(where: { $0.id == id }) else { throw DriveError.notFound("No such user.") }
+        return found
+    }
+
+    static func withUser<T: Sendable>(
+        _ username: String, dataDirectory: URL, database: String?, _ body: (SQLMetadataStore, UserRecord) async throws -> T
+    ) async throws -> T {
+        try await withStore(dataDirectory: dataDirectory, database: database, creating: false) { store in
+            guard let user = try await store.user(username: username) else {
+                throw DriveError.notFound("There is no user '\(username)' (nimbus user list shows them).")
+            }
+            return try await body(store, user)
+        }
+    }
+
+    /// Runs `body` on the server's store — the data folder's SQLite file, or the PostgreSQL database at `database`
+    /// (blocks stay where they are: these commands never touch them) — and closes it. `creating`: false refuses a
+    /// data folder that holds no database (a typo in `--data` says so instead of making an empty one).
+    static func withStore<T: Sendable>(
+        dataDirectory: URL, database: String?, creating: Bool = true, _ body: (SQLMetadataStore) async throws -> T
+    ) async throws -> T {
+        let path = dataDirectory.appending(path: "nimbus.sqlite").path
+        guard creating || database != nil || FileManager.default.fileExists(atPath: path) else {
+            throw DriveError.notFound("\(dataDirectory.path) holds no Nimbus server (no nimbus.sqlite); pass the server's --data folder.")
+        }
+        // (With PostgreSQL the blocks are elsewhere and these commands never touch them: a scratch folder stands in.)
+        let scratch = database == nil ? nil : FileManager.default.temporaryDirectory.appending(path: "nimbus-admin-\(UUID().uuidString)")
+        defer { if let scratch { try? FileManager.default.removeItem(at: scratch) } }
+        let blobs = try LocalBlobStore(root: scratch ?? dataDirectory)
         let store: SQLMetadataStore
         if let database {
             let postgres = try await PostgresDatabase.open(try PostgresDatabase.Location.parse(database), logger: Logger(label: "nimbus-admin"))
             store = SQLMetadataStore(database: postgres, blobs: blobs, notifier: LocalChangeNotifier(), revisionRetention: RevisionRetention())
         } else {
-            store = try SQLMetadataStore(
-                path: dataDirectory.appending(path: "nimbus.sqlite").path, blobs: blobs, notifier: LocalChangeNotifier(),
-                revisionRetention: RevisionRetention())
+            store = try SQLMetadataStore(path: path, blobs: blobs, notifier: LocalChangeNotifier(), revisionRetention: RevisionRetention())
         }
         do {
-            let added = try await addUser(to: store, username: username, password: password, quota: quota, update: update, bcryptCost: bcryptCost)
+            let value = try await body(store)
             await store.database.close()
-            return added
+            return value
         } catch {
             await store.database.close()
             throw error

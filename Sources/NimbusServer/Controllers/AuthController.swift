@@ -65,6 +65,8 @@ struct AuthController: Sendable {
             let user = try await dependencies.accounts.user(username: credentials.username)
             // Verify against a dummy hash for unknown users so timing does not tell which usernames exist.
             let ok = try await dependencies.verifyPassword(credentials.password, hash: user?.passwordHash ?? Accounts.dummyHash)
+            // Said only to whoever knows the password.
+            if ok, user?.disabledAt != nil { throw DriveError.accountDisabled }
             return ok ? user : nil
         }
         let user: UserRecord

@@ -117,6 +117,9 @@ struct LoginFlow {
         }
         switch outcome {
         case .signedIn(let user):
+            guard user.disabledAt == nil else {
+                return signInPage(flow, v2: v2, error: DriveError.accountDisabled.body.error.message, status: .unauthorized)
+            }
             let secret = randomToken(length: 32)
             guard try await dependencies.accounts.signInLoginFlow(loginToken: flow.loginToken, userId: user.id, grantHash: Self.hash(secret), now: dependencies.now) else {
                 return Self.gone()

@@ -11,6 +11,8 @@ struct UserRecord: Sendable, Equatable {
     var usedBytes: Int64
     var rootId: String
     var createdAt: Date
+    /// When the operator disabled the account (`nimbus user disable`): nothing signs in while it is set.
+    var disabledAt: Date? = nil
 }
 
 /// A signed-in device: one refresh token each, rotated on every use.
@@ -21,6 +23,8 @@ struct DeviceRecord: Sendable, Equatable {
     var refreshHash: String
     var lastUsedAt: Date
     var revokedAt: Date?
+    /// Its user's account is disabled (read with the device, so every request sees it at once).
+    var userDisabled = false
 }
 
 /// An app password (for WebDAV's Basic auth): only its SHA-256 is kept — it is 124 random bits, so a fast hash

@@ -62,17 +62,21 @@ extension SQLMetadataStore {
 
     func device(id: String) async throws -> DeviceRecord? {
         try await database.read { db in
-            try db.fetchOne("SELECT * FROM devices WHERE id = ?", [id]).map(Self.device)
+            try db.fetchOne(Self.deviceWithUser + "WHERE devices.id = ?", [id]).map(Self.device)
         }
     }
+
+    /// A device row with its user's `disabled_at` as `user_disabled_at` (then a WHERE on `devices.`).
+    static let deviceWithUser = "SELECT devices.*, users.disabled_at AS user_disabled_at FROM devices JOIN users ON users.id = devices.user_id "
 
     func rotateRefreshToken(presentedHash: String, newHash: String, now: Date, maxIdle: TimeInterval, grace: TimeInterval) async throws -> DeviceRecord {
         // Locked on the token: two replicas refreshing the same token at once serialize, so the second sees it
         // rotated away (a replay) exactly as on one replica.
         let rotated = try await write(user: "refresh:" + presentedHash) { db, _ -> DeviceRecord? in
-            if let row = try db.fetchOne("SELECT * FROM devices WHERE refresh_hash = ?", [presentedHash]) {
+            if let row = try db.fetchOne(Self.deviceWithUser + "WHERE devices.refresh_hash = ?", [presentedHash]) {
                 var device = try Self.device(row)
                 guard device.revokedAt == nil else { throw DriveError.unauthorized("This device was signed out; log in again.") }
+                guard !device.userDisabled else { throw DriveError.accountDisabled }
                 guard now.timeIntervalSince(device.lastUsedAt) <= maxIdle else {
                     throw DriveError.unauthorized("The refresh token expired; log in again.")
                 }

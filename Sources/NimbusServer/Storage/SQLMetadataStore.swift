@@ -305,13 +305,15 @@ extension SQLMetadataStore {
     static func user(_ row: SQLRow) throws -> UserRecord {
         UserRecord(
             id: try row.get("id"), username: try row.get("username"), passwordHash: try row.get("password_hash"), quotaLimit: try row.get("quota_limit"),
-            usedBytes: try row.get("used_bytes"), rootId: try row.get("root_id"), createdAt: Date(millis: try row.get("created_at")))
+            usedBytes: try row.get("used_bytes"), rootId: try row.get("root_id"), createdAt: Date(millis: try row.get("created_at")),
+            disabledAt: (try row.get("disabled_at", as: Int64?.self)).map(Date.init(millis:)))
     }
 
     static func device(_ row: SQLRow) throws -> DeviceRecord {
         DeviceRecord(
             id: try row.get("id"), userId: try row.get("user_id"), name: try row.get("name"), refreshHash: try row.get("refresh_hash"),
-            lastUsedAt: Date(millis: try row.get("last_used_at")), revokedAt: (try row.get("revoked_at", as: Int64?.self)).map(Date.init(millis:)))
+            lastUsedAt: Date(millis: try row.get("last_used_at")), revokedAt: (try row.get("revoked_at", as: Int64?.self)).map(Date.init(millis:)),
+            userDisabled: try row.has("user_disabled_at") && row.get("user_disabled_at", as: Int64?.self) != nil)
     }
 
     static func file(_ row: SQLRow) throws -> FileRecord {

@@ -197,3 +197,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         }
     }
 }
+
+extension DriveError {
+    /// 401 `account_disabled`: the operator disabled the account; nothing signs in to it (its files are kept).
+    static let accountDisabled = DriveError.unauthorizedCode(
+        "This account is disabled by the server's operator; its files are kept. Ask them to enable it again.", code: .accountDisabled)
+}

@@ -364,7 +364,7 @@ enum RemotePath {
     static func item(_ path: String, in engine: SyncEngine) async throws -> SyncItem {
         guard let item = try await engine.item(atPath: normalized(path)) else {
             if let reason = Offline.reason.withLock({ $0 }) {
-                throw CLIError("\(normalized(path)) is not known on this device, and the server could not be reached (\(reason)) to ask.")
+                throw CLIError("\(normalized(path)) is not known on this device, and the server was not there to ask: \(reason).")
             }
             throw CLIError("\(normalized(path)): no such file or folder.")
         }

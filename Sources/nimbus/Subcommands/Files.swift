@@ -50,18 +50,22 @@ func refresh(_ engine: SyncEngine) async {
     do {
         try await engine.pull()
     } catch SyncError.network(let detail) {
-        Offline.reason.withLock { $0 = detail }
+        Offline.reason.withLock { $0 = "The server could not be reached (\(detail))" }
+    } catch SyncError.unauthorized(let detail) {
+        // Signed out, or the account disabled: said, never shown as if the listing were current.
+        Offline.reason.withLock { $0 = "The server refused this device: \(detail)" }
     } catch {}
 }
 
-/// Why this command works from the device's copy alone: the server could not be reached (nil: it was).
+/// Why this command works from the device's copy alone: the server could not be reached, or refused this device
+/// (nil: it answered).
 enum Offline {
     static let reason = LockedBox<String?>(nil)
 
-    /// A note on standard error that what is shown is the device's copy, when the server could not be reached.
+    /// A note on standard error that what is shown is the device's copy, when the server did not answer it.
     static func note() {
         guard let reason = reason.withLock({ $0 }) else { return }
-        Output.error("The server could not be reached (\(reason)); shown as this device last saw it.")
+        Output.error("\(reason); shown as this device last saw it.")
     }
 }
 

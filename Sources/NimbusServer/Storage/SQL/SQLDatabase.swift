@@ -98,6 +98,9 @@ struct SQLRow: Sendable {
         return value
     }
 
+    /// Whether the result has a column `name` (a query that joins it in or not).
+    func has(_ name: String) -> Bool { columns.indexes[name] != nil }
+
     /// The first column's value (for `SELECT COUNT(*)` and the like).
     func first<T: SQLColumn>(as type: T.Type = T.self) throws -> T {
         guard let value = values.first, let decoded = T(sqlValue: value) else {

@@ -474,5 +474,17 @@ enum SchemaMigrations {
                 "CREATE INDEX files_search ON files USING gin (search_name public.gin_trgm_ops)",
             ]
         ),
+        Migration(
+            id: "schema-6-operating",
+            statements: [
+                // When the operator disabled the account (`nimbus user disable`): sign-in, tokens and app passwords are
+                // refused while it is set; the account's data is kept.
+                "ALTER TABLE users ADD COLUMN disabled_at {int}",
+                // When a read or the scrub found the block's stored bytes no longer hash to its name (bit rot): it is
+                // served to no one and reported missing, so the next upload of the same content stores it again.
+                "ALTER TABLE blocks ADD COLUMN damaged_at {int}",
+                "CREATE INDEX blocks_damaged ON blocks(user_id) WHERE damaged_at IS NOT NULL",
+            ]
+        ),
     ]
 }
