@@ -65,6 +65,9 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case unsupportedEncoding = "unsupported_encoding"
     case rateLimited = "rate_limited"
     case internalError = "internal_error"
+    /// 500: the stored bytes of the file (one of its blocks) are damaged on the server's disk; nothing of them was
+    /// sent. Other versions may be whole; uploading the content again repairs it.
+    case contentDamaged = "content_damaged"
     /// 503: a store the server needs is unreachable; retry after `Retry-After` seconds.
     case unavailable
     case quotaExceeded = "quota_exceeded"

@@ -52,7 +52,8 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         // A store that is down now does not stop the replica: /healthz says 503 until it answers.
         do { try await s3.ensureBucket() } catch { logger.warning("the blob store does not answer yet", metadata: ["error": "\(error)"]) }
     }
-    let blobs: any BlobStore = MeteredBlobStore(opened, name: opened is S3BlobStore ? "s3" : "local")
+    let damage = DamageReports()
+    let blobs: any BlobStore = MeteredBlobStore(opened, name: opened is S3BlobStore ? "s3" : "local", damage: damage)
     let store: SQLMetadataStore
     let notifier: any ChangeNotifier
     var services: [any Service] = []
@@ -83,6 +84,20 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
         reserve.replenish(spare: configuration.minimumFreeSpace)
         notifier = local
         secret = try SecretFile.loadOrCreate(at: data.appending(path: "jwt-secret"))
+    }
+    damage.setHandler { [store, logger, clock = configuration.clock] damaged in
+        do {
+            guard try await store.markDamaged(userId: damaged.user, hash: damaged.hash, now: clock.now()) else { return }
+            let files = try await store.files(using: [damaged.hash], userId: damaged.user)
+            logger.error(
+                "a stored block is damaged (its bytes no longer hash to its name): not served; uploading the file again repairs it",
+                metadata: [
+                    "user": "\(files.first?.username ?? damaged.user)", "block": "\(damaged.hash)",
+                    "files": "\(files.map { $0.path + ($0.head ? "" : " (an older version)") })",
+                ])
+        } catch {
+            logger.error("a damaged block could not be marked", metadata: ["block": "\(damaged.hash)", "error": "\(error)"])
+        }
     }
     // Names written before search existed get their folded form (once: later writes fold their own).
     let folded = try await store.foldNames()

@@ -43,6 +43,9 @@ public struct ServerConfiguration: Sendable {
     /// Blocks nothing references any more are deleted from the blob store this long after (an upload in flight
     /// may still adopt them meanwhile; a re-upload of recently deleted content is deduplicated).
     public var blockGracePeriod: Duration = .seconds(24 * 3600)
+    /// The maintenance pass re-reads a slice of the stored blocks each time, so that every block is checked against
+    /// its SHA-256 within this many days (at least 100 blocks a pass: a small store is done sooner); 0: never.
+    public var scrubDays = 30
     /// Blocks freed by a deletion (a file purged, the trash emptied, a revision pruned, an upload cancelled) are
     /// deleted this long after, so the space is usable again soon. nil: a minute with the local blob store (a read
     /// already running keeps the packs it has open: unlinking is safe under open readers), an hour with S3 (its reads

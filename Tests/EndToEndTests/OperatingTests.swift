@@ -50,6 +50,40 @@ struct OperatingTests {
         #expect(try admin.run(["user", "list"] + data).stdout.contains("No users yet"))
     }
 
+    @Test("nimbus admin verify on a running server names a file a flipped byte damaged (exit 1); another device's get fails; a put of the same bytes heals it")
+    func verifyAndHeal() async throws {
+        let bench = try Bench()
+        let laptop = try bench.device("laptop", user: "ana")
+        let phone = try bench.device("phone", user: "ana")
+        let data = ["--data", bench.root.appending(path: "server").path]
+        let content = Data((0..<1_500_000).map { _ in UInt8.random(in: 0...255) })
+        let original = try bench.folder("files").appending(path: "big.bin")
+        try content.write(to: original)
+        #expect(try laptop.run(["put", original.path, "/"]).status == 0)
+        #expect(try laptop.run(["admin", "verify"] + data).status == 0)
+
+        let packs = bench.root.appending(path: "server/packs")
+        let user = try #require(try FileManager.default.contentsOfDirectory(atPath: packs.path).first)
+        let pack = packs.appending(path: user).appending(path: try #require(try FileManager.default.contentsOfDirectory(atPath: packs.appending(path: user).path).first))
+        var bytes = try Data(contentsOf: pack)
+        bytes[800_000] ^= 0x40
+        try bytes.write(to: pack)
+
+        let verified = try laptop.run(["admin", "verify"] + data)
+        #expect(verified.status == 1 && verified.stdout.contains("ana  /big.bin"), "\(verified.stdout)\(verified.stderr)")
+        let got = try phone.run(["get", "/big.bin", phone.workingDirectory.appending(path: "got.bin").path])
+        #expect(got.status != 0, "\(got.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: phone.workingDirectory.appending(path: "got.bin").path), "no file with other bytes, nor half of one")
+
+        let copy = try bench.folder("copies").appending(path: "same.bin")
+        try content.write(to: copy)
+        #expect(try laptop.run(["put", copy.path, "/"]).status == 0)
+        let healed = try laptop.run(["admin", "verify"] + data)
+        #expect(healed.status == 0 && healed.stdout.contains("healed") && healed.stdout.contains("/big.bin"), "\(healed.stdout)\(healed.stderr)")
+        #expect(try phone.run(["get", "/big.bin", phone.workingDirectory.appending(path: "again.bin").path]).status == 0)
+        #expect(try Data(contentsOf: phone.workingDirectory.appending(path: "again.bin")) == content)
+    }
+
     func write(_ text: String, named name: String, in bench: Bench) throws -> String {
         let url = try bench.folder("files").appending(path: name)
         try Data(text.utf8).write(to: url)

@@ -64,6 +64,51 @@ public enum Admin {
         }
     }
 
+    /// What ``verify(dataDirectory:database:blobs:progress:)`` found.
+    public struct Verification: Sendable, Codable {
+        public var checkedBlocks: Int
+        public var checkedBytes: Int64
+        /// Blocks whose bytes no longer hash to their name, or are gone (marked damaged: never served).
+        public var damagedBlocks: Int
+        /// Blocks damaged before that are whole again (the content was uploaded again since), reported once.
+        public var healedBlocks: Int
+        /// Every file revision that cannot be read whole, with its user and path.
+        public var damagedFiles: [AffectedFile]
+        /// The file revisions the healed blocks made whole again.
+        public var healedFiles: [AffectedFile]
+    }
+
+    /// Re-reads every stored block and checks it against its SHA-256, marks the damaged ones (and those stored again
+    /// since, healed), and lists the file revisions that cannot be read whole — also those naming a block the store
+    /// has no row for. Works while the server runs. `progress` gets a line now and then.
+    public static func verify(
+        dataDirectory: URL, database: String? = nil, blobs: String? = nil, progress: @escaping @Sendable (String) -> Void = { _ in }
+    ) async throws -> Verification {
+        try await withStore(dataDirectory: dataDirectory, database: database, blobs: blobs ?? "local", creating: false) { store in
+            let total = try await store.blockTotal()
+            var report = Verification(checkedBlocks: 0, checkedBytes: 0, damagedBlocks: 0, healedBlocks: 0, damagedFiles: [], healedFiles: [])
+            var healed: [String: [String]] = [:]
+            var cursor: (user: String, hash: String)? = nil
+            var last = Date()
+            repeat {
+                let slice = try await store.verifyBlocks(from: cursor, limit: 1000, now: Date())
+                report.checkedBlocks += slice.checked
+                report.checkedBytes += slice.bytes
+                report.damagedBlocks += slice.damaged.count
+                report.healedBlocks += slice.healed.count
+                for (user, hash) in slice.healed { healed[user, default: []].append(hash) }
+                cursor = slice.next
+                if Date().timeIntervalSince(last) >= 2 {
+                    last = Date()
+                    progress("checked \(report.checkedBlocks) of \(total) blocks (\(ByteCount.format(report.checkedBytes)))…")
+                }
+            } while cursor != nil
+            report.damagedFiles = try await store.damagedFiles()
+            for (user, hashes) in healed.sorted(by: { $0.key < $1.key }) { report.healedFiles += try await store.files(using: hashes, userId: user) }
+            return report
+        }
+    }
+
     static func summary(_ store: SQLMetadataStore, _ id: String) async throws -> UserSummary {
         guard let found = try await store.userSummaries().first(where: { $0.id == id }) else { throw DriveError.notFound("No such user.") }
         return found
@@ -84,16 +129,16 @@ public enum Admin {
     /// (blocks stay where they are: these commands never touch them) — and closes it. `creating`: false refuses a
     /// data folder that holds no database (a typo in `--data` says so instead of making an empty one).
     static func withStore<T: Sendable>(
-        dataDirectory: URL, database: String?, creating: Bool = true, _ body: (SQLMetadataStore) async throws -> T
+        dataDirectory: URL, database: String?, blobs location: String? = nil, creating: Bool = true, _ body: (SQLMetadataStore) async throws -> T
     ) async throws -> T {
         let path = dataDirectory.appending(path: "nimbus.sqlite").path
         guard creating || database != nil || FileManager.default.fileExists(atPath: path) else {
             throw DriveError.notFound("\(dataDirectory.path) holds no Nimbus server (no nimbus.sqlite); pass the server's --data folder.")
         }
-        // (With PostgreSQL the blocks are elsewhere and these commands never touch them: a scratch folder stands in.)
-        let scratch = database == nil ? nil : FileManager.default.temporaryDirectory.appending(path: "nimbus-admin-\(UUID().uuidString)")
+        // (With PostgreSQL and no --blobs the blocks are not what the command is about: a scratch folder stands in.)
+        let scratch = database == nil || location != nil ? nil : FileManager.default.temporaryDirectory.appending(path: "nimbus-admin-\(UUID().uuidString)")
         defer { if let scratch { try? FileManager.default.removeItem(at: scratch) } }
-        let blobs = try LocalBlobStore(root: scratch ?? dataDirectory)
+        let blobs = try location.map { try BlobLocation.parse($0).open(data: dataDirectory) } ?? LocalBlobStore(root: scratch ?? dataDirectory)
         let store: SQLMetadataStore
         if let database {
             let postgres = try await PostgresDatabase.open(try PostgresDatabase.Location.parse(database), logger: Logger(label: "nimbus-admin"))

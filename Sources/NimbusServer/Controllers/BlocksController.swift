@@ -344,6 +344,7 @@ struct BlocksController: Sendable {
         var seenMissing: Set<String> = []
         var blocks: [BlockRef] = []
         var sources: [String] = []
+        var fromBase: [String] = []
         blocks.reserveCapacity(body.blocks.count)
         for entry in body.blocks {
             switch entry {
@@ -364,7 +365,13 @@ struct BlocksController: Sendable {
                 }
                 blocks += base[from..<from + count]
                 sources += Array(repeating: owner, count: count)
+                fromBase += base[from..<from + count].map(\.hash)
             }
+        }
+        // A base block found damaged since (bit rot) is missing too: the client has its bytes, and sending them heals it.
+        let damaged = fromBase.isEmpty ? [] : try await dependencies.content.damagedBlocks(userId: owner, hashes: fromBase)
+        for hash in damaged.sorted() where seenMissing.insert(hash).inserted {
+            missing.append(hash)
         }
         guard missing.isEmpty else { throw DriveError.blocksMissing(missing) }
         let total = blocks.reduce(Int64(0)) { $0 + $1.size }

@@ -1326,7 +1326,7 @@ components:
           type: object
           required: [code, message]
           properties:
-            code: { type: string, description: "Machine-readable, e.g. not_found, name_conflict, version_conflict, quota_exceeded, insufficient_storage (the server's disk is full: 507)" }
+            code: { type: string, description: "Machine-readable, e.g. not_found, name_conflict, version_conflict, quota_exceeded, insufficient_storage (the server's disk is full: 507), account_disabled (401: the operator disabled the account), content_damaged (500: the stored bytes are damaged on the server's disk; nothing of them is sent)" }
             message: { type: string }
             existingId: { type: string, description: "409 name_conflict: the item holding the name; 409 version_conflict: the file; 409 request_id_reused: the file that requestId made (with other content)" }
             file: { $ref: "#/components/schemas/File", description: "409 version_conflict / 412: the item's current state" }

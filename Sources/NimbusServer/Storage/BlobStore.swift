@@ -101,13 +101,14 @@ enum StoredBlockCodec {
         BodyEncoding.compressIfWorthIt(ByteBuffer(bytes: bytes), with: algorithm, minimumSize: 4096).map { Array(buffer: $0) }
     }
 
-    /// The block's bytes from what the store holds for it (`size` is the block's length).
+    /// The block's bytes from what the store holds for it (`size` is the block's length); ``DamagedBlock`` (its user
+    /// still to be filled in) when they do not expand to that length.
     static func expand(_ stored: [UInt8], size: Int64, hash: String) throws -> [UInt8] {
         if stored.count == Int(size) { return stored }
-        guard stored.count < Int(size) else { throw DriveError.internalError("Block \(hash) is longer than its manifest says.") }
+        guard stored.count < Int(size) else { throw DamagedBlock(user: "", hash: hash) }
         var buffer = ByteBuffer(bytes: stored)
         guard let expanded = try? buffer.decompress(with: algorithm, maxSize: Int(size)), expanded.readableBytes == Int(size) else {
-            throw DriveError.internalError("Block \(hash) is shorter than its manifest says.")
+            throw DamagedBlock(user: "", hash: hash)
         }
         return Array(buffer: expanded)
     }
@@ -178,29 +179,63 @@ final class OpenFiles {
     }
 }
 
+/// Whole blocks next to each other in one file or object, each with the part of it a read wants
+/// (``BlobStore/readCoalesced(_:user:range:into:place:expand:readRun:)``).
+private struct Run {
+    var key: String
+    var start: Int64
+    var length: Int64
+    var parts: [(block: BlockRef, from: Int64, to: Int64)]
+}
+
 extension BlobStore {
     /// Reads `range` of the content made of `blocks`, joining blocks that lie next to each other in the same pack
     /// (a file's blocks usually do: written in order) into runs read in pieces of up to 1 MiB. ~64 KiB blocks read
     /// one by one cost a thread-pool hop and a `pread` each locally (downloads ran at a fifth of the speed), and a
     /// `GET` each from S3. `place` says where a block's bytes are (file or object, offset, stored length); a block
     /// stored compressed (fewer bytes than its size) comes whole from `expand`; `readRun` reads a piece of a run.
+    ///
+    /// Every block is read whole and checked against its SHA-256 (``BlockCheck``) before any of its bytes reach
+    /// `body` — a range too (at most a block more at each end). A block that fails throws ``DamagedBlock``.
     func readCoalesced(
-        _ blocks: [BlockRef], range: Range<Int64>, into body: (ByteBuffer) async throws -> Void,
+        _ blocks: [BlockRef], user: String, range: Range<Int64>, into body: (ByteBuffer) async throws -> Void,
         place: (BlockRef) async throws -> (key: String, offset: Int64, stored: Int64),
         expand: (BlockRef, String, Int64, Int64) async throws -> [UInt8],
         readRun: (String, Int64, Int64) async throws -> ByteBuffer
     ) async throws {
-        var run: (key: String, start: Int64, length: Int64)? = nil
-        func send(_ pending: (key: String, start: Int64, length: Int64)?) async throws {
+        func emit(_ whole: ByteBuffer, _ part: (block: BlockRef, from: Int64, to: Int64)) async throws {
+            try BlockCheck.verify(whole, part.block, user: user)
+            guard let wanted = whole.getSlice(at: whole.readerIndex + Int(part.from), length: Int(part.to - part.from)) else { return }
+            try await body(wanted)
+        }
+        func send(_ pending: Run?) async throws {
             guard let pending else { return }
             var offset = pending.start
             let end = pending.start + pending.length
+            var index = 0
+            var partial = ByteBuffer()  // the start of parts[index], when a piece ended inside it
             while offset < end {
                 let count = min(Int64(1 << 20), end - offset)
-                try await body(try await readRun(pending.key, offset, count))
+                var piece = try await readRun(pending.key, offset, count)
+                guard piece.readableBytes == Int(count) else { throw DamagedBlock(user: user, hash: pending.parts[index].block.hash) }
                 offset += count
+                while piece.readableBytes > 0, index < pending.parts.count {
+                    let part = pending.parts[index]
+                    let missing = Int(part.block.size) - partial.readableBytes
+                    if partial.readableBytes == 0, piece.readableBytes >= missing, let whole = piece.readSlice(length: missing) {
+                        try await emit(whole, part)  // the whole block in this piece: checked in place
+                    } else {
+                        guard var some = piece.readSlice(length: min(missing, piece.readableBytes)) else { break }
+                        partial.writeBuffer(&some)
+                        guard partial.readableBytes == Int(part.block.size) else { continue }
+                        try await emit(partial, part)
+                        partial = ByteBuffer()
+                    }
+                    index += 1
+                }
             }
         }
+        var run: Run? = nil
         var blockStart: Int64 = 0
         for block in blocks {
             let blockEnd = blockStart + block.size
@@ -209,7 +244,7 @@ extension BlobStore {
             let from = max(range.lowerBound, blockStart) - blockStart
             let to = min(range.upperBound, blockEnd) - blockStart
             if let inline = block.inline {
-                guard inline.count == block.size else { throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.") }
+                try BlockCheck.verify(inline, block, user: user)
                 try await send(run)
                 run = nil
                 try await body(ByteBuffer(bytes: inline[Int(from)..<Int(to)]))
@@ -217,18 +252,24 @@ extension BlobStore {
             }
             let (key, offset, stored) = try await place(block)
             if stored < block.size {
-                let whole = try await expand(block, key, offset, stored)
-                guard whole.count == Int(block.size) else { throw DriveError.internalError("Block \(block.hash) is shorter than its manifest says.") }
+                let whole: [UInt8]
+                do { whole = try await expand(block, key, offset, stored) } catch var damaged as DamagedBlock {
+                    damaged.user = user
+                    throw damaged
+                }
+                try BlockCheck.verify(whole, block, user: user)
                 try await send(run)
                 run = nil
                 try await body(ByteBuffer(bytes: whole[Int(from)..<Int(to)]))
                 continue
             }
-            if let current = run, current.key == key, current.start + current.length == offset + from {
-                run = (key, current.start, current.length + to - from)
+            if var current = run, current.key == key, current.start + current.length == offset {
+                current.length += block.size
+                current.parts.append((block, from, to))
+                run = current
             } else {
                 try await send(run)
-                run = (key, offset + from, to - from)
+                run = Run(key: key, start: offset, length: block.size, parts: [(block, from, to)])
             }
         }
         try await send(run)
@@ -361,7 +402,7 @@ struct LocalBlobStore: LocallyStaged {
         let files = OpenFiles(threadPool: threadPool)
         defer { files.closeAll() }
         try await readCoalesced(
-            blocks, range: range, into: body,
+            blocks, user: user, range: range, into: body,
             place: { block in
                 if let pack = block.pack { return (packPath(pack.pack, user: user), pack.offset, pack.stored) }
                 let path = path(of: block.hash, user: user)
@@ -374,9 +415,14 @@ struct LocalBlobStore: LocallyStaged {
             readRun: { path, start, length in
                 let fd = try await files.open(path)
                 let count = Int(length)
-                let bytes = try await threadPool.runIfActive { try POSIXFile.read(fd, count: count, at: start, path: path) }
-                guard bytes.count == count else { throw DriveError.internalError("A block in \(path) is shorter than its manifest says.") }
-                return ByteBuffer(bytes: bytes)
+                return try await threadPool.runIfActive {
+                    var buffer = ByteBufferAllocator().buffer(capacity: count)
+                    try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
+                        guard let base = raw.baseAddress else { return 0 }
+                        return try POSIXFile.readInto(fd, base, count: count, at: start, path: path)
+                    }
+                    return buffer
+                }
             })
     }
 

@@ -138,8 +138,10 @@ protocol ContentStore: Sendable {
     func restore(userId: String, fileId: String, revisionId: String, now: Date) async throws -> FileRecord
 
     // MARK: Blocks (`/v1/blocks/…`)
-    /// The user's blocks among `hashes` with bytes in the store (live, or orphaned and not yet swept).
+    /// The user's blocks among `hashes` with bytes in the store (live, or orphaned and not yet swept), and not damaged.
     func storedBlocks(userId: String, hashes: [String]) async throws -> [String: (block: BlockRef, live: Bool)]
+    /// The user's blocks among `hashes` that are marked damaged (to be sent again).
+    func damagedBlocks(userId: String, hashes: [String]) async throws -> Set<String>
     /// A revision of the user's and its blocks in order; 404 if it is not the user's.
     func revisionWithBlocks(userId: String, revisionId: String) async throws -> (revision: RevisionRecord, blocks: [BlockRef])
     /// Commits content made of blocks already stored (as ``commitContent(userId:target:content:now:)``, no put).

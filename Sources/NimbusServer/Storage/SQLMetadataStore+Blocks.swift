@@ -6,19 +6,28 @@ import NimbusAPI
 /// (see "Blocks: put before commit, adopt in the commit" in ``SQLMetadataStore``).
 extension SQLMetadataStore {
     /// The user's blocks among `hashes` that the store has bytes for: live, or orphaned and not swept yet (a
-    /// commit adopts those again). Each with its size, and its bytes when the database keeps them.
+    /// commit adopts those again). Each with its size, and its bytes when the database keeps them. A block marked
+    /// damaged is not among them: to a client it is missing, so the next upload of it stores it again.
     func storedBlocks(userId: String, hashes: [String]) async throws -> [String: (block: BlockRef, live: Bool)] {
         let unique = Array(Set(hashes))
         return try await database.read { db in
             var found: [String: (block: BlockRef, live: Bool)] = [:]
             for row in try Self.fetchAll(
-                db, "SELECT hash, size, data, orphaned_at, pack, pack_offset, pack_stored FROM blocks WHERE user_id = ? AND hash IN", [userId], unique)
+                db, "SELECT hash, size, data, orphaned_at, pack, pack_offset, pack_stored FROM blocks WHERE damaged_at IS NULL AND user_id = ? AND hash IN",
+                [userId], unique)
             {
                 let block = BlockRef(
                     hash: try row.get("hash"), size: try row.get("size"), inline: try row.get("data", as: [UInt8]?.self), pack: try Self.packLocation(row))
                 found[block.hash] = (block, try row.get("orphaned_at", as: Int64?.self) == nil)
             }
             return found
+        }
+    }
+
+    func damagedBlocks(userId: String, hashes: [String]) async throws -> Set<String> {
+        try await database.read { db in
+            Set(try Self.fetchAll(db, "SELECT hash FROM blocks WHERE damaged_at IS NOT NULL AND user_id = ? AND hash IN", [userId], Array(Set(hashes)))
+                .map { try $0.get("hash", as: String.self) })
         }
     }
 
@@ -47,11 +56,18 @@ extension SQLMetadataStore {
     /// crash or a failed commit leaves nothing the sweep does not find; a live row stays as it is. A pack none of
     /// whose blocks a row names (the user had them all) is not put at all; the others get a `packs` row, which the
     /// sweep deletes with the pack once no block names it.
+    ///
+    /// A live block marked damaged (bit rot) is stored again the same way: its row takes the new copy's place at once
+    /// (staying live), and loses its damaged mark once the copy is put — every file and revision that uses it is
+    /// whole again.
     func putBlocks(_ blocks: [StagedBlock], userId: String, now: Date) async throws {
         let stored = blocks.filter { $0.data == nil }
         guard !stored.isEmpty else { return }
         let staged = Set(stored.compactMap(\.ref.pack?.pack))
-        let (kept, replaced) = try await write(user: userId) { db, _ -> (Set<String>, [String]) in
+        let (kept, replaced, damaged) = try await write(user: userId) { db, _ -> (Set<String>, [String], Set<String>) in
+            let damaged = Set(
+                try Self.fetchAll(db, "SELECT hash FROM blocks WHERE damaged_at IS NOT NULL AND user_id = ? AND hash IN", [userId], stored.map(\.ref.hash))
+                    .map { try $0.get("hash", as: String.self) })
             // Orphaned blocks kept as their own files that now move into a pack: their files go once it is put.
             var replaced: [String] = []
             let packed = stored.filter { $0.ref.pack != nil }.map(\.ref.hash)
@@ -63,23 +79,39 @@ extension SQLMetadataStore {
                 try db.perform(
                     """
                     INSERT INTO blocks (user_id, hash, size, created_at, orphaned_at, pack, pack_offset, pack_stored) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = excluded.orphaned_at, freed = 0, pack = excluded.pack,
-                        pack_offset = excluded.pack_offset, pack_stored = excluded.pack_stored
-                    WHERE blocks.orphaned_at IS NOT NULL
+                    ON CONFLICT (user_id, hash) DO UPDATE SET orphaned_at = CASE WHEN blocks.orphaned_at IS NULL THEN NULL ELSE excluded.orphaned_at END,
+                        freed = 0, pack = excluded.pack, pack_offset = excluded.pack_offset, pack_stored = excluded.pack_stored
+                    WHERE blocks.orphaned_at IS NOT NULL OR blocks.damaged_at IS NOT NULL
                     """, [userId, block.ref.hash, block.ref.size, now.millis, now.millis, pack?.pack, pack?.offset, pack?.stored])
             }
-            guard !staged.isEmpty else { return ([], replaced) }
+            guard !staged.isEmpty else { return ([], replaced, damaged) }
             let kept = Set(try Self.fetchAll(db, "SELECT DISTINCT pack FROM blocks WHERE user_id = ? AND pack IN", [userId], staged.sorted())
                 .map { try $0.get("pack", as: String.self) })
             let sizes = Self.packSizes(stored)
             for id in kept.sorted() {
                 try db.perform("INSERT INTO packs (user_id, id, created_at, size) VALUES (?, ?, ?, ?)", [userId, id, now.millis, sizes[id]])
             }
-            return (kept, replaced)
+            return (kept, replaced, damaged)
         }
         let unused = stored.filter { $0.ref.pack.map { !kept.contains($0.pack) } ?? false }
         blobs.discard(unused)
         try await blobs.put(stored.filter { $0.ref.pack.map { kept.contains($0.pack) } ?? true }, user: userId)
+        // Damaged blocks stored again: whole once their new copy is put (their rows name it).
+        if !damaged.isEmpty {
+            try await write(user: userId) { db, _ in
+                for block in stored where damaged.contains(block.ref.hash) {
+                    if let pack = block.ref.pack {
+                        try db.perform(
+                            "UPDATE blocks SET damaged_at = NULL, healed_at = ? WHERE damaged_at IS NOT NULL AND user_id = ? AND hash = ? AND pack = ? AND pack_offset = ?",
+                            [now.millis, userId, block.ref.hash, pack.pack, pack.offset])
+                    } else {
+                        try db.perform(
+                            "UPDATE blocks SET damaged_at = NULL, healed_at = ? WHERE damaged_at IS NOT NULL AND user_id = ? AND hash = ? AND pack IS NULL",
+                            [now.millis, userId, block.ref.hash])
+                    }
+                }
+            }
+        }
         if !replaced.isEmpty {
             try await write(user: userId) { db, _ in
                 let still = try Self.fetchAll(db, "SELECT hash FROM blocks WHERE pack IS NOT NULL AND user_id = ? AND hash IN", [userId], replaced)
@@ -99,6 +131,9 @@ extension SQLMetadataStore {
     struct Adoption: Sendable {
         var block: StagedBlock
         var hasRow: Bool
+        /// A live block marked damaged whose bytes come with this commit, to be kept in its row again (small content:
+        /// stored blocks are stored again by ``putBlocks(_:userId:now:)``); already counted in the quota.
+        var repairs = false
     }
 
     func planAdoption(_ db: any SQLTransaction, _ effects: Effects, userId: String, blocks: [StagedBlock]) throws -> [Adoption] {
@@ -115,8 +150,11 @@ extension SQLMetadataStore {
                 continue
             case nil: break
             }
-            let row = try db.fetchOne("SELECT orphaned_at FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
-            if let row, try row.get("orphaned_at", as: Int64?.self) == nil { continue }
+            let row = try db.fetchOne("SELECT orphaned_at, damaged_at FROM blocks WHERE user_id = ? AND hash = ?", [userId, block.ref.hash])
+            if let row, try row.get("orphaned_at", as: Int64?.self) == nil {
+                if block.data != nil, try row.get("damaged_at", as: Int64?.self) != nil { adoptions.append(Adoption(block: block, hasRow: true, repairs: true)) }
+                continue
+            }
             adoptions.append(Adoption(block: block, hasRow: row != nil))
         }
         return adoptions
@@ -139,6 +177,11 @@ extension SQLMetadataStore {
     func applyAdoption(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, _ adoptions: [Adoption], now: Date) throws {
         for adoption in adoptions {
             let block = adoption.block
+            if adoption.repairs {
+                try db.perform(
+                    "UPDATE blocks SET data = ?, damaged_at = NULL, healed_at = ? WHERE user_id = ? AND hash = ?", [block.data, now.millis, userId, block.ref.hash])
+                continue
+            }
             if !adoption.hasRow {
                 let pack = block.data == nil ? block.ref.pack : nil
                 try db.insert(

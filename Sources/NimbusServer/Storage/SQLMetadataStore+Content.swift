@@ -87,7 +87,12 @@ extension SQLMetadataStore {
         }
         let hashes = Array(Set(entries.flatMap { $0.content.blocks.map(\.ref.hash) }))
         for hash in hashes { effects.knownBlocks[hash] = .missing }
-        for row in try Self.fetchAll(db, "SELECT hash, orphaned_at FROM blocks WHERE user_id = ? AND hash IN", [userId], hashes) {
+        for row in try Self.fetchAll(db, "SELECT hash, orphaned_at, damaged_at FROM blocks WHERE user_id = ? AND hash IN", [userId], hashes) {
+            // (A damaged one is left to ask again: its content may come with the batch, to repair it.)
+            guard try row.get("damaged_at", as: Int64?.self) == nil else {
+                effects.knownBlocks[try row.get("hash")] = nil
+                continue
+            }
             effects.knownBlocks[try row.get("hash")] = try row.get("orphaned_at", as: Int64?.self) == nil ? .live : .orphaned
         }
     }
@@ -334,7 +339,7 @@ extension SQLMetadataStore {
 
     /// 507 if adopting these blocks would take the user over quota (blocks already live cost nothing).
     func checkQuota(_ db: any SQLTransaction, _ effects: inout Effects, userId: String, adding adoptions: [Adoption]) throws {
-        let needed = adoptions.reduce(Int64(0)) { $0 + $1.block.ref.size }
+        let needed = adoptions.reduce(Int64(0)) { $0 + ($1.repairs ? 0 : $1.block.ref.size) }
         guard needed > 0 else { return }
         if effects.quota[userId] == nil {
             guard let row = try db.fetchOne("SELECT quota_limit, used_bytes FROM users WHERE id = ?", [userId]) else { return }

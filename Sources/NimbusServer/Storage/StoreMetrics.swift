@@ -12,7 +12,8 @@ import NIOCore
 /// - `nimbus_db_retries_total{database}` — transactions run again after a serialization failure, deadlock or
 ///   concurrent insert; `nimbus_db_errors_total{database}` — transactions that failed on a database error;
 /// - `nimbus_blob_seconds{store,op}` — `put`, `contains`, `delete`, and `read` up to its first bytes;
-///   `nimbus_blob_errors_total{store,op}` — operations that failed.
+///   `nimbus_blob_errors_total{store,op}` — operations that failed;
+/// - `nimbus_blocks_damaged_total{store}` — blocks a read found damaged (their bytes no longer hash to their name).
 enum StoreMetrics {
     static func transaction(_ database: String, kind: String) -> Metrics.Timer {
         Metrics.Timer(label: "nimbus_db_transaction_seconds", dimensions: [("database", database), ("kind", kind)], preferredDisplayUnit: .seconds)
@@ -35,16 +36,22 @@ enum StoreMetrics {
     }
 }
 
-/// A ``BlobStore`` that times every operation of the store it wraps (``StoreMetrics``); nothing else changes.
+/// A ``BlobStore`` that times every operation of the store it wraps (``StoreMetrics``), and hands every damaged block
+/// a read finds (``DamagedBlock``) to `damage` — counted in `nimbus_blocks_damaged_total{store}` — before the read
+/// fails; nothing else changes.
 struct MeteredBlobStore: BlobStore {
     let base: any BlobStore
     let name: String
+    let damage: DamageReports
     private let timers: [String: Metrics.Timer]
     private let failures: [String: Counter]
+    private let damaged: Counter
 
-    init(_ base: any BlobStore, name: String) {
+    init(_ base: any BlobStore, name: String, damage: DamageReports = DamageReports()) {
         self.base = base
         self.name = name
+        self.damage = damage
+        damaged = Counter(label: "nimbus_blocks_damaged_total", dimensions: [("store", name)])
         let operations = ["put", "contains", "delete", "read"]
         timers = Dictionary(uniqueKeysWithValues: operations.map {
             ($0, Metrics.Timer(label: "nimbus_blob_seconds", dimensions: [("store", name), ("op", $0)], preferredDisplayUnit: .seconds))
@@ -103,6 +110,10 @@ struct MeteredBlobStore: BlobStore {
                 }
                 try await body(piece)
             }
+        } catch let error as DamagedBlock {
+            damaged.increment()
+            await damage.report(error)
+            throw error
         } catch {
             if first { failures["read"]?.increment() }
             throw error

@@ -48,6 +48,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Purge trashed items after this many days.")
     var trashDays: Int = 30
 
+    @Option(help: "Re-read and check every stored block within this many days (bit rot found before anyone reads it); 0: never.")
+    var scrubDays: Int = 30
+
     @Option(help: "Resumable upload sessions expire after this many hours without progress.")
     var uploadExpiryHours: Int = 24
 
@@ -87,6 +90,7 @@ struct Serve: AsyncParsableCommand {
             }
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0 to 65535.") }
+        guard (0...3650).contains(scrubDays) else { throw ValidationError("--scrub-days must be 0 (never) to 3650.") }
         guard (1...60).contains(longPollSeconds) else { throw ValidationError("--long-poll-seconds must be 1 to 60.") }
         guard massDeletionFraction > 0, massDeletionFraction <= 1 else { throw ValidationError("--mass-deletion-fraction must be over 0 and at most 1 (e.g. 0.5).") }
         guard massDeletionMinimum >= 1, massDeletionPerHour >= 1 else {
@@ -110,6 +114,7 @@ struct Serve: AsyncParsableCommand {
         configuration.longPollLimit = .seconds(longPollSeconds)
         configuration.revisionRetention = RevisionRetention(keepLast: revisionsKeep, keepFor: .seconds(revisionsDays * 86400))
         configuration.trashRetention = .seconds(trashDays * 86400)
+        configuration.scrubDays = scrubDays
         configuration.uploadExpiry = .seconds(uploadExpiryHours * 3600)
         configuration.changeRetention = .seconds(changeRetentionDays * 86400)
         configuration.massDeletion = MassDeletionLimits(

@@ -483,6 +483,8 @@ enum SchemaMigrations {
                 // When a read or the scrub found the block's stored bytes no longer hash to its name (bit rot): it is
                 // served to no one and reported missing, so the next upload of the same content stores it again.
                 "ALTER TABLE blocks ADD COLUMN damaged_at {int}",
+                // When a damaged block was stored again (healed), until `nimbus admin verify` or the scrub has said so.
+                "ALTER TABLE blocks ADD COLUMN healed_at {int}",
                 "CREATE INDEX blocks_damaged ON blocks(user_id) WHERE damaged_at IS NOT NULL",
             ]
         ),
