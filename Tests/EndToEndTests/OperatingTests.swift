@@ -84,9 +84,79 @@ struct OperatingTests {
         #expect(try Data(contentsOf: phone.workingDirectory.appending(path: "again.bin")) == content)
     }
 
+    @Test("nimbus admin backup while uploads run: the restored server has every upload acknowledged before it began; a second backup copies only what is new; foreign folders and live data folders are refused")
+    func backupAndRestore() async throws {
+        let bench = try Bench()
+        let laptop = try bench.device("laptop", user: "ana")
+        let data = bench.root.appending(path: "server")
+        let files = try bench.folder("files")
+        var contents: [String: Data] = [:]
+        for index in 0..<24 {
+            let name = "f\(index).bin"
+            contents[name] = Data((0..<300_000).map { _ in UInt8.random(in: 0...255) })
+            try contents[name]!.write(to: files.appending(path: name))
+        }
+        // Uploads go on, one after another, while the backup runs; each is noted when `put` has exited 0.
+        let acknowledged = Acknowledged()
+        let writer = Thread {
+            for index in 0..<24 {
+                let name = "f\(index).bin"
+                if let put = try? laptop.run(["put", files.appending(path: name).path, "/"]), put.status == 0 { acknowledged.add(name) }
+            }
+        }
+        writer.start()
+        while acknowledged.all.count < 8 { try await Task.sleep(for: .milliseconds(20)) }
+        let destination = bench.root.appending(path: "backup")
+        let began = Date()
+        let first = try laptop.run(["admin", "backup", destination.path, "--data", data.path])
+        #expect(first.status == 0 && first.stdout.contains("Backed up"), "\(first.stdout)\(first.stderr)")
+        let before = acknowledged.all.filter { $0.at < began }.map(\.name)
+        #expect(before.count >= 8)
+        while !writer.isFinished { try await Task.sleep(for: .milliseconds(50)) }
+
+        // Restored into a new folder and served: every upload acknowledged before the backup began is there, whole.
+        let restored = bench.root.appending(path: "restored")
+        let restore = try laptop.run(["admin", "restore", destination.path, "--data", restored.path])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        let second = try ChildServer(data: restored)
+        defer { second.stop() }
+        let reader = CLIDevice(home: bench.root.appending(path: "home-reader"), workingDirectory: try bench.folder("work-reader"))
+        #expect(try reader.run(["login", second.baseURL, "--username", "ana", "--password-stdin", "--device-name", "reader"], stdin: "correct horse").status == 0)
+        for name in before {
+            let out = reader.workingDirectory.appending(path: name)
+            let got = try reader.run(["get", "/" + name, out.path])
+            #expect(got.status == 0 && (try? Data(contentsOf: out)) == contents[name], "\(name): \(got.stderr)")
+        }
+
+        // Again into the same folder: only what is new is copied.
+        let again = try laptop.run(["admin", "backup", destination.path, "--data", data.path])
+        #expect(again.status == 0 && again.stdout.contains("there already") && !again.stdout.contains(", 0 there already"), "\(again.stdout)\(again.stderr)")
+
+        // Refused, changing nothing: a folder that is not a backup, a restore over a live data folder, PostgreSQL.
+        let foreign = try bench.folder("photos")
+        try Data("mine".utf8).write(to: foreign.appending(path: "holiday.jpg"))
+        let refused = try laptop.run(["admin", "backup", foreign.path, "--data", data.path])
+        #expect(refused.status != 0 && refused.stderr.contains("not a Nimbus backup"), "\(refused.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: foreign.path) == ["holiday.jpg"])
+        let over = try laptop.run(["admin", "restore", destination.path, "--data", data.path])
+        #expect(over.status != 0 && over.stderr.contains("not empty"), "\(over.stderr)")
+        let postgres = try laptop.run(["admin", "backup", bench.root.appending(path: "pg").path, "--database", "postgres://x@127.0.0.1/none"])
+        #expect(postgres.status != 0 && postgres.stderr.contains("pg_dump"))
+        #expect(!FileManager.default.fileExists(atPath: bench.root.appending(path: "pg").path))
+    }
+
     func write(_ text: String, named name: String, in bench: Bench) throws -> String {
         let url = try bench.folder("files").appending(path: name)
         try Data(text.utf8).write(to: url)
         return url.path
     }
+}
+
+/// Uploads a test saw acknowledged, with when.
+final class Acknowledged: @unchecked Sendable {
+    private let lock = NSLock()
+    private var done: [(name: String, at: Date)] = []
+
+    func add(_ name: String) { lock.withLock { done.append((name, Date())) } }
+    var all: [(name: String, at: Date)] { lock.withLock { done } }
 }

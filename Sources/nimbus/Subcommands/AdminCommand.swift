@@ -6,7 +6,68 @@ import NimbusServer
 /// `nimbus admin ...`: operations on a server's stores.
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "admin", abstract: "Operate on a server's stores.", subcommands: [Migrate.self, Verify.self])
+        commandName: "admin", abstract: "Operate on a server's stores.", subcommands: [Migrate.self, Verify.self, BackupCommand.self, RestoreCommand.self])
+
+    struct BackupCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "backup",
+            abstract: "Copy a running embedded server's store (database, packs, blocks) consistently into a folder; again: only what is new.",
+            discussion:
+                "The copy is of one moment: every upload acknowledged before the backup began is in it, whatever is in flight meanwhile. "
+                + "Cut short, the folder still holds the previous complete backup; run it again. Restore with 'nimbus admin restore DEST "
+                + "--data NEWDIR'. With PostgreSQL and S3, use pg_dump or point-in-time recovery, and bucket versioning (docs/operating.md).")
+
+        @Argument(help: "The backup folder: empty or absent, or an earlier backup of this server (brought up to date).")
+        var destination: String
+
+        @Option(help: "The server's data folder.")
+        var data: String = "./nimbus-data"
+
+        @Option(help: "A PostgreSQL server's database: refused, with what to use instead.")
+        var database: String?
+
+        func run() async throws {
+            if database != nil {
+                throw CLIError(
+                    "nimbus admin backup copies an embedded server (SQLite and its data folder). For PostgreSQL use pg_dump, or "
+                        + "continuous archiving for point-in-time recovery; for S3 blocks turn on bucket versioning (or replicate the "
+                        + "bucket). docs/operating.md says how, in that order. Nothing was copied.")
+            }
+            let report: Backup.Report
+            do {
+                report = try Backup.run(
+                    data: URL(fileURLWithPath: data), to: URL(fileURLWithPath: destination),
+                    progress: { line in FileHandle.standardError.write(Data((line + "\n").utf8)) })
+            } catch {
+                throw CLIError("\(error)")
+            }
+            print(
+                "Backed up \(data) into \(destination): \(report.users) users, \(report.files) packs and block files (\(ByteCount.format(report.totalBytes))); "
+                    + "copied \(report.copiedFiles) (\(ByteCount.format(report.copiedBytes))), \(report.keptFiles) there already, \(report.removedFiles) no longer needed removed.")
+        }
+    }
+
+    struct RestoreCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "restore", abstract: "Make a new data folder from a backup; then start the server with --data on it.")
+
+        @Argument(help: "The backup folder (made by nimbus admin backup).")
+        var backup: String
+
+        @Option(help: "The data folder to make: absent or empty (a folder holding a server's data is refused).")
+        var data: String
+
+        func run() async throws {
+            do {
+                let count = try Backup.restore(
+                    from: URL(fileURLWithPath: backup), to: URL(fileURLWithPath: data),
+                    progress: { line in FileHandle.standardError.write(Data((line + "\n").utf8)) })
+                print("Restored \(count) files into \(data). Start the server with: nimbus serve --data \(data)")
+            } catch {
+                throw CLIError("\(error)")
+            }
+        }
+    }
 
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
