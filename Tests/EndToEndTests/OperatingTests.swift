@@ -128,9 +128,18 @@ struct OperatingTests {
             #expect(got.status == 0 && (try? Data(contentsOf: out)) == contents[name], "\(name): \(got.stderr)")
         }
 
-        // Again into the same folder: only what is new is copied.
+        // Again into the same folder — after one cut short (what a kill -9 leaves: a database copy not switched to,
+        // a file half copied) — only what is new is copied, and the leftovers go.
+        let user = try #require(try FileManager.default.contentsOfDirectory(atPath: destination.appending(path: "packs").path).first)
+        try Data("half".utf8).write(to: destination.appending(path: "packs/\(user)/.copy-leftover"))
+        try Data("half a database".utf8).write(to: destination.appending(path: "nimbus.sqlite.partial"))
         let again = try laptop.run(["admin", "backup", destination.path, "--data", data.path])
         #expect(again.status == 0 && again.stdout.contains("there already") && !again.stdout.contains(", 0 there already"), "\(again.stdout)\(again.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: destination.appending(path: "packs/\(user)/.copy-leftover").path))
+        #expect(!FileManager.default.fileExists(atPath: destination.appending(path: "nimbus.sqlite.partial").path))
+        // A server started on the restored folder made it a live one: no backup goes into it.
+        let live = try laptop.run(["admin", "backup", restored.path, "--data", data.path])
+        #expect(live.status != 0 && live.stderr.contains("data folder"), "\(live.stderr)")
 
         // Refused, changing nothing: a folder that is not a backup, a restore over a live data folder, PostgreSQL.
         let foreign = try bench.folder("photos")

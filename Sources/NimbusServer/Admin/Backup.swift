@@ -147,9 +147,15 @@ public enum Backup {
         return count
     }
 
-    /// A folder that holds files and is not a backup is someone's: nothing is written into it.
+    /// A folder that holds files and is not a backup is someone's: nothing is written into it. Nor into a backup a
+    /// server has been started on (`nimbus serve --data` on it: its staging folder, reserve or database journal are
+    /// there): that is a live data folder now.
     static func refuseForeign(_ target: URL) throws {
         guard let present = try? FileManager.default.contentsOfDirectory(atPath: target.path), !present.isEmpty else { return }
+        if present.contains(where: { ["tmp", "reserve", "nimbus.sqlite-wal", "nimbus.sqlite-shm"].contains($0) }) {
+            throw DriveError.conflict(
+                "\(target.path) is a server's data folder (a server has run on it); back up into an empty folder or an earlier backup.")
+        }
         guard present.contains(marker) || present.contains("nimbus.sqlite.partial") else {
             throw DriveError.conflict(
                 "\(target.path) is not empty and is not a Nimbus backup; back up into an empty folder, or into an earlier backup of this server to bring it up to date.")
