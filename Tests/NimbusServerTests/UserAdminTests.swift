@@ -54,7 +54,7 @@ struct UserAdminTests {
         }
     }
 
-    @Test("disable refuses sign-in, live tokens, refresh and app passwords at once, keeps the data; enable brings them back")
+    @Test("disable refuses sign-in, live tokens, refresh, app passwords and public links at once, keeps the data; enable brings them back")
     func disableAndEnable() async throws {
         try await Self.run { server, data, database in
             let alice = try await server.signUp("alice")
@@ -62,6 +62,9 @@ struct UserAdminTests {
             let app: AppPassword = try await alice.send(.POST, "/v1/auth/app-passwords", json: AppPasswordRequest(label: "dav")).decode()
             let secret = try #require(app.password)
             #expect(try await Self.davStatus(server, "alice", secret) == 207)
+            let link: Link = try await alice.send(.POST, "/v1/files/\(file.id)/links", json: LinkRequest(access: .view)).decode()
+            let linked = "/v1/public/\(try #require(link.token))/items/\(file.id)/content"
+            #expect(try await APIClient(baseURL: server.baseURL).get(linked).status == 200)
 
             #expect(try await Admin.setDisabled(dataDirectory: data, database: database, username: "alice", true))
             #expect(try await Admin.setDisabled(dataDirectory: data, database: database, username: "alice", true) == false, "already")
@@ -75,11 +78,13 @@ struct UserAdminTests {
             let refresh = try await anonymous.send(.POST, "/v1/auth/refresh", json: RefreshRequest(refreshToken: try #require(alice.tokens).refreshToken))
             #expect(refresh.status == 401 && refresh.errorCode == "account_disabled", "\(refresh.text)")
             #expect(try await Self.davStatus(server, "alice", secret) == 401)
+            #expect(try await anonymous.get(linked).status == 410, "its public links stop with it")
             #expect(try await Admin.users(dataDirectory: data, database: database).first { $0.username == "alice" }?.disabled == true)
 
             #expect(try await Admin.setDisabled(dataDirectory: data, database: database, username: "alice", false))
             #expect(try await alice.content(file.id) == Data("kept".utf8), "the same token works again; the data was kept")
             #expect(try await Self.davStatus(server, "alice", secret) == 207)
+            #expect(try await anonymous.get(linked).status == 200)
         }
     }
 

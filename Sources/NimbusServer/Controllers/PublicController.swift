@@ -106,7 +106,7 @@ struct PublicController: Sendable {
     // MARK: Helpers
 
     /// The link a token names, if it works: unknown → 404 (counted against the address: guessing is throttled),
-    /// turned off, expired or used up → 410.
+    /// turned off, expired or used up, or its owner's account disabled by the operator → 410.
     private func live(_ token: String, context: NimbusRequestContext) async throws -> LinkRecord {
         let key = "link-token|ip:\(context.remoteIP)"
         let now = dependencies.now
@@ -119,6 +119,11 @@ struct PublicController: Sendable {
             throw DriveError.notFound("No such link.")
         }
         if let reason = link.ended(at: now) { throw DriveError.gone(reason) }
+        // (An account disabled because it leaked may have handed out links: they stop with it, and work again if
+        // it is enabled.)
+        if try await dependencies.accounts.user(id: link.ownerId)?.disabledAt != nil {
+            throw DriveError.gone("This link is off: its owner's account is disabled.")
+        }
         return link
     }
 
