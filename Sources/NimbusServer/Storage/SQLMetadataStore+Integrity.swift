@@ -104,39 +104,85 @@ extension SQLMetadataStore {
                     """,
                 from.map { [$0.user, $0.user, $0.hash, limit] } ?? [limit])
         }
+        struct Checked {
+            var user: String
+            var block: BlockRef
+            var marked: Bool  // damaged or healed before
+            var wasDamaged: Bool
+        }
         var slice = VerifiedSlice()
+        var checked: [Checked] = []
         for row in rows {
             let user: String = try row.get("user_id")
             let block = BlockRef(hash: try row.get("hash"), size: try row.get("size"), inline: try row.get("data", as: [UInt8]?.self), pack: try Self.packLocation(row))
             let wasDamaged = try row.get("damaged_at", as: Int64?.self) != nil
             let healedSince = try row.get("healed_at", as: Int64?.self) != nil
+            checked.append(Checked(user: user, block: block, marked: wasDamaged || healedSince, wasDamaged: wasDamaged))
             slice.next = (user, block.hash)
             slice.checked += 1
             slice.bytes += block.size
-            let whole: Bool
-            do {
-                try await blobs.read([block], user: user, range: 0..<block.size) { _ in }
-                whole = true
-            } catch is DamagedBlock {
-                whole = false
-            } catch {
-                // Its bytes are not there at all (a pack gone) — or the store did not answer: a store that is down
-                // is not rot, so only a missing pack or file counts.
-                guard try await !blobs.containsBlockingAsync(block, user: user) else { throw error }
-                whole = false
-            }
-            if !whole {
-                slice.damaged.append((user, block.hash))
-                if !wasDamaged { try await markDamaged(userId: user, hash: block.hash, now: now) }
-            } else if wasDamaged || healedSince {
-                try await database.write { db in
-                    try db.perform("UPDATE blocks SET damaged_at = NULL, healed_at = NULL WHERE user_id = ? AND hash = ?", [user, block.hash])
+        }
+        // The blocks of one pack in the order they lie there, read in one coalesced pass (a damaged one stops it:
+        // the pass goes on after it).
+        let groups = Dictionary(grouping: checked) { $0.user + "/" + ($0.block.pack?.pack ?? "") }
+        for key in groups.keys.sorted() {
+            var left = (groups[key] ?? []).sorted { ($0.block.pack?.offset ?? 0) < ($1.block.pack?.offset ?? 0) }
+            while !left.isEmpty {
+                let user = left[0].user
+                let damagedHash: String?
+                do {
+                    try await blobs.read(left.map(\.block), user: user, range: 0..<left.reduce(0) { $0 + $1.block.size }) { _ in }
+                    damagedHash = nil
+                } catch let damaged as DamagedBlock {
+                    damagedHash = damaged.hash
+                } catch {
+                    // Not rot (a store that does not answer, a pack deleted or moved since the rows were read): each
+                    // block of the group on its own.
+                    for one in left { try await verifyAlone(one.block, user: user, marked: one.marked, wasDamaged: one.wasDamaged, now: now, into: &slice) }
+                    break
                 }
-                slice.healed.append((user, block.hash))
+                let stop = damagedHash.flatMap { hash in left.firstIndex { $0.block.hash == hash } } ?? left.count
+                for one in left[..<stop] where one.marked { try await healed(one.block, user: user, into: &slice) }
+                guard stop < left.count else { break }
+                let bad = left[stop]
+                slice.damaged.append((user, bad.block.hash))
+                if !bad.wasDamaged { try await markDamaged(userId: user, hash: bad.block.hash, now: now) }
+                left = Array(left[(stop + 1)...])
             }
         }
         if rows.count < limit { slice.next = nil }
         return slice
+    }
+
+    /// One block read on its own (after a read of its pack failed other than by rot): damaged only when its bytes are
+    /// gone from the place its row still names.
+    private func verifyAlone(_ block: BlockRef, user: String, marked: Bool, wasDamaged: Bool, now: Date, into slice: inout VerifiedSlice) async throws {
+        do {
+            try await blobs.read([block], user: user, range: 0..<block.size) { _ in }
+            if marked { try await healed(block, user: user, into: &slice) }
+            return
+        } catch is DamagedBlock {
+        } catch {
+            // Its bytes are not there at all (a pack gone) — or the store did not answer: a store that is down is not
+            // rot; and only if the row still names that place (a sweep or a compaction may have deleted or moved it).
+            guard try await !blobs.containsBlockingAsync(block, user: user) else { throw error }
+            let still = try await database.read { db in
+                try db.fetchOne("SELECT pack, pack_offset FROM blocks WHERE user_id = ? AND hash = ?", [user, block.hash]).map {
+                    (try $0.get("pack", as: String?.self), try $0.get("pack_offset", as: Int64?.self))
+                }
+            }
+            guard let still, still.0 == block.pack?.pack, still.1 == block.pack?.offset else { return }
+        }
+        slice.damaged.append((user, block.hash))
+        if !wasDamaged { try await markDamaged(userId: user, hash: block.hash, now: now) }
+    }
+
+    /// A block marked damaged (or healed) before that reads whole: reported healed once, its marks cleared.
+    private func healed(_ block: BlockRef, user: String, into slice: inout VerifiedSlice) async throws {
+        try await database.write { db in
+            try db.perform("UPDATE blocks SET damaged_at = NULL, healed_at = NULL WHERE user_id = ? AND hash = ?", [user, block.hash])
+        }
+        slice.healed.append((user, block.hash))
     }
 }
 

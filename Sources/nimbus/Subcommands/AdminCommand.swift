@@ -89,6 +89,11 @@ struct AdminCommand: AsyncParsableCommand {
         @Flag(help: "Print the report as JSON.")
         var json = false
 
+        /// A file revision as the report lists it: who, where, which version.
+        static func line(_ file: AffectedFile) -> String {
+            "  \(file.username)  \(file.path)  (revision \(file.revisionId)\(file.head ? "" : ", an older version"))"
+        }
+
         func run() async throws {
             let report: Admin.Verification
             do {
@@ -105,7 +110,7 @@ struct AdminCommand: AsyncParsableCommand {
                 if report.healedBlocks > 0 {
                     print("\(report.healedBlocks) blocks damaged before are whole again (healed: the content was uploaded again):")
                     for file in report.healedFiles {
-                        print("  \(file.username)  \(file.path)  (revision \(file.revisionId)\(file.head ? "" : ", an older version"))")
+                        print(Self.line(file))
                     }
                 }
                 if report.damagedFiles.isEmpty {
@@ -113,7 +118,7 @@ struct AdminCommand: AsyncParsableCommand {
                 } else {
                     print("\(report.damagedBlocks) damaged blocks; these files cannot be read whole (their damaged parts are never served):")
                     for file in report.damagedFiles {
-                        print("  \(file.username)  \(file.path)  (revision \(file.revisionId)\(file.head ? "" : ", an older version"))")
+                        print(Self.line(file))
                     }
                     print("Upload them again from a device that has them (a sync, nimbus put, the web app) to repair them.")
                 }
