@@ -152,6 +152,15 @@ struct OperatingTests {
         let postgres = try laptop.run(["admin", "backup", bench.root.appending(path: "pg").path, "--database", "postgres://x@127.0.0.1/none"])
         #expect(postgres.status != 0 && postgres.stderr.contains("pg_dump"))
         #expect(!FileManager.default.fileExists(atPath: bench.root.appending(path: "pg").path))
+
+        // The backup folder itself serves too (it is then a live data folder).
+        let inPlace = try ChildServer(data: destination)
+        defer { inPlace.stop() }
+        let third = CLIDevice(home: bench.root.appending(path: "home-third"), workingDirectory: try bench.folder("work-third"))
+        #expect(try third.run(["login", inPlace.baseURL, "--username", "ana", "--password-stdin", "--device-name", "third"], stdin: "correct horse").status == 0)
+        let name = try #require(before.first)
+        #expect(try third.run(["get", "/" + name, third.workingDirectory.appending(path: name).path]).status == 0)
+        #expect(try Data(contentsOf: third.workingDirectory.appending(path: name)) == contents[name])
     }
 
     func write(_ text: String, named name: String, in bench: Bench) throws -> String {
