@@ -77,11 +77,7 @@ struct AdminCommand: AsyncParsableCommand {
                 + "device that still has it, repairs every file and version that used them, and a later verify says so. Exits 1 "
                 + "when any file is damaged.")
 
-        @Option(help: "The server's data folder.")
-        var data: String = "./nimbus-data"
-
-        @Option(help: "The server's PostgreSQL database (as given to nimbus serve --database), instead of the data folder's.")
-        var database: String?
+        @OptionGroup var store: ServerStore
 
         @Option(help: "The server's block store (as given to nimbus serve --blobs); the data folder's when absent.")
         var blobs: String?
@@ -98,7 +94,7 @@ struct AdminCommand: AsyncParsableCommand {
             let report: Admin.Verification
             do {
                 report = try await Admin.verify(
-                    dataDirectory: URL(fileURLWithPath: data), database: database, blobs: blobs,
+                    dataDirectory: store.folder, database: store.database, blobs: blobs,
                     progress: { line in FileHandle.standardError.write(Data((line + "\n").utf8)) })
             } catch {
                 throw CLIError("\(error)")

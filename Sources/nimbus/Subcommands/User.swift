@@ -3,22 +3,23 @@ import Foundation
 import NimbusAPI
 import NimbusServer
 
+/// Where a server keeps its store: `--data` (SQLite and blocks) or `--database` (PostgreSQL), as `nimbus serve` takes
+/// them (`nimbus user …`, `nimbus admin verify`).
+struct ServerStore: ParsableArguments {
+    @Option(help: "The server's data folder.")
+    var data: String = "./nimbus-data"
+
+    @Option(help: "The server's PostgreSQL database (as given to nimbus serve --database), instead of the data folder's.")
+    var database: String?
+
+    var folder: URL { URL(fileURLWithPath: data) }
+}
+
 /// `nimbus user ...`: account administration on a server's store — while the server runs or not (each change is in
 /// the database, which the server reads on every request).
 struct User: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage user accounts.", subcommands: [Add.self, List.self, Passwd.self, Quota.self, Disable.self, Enable.self, Remove.self])
-
-    /// Where the server keeps its accounts: `--data` (SQLite) or `--database` (PostgreSQL), as `nimbus serve` takes them.
-    struct Store: ParsableArguments {
-        @Option(help: "The server's data folder.")
-        var data: String = "./nimbus-data"
-
-        @Option(help: "The server's PostgreSQL database (as given to nimbus serve --database), instead of the data folder's.")
-        var database: String?
-
-        var folder: URL { URL(fileURLWithPath: data) }
-    }
 
     /// Runs an account operation; its failure is a message on stderr and a non-zero exit.
     static func run<T>(_ body: () async throws -> T) async throws -> T {
@@ -52,7 +53,7 @@ struct User: AsyncParsableCommand {
         @Option(help: "Storage quota, e.g. 10GiB; unlimited when absent.", transform: Serve.size)
         var quota: Int64?
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         @Flag(help: "Change the password and quota of an existing user.")
         var update = false
@@ -74,7 +75,7 @@ struct User: AsyncParsableCommand {
         @Flag(help: "Print JSON (an array of {id, username, quota, used, devices, appPasswords, lastSeen, createdAt, disabled}).")
         var json = false
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         func run() async throws {
             let users = try await User.run { try await Admin.users(dataDirectory: store.folder, database: store.database) }
@@ -107,7 +108,7 @@ struct User: AsyncParsableCommand {
         @Flag(help: "Read the password from standard input instead of asking for it.")
         var passwordStdin = false
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         func run() async throws {
             let password = try User.password(for: name, stdin: passwordStdin)
@@ -125,7 +126,7 @@ struct User: AsyncParsableCommand {
         @Argument(help: "The quota: a size (10GiB, 500MB, 1048576) or 'none' for unlimited.")
         var size: String
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         func run() async throws {
             let quota: Int64? = size.lowercased() == "none" ? nil : try Serve.size(size)
@@ -145,7 +146,7 @@ struct User: AsyncParsableCommand {
         @Argument(help: "The username.")
         var name: String
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         func run() async throws {
             let changed = try await User.run { try await Admin.setDisabled(dataDirectory: store.folder, database: store.database, username: name, true) }
@@ -159,7 +160,7 @@ struct User: AsyncParsableCommand {
         @Argument(help: "The username.")
         var name: String
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         func run() async throws {
             let changed = try await User.run { try await Admin.setDisabled(dataDirectory: store.folder, database: store.database, username: name, false) }
@@ -177,7 +178,7 @@ struct User: AsyncParsableCommand {
         @Flag(help: "Yes, remove the account and everything it holds (required: this cannot be undone).")
         var yes = false
 
-        @OptionGroup var store: Store
+        @OptionGroup var store: ServerStore
 
         func run() async throws {
             guard yes else {
