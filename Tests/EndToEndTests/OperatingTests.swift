@@ -137,6 +137,10 @@ struct OperatingTests {
         #expect(again.status == 0 && again.stdout.contains("there already") && !again.stdout.contains(", 0 there already"), "\(again.stdout)\(again.stderr)")
         #expect(!FileManager.default.fileExists(atPath: destination.appending(path: "packs/\(user)/.copy-leftover").path))
         #expect(!FileManager.default.fileExists(atPath: destination.appending(path: "nimbus.sqlite.partial").path))
+        // A backup can be verified where it is, and is still one afterwards.
+        let checked = try laptop.run(["admin", "verify", "--data", destination.path])
+        #expect(checked.status == 0 && checked.stdout.contains("Every block is whole"), "\(checked.stdout)\(checked.stderr)")
+        #expect(try laptop.run(["admin", "backup", destination.path, "--data", data.path]).status == 0)
         // A server started on the restored folder made it a live one: no backup goes into it.
         let live = try laptop.run(["admin", "backup", restored.path, "--data", data.path])
         #expect(live.status != 0 && live.stderr.contains("data folder"), "\(live.stderr)")

@@ -148,11 +148,11 @@ public enum Backup {
     }
 
     /// A folder that holds files and is not a backup is someone's: nothing is written into it. Nor into a backup a
-    /// server has been started on (`nimbus serve --data` on it: its staging folder, reserve or database journal are
-    /// there): that is a live data folder now.
+    /// server has been started on (`nimbus serve --data` on it: the disk reserve it makes, or an open database's
+    /// journal, is there): that is a live data folder now. (`nimbus admin verify --data` on a backup leaves it one.)
     static func refuseForeign(_ target: URL) throws {
         guard let present = try? FileManager.default.contentsOfDirectory(atPath: target.path), !present.isEmpty else { return }
-        if present.contains(where: { ["tmp", "reserve", "nimbus.sqlite-wal", "nimbus.sqlite-shm"].contains($0) }) {
+        if present.contains(where: { ["reserve", "nimbus.sqlite-wal", "nimbus.sqlite-shm"].contains($0) }) {
             throw DriveError.conflict(
                 "\(target.path) is a server's data folder (a server has run on it); back up into an empty folder or an earlier backup.")
         }
