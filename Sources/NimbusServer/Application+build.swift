@@ -88,7 +88,7 @@ public func buildApplication(configuration: ServerConfiguration) async throws ->
     damage.setHandler { [store, logger, clock = configuration.clock] damaged in
         do {
             guard try await store.markDamaged(userId: damaged.user, hash: damaged.hash, now: clock.now()) else { return }
-            let files = try await store.files(using: [damaged.hash], userId: damaged.user)
+            let files = try await store.files(using: [(damaged.user, damaged.hash)])
             logger.error(
                 "a stored block is damaged (its bytes no longer hash to its name): not served; uploading the file again repairs it",
                 metadata: [

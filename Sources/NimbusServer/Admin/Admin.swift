@@ -87,7 +87,7 @@ public enum Admin {
         try await withStore(dataDirectory: dataDirectory, database: database, blobs: blobs ?? "local", creating: false) { store in
             let total = try await store.blockTotal()
             var report = Verification(checkedBlocks: 0, checkedBytes: 0, damagedBlocks: 0, healedBlocks: 0, damagedFiles: [], healedFiles: [])
-            var healed: [String: [String]] = [:]
+            var healed: [(user: String, hash: String)] = []
             var cursor: (user: String, hash: String)? = nil
             var last = Date()
             repeat {
@@ -96,7 +96,7 @@ public enum Admin {
                 report.checkedBytes += slice.bytes
                 report.damagedBlocks += slice.damaged.count
                 report.healedBlocks += slice.healed.count
-                for (user, hash) in slice.healed { healed[user, default: []].append(hash) }
+                healed += slice.healed
                 cursor = slice.next
                 if Date().timeIntervalSince(last) >= 2 {
                     last = Date()
@@ -104,13 +104,13 @@ public enum Admin {
                 }
             } while cursor != nil
             report.damagedFiles = try await store.damagedFiles()
-            for (user, hashes) in healed.sorted(by: { $0.key < $1.key }) { report.healedFiles += try await store.files(using: hashes, userId: user) }
+            report.healedFiles = try await store.files(using: healed)
             return report
         }
     }
 
     static func summary(_ store: SQLMetadataStore, _ id: String) async throws -> UserSummary {
-        guard let found = try await store.userSummaries().first(where: { $0.id == id }) else { throw DriveError.notFound("No such user.") }
+        guard let found = try await store.userSummaries(id: id).first else { throw DriveError.notFound("No such user.") }
         return found
     }
 

@@ -102,7 +102,7 @@ public enum Backup {
                 try copy(source.appending(path: name).path, to: to)
             }
             let marker = Marker(createdAt: Date(), source: source.path, files: needed.count, bytes: report.totalBytes)
-            try writeDurably(try JSONEncoder.nimbus.encode(marker), to: target.appending(path: Self.marker).path)
+            try POSIXFile.writeDurably(try JSONEncoder.nimbus.encode(marker), to: target.appending(path: Self.marker).path)
             // Last: the snapshot becomes the backup's database (everything it names is there).
             let fd = try POSIXFile.openForReading(partial)
             try POSIXFile.sync(fd, path: partial)
@@ -134,7 +134,7 @@ public enum Backup {
         try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
         var count = 0
         var last = Date()
-        let names = try relativeFiles(under: backup).filter { $0 != marker && !$0.hasSuffix(".partial") && !$0.contains("/.copy-") }
+        let names = try relativeFiles(under: backup).filter { $0 != marker && !$0.hasSuffix(".partial") && !$0.hasSuffix(".tmp") && !$0.contains("/.copy-") }
         for relative in names {
             try copy(backup.appending(path: relative).path, to: data.appending(path: relative).path)
             count += 1
@@ -254,15 +254,5 @@ public enum Backup {
         }
         try POSIXFile.move(temporary, to: to)
         try POSIXFile.syncDirectory(folder)
-    }
-
-    static func writeDurably(_ data: Data, to path: String) throws {
-        let temporary = path + ".partial"
-        try? POSIXFile.remove(temporary)
-        let fd = try POSIXFile.openForWriting(temporary)
-        try data.withUnsafeBytes { try POSIXFile.writeAll(fd, $0, path: temporary) }
-        try POSIXFile.sync(fd, path: temporary)
-        POSIXFile.closeFile(fd)
-        try POSIXFile.move(temporary, to: path)
     }
 }

@@ -170,15 +170,7 @@ enum SecretFile {
             return bytes
         }
         let bytes = random()
-        let hex = Hex.encode(bytes)
-        let temporary = url.path + ".tmp"
-        try? POSIXFile.remove(temporary)
-        let fd = try POSIXFile.openForWriting(temporary)
-        defer { POSIXFile.closeFile(fd) }
-        try Array(hex.utf8).withUnsafeBytes { try POSIXFile.writeAll(fd, $0, path: temporary) }
-        try POSIXFile.sync(fd, path: temporary)
-        try POSIXFile.move(temporary, to: url.path)
-        try POSIXFile.syncDirectory(url.deletingLastPathComponent().path)
+        try POSIXFile.writeDurably(Hex.encode(bytes).utf8, to: url.path)
         return bytes
     }
 }

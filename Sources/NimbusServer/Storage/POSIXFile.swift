@@ -120,6 +120,18 @@ enum POSIXFile {
         }
     }
 
+    /// Writes a small file durably: to `path.tmp`, fsynced, renamed over `path`, the folder fsynced.
+    static func writeDurably(_ bytes: some Collection<UInt8>, to path: String) throws {
+        let temporary = path + ".tmp"
+        try remove(temporary)
+        let fd = try openForWriting(temporary)
+        defer { closeFile(fd) }
+        try Array(bytes).withUnsafeBytes { try writeAll(fd, $0, path: temporary) }
+        try sync(fd, path: temporary)
+        try move(temporary, to: path)
+        try syncDirectory((path as NSString).deletingLastPathComponent)
+    }
+
     static func makeDirectory(_ path: String) throws {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw Failure(call: "mkdir", path: path, code: errno)

@@ -25,10 +25,13 @@ extension SQLMetadataStore {
     }
 
     func damagedBlocks(userId: String, hashes: [String]) async throws -> Set<String> {
-        try await database.read { db in
-            Set(try Self.fetchAll(db, "SELECT hash FROM blocks WHERE damaged_at IS NOT NULL AND user_id = ? AND hash IN", [userId], Array(Set(hashes)))
-                .map { try $0.get("hash", as: String.self) })
-        }
+        try await database.read { db in try Self.damaged(db, userId: userId, among: hashes) }
+    }
+
+    /// The user's blocks among `hashes` marked damaged, in a transaction.
+    static func damaged(_ db: any SQLTransaction, userId: String, among hashes: [String]) throws -> Set<String> {
+        Set(try fetchAll(db, "SELECT hash FROM blocks WHERE damaged_at IS NOT NULL AND user_id = ? AND hash IN", [userId], Array(Set(hashes)))
+            .map { try $0.get("hash", as: String.self) })
     }
 
     /// A revision of the user's with its blocks in order (404 if it is not the user's).
@@ -65,9 +68,7 @@ extension SQLMetadataStore {
         guard !stored.isEmpty else { return }
         let staged = Set(stored.compactMap(\.ref.pack?.pack))
         let (kept, replaced, damaged) = try await write(user: userId) { db, _ -> (Set<String>, [String], Set<String>) in
-            let damaged = Set(
-                try Self.fetchAll(db, "SELECT hash FROM blocks WHERE damaged_at IS NOT NULL AND user_id = ? AND hash IN", [userId], stored.map(\.ref.hash))
-                    .map { try $0.get("hash", as: String.self) })
+            let damaged = try Self.damaged(db, userId: userId, among: stored.map(\.ref.hash))
             // Orphaned blocks kept as their own files that now move into a pack: their files go once it is put.
             var replaced: [String] = []
             let packed = stored.filter { $0.ref.pack != nil }.map(\.ref.hash)

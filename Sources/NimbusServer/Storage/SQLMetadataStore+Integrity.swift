@@ -39,55 +39,50 @@ extension SQLMetadataStore {
         }
     }
 
-    /// The live files (and trashed ones) whose revisions use any of `hashes` of the user's, with their paths.
-    func files(using hashes: [String], userId: String) async throws -> [AffectedFile] {
-        guard !hashes.isEmpty else { return [] }
+    /// The file revisions (live files and trashed ones) that use any of `blocks`, with their users and paths.
+    func files(using blocks: [(user: String, hash: String)]) async throws -> [AffectedFile] {
+        let byUser = Dictionary(grouping: blocks, by: \.user).mapValues { Array(Set($0.map(\.hash))) }
+        guard !byUser.isEmpty else { return [] }
         return try await database.read { db in
             var found: [AffectedFile] = []
-            let username = try db.value("SELECT username FROM users WHERE id = ?", [userId], as: String.self) ?? userId
-            for first in stride(from: 0, to: hashes.count, by: 500) {
-                let part = Array(hashes[first..<min(first + 500, hashes.count)])
-                let rows = try db.fetchAll(
+            for (userId, hashes) in byUser {
+                let username = try db.value("SELECT username FROM users WHERE id = ?", [userId], as: String.self) ?? userId
+                var revisions: [String: (fileId: String, head: Bool)] = [:]
+                for row in try Self.fetchAll(
+                    db,
                     """
                     SELECT DISTINCT r.id AS revision_id, r.file_id, f.head_revision_id FROM revision_blocks rb
-                    JOIN revisions r ON r.id = rb.revision_id JOIN files f ON f.id = r.file_id
-                    WHERE rb.user_id = ? AND rb.hash IN (\(sqlPlaceholders(part.count)))
-                    """, [userId] + part)
-                let chains = try Self.chains(db, of: Array(Set(try rows.map { try $0.get("file_id", as: String.self) })))
-                for row in rows {
-                    let fileId: String = try row.get("file_id")
+                    JOIN revisions r ON r.id = rb.revision_id JOIN files f ON f.id = r.file_id WHERE rb.user_id = ? AND rb.hash IN
+                    """, [userId], hashes)
+                {
                     let revisionId: String = try row.get("revision_id")
-                    let names = (chains[fileId] ?? []).dropLast().map(\.name).reversed()
+                    revisions[revisionId] = (try row.get("file_id"), try row.get("head_revision_id", as: String?.self) == revisionId)
+                }
+                let chains = try Self.chains(db, of: Array(Set(revisions.values.map(\.fileId))))
+                for (revisionId, file) in revisions {
+                    let names = (chains[file.fileId] ?? []).dropLast().map(\.name).reversed()
                     found.append(
                         AffectedFile(
-                            userId: userId, username: username, fileId: fileId, path: "/" + names.joined(separator: "/"), revisionId: revisionId,
-                            head: try row.get("head_revision_id", as: String?.self) == revisionId))
+                            userId: userId, username: username, fileId: file.fileId, path: "/" + names.joined(separator: "/"), revisionId: revisionId,
+                            head: file.head))
                 }
             }
-            return found.sorted { ($0.path, $0.revisionId) < ($1.path, $1.revisionId) }
+            return found.sorted { ($0.username, $0.path, $0.revisionId) < ($1.username, $1.path, $1.revisionId) }
         }
     }
 
     /// Every file revision that uses a block marked damaged, or a block with no row at all (its bytes lost).
     func damagedFiles() async throws -> [AffectedFile] {
-        let (damaged, lost) = try await database.read { db in
-            (
-                try db.fetchAll("SELECT user_id, hash FROM blocks WHERE damaged_at IS NOT NULL", []).map {
-                    (try $0.get("user_id", as: String.self), try $0.get("hash", as: String.self))
-                },
-                try db.fetchAll(
-                    """
-                    SELECT DISTINCT rb.user_id, rb.hash FROM revision_blocks rb
-                    WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.user_id = rb.user_id AND b.hash = rb.hash)
-                    """, []
-                ).map { (try $0.get("user_id", as: String.self), try $0.get("hash", as: String.self)) }
-            )
+        let blocks = try await database.read { db in
+            try db.fetchAll(
+                """
+                SELECT user_id, hash FROM blocks WHERE damaged_at IS NOT NULL
+                UNION SELECT rb.user_id, rb.hash FROM revision_blocks rb
+                WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.user_id = rb.user_id AND b.hash = rb.hash)
+                """, []
+            ).map { (user: try $0.get("user_id", as: String.self), hash: try $0.get("hash", as: String.self)) }
         }
-        var byUser: [String: [String]] = [:]
-        for (user, hash) in damaged + lost { byUser[user, default: []].append(hash) }
-        var files: [AffectedFile] = []
-        for (user, hashes) in byUser.sorted(by: { $0.key < $1.key }) { files += try await self.files(using: hashes, userId: user) }
-        return files
+        return try await files(using: blocks)
     }
 
     /// Reads up to `limit` stored blocks in (user, hash) order after `from` (nil: from the start) through the blob

@@ -21,7 +21,8 @@ public struct UserSummary: Sendable, Codable, Equatable {
 /// running on at the same time (another process on the same SQLite file, or another client of the same PostgreSQL):
 /// every effect is in the database, which the server reads on each request.
 extension SQLMetadataStore {
-    func userSummaries() async throws -> [UserSummary] {
+    /// Every account by name, or the one with `id`.
+    func userSummaries(id: String? = nil) async throws -> [UserSummary] {
         try await database.read { db in
             try db.fetchAll(
                 """
@@ -30,8 +31,8 @@ extension SQLMetadataStore {
                     (SELECT MAX(last_used_at) FROM devices WHERE devices.user_id = users.id) AS device_seen,
                     (SELECT COUNT(*) FROM app_passwords WHERE app_passwords.user_id = users.id) AS app_passwords,
                     (SELECT MAX(last_used_at) FROM app_passwords WHERE app_passwords.user_id = users.id) AS app_seen
-                FROM users ORDER BY username
-                """, []
+                FROM users \(id == nil ? "" : "WHERE id = ? ")ORDER BY username
+                """, id.map { [$0] } ?? []
             ).map { row in
                 let user = try Self.user(row)
                 let seen = [try row.get("device_seen", as: Int64?.self), try row.get("app_seen", as: Int64?.self)].compactMap { $0 }.max()
